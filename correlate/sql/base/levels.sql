@@ -1,0 +1,32 @@
+-- Module base.levels: shared helpers every level uses.
+
+-- The traced devices of each capture and the level each one plays.
+-- @column capture_id VARCHAR  capture
+-- @column level VARCHAR       vfs, vdisk, hostfs or disk
+-- @column dev UINTEGER        kernel dev_t
+-- @column name VARCHAR        device name or mount point
+-- @column size_sectors UBIGINT device size in 512-byte sectors (block levels)
+-- @column fs_type VARCHAR     file system type (vfs, hostfs)
+-- @column block_size_bytes UINTEGER file system block size, or the disk's logical block size
+-- @column machine VARCHAR     machine that recorded the capture
+CREATE OR REPLACE VIEW base_levels AS
+SELECT m.capture_id, m.level, m.dev, m.name, m.size_sectors, m.fs_type,
+       m.block_size_bytes, c.machine
+FROM device_map m JOIN capture_meta c USING (capture_id);
+
+-- op name of a block request from the kernel's REQ_OP.
+CREATE OR REPLACE MACRO _req_op_name(req_op) AS
+  CASE req_op WHEN 0 THEN 'read' WHEN 1 THEN 'write' WHEN 2 THEN 'flush'
+              WHEN 3 THEN 'discard' WHEN 5 THEN 'discard' WHEN 9 THEN 'write'
+              ELSE 'other' END;
+
+-- blktrace-style RWBS string from REQ_OP and nestrace's flag bits.
+CREATE OR REPLACE MACRO _rwbs(req_op, req_flags) AS
+  concat(
+    CASE WHEN req_flags & 16 <> 0 THEN 'F' ELSE '' END,
+    CASE req_op WHEN 0 THEN 'R' WHEN 1 THEN 'W' WHEN 2 THEN 'F' WHEN 3 THEN 'D'
+                WHEN 5 THEN 'DE' WHEN 9 THEN 'WZ' ELSE 'N' END,
+    CASE WHEN req_flags & 8 <> 0 THEN 'F' ELSE '' END,
+    CASE WHEN req_flags & 32 <> 0 THEN 'A' ELSE '' END,
+    CASE WHEN req_flags & 1 <> 0 THEN 'S' ELSE '' END,
+    CASE WHEN req_flags & 2 <> 0 THEN 'M' ELSE '' END);

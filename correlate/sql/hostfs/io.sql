@@ -1,0 +1,34 @@
+-- Module hostfs.io: the host file system's accesses to the image (level 3).
+-- INCLUDE base.levels
+
+-- One row per access of the image file through the host file system.
+-- On xfs the exact xfs_file_* read/write events are used; on other file
+-- systems iomap direct I/O, filemap page lookups (buffered reads, in
+-- batches of pages) and ext4 write_begin (buffered writes, per page).
+-- @column capture_id VARCHAR   capture
+-- @column machine VARCHAR      machine that recorded it
+-- @column level VARCHAR        always 'hostfs'
+-- @column ts_ns UBIGINT        time of the access, CLOCK_MONOTONIC ns
+-- @column dev UINTEGER         kernel dev_t of the host file system
+-- @column ino UBIGINT          inode of the image file
+-- @column offset_bytes BIGINT  image file offset
+-- @column bytes UBIGINT        length
+-- @column op VARCHAR           read or write
+-- @column direct BOOLEAN       O_DIRECT access (bypasses the host page cache)
+-- @column source VARCHAR       tracepoint the row comes from
+-- @column fs_type VARCHAR      host file system type
+-- @column pid UINTEGER         process (the loop worker, or the hypervisor)
+-- @column comm VARCHAR         task command name
+CREATE OR REPLACE VIEW hostfs_io AS
+SELECT e.capture_id, l.machine, 'hostfs' AS level, e.ts_ns, e.dev, e.ino,
+       e.offset_bytes, e.bytes,
+       CASE e.op WHEN 0 THEN 'read' WHEN 1 THEN 'write' ELSE 'sync' END AS op,
+       (e.iocb_flags & 1) <> 0 AS direct,
+       ['xfs_file_buffered_read', 'xfs_file_buffered_write', 'xfs_file_direct_read',
+        'xfs_file_direct_write', 'iomap_dio_rw_begin', 'mm_filemap_get_pages',
+        'ext4_write_begin', 'ext4_da_write_begin'][e.source] AS source,
+       l.fs_type, e.pid, e.comm
+FROM hostfs_events e
+JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
+WHERE CASE WHEN l.fs_type = 'xfs' THEN e.source BETWEEN 1 AND 4
+           ELSE e.source BETWEEN 5 AND 8 END;

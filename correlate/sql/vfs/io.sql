@@ -1,0 +1,38 @@
+-- Module vfs.io: application file syscalls (level 1).
+-- INCLUDE base.levels
+
+-- One row per completed file syscall on the guest file system.
+-- @column capture_id VARCHAR   capture
+-- @column machine VARCHAR      machine that recorded it
+-- @column level VARCHAR        always 'vfs'
+-- @column ts_ns UBIGINT        syscall entry, CLOCK_MONOTONIC ns
+-- @column end_ns UBIGINT       syscall exit
+-- @column duration_ns UBIGINT  exit - entry
+-- @column dev UINTEGER         kernel dev_t of the guest file system
+-- @column ino UBIGINT          inode number
+-- @column offset_bytes BIGINT  file offset (-1 for fsync/fdatasync)
+-- @column req_bytes UBIGINT    bytes asked for
+-- @column ret_bytes BIGINT     bytes done (0 on error)
+-- @column ret BIGINT           raw return value (bytes, or -errno)
+-- @column bytes BIGINT         alias of ret_bytes, for cross-level queries
+-- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync
+-- @column op VARCHAR           read, write or sync
+-- @column direct BOOLEAN       file opened with O_DIRECT
+-- @column sync BOOLEAN         file opened with O_SYNC or O_DSYNC
+-- @column pid UINTEGER         process id
+-- @column tid UINTEGER         thread id
+-- @column fd INTEGER           file descriptor
+-- @column comm VARCHAR         task command name
+CREATE OR REPLACE VIEW vfs_io AS
+SELECT e.capture_id, c.machine, 'vfs' AS level, e.ts_ns, e.ts_ns + e.duration_ns AS end_ns,
+       e.duration_ns, e.dev, e.ino, e.offset_bytes, e.req_bytes,
+       greatest(e.ret, 0) AS ret_bytes, e.ret, greatest(e.ret, 0) AS bytes,
+       ['read', 'write', 'pread64', 'pwrite64', 'readv', 'writev', 'preadv', 'pwritev',
+        'preadv2', 'pwritev2', 'fsync', 'fdatasync', 'sync_file_range'][e.syscall] AS syscall,
+       CASE WHEN e.syscall IN (1, 3, 5, 7, 9) THEN 'read'
+            WHEN e.syscall IN (2, 4, 6, 8, 10) THEN 'write'
+            ELSE 'sync' END AS op,
+       (e.f_flags & 16384) <> 0 AS direct,          -- O_DIRECT (x86 040000)
+       (e.f_flags & 1052672) <> 0 AS sync,          -- O_SYNC | O_DSYNC
+       e.pid, e.tid, e.fd, e.comm
+FROM vfs_events e JOIN capture_meta c USING (capture_id);

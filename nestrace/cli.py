@@ -1,0 +1,293 @@
+"""nestrace command line: a thin wrapper over the library.
+
+Every error the user can cause ends as one line `nestrace: error: ...` and
+exit code 2, with nothing left mounted or attached.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from ._paths import AgentNotFound
+from .lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
+from .stack import StackError
+from .store import StoreError, check_store, live_captures, seal
+from .stream import StreamError
+
+
+class UserError(click.ClickException):
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"nestrace: error: {self.message}", err=True)
+
+
+def user_errors(fn):
+    """Decorator: turn the library's expected errors into one-line exit 2."""
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        from .record import RecordError
+        import duckdb
+        try:
+            return fn(*a, **kw)
+        except (LabError, StackError, StoreError, StreamError, RecordError,
+                AgentNotFound, FileNotFoundError, PermissionError) as e:
+            raise UserError(str(e)) from None
+        except duckdb.Error as e:
+            raise UserError(str(e).splitlines()[0]) from None
+    return wrapper
+
+
+def needs_root(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        if os.geteuid() != 0:
+            raise UserError("this command needs root (BPF, loop devices, mounts)")
+        return fn(*a, **kw)
+    return wrapper
+
+
+def needs_btf(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        btf = os.environ.get("NESTRACE_BTF", "/sys/kernel/btf/vmlinux")
+        if not Path(btf).exists():
+            raise UserError(f"{btf}: no kernel BTF; nestrace's CO-RE tracers need a kernel "
+                            "built with CONFIG_DEBUG_INFO_BTF=y")
+        return fn(*a, **kw)
+    return wrapper
+
+
+def lab_name_option(fn):
+    return click.option("--name", default="default", show_default=True,
+                        help="Lab name (several labs can be up at once).")(fn)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nestrace")
+def cli() -> None:
+    """nestrace: multi-level I/O tracing for nested storage stacks."""
+
+
+# ---- lab --------------------------------------------------------------------
+
+@cli.group()
+def lab() -> None:
+    """Build and tear down nested lab stacks on loop devices."""
+
+
+def _onoff(_ctx, _param, value: str) -> bool:
+    return value == "on"
+
+
+@lab.command("up")
+@lab_name_option
+@click.option("--guest-fs", type=click.Choice(FILESYSTEMS), default="ext4", show_default=True)
+@click.option("--host-fs", type=click.Choice(FILESYSTEMS), default="xfs", show_default=True)
+@click.option("--image-size", default="512M", show_default=True, help="Disk image size.")
+@click.option("--disk-size", default=None, help="Host disk size (default image + 256M).")
+@click.option("--guest-dio", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              callback=_onoff, help="Virtual disk reads/writes the image with O_DIRECT "
+              "(QEMU cache=none); off = through the host page cache (cache=writeback).")
+@click.option("--host-dio", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              callback=_onoff, help="The host disk bypasses the page cache of its own backing "
+              "file, so the host FS sees an uncached disk.")
+@click.option("--guest-block-size", type=int, default=None, help="Guest FS block size in bytes.")
+@click.option("--host-block-size", type=int, default=None, help="Host FS block size in bytes.")
+@user_errors
+@needs_root
+def lab_up(name, guest_fs, host_fs, image_size, disk_size, guest_dio, host_dio,
+           guest_block_size, host_block_size) -> None:
+    """Build a nested stack; print the guest mount point."""
+    cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, image_size=parse_size(image_size),
+                    disk_size=parse_size(disk_size) if disk_size else 0,
+                    guest_dio=guest_dio, host_dio=host_dio,
+                    guest_block_size=guest_block_size, host_block_size=host_block_size,
+                    name=name)
+    st = Lab(name).up(cfg)
+    click.echo(st["guest_mount"])
+
+
+@lab.command("down")
+@lab_name_option
+@click.option("--all", "all_", is_flag=True, help="Tear down every lab.")
+@user_errors
+@needs_root
+def lab_down(name, all_) -> None:
+    """Tear a lab down (also one left half-built by a crash)."""
+    for n in (labs() if all_ else [name]):
+        for line in Lab(n).down():
+            click.echo(line, err=True)
+
+
+@lab.command("list")
+def lab_list() -> None:
+    """List labs that are up, with their guest mount points."""
+    for n in labs():
+        st = Lab(n).state()
+        click.echo(f"{n}\t{st.get('guest_mount', '(half built)')}\t"
+                   f"{st.get('config', {}).get('guest_fs')} on {st.get('config', {}).get('host_fs')}")
+
+
+# ---- record / seal ----------------------------------------------------------
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("-o", "--output", "store", required=True, type=click.Path(), help="Store directory.")
+@click.option("--stack", "mount", type=click.Path(), help="Guest mount point: discover the stack.")
+@click.option("--vdisk", type=click.Path(), help="Virtual disk device (with --stack, overrides).")
+@click.option("--image", type=click.Path(), help="Disk image file (with --stack, overrides).")
+@click.option("--disk", type=click.Path(), help="Host disk device (with --stack, overrides).")
+@click.option("--duration", type=float, default=None, help="Seconds to record (without CMD).")
+@click.option("--ringbuf-kb", type=int, default=None, help="BPF ring buffer size in KiB.")
+@click.option("--mode", type=click.Choice(["auto", "tp_btf", "raw_tp"]), default="auto",
+              show_default=True, help="Tracepoint program type (auto probes).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@user_errors
+@needs_root
+@needs_btf
+def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, mode, command) -> None:
+    """Trace a nested stack while CMD runs (or for --duration, or until Ctrl-C)."""
+    from . import record as rec
+    from .stack import block_dev_of_path, discover, from_devices, mount_of
+    if not mount:
+        raise UserError("--stack MOUNTPOINT is required (the guest file system)")
+    if vdisk or image or disk:
+        gm = mount_of(mount)
+        vd = block_dev_of_path(vdisk) if vdisk else None
+        if vd is None:
+            from .stack import block_dev
+            vd = block_dev(gm.major, gm.minor)
+        if not (image or vd.is_loop):
+            raise UserError(f"{vd.name} is not a loop device: give --image")
+        stack = from_devices(gm, vd, image, disk)
+    else:
+        stack = discover(mount)
+    cap = rec.record(store, stack, duration=duration, command=list(command) or None,
+                     ringbuf_kb=ringbuf_kb, mode=mode)
+    _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
+    if cap.command_rc:
+        click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)
+        sys.exit(cap.command_rc)
+
+
+def _report_capture(store: Path, capture_id: str, result, stream_problems=()) -> None:
+    from .summary import level_summary, format_summary
+    for p in list(stream_problems) + list(result.problems):
+        click.echo(f"nestrace: error: {p}", err=True)
+    click.echo(f"capture {capture_id}: {result.records} records -> {store}")
+    click.echo(format_summary(level_summary(store, capture_id)))
+    if result.lost_total:
+        click.secho(f"nestrace: WARNING: {result.lost_total} EVENTS LOST in capture {capture_id} "
+                    "(see the lost_events table); raise --ringbuf-kb or narrow the filters",
+                    err=True, fg="red", bold=True)
+
+
+@cli.command("seal")
+@click.argument("store", type=click.Path())
+@user_errors
+def seal_cmd(store) -> None:
+    """Seal captures left unsealed by a crash into Parquet."""
+    p = check_store(store)
+    pending = live_captures(p)
+    if not pending:
+        click.echo(f"{p}: nothing to seal")
+    for cid in pending:
+        r = seal(p, cid)
+        _report_capture(p, cid, r)
+
+
+# ---- query ------------------------------------------------------------------
+
+@cli.command("sql")
+@click.argument("store", type=click.Path())
+@click.argument("query", required=False)
+@click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output (one array of objects).")
+@user_errors
+def sql_cmd(store, query, as_csv, as_json) -> None:
+    """Run QUERY on STORE, or open an interactive DuckDB shell on it."""
+    from .session import Session
+    s = Session(store)
+    if not query:
+        _shell(s)
+        return
+    cur = s.con.execute(query)
+    if cur.description is None:
+        return
+    cols = [d[0] for d in cur.description]
+    rows = cur.fetchall()
+    if as_json:
+        click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
+    elif as_csv:
+        w = csv.writer(sys.stdout)
+        w.writerow(cols)
+        w.writerows(rows)
+    else:
+        click.echo(format_table(cols, rows))
+
+
+def format_table(cols: list[str], rows: list[tuple]) -> str:
+    cells = [[("" if v is None else str(v)) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    line = "  ".join(c.ljust(w) for c, w in zip(cols, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    for r in cells:
+        out.append("  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(r, widths)))
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
+
+
+def _numeric(v: str) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
+
+
+def _shell(s) -> None:
+    click.echo(f"nestrace sql on {s.store}: views {', '.join(s.views())}; end with ; and "
+               "quit with Ctrl-D", err=True)
+    buf = []
+    while True:
+        try:
+            line = input("nestrace> " if not buf else "      ...> ")
+        except EOFError:
+            click.echo("", err=True)
+            return
+        buf.append(line)
+        if line.rstrip().endswith(";"):
+            q = "\n".join(buf)
+            buf = []
+            try:
+                cur = s.con.execute(q)
+                if cur.description:
+                    click.echo(format_table([d[0] for d in cur.description], cur.fetchall()))
+            except Exception as e:  # the shell keeps going on a bad query
+                click.echo(f"error: {str(e).splitlines()[0]}", err=True)
+
+
+@cli.command("summary")
+@click.argument("store", type=click.Path())
+@click.option("--capture", default=None, help="Capture id (default: the newest).")
+@user_errors
+def summary_cmd(store, capture) -> None:
+    """Per-level summary of a capture: requests, bytes, lost events."""
+    from .summary import format_summary, level_summary
+    p = check_store(store)
+    click.echo(format_summary(level_summary(p, capture)))
+
+
+def main() -> None:
+    cli(prog_name="nestrace")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Build and tear down a lab nested stack on loop devices.
+
+    disk file (on the machine's disk) -> loop "disk" [--host-dio]
+      -> host FS, mounted -> image file -> loop "vdisk" [--guest-dio]
+      -> guest FS, mounted  (the mount point printed by `lab up`)
+
+Every step is written to a state file before the next one starts, so `lab
+down` undoes exactly what was made, also after a crash half way up.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+STATE_ROOT = Path(os.environ.get("NESTRACE_LAB_STATE", "/run/nestrace/labs"))
+DATA_ROOT = Path(os.environ.get("NESTRACE_LAB_DATA", "/var/tmp/nestrace-labs"))
+# mkfs.xfs refuses file systems under 300 MiB
+MIN_FS_BYTES = {"xfs": 300 << 20, "btrfs": 128 << 20}
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def parse_size(s: str | int) -> int:
+    if isinstance(s, int):
+        return s
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = s.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise LabError(f"bad size {s!r} (want e.g. 512M, 2G)") from None
+
+
+def _run(cmd: list[str], what: str) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        msg = (r.stderr or r.stdout).strip().splitlines()
+        raise LabError(f"{what} failed: {' '.join(cmd)}: {msg[-1] if msg else r.returncode}")
+    return r.stdout.strip()
+
+
+def mkfs_cmd(fs: str, dev: str, block_size: int | None) -> list[str]:
+    if fs in ("ext2", "ext3", "ext4"):
+        # no lazy init: background zeroing would pollute every trace
+        cmd = [f"mkfs.{fs}", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]
+        if block_size:
+            cmd += ["-b", str(block_size)]
+        return cmd + [dev]
+    if fs == "xfs":
+        cmd = ["mkfs.xfs", "-q", "-f"]
+        if block_size:
+            cmd += ["-b", f"size={block_size}"]
+        return cmd + [dev]
+    if fs == "btrfs":
+        cmd = ["mkfs.btrfs", "-q", "-f"]
+        if block_size:
+            cmd += ["-s", str(block_size)]
+        return cmd + [dev]
+    raise LabError(f"unknown file system {fs!r} (choose from {', '.join(FILESYSTEMS)})")
+
+
+@dataclass
+class LabConfig:
+    guest_fs: str = "ext4"
+    host_fs: str = "xfs"
+    image_size: int = 512 << 20
+    disk_size: int = 0              # 0: image size + 256 MiB (and the FS minimum)
+    guest_dio: bool = True
+    host_dio: bool = True
+    guest_block_size: int | None = None
+    host_block_size: int | None = None
+    name: str = "default"
+
+    def validate(self) -> None:
+        for role, fs in (("guest", self.guest_fs), ("host", self.host_fs)):
+            if fs not in FILESYSTEMS:
+                raise LabError(f"unknown {role} file system {fs!r} "
+                               f"(choose from {', '.join(FILESYSTEMS)})")
+        if self.image_size < MIN_FS_BYTES.get(self.guest_fs, 16 << 20):
+            raise LabError(f"--image-size {self.image_size >> 20} MiB is below the "
+                           f"{self.guest_fs} minimum of {MIN_FS_BYTES[self.guest_fs] >> 20} MiB")
+        if not self.name.replace("-", "").replace("_", "").isalnum():
+            raise LabError(f"bad lab name {self.name!r}")
+
+
+class Lab:
+    def __init__(self, name: str = "default"):
+        self.name = name
+        self.state_dir = STATE_ROOT / name
+        self.state_file = self.state_dir / "state.json"
+        self.data_dir = DATA_ROOT / name
+
+    # -- state ------------------------------------------------------------
+    def state(self) -> dict:
+        if not self.state_file.exists():
+            return {}
+        return json.loads(self.state_file.read_text())
+
+    def _save(self, st: dict) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(st, indent=1))
+        os.replace(tmp, self.state_file)
+
+    def _step(self, st: dict, kind: str, **info) -> None:
+        st.setdefault("made", []).append({"kind": kind, **info})
+        self._save(st)
+
+    @property
+    def guest_mount(self) -> Path:
+        return self.state_dir / "guest"
+
+    @property
+    def host_mount(self) -> Path:
+        return self.state_dir / "host"
+
+    # -- up / down --------------------------------------------------------
+    def up(self, cfg: LabConfig) -> dict:
+        cfg.validate()
+        if self.state().get("made"):
+            raise LabError(f"lab {self.name!r} is already up (nestrace lab down --name {self.name})")
+        disk_size = cfg.disk_size or max(cfg.image_size + (256 << 20),
+                                         MIN_FS_BYTES.get(cfg.host_fs, 0) + cfg.image_size)
+        st = {"name": self.name, "config": cfg.__dict__ | {"disk_size": disk_size}, "made": []}
+        self._save(st)
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._step(st, "dir", path=str(self.data_dir))
+            disk_file = self.data_dir / "disk.raw"
+            with open(disk_file, "wb") as f:
+                f.truncate(disk_size)
+            self._step(st, "file", path=str(disk_file))
+            disk = _run(["losetup", "--find", "--show", f"--direct-io={'on' if cfg.host_dio else 'off'}",
+                         str(disk_file)], "attaching the disk loop device")
+            self._step(st, "loop", dev=disk, role="disk")
+            _check_dio(disk, cfg.host_dio, "--host-dio")
+            _run(mkfs_cmd(cfg.host_fs, disk, cfg.host_block_size), f"mkfs.{cfg.host_fs} (host)")
+            self.host_mount.mkdir(parents=True, exist_ok=True)
+            _run(["mount", "-t", cfg.host_fs, disk, str(self.host_mount)], "mounting the host FS")
+            self._step(st, "mount", path=str(self.host_mount), role="host")
+            image = self.host_mount / "image.raw"
+            with open(image, "wb") as f:
+                f.truncate(cfg.image_size)
+            vdisk = _run(["losetup", "--find", "--show", f"--direct-io={'on' if cfg.guest_dio else 'off'}",
+                          str(image)], "attaching the virtual-disk loop device")
+            self._step(st, "loop", dev=vdisk, role="vdisk")
+            _check_dio(vdisk, cfg.guest_dio, "--guest-dio")
+            _run(mkfs_cmd(cfg.guest_fs, vdisk, cfg.guest_block_size), f"mkfs.{cfg.guest_fs} (guest)")
+            self.guest_mount.mkdir(parents=True, exist_ok=True)
+            _run(["mount", "-t", cfg.guest_fs, vdisk, str(self.guest_mount)], "mounting the guest FS")
+            self._step(st, "mount", path=str(self.guest_mount), role="guest")
+            st.update(guest_mount=str(self.guest_mount), host_mount=str(self.host_mount),
+                      vdisk=vdisk, disk=disk, image=str(image), disk_file=str(disk_file))
+            self._save(st)
+            _run(["sync"], "sync")
+            return st
+        except BaseException:
+            self.down()
+            raise
+
+    def down(self) -> list[str]:
+        """Undo every recorded step, newest first; returns what was undone.
+        Steps whose object is already gone are skipped quietly."""
+        st = self.state()
+        undone: list[str] = []
+        errors: list[str] = []
+        for step in reversed(st.get("made", [])):
+            try:
+                if step["kind"] == "mount":
+                    if _is_mounted(step["path"]):
+                        _run(["umount", step["path"]], "unmount")
+                        undone.append(f"unmounted {step['path']}")
+                elif step["kind"] == "loop":
+                    if _loop_attached(step["dev"]):
+                        _run(["losetup", "-d", step["dev"]], "detach")
+                        undone.append(f"detached {step['dev']}")
+                elif step["kind"] == "file":
+                    Path(step["path"]).unlink(missing_ok=True)
+                elif step["kind"] == "dir":
+                    shutil.rmtree(step["path"], ignore_errors=True)
+            except LabError as e:
+                errors.append(str(e))
+        if errors:
+            raise LabError("; ".join(errors))
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        return undone
+
+
+def _check_dio(dev: str, want: bool, flag: str) -> None:
+    got = Path(f"/sys/block/{Path(dev).name}/loop/dio").read_text().strip() == "1"
+    if got != want:
+        raise LabError(f"{flag} {'on' if want else 'off'}: the kernel set direct I/O "
+                       f"{'on' if got else 'off'} for {dev} (backing file system cannot do it)")
+
+
+def _is_mounted(path: str) -> bool:
+    rp = os.path.realpath(path)
+    return any(line.split()[4] == rp for line in
+               Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+def _loop_attached(dev: str) -> bool:
+    return Path(f"/sys/block/{Path(dev).name}/loop/backing_file").exists()
+
+
+def labs() -> list[str]:
+    return sorted(p.name for p in STATE_ROOT.iterdir()) if STATE_ROOT.is_dir() else []

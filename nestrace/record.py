@@ -1,0 +1,201 @@
+"""Record a capture of a nested stack: run the agent, stream its records
+into the store, snapshot extent maps at start and end, seal."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from ._paths import agent_path
+from .schema import table_schema
+from .stack import Stack, btrfs_chunks, extent_rows, kdev_str
+from .store import LiveCapture, SealResult, init_store, seal
+from .stream import DecodeState, iter_frames
+
+MAX_GUEST_FILES = 4096
+
+
+class RecordError(RuntimeError):
+    pass
+
+
+def new_capture_id() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def device_map_rows(stack: Stack, capture_id: str) -> list[dict]:
+    def row(level, dev, name, size=0, bd=None, fs="", bs=0):
+        return {"capture_id": capture_id, "level": level, "dev": dev, "name": name,
+                "size_sectors": size,
+                "backing_dev": bd.backing_kdev if bd else 0,
+                "backing_ino": bd.backing_ino if bd else 0,
+                "backing_path": bd.backing_file if bd else "",
+                "backing_offset_bytes": bd.backing_offset_bytes if bd else 0,
+                "dio": bd.dio if bd else False, "fs_type": fs, "block_size_bytes": bs}
+    v, d = stack.vdisk, stack.disk
+    return [
+        row("vfs", stack.guest_kdev, stack.guest_mount, fs=stack.guest_fs, bs=stack.guest_block_bytes),
+        row("vdisk", v.kdev, v.name, v.size_sectors, v if v.is_loop else None, bs=v.logical_block_bytes),
+        row("hostfs", stack.host_kdev, stack.host_mount, fs=stack.host_fs, bs=stack.host_block_bytes),
+        row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None, bs=d.logical_block_bytes),
+    ]
+
+
+def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str) -> list[str]:
+    args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families,
+            "--dev", f"{kdev_str(stack.guest_kdev)}=vfs,cache,map",
+            "--dev", f"{kdev_str(stack.vdisk.kdev)}=block",
+            "--dev", f"{kdev_str(stack.disk.kdev)}=block",
+            "--ino", f"{kdev_str(stack.host_kdev)}:{stack.image_ino}=file,cache,map"]
+    if ringbuf_kb:
+        args += ["--ringbuf-kb", str(ringbuf_kb)]
+    return args
+
+
+def guest_files(stack: Stack, inos: set[int] | None = None) -> list[str]:
+    """Regular files of the guest FS (those with inode in `inos`, if given)."""
+    out = []
+    for root, dirs, files in os.walk(stack.guest_mount):
+        dirs[:] = [d for d in dirs if d != "lost+found"]
+        for f in files:
+            p = os.path.join(root, f)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if not os.path.isfile(p) or os.path.islink(p):
+                continue
+            if inos is None or st.st_ino in inos:
+                out.append(p)
+            if len(out) >= MAX_GUEST_FILES:
+                return out
+    return out
+
+
+def snapshot_extents(stack: Stack, capture_id: str, phase: str,
+                     inos: set[int] | None = None) -> pa.Table:
+    """FIEMAP of the image and of the guest files (btrfs addresses mapped
+    through the chunk tree to device offsets)."""
+    subprocess.run(["sync", "-f", stack.guest_mount], check=False)
+    host_chunks = btrfs_chunks(f"/dev/{stack.disk.name}") if stack.host_fs == "btrfs" else None
+    guest_chunks = btrfs_chunks(f"/dev/{stack.vdisk.name}") if stack.guest_fs == "btrfs" else None
+    rows = extent_rows(stack.image_path, "image", phase, capture_id, host_chunks)
+    for p in guest_files(stack, inos):
+        try:
+            rows += extent_rows(p, "guest_file", phase, capture_id, guest_chunks)
+        except OSError:
+            continue   # removed while we looked
+    return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
+
+
+@dataclass
+class Capture:
+    store: Path
+    capture_id: str
+    seal: SealResult | None = None
+    agent_stderr: list[str] = field(default_factory=list)
+    stream_problems: list[str] = field(default_factory=list)
+    command_rc: int | None = None
+
+
+def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = None,
+           command: list[str] | None = None, ringbuf_kb: int | None = None,
+           mode: str = "auto", families: str = "vfs,block,hostfs",
+           log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
+    """Trace `stack` while `command` runs (or for `duration` seconds, or
+    until SIGINT), into a new capture of `store`."""
+    store_p = init_store(store)
+    cid = new_capture_id()
+    live = LiveCapture(store_p, cid)
+    cap = Capture(store_p, cid)
+    live.update_facts(machine=socket.gethostname(), kernel=platform.release(),
+                      start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+                      command=" ".join(command or []), stack=stack.to_json())
+    live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid),
+                                                         schema=table_schema("device_map")))
+    live.write_table("extent_maps", snapshot_extents(stack, cid, "start"))
+
+    args = agent_args(stack, ringbuf_kb, mode, families)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    started = threading.Event()
+    touched: set[int] = set()
+    state = DecodeState("agent stream")
+    reader_error: list[BaseException] = []
+
+    def read_stream() -> None:
+        try:
+            for fr in iter_frames(proc.stdout, "agent stream", state):
+                if fr.meta is not None:
+                    kind = fr.meta.get("type")
+                    if kind == "start":
+                        live.update_facts(agent_start=fr.meta, start_ns=fr.meta["start_ns"])
+                        started.set()
+                    elif kind == "end":
+                        live.update_facts(agent_end=fr.meta, end_ns=fr.meta["end_ns"])
+                    continue
+                live.write(fr.table, fr.batch)
+                if fr.table == "vfs_events":
+                    touched.update(fr.batch.column("ino").unique().to_pylist())
+        except BaseException as e:  # surfaced by the main thread
+            reader_error.append(e)
+        finally:
+            started.set()
+
+    def read_stderr() -> None:
+        for line in proc.stderr:
+            text = line.decode(errors="replace").rstrip()
+            cap.agent_stderr.append(text)
+            if "WARNING" in text or "failed" in text or "cannot" in text:
+                log(text)
+
+    threads = [threading.Thread(target=read_stream, daemon=True),
+               threading.Thread(target=read_stderr, daemon=True)]
+    for t in threads:
+        t.start()
+    started.wait(60)
+    if proc.poll() is not None and not reader_error:
+        threads[1].join(5)
+        live.close()
+        raise RecordError("the agent exited before tracing: " +
+                          (" | ".join(cap.agent_stderr[-3:]) or f"exit code {proc.returncode}"))
+    try:
+        if command:
+            cap.command_rc = subprocess.run(command).returncode
+        elif duration:
+            time.sleep(duration)
+        else:
+            log("nestrace: recording; Ctrl-C to stop")
+            try:
+                while proc.poll() is None:
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                pass
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for t in threads:
+            t.join(60)
+    if reader_error:
+        live.close()
+        raise RecordError(f"reading the agent stream failed: {reader_error[0]}")
+    cap.stream_problems = [str(p) for p in state.problems]
+    live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
+    live.close()
+    cap.seal = seal(store_p, cid)
+    return cap

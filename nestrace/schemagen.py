@@ -1,0 +1,230 @@
+"""Generate the C header, the Python record table and the docs from schemas/.
+
+Usage: python -m nestrace.schemagen [--out DIR] [--check]
+
+`--check` regenerates into a temporary directory and exits 1 naming every
+file that differs from the committed one (this is `ci/check-generated`).
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "schemas" / "records.toml"
+
+C_SIZES = {"__u64": 8, "__s64": 8, "__u32": 4, "__s32": 4, "__u16": 2,
+           "__s16": 2, "__u8": 1}
+NP_TYPES = {"__u64": "<u8", "__s64": "<i8", "__u32": "<u4", "__s32": "<i4",
+            "__u16": "<u2", "__s16": "<i2", "__u8": "u1"}
+OUTPUTS = ("tracers/nestrace_records.h", "nestrace/_records.py", "docs/records.md")
+
+
+class SchemaError(ValueError):
+    pass
+
+
+def c_size(ctype: str) -> int:
+    if ctype.startswith("char[") and ctype.endswith("]"):
+        return int(ctype[5:-1])
+    if ctype not in C_SIZES:
+        raise SchemaError(f"{SCHEMA}: unknown C type {ctype!r}")
+    return C_SIZES[ctype]
+
+
+def np_type(ctype: str) -> str:
+    if ctype.startswith("char["):
+        return f"S{c_size(ctype)}"
+    return NP_TYPES[ctype]
+
+
+def load(path: Path = SCHEMA) -> dict:
+    """Parse and validate the schema; return it with computed layouts."""
+    spec = tomllib.loads(path.read_text())
+    header = spec["header"]["fields"]
+    kinds = set()
+    for rec in spec["record"]:
+        if rec["kind"] in kinds:
+            raise SchemaError(f"{path}: kind {rec['kind']} declared twice")
+        kinds.add(rec["kind"])
+        offset = 0
+        layout = []
+        for f in header + rec["fields"]:
+            name, ctype = f[0], f[1]
+            size = c_size(ctype)
+            align = 1 if ctype.startswith("char[") else size
+            if offset % align:
+                raise SchemaError(
+                    f"{path}: {rec['name']}.{name} at offset {offset} is not "
+                    f"{align}-aligned; reorder largest first or add _pad")
+            layout.append((name, ctype, offset, size))
+            offset += size
+        if offset % 8:
+            raise SchemaError(f"{path}: {rec['name']} is {offset} bytes, "
+                              "not a multiple of 8; add explicit padding")
+        rec["layout"] = layout
+        rec["size"] = offset
+    return spec
+
+
+def gen_header(spec: dict) -> str:
+    out = [
+        "/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */",
+        "/* GENERATED from schemas/records.toml by nestrace.schemagen: do not edit. */",
+        "#ifndef NESTRACE_RECORDS_H",
+        "#define NESTRACE_RECORDS_H",
+        "",
+        f"#define NT_STREAM_MAGIC 0x{spec['stream_magic']:08x}U",
+        f"#define NT_STREAM_VERSION {spec['stream_version']}",
+        "",
+        "/* Stream frame: a frame header, then count records of rec_size bytes",
+        " * (kind 0: count bytes of UTF-8 JSON). */",
+        "struct nt_frame {",
+        "\t__u32 magic;",
+        "\t__u16 kind;",
+        "\t__u16 version;",
+        "\t__u32 rec_size;",
+        "\t__u32 count;",
+        "};",
+        "",
+        "/* " + spec["header"]["doc"] + " */",
+        "struct nt_header {",
+    ]
+    for f in spec["header"]["fields"]:
+        out.append(_c_field(f))
+    out += ["};", ""]
+    for rec in spec["record"]:
+        up = rec["name"].upper()
+        out += [f"#define NT_KIND_{up} {rec['kind']}",
+                f"#define NT_VERSION_{up} {rec['version']}",
+                f"/* {rec['doc']} ({rec['size']} bytes) */",
+                f"struct nt_{rec['name']} {{",
+                "\tstruct nt_header hdr;"]
+        for f in rec["fields"]:
+            out.append(_c_field(f))
+        out += ["};", ""]
+    out += ["#endif /* NESTRACE_RECORDS_H */", ""]
+    return "\n".join(out)
+
+
+def _c_field(f: list) -> str:
+    name, ctype = f[0], f[1]
+    doc = f" /* {f[4]} */" if len(f) > 4 and f[4] else ""
+    if ctype.startswith("char["):
+        return f"\tchar {name}[{c_size(ctype)}];{doc}"
+    return f"\t{ctype} {name};{doc}"
+
+
+def gen_python(spec: dict) -> str:
+    out = ['"""GENERATED from schemas/records.toml by nestrace.schemagen: do not edit."""',
+           "",
+           f"STREAM_MAGIC = 0x{spec['stream_magic']:08x}",
+           f"STREAM_VERSION = {spec['stream_version']}",
+           "",
+           "# name -> dict(kind, version, table, size, doc, fields=[(name, numpy type,",
+           "#   arrow type, unit, doc, byte offset)]); fields include the header.",
+           "RECORDS = {"]
+    for rec in spec["record"]:
+        out.append(f"    {rec['name']!r}: {{")
+        out.append(f"        'kind': {rec['kind']}, 'version': {rec['version']}, "
+                   f"'table': {rec['table']!r}, 'size': {rec['size']},")
+        out.append(f"        'doc': {rec['doc']!r},")
+        out.append("        'fields': [")
+        fields = spec["header"]["fields"] + rec["fields"]
+        for f, (_, ctype, offset, _) in zip(fields, rec["layout"]):
+            out.append(f"            ({f[0]!r}, {np_type(ctype)!r}, {f[2]!r}, "
+                       f"{f[3]!r}, {f[4]!r}, {offset}),")
+        out.append("        ],")
+        out.append("    },")
+    out.append("}")
+    out.append("")
+    out.append("# name -> dict(doc, fields=[(name, arrow type, unit, doc)])")
+    out.append("TABLES = {")
+    for t in spec["table"]:
+        out.append(f"    {t['name']!r}: {{'doc': {t['doc']!r}, 'fields': [")
+        for f in t["fields"]:
+            out.append(f"        ({f[0]!r}, {f[1]!r}, {f[2]!r}, {f[3]!r}),")
+        out.append("    ]},")
+    out.append("}")
+    out.append("")
+    return "\n".join(out)
+
+
+def gen_docs(spec: dict) -> str:
+    out = ["# Record reference", "",
+           "GENERATED from `schemas/records.toml` by `python -m nestrace.schemagen`.",
+           "", "Every kernel record starts with the common header:", "",
+           "| field | C type | Arrow | unit | doc |", "|---|---|---|---|---|"]
+    for f in spec["header"]["fields"]:
+        out.append(f"| `{f[0]}` | `{f[1]}` | {f[2]} | {f[3]} | {f[4]} |")
+    for rec in spec["record"]:
+        out += ["", f"## `{rec['table']}` — {rec['name']} (kind {rec['kind']}, "
+                f"version {rec['version']}, {rec['size']} bytes)", "", rec["doc"], "",
+                "| field | C type | Arrow | unit | offset | doc |",
+                "|---|---|---|---|---|---|"]
+        for f, (_, _, offset, _) in zip(rec["fields"], rec["layout"][len(spec["header"]["fields"]):]):
+            if f[0].startswith("_pad"):
+                continue
+            out.append(f"| `{f[0]}` | `{f[1]}` | {f[2]} | {f[3]} | {offset} | {f[4]} |")
+    for t in spec["table"]:
+        out += ["", f"## `{t['name']}` (store table)", "", t["doc"], "",
+                "| field | Arrow | unit | doc |", "|---|---|---|---|"]
+        for f in t["fields"]:
+            out.append(f"| `{f[0]}` | {f[1]} | {f[2]} | {f[3]} |")
+    out.append("")
+    return "\n".join(out)
+
+
+def generate(root: Path) -> list[Path]:
+    spec = load()
+    texts = dict(zip(OUTPUTS, (gen_header(spec), gen_python(spec), gen_docs(spec))))
+    written = []
+    for rel, text in texts.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        written.append(p)
+    return written
+
+
+def check() -> list[str]:
+    """Return a unified diff per generated file that drifted from schemas/."""
+    drift = []
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(Path(tmp))
+        for rel in OUTPUTS:
+            want = (Path(tmp) / rel).read_text().splitlines(keepends=True)
+            have_p = ROOT / rel
+            have = have_p.read_text().splitlines(keepends=True) if have_p.exists() else []
+            if want != have:
+                drift.append("".join(difflib.unified_diff(
+                    have, want, f"{rel} (committed)", f"{rel} (from schemas/)")))
+    return drift
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nestrace.schemagen", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="fail if generated files drifted")
+    args = ap.parse_args(argv)
+    if args.check:
+        drift = check()
+        for d in drift:
+            sys.stdout.write(d)
+        if drift:
+            print(f"check-generated: {len(drift)} file(s) drifted from schemas/records.toml; "
+                  "run: python -m nestrace.schemagen", file=sys.stderr)
+            return 1
+        print("check-generated: generated files match schemas/records.toml")
+        return 0
+    for p in generate(ROOT):
+        print(f"wrote {p.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""SQL modules: discovery, dependency order, and their documentation.
+
+A module is a file: correlate/sql/block/requests.sql is module
+`block.requests`.  A module names what it needs with `-- INCLUDE a.b`
+lines, and only creates views, tables and macros.  Public names start with
+the module's package (`block_requests`); internal ones with `_`.
+
+Each public view has a comment block right above its CREATE: a
+description, then one `-- @column NAME TYPE description` line per column
+(`-- @column * as other_view` takes the other view's columns).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._paths import SQL_DIR
+
+_CREATE = re.compile(r"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?(VIEW|TABLE|MACRO)\s+(\w+)",
+                     re.I | re.M)
+_FORBIDDEN = re.compile(r"^\s*(DROP|DELETE|UPDATE|INSERT|ATTACH|COPY|INSTALL|LOAD)\b", re.I | re.M)
+
+
+@dataclass
+class Column:
+    name: str
+    type: str
+    doc: str
+
+
+@dataclass
+class ViewDoc:
+    name: str
+    module: str
+    doc: str
+    columns: list[Column] = field(default_factory=list)
+    inherits: str | None = None
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    text: str
+    includes: list[str]
+    views: list[ViewDoc]
+    objects: list[tuple[str, str]]   # (kind, name)
+
+
+class ModuleError(ValueError):
+    pass
+
+
+def _parse(path: Path, name: str) -> Module:
+    text = path.read_text()
+    m = _FORBIDDEN.search(text)
+    if m:
+        line = text[:m.start()].count("\n") + 1
+        raise ModuleError(f"{path}:{line}: modules only create views, tables and macros "
+                          f"({m.group(1)} found)")
+    includes = re.findall(r"^--\s*INCLUDE\s+([\w.]+)", text, re.M)
+    lines = text.splitlines()
+    views, objects = [], []
+    package = name.split(".")[0]
+    for m in _CREATE.finditer(text):
+        kind, obj = m.group(1).upper(), m.group(2)
+        objects.append((kind, obj))
+        line_no = text[:m.start()].count("\n")
+        if obj.startswith("_"):
+            continue
+        if not obj.startswith(package + "_"):
+            raise ModuleError(f"{path}:{line_no + 1}: public name {obj!r} must start "
+                              f"with the package name {package!r}_ (or _ if internal)")
+        if kind != "VIEW":
+            continue
+        # the contiguous comment block above the CREATE
+        block = []
+        i = line_no - 1
+        while i >= 0 and lines[i].startswith("--"):
+            block.insert(0, lines[i][2:].strip())
+            i -= 1
+        vd = ViewDoc(obj, name, "")
+        desc = []
+        for b in block:
+            if b.startswith("@column"):
+                parts = b.split(None, 3)
+                if len(parts) >= 4 and parts[1] == "*" and parts[2] == "as":
+                    vd.inherits = parts[3].strip()
+                elif len(parts) >= 4:
+                    vd.columns.append(Column(parts[1], parts[2], parts[3]))
+                else:
+                    raise ModuleError(f"{path}: view {obj}: bad @column line {b!r}")
+            else:
+                desc.append(b)
+        vd.doc = " ".join(desc).strip()
+        views.append(vd)
+    return Module(name, path, text, includes, views, objects)
+
+
+def discover(sql_dir: Path = SQL_DIR) -> dict[str, Module]:
+    mods = {}
+    for p in sorted(sql_dir.rglob("*.sql")):
+        name = ".".join(p.relative_to(sql_dir).with_suffix("").parts)
+        mods[name] = _parse(p, name)
+    return mods
+
+
+def load_order(mods: dict[str, Module]) -> list[Module]:
+    order, seen, stack = [], set(), set()
+
+    def visit(n: str, via: str) -> None:
+        if n in seen:
+            return
+        if n not in mods:
+            raise ModuleError(f"module {via} includes unknown module {n}")
+        if n in stack:
+            raise ModuleError(f"include cycle through {n}")
+        stack.add(n)
+        for dep in mods[n].includes:
+            visit(dep, n)
+        stack.discard(n)
+        seen.add(n)
+        order.append(mods[n])
+
+    for n in sorted(mods):
+        visit(n, n)
+    return order
+
+
+def public_views(mods: dict[str, Module]) -> dict[str, ViewDoc]:
+    return {v.name: v for m in mods.values() for v in m.views}
+
+
+def resolved_columns(views: dict[str, ViewDoc], name: str) -> list[Column]:
+    v = views[name]
+    if v.inherits:
+        return resolved_columns(views, v.inherits) + v.columns
+    return v.columns
+
+
+def check_docs(con, mods: dict[str, Module]) -> list[str]:
+    """Compare every public view's documented columns with what DuckDB says
+    the view has.  Returns problems (empty when all is documented)."""
+    problems = []
+    views = public_views(mods)
+    for name, v in sorted(views.items()):
+        if not v.doc:
+            problems.append(f"{v.module}: view {name} has no description")
+        actual = [r[0] for r in con.execute(f"DESCRIBE {name}").fetchall()]
+        documented = [c.name for c in resolved_columns(views, name)]
+        for c in actual:
+            if c not in documented:
+                problems.append(f"{v.module}: view {name}: column {c} is not documented")
+        for c in documented:
+            if c not in actual:
+                problems.append(f"{v.module}: view {name}: documented column {c} does not exist")
+    return problems
+
+
+def reference_markdown(mods: dict[str, Module]) -> str:
+    views = public_views(mods)
+    out = ["# SQL view reference", "",
+           "GENERATED from the comment blocks in `correlate/sql/` by "
+           "`python -m nestrace.sqlmod`; `ci/check-generated` fails on drift.", ""]
+    for name in sorted(views):
+        v = views[name]
+        out += [f"## `{name}` (module `{v.module}`)", "", v.doc, "",
+                "| column | type | description |", "|---|---|---|"]
+        for c in resolved_columns(views, name):
+            out.append(f"| `{c.name}` | {c.type} | {c.doc} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    import sys
+    root = SQL_DIR.parent.parent
+    target = root / "docs" / "views.md"
+    text = reference_markdown(discover())
+    if "--check" in sys.argv:
+        if not target.exists() or target.read_text() != text:
+            print(f"{target}: drifted from correlate/sql; run python -m nestrace.sqlmod",
+                  file=sys.stderr)
+            sys.exit(1)
+        sys.exit(0)
+    target.write_text(text)
+    print(f"wrote {target.relative_to(root)}")

@@ -1,0 +1,287 @@
+"""Discover a nested storage stack from a mount point, and map files.
+
+mount point -> its block device (the virtual disk: a loop device here, vdX
+in a VM) -> the loop's backing image file -> the host file system holding
+the image -> that file system's device (the disk), recursively while the
+devices are loop devices.
+"""
+from __future__ import annotations
+
+import array
+import fcntl
+import os
+import re
+import struct
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+class StackError(ValueError):
+    pass
+
+
+def kdev(major: int, minor: int) -> int:
+    """Kernel-internal dev_t (MKDEV), as the tracepoints report it."""
+    return (major << 20) | minor
+
+
+def kdev_of(st_dev: int) -> int:
+    return kdev(os.major(st_dev), os.minor(st_dev))
+
+
+def kdev_str(d: int) -> str:
+    return f"{d >> 20}:{d & 0xFFFFF}"
+
+
+@dataclass
+class Mount:
+    mount_point: str
+    major: int
+    minor: int
+    fs_type: str
+    source: str
+
+    @property
+    def kdev(self) -> int:
+        return kdev(self.major, self.minor)
+
+
+def mounts() -> list[Mount]:
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, right = line.split(" - ", 1)
+        f = left.split()
+        r = right.split()
+        maj, mnr = f[2].split(":")
+        mp = f[4].encode().decode("unicode_escape")
+        out.append(Mount(mp, int(maj), int(mnr), r[0], r[1]))
+    return out
+
+
+def mount_of(path: str) -> Mount:
+    """The mount whose mount point is exactly `path`."""
+    rp = os.path.realpath(path)
+    if not os.path.isdir(rp):
+        raise StackError(f"{path}: not a directory")
+    found = [m for m in mounts() if m.mount_point == rp]
+    if not found:
+        raise StackError(f"{path}: not a mount point")
+    return found[-1]
+
+
+def mount_by_dev(major: int, minor: int) -> Mount | None:
+    ms = [m for m in mounts() if (m.major, m.minor) == (major, minor)]
+    return ms[0] if ms else None
+
+
+@dataclass
+class BlockDev:
+    name: str
+    major: int
+    minor: int
+    size_sectors: int
+    logical_block_bytes: int
+    backing_file: str = ""
+    backing_offset_bytes: int = 0
+    dio: bool = False
+    backing_kdev: int = 0
+    backing_ino: int = 0
+
+    @property
+    def kdev(self) -> int:
+        return kdev(self.major, self.minor)
+
+    @property
+    def is_loop(self) -> bool:
+        return bool(self.backing_file)
+
+
+def _sysfs(path: Path, default: str = "") -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return default
+
+
+def block_dev(major: int, minor: int) -> BlockDev:
+    sys = Path(f"/sys/dev/block/{major}:{minor}")
+    if not sys.exists():
+        raise StackError(f"{major}:{minor}: not a block device")
+    name = sys.resolve().name
+    queue = sys / "queue" if (sys / "queue").exists() else sys / ".." / "queue"
+    bd = BlockDev(name, major, minor, int(_sysfs(sys / "size", "0")),
+                  int(_sysfs(queue / "logical_block_size", "512")))
+    loop = sys / "loop"
+    if loop.exists():
+        bf = _sysfs(loop / "backing_file")
+        if bf:
+            bd.backing_file = bf.removesuffix(" (deleted)")
+            bd.backing_offset_bytes = int(_sysfs(loop / "offset", "0"))
+            bd.dio = _sysfs(loop / "dio", "0") == "1"
+            st = os.stat(bd.backing_file)
+            bd.backing_kdev = kdev_of(st.st_dev)
+            bd.backing_ino = st.st_ino
+    return bd
+
+
+def block_dev_of_path(dev_path: str) -> BlockDev:
+    st = os.stat(dev_path)
+    import stat as _stat
+    if not _stat.S_ISBLK(st.st_mode):
+        raise StackError(f"{dev_path}: not a block device")
+    return block_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+
+
+@dataclass
+class Stack:
+    """One nested stack: guest FS (vfs) on vdisk, whose image is a file on
+    the host FS (hostfs) on disk."""
+    guest_mount: str
+    guest_fs: str
+    guest_kdev: int
+    vdisk: BlockDev
+    image_path: str
+    image_ino: int
+    host_mount: str
+    host_fs: str
+    host_kdev: int
+    disk: BlockDev
+    below: list[dict] = field(default_factory=list)   # further loop levels under disk
+    guest_block_bytes: int = 0
+    host_block_bytes: int = 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def discover(mount_point: str) -> Stack:
+    """Walk mount -> loop -> image -> host FS -> disk."""
+    gm = mount_of(mount_point)
+    vdisk = block_dev(gm.major, gm.minor)
+    if not vdisk.is_loop:
+        raise StackError(
+            f"{mount_point}: on {vdisk.name}, which is not a loop device: not a nested "
+            "stack on this machine (in a VM, run the guest agent and pass --vdisk)")
+    return from_devices(gm, vdisk)
+
+
+def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
+                 disk_path: str | None = None) -> Stack:
+    image_path = image or vdisk.backing_file
+    st = os.stat(image_path)
+    hm = mount_by_dev(os.major(st.st_dev), os.minor(st.st_dev))
+    if hm is None:
+        raise StackError(f"{image_path}: its file system ({kdev_str(kdev_of(st.st_dev))}) is not mounted")
+    disk = block_dev_of_path(disk_path) if disk_path else block_dev(hm.major, hm.minor)
+    below = []
+    cur = disk
+    while cur.is_loop and len(below) < 8:
+        below.append({"name": cur.name, "backing_file": cur.backing_file, "dio": cur.dio})
+        bst = os.stat(cur.backing_file)
+        bm = mount_by_dev(os.major(bst.st_dev), os.minor(bst.st_dev))
+        if bm is None:
+            break
+        try:
+            cur = block_dev(bm.major, bm.minor)
+        except StackError:
+            break
+        below[-1]["fs"] = bm.fs_type
+        below[-1]["dev"] = cur.name
+    return Stack(
+        guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev, vdisk=vdisk,
+        image_path=image_path, image_ino=st.st_ino, host_mount=hm.mount_point,
+        host_fs=hm.fs_type, host_kdev=kdev_of(st.st_dev), disk=disk, below=below,
+        guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
+        host_block_bytes=os.statvfs(hm.mount_point).f_bsize)
+
+
+# ---- FIEMAP ----------------------------------------------------------------
+
+FS_IOC_FIEMAP = 0xC020660B
+FIEMAP_EXTENT_LAST = 0x1
+_FM = struct.Struct("=QQIIII")
+_FE = struct.Struct("=QQQQQI3I")
+BATCH = 512
+
+
+def fiemap(path: str) -> list[tuple[int, int, int, int]]:
+    """(logical, physical, length, flags) per extent, without FIEMAP_FLAG_SYNC
+    (delayed-allocation extents show as such, with physical 0)."""
+    out: list[tuple[int, int, int, int]] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        start = 0
+        while True:
+            buf = bytearray(_FM.size + BATCH * _FE.size)
+            _FM.pack_into(buf, 0, start, 2**64 - 1 - start, 0, 0, BATCH, 0)
+            fcntl.ioctl(fd, FS_IOC_FIEMAP, buf, True)
+            n = _FM.unpack_from(buf, 0)[3]
+            if n == 0:
+                break
+            last = False
+            for i in range(n):
+                lo, ph, ln, _, _, fl, *_ = _FE.unpack_from(buf, _FM.size + i * _FE.size)
+                out.append((lo, ph, ln, fl))
+                last = bool(fl & FIEMAP_EXTENT_LAST)
+            if last:
+                break
+            start = out[-1][0] + out[-1][2]
+    finally:
+        os.close(fd)
+    return out
+
+
+# ---- btrfs: logical -> device address --------------------------------------
+
+@dataclass
+class Chunk:
+    logical: int
+    length: int
+    physical: int
+
+
+def btrfs_chunks(device: str) -> list[Chunk]:
+    """Chunk map of a single-device btrfs, from its chunk tree."""
+    subprocess.run(["sync"], check=False)
+    out = subprocess.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", device],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise StackError(f"{device}: btrfs dump-tree failed: {out.stderr.strip()}")
+    chunks = []
+    logical = length = None
+    for line in out.stdout.splitlines():
+        m = re.search(r"CHUNK_ITEM (\d+)\)", line)
+        if m:
+            logical, length = int(m.group(1)), None
+            continue
+        m = re.search(r"^\s*length (\d+) owner", line)
+        if m and logical is not None:
+            length = int(m.group(1))
+            continue
+        m = re.search(r"stripe 0 devid \d+ offset (\d+)", line)
+        if m and logical is not None and length is not None:
+            chunks.append(Chunk(logical, length, int(m.group(1))))
+            logical = None
+    return chunks
+
+
+def btrfs_to_physical(chunks: list[Chunk], logical: int) -> int | None:
+    for c in chunks:
+        if c.logical <= logical < c.logical + c.length:
+            return c.physical + (logical - c.logical)
+    return None
+
+
+def extent_rows(path: str, role: str, phase: str, capture_id: str,
+                chunks: list[Chunk] | None = None) -> list[dict]:
+    st = os.stat(path)
+    rows = []
+    for lo, ph, ln, fl in fiemap(path):
+        if chunks is not None:
+            mapped = btrfs_to_physical(chunks, ph)
+            ph = mapped if mapped is not None else ph
+        rows.append({"capture_id": capture_id, "phase": phase, "role": role, "path": path,
+                     "dev": kdev_of(st.st_dev), "ino": st.st_ino, "logical_bytes": lo,
+                     "physical_bytes": ph, "length_bytes": ln, "flags": fl})
+    return rows

@@ -1,0 +1,242 @@
+"""The trace store: a directory of Parquet files per table, hive-partitioned
+by capture, written live as Arrow IPC streams and sealed into Parquet.
+
+    STORE/nestrace-store.json                    marker and format version
+    STORE/_live/<capture>/<table>.arrows         during capture, one IPC stream per
+                                                 table, flushed per batch
+    STORE/_live/<capture>/capture.json           capture facts known so far
+    STORE/<table>/capture=<capture>/data.parquet after sealing
+
+A capture killed mid-run leaves its `_live` directory; `seal()` (CLI
+`nestrace seal STORE`) turns every readable batch in it into Parquet.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import __version__
+from .schema import RECORDS, kernel_tables, record_schema, table_schema
+
+MARKER = "nestrace-store.json"
+FORMAT = {"format": "nestrace-store", "version": 1}
+LIVE = "_live"
+
+
+class StoreError(ValueError):
+    pass
+
+
+def init_store(path: str | os.PathLike) -> Path:
+    """Create a store directory (or accept an existing store)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise StoreError(f"{p}: exists and is not a directory")
+    if p.is_dir() and any(p.iterdir()) and not (p / MARKER).exists():
+        raise StoreError(f"{p}: not empty and not a nestrace store (no {MARKER})")
+    p.mkdir(parents=True, exist_ok=True)
+    (p / MARKER).write_text(json.dumps(FORMAT) + "\n")
+    return p
+
+
+def check_store(path: str | os.PathLike) -> Path:
+    """Return the store path, or raise StoreError saying why it is not one."""
+    p = Path(path)
+    marker = p / MARKER
+    if not p.is_dir():
+        raise StoreError(f"{p}: no such store directory")
+    if not marker.exists():
+        raise StoreError(f"{p}: not a nestrace store (no {MARKER})")
+    try:
+        fmt = json.loads(marker.read_text())
+    except json.JSONDecodeError as e:
+        raise StoreError(f"{marker}: offset {e.pos}: not JSON: {e.msg}") from None
+    if fmt.get("format") != FORMAT["format"] or fmt.get("version") != FORMAT["version"]:
+        raise StoreError(f"{marker}: offset 0: unsupported store format {fmt!r}")
+    return p
+
+
+def captures(store: Path) -> list[str]:
+    """Sealed capture ids in a store."""
+    d = store / "capture_meta"
+    if not d.is_dir():
+        return []
+    return sorted(x.name.split("=", 1)[1] for x in d.iterdir() if x.name.startswith("capture="))
+
+
+def live_captures(store: Path) -> list[str]:
+    d = store / LIVE
+    return sorted(x.name for x in d.iterdir()) if d.is_dir() else []
+
+
+@dataclass
+class LiveCapture:
+    """Writes one capture's batches as Arrow IPC streams, flushed per batch."""
+    store: Path
+    capture_id: str
+    writers: dict = field(default_factory=dict)
+
+    @property
+    def dir(self) -> Path:
+        return self.store / LIVE / self.capture_id
+
+    def __post_init__(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        w = self.writers.get(table)
+        if w is None:
+            sink = pa.OSFile(str(self.dir / f"{table}.arrows"), "wb")
+            w = (sink, pa.ipc.new_stream(sink, batch.schema))
+            self.writers[table] = w
+        w[1].write_batch(batch)
+        w[0].flush()
+
+    def write_table(self, table: str, t: pa.Table) -> None:
+        for b in t.to_batches() or [pa.RecordBatch.from_pylist([], schema=t.schema)]:
+            self.write(table, b)
+
+    def update_facts(self, **facts) -> None:
+        """Merge facts into capture.json (written atomically)."""
+        p = self.dir / "capture.json"
+        cur = json.loads(p.read_text()) if p.exists() else {}
+        cur.update(facts)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cur, indent=1, default=str))
+        os.replace(tmp, p)
+
+    def close(self) -> None:
+        for sink, w in self.writers.values():
+            w.close()
+            sink.close()
+        self.writers.clear()
+
+
+def read_ipc_tolerant(path: Path) -> tuple[list[pa.RecordBatch], str | None]:
+    """Read every complete batch of an IPC stream; a torn tail (crash) is
+    reported, not fatal."""
+    batches: list[pa.RecordBatch] = []
+    try:
+        reader = pa.ipc.open_stream(pa.memory_map(str(path)))
+    except (pa.ArrowInvalid, OSError) as e:
+        return batches, f"{path}: offset 0: unreadable stream: {e}"
+    try:
+        for b in reader:
+            batches.append(b)
+    except (pa.ArrowInvalid, OSError) as e:
+        return batches, f"{path}: after batch {len(batches)}: torn tail ignored: {e}"
+    return batches, None
+
+
+def _write_parquet(store: Path, table: str, capture_id: str, t: pa.Table) -> None:
+    d = store / table / f"capture={capture_id}"
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / "data.parquet.tmp"
+    pq.write_table(t, tmp, compression="zstd")
+    os.replace(tmp, d / "data.parquet")
+
+
+def _with_capture(t: pa.Table, capture_id: str) -> pa.Table:
+    return t.append_column(pa.field("capture_id", pa.string()),
+                           pa.repeat(pa.scalar(capture_id, pa.string()), t.num_rows))
+
+
+@dataclass
+class SealResult:
+    capture_id: str
+    records: int
+    lost_total: int
+    problems: list[str]
+
+
+def seal(store: Path, capture_id: str) -> SealResult:
+    """Turn a live capture into Parquet tables plus lost_events and
+    capture_meta; remove its live directory."""
+    live = store / LIVE / capture_id
+    facts = json.loads((live / "capture.json").read_text()) if (live / "capture.json").exists() else {}
+    problems: list[str] = []
+    tables: dict[str, list[pa.RecordBatch]] = {}
+    for p in sorted(live.glob("*.arrows")):
+        batches, problem = read_ipc_tolerant(p)
+        if problem:
+            problems.append(problem)
+        tables[p.stem] = batches
+
+    # per-CPU sequence accounting over every kernel record
+    seqs: dict[int, list[int]] = {}   # cpu -> [count, max_seq]
+    records = 0
+    for table, rec_name in kernel_tables().items():
+        if rec_name == "cpu_stats":
+            continue
+        schema = record_schema(rec_name)
+        batches = tables.get(table, [])
+        t = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+        records += t.num_rows
+        if t.num_rows:
+            g = t.group_by("cpu").aggregate([("seq", "count"), ("seq", "max")])
+            for cpu, n, mx in zip(g["cpu"].to_pylist(), g["seq_count"].to_pylist(),
+                                  g["seq_max"].to_pylist()):
+                c = seqs.setdefault(cpu, [0, 0])
+                c[0] += n
+                c[1] = max(c[1], mx)
+        _write_parquet(store, table, capture_id, _with_capture(t, capture_id))
+
+    stats_schema = record_schema("cpu_stats")
+    sb = tables.get(RECORDS["cpu_stats"]["table"], [])
+    stats = pa.Table.from_batches(sb, schema=stats_schema) if sb else stats_schema.empty_table()
+    _write_parquet(store, RECORDS["cpu_stats"]["table"], capture_id, _with_capture(stats, capture_id))
+    emitted = {r["cpu"]: r for r in stats.to_pylist()}
+    if not emitted:
+        problems.append(f"{live}: no agent_stats: the agent did not end cleanly, "
+                        "ring-buffer drops unknown (sequence gaps still counted)")
+    lost_rows = []
+    for cpu in sorted(set(seqs) | set(emitted)):
+        cnt, mx = seqs.get(cpu, [0, 0])
+        st = emitted.get(cpu, {})
+        # the agent's counter is the truth for the last sequence number taken
+        last = max(mx, st.get("emitted", 0) + st.get("ringbuf_drops", 0))
+        lost_rows.append({"capture_id": capture_id, "cpu": cpu,
+                          "emitted": st.get("emitted", cnt), "received": cnt,
+                          "ringbuf_drops": st.get("ringbuf_drops", 0),
+                          "seq_gaps": last - cnt})
+    lost = pa.Table.from_pylist(lost_rows, schema=table_schema("lost_events"))
+    _write_parquet(store, "lost_events", capture_id, lost)
+    lost_total = sum(r["seq_gaps"] for r in lost_rows)
+
+    for name in ("extent_maps", "device_map"):
+        schema = table_schema(name)
+        batches = tables.get(name, [])
+        t = pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
+        _write_parquet(store, name, capture_id, t)
+
+    start_meta = facts.get("agent_start", {})
+    meta = {
+        "capture_id": capture_id,
+        "machine": facts.get("machine", socket.gethostname()),
+        "kernel": facts.get("kernel", platform.release()),
+        "clock": "CLOCK_MONOTONIC",
+        "start_ns": facts.get("start_ns", start_meta.get("start_ns", 0)),
+        "end_ns": facts.get("end_ns", facts.get("agent_end", {}).get("end_ns", 0)),
+        "start_wall": facts.get("start_wall", ""),
+        "command": facts.get("command", ""),
+        "hooks_json": json.dumps(start_meta.get("hooks", {})),
+        "stack_json": json.dumps(facts.get("stack", {})),
+        "lost_total": lost_total,
+        "records_total": records,
+        "tool_version": __version__,
+        "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()}),
+    }
+    _write_parquet(store, "capture_meta", capture_id,
+                   pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+    shutil.rmtree(live)
+    if not any((store / LIVE).iterdir()):
+        (store / LIVE).rmdir()
+    return SealResult(capture_id, records, lost_total, problems)

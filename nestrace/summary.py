@@ -1,0 +1,46 @@
+"""Per-level summary of one capture (what `record` prints at the end)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .session import Session
+
+LEVELS = (("vfs", "vfs_io"), ("vdisk", "vdisk_io"), ("hostfs", "hostfs_io"), ("disk", "disk_io"))
+
+
+def level_summary(store: Path, capture_id: str | None = None) -> dict:
+    with Session(store) as s:
+        caps = s.captures()
+        if not caps:
+            return {"capture_id": None, "levels": [], "lost": 0}
+        cid = capture_id or caps[-1]
+        levels = []
+        for level, view in LEVELS:
+            r = s.rows(f"""
+                SELECT count(*) AS n,
+                       count(*) FILTER (WHERE op = 'read') AS reads,
+                       coalesce(sum(bytes) FILTER (WHERE op = 'read'), 0) AS read_bytes,
+                       count(*) FILTER (WHERE op = 'write') AS writes,
+                       coalesce(sum(bytes) FILTER (WHERE op = 'write'), 0) AS write_bytes,
+                       count(*) FILTER (WHERE op NOT IN ('read', 'write')) AS other
+                FROM {view} WHERE capture_id = ?""", [cid])[0]
+            levels.append({"level": level, **r})
+        meta = s.rows("SELECT lost_total, records_total, hooks_json FROM capture_meta "
+                      "WHERE capture_id = ?", [cid])
+        lost = meta[0]["lost_total"] if meta else 0
+        return {"capture_id": cid, "levels": levels, "lost": lost,
+                "records": meta[0]["records_total"] if meta else 0}
+
+
+def _mib(b: int) -> str:
+    return f"{b / (1 << 20):.1f}"
+
+
+def format_summary(summary: dict) -> str:
+    out = [f"{'level':<8}{'events':>10}{'reads':>10}{'read MiB':>10}{'writes':>10}"
+           f"{'write MiB':>11}{'other':>8}"]
+    for r in summary["levels"]:
+        out.append(f"{r['level']:<8}{r['n']:>10}{r['reads']:>10}{_mib(r['read_bytes']):>10}"
+                   f"{r['writes']:>10}{_mib(r['write_bytes']):>11}{r['other']:>8}")
+    out.append(f"lost events: {summary['lost']}")
+    return "\n".join(out)

@@ -1,0 +1,697 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* nestrace-agent: load the nestrace BPF program families, attach them to
+ * tracepoints (tp_btf, or raw_tp twins where tp_btf does not work), and
+ * stream their fixed-width records as frames to stdout or a file.
+ *
+ * The stream is a sequence of frames (struct nt_frame + payload):
+ *   kind 0: UTF-8 JSON metadata (hooks used, ring buffer size, end reason)
+ *   kind N: `count` records of `rec_size` bytes of record kind N
+ * Records are batched per kind and flushed every --flush-ms, so a reader
+ * sees data within that time and a killed agent loses at most one batch.
+ */
+#include <argp.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <linux/types.h>
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+
+#include "nestrace_records.h"
+#include "nestrace_bpf.h"
+#include "vfs.skel.h"
+#include "block.skel.h"
+#include "hostfs.skel.h"
+
+#define NT_AGENT_VERSION "0.1.0"
+#define MAX_KIND 8
+#define BATCH_BYTES (256 * 1024)
+#define MAX_HOOKS 64
+
+static struct env {
+	bool verbose;
+	bool die_with_parent;
+	const char *output;
+	const char *mode;		/* auto, tp_btf, raw_tp */
+	const char *families;		/* comma list */
+	__u64 ringbuf_bytes;
+	__u64 wakeup_bytes;
+	long duration_s;
+	long flush_ms;
+	__u32 target_tgid;
+	int ndevs, ninos;
+	struct { __u32 dev; __u32 roles; } devs[NT_MAX_DEVS];
+	struct { struct nt_ino_key key; __u32 roles; } inos[NT_MAX_INOS];
+} env = {
+	.mode = "auto",
+	.families = "vfs,block,hostfs",
+	.ringbuf_bytes = 16 << 20,
+	.flush_ms = 200,
+};
+
+static volatile sig_atomic_t exiting;
+static const char *exit_reason = "signal";
+
+const char *argp_program_version = "nestrace-agent " NT_AGENT_VERSION;
+static const char doc[] =
+"nestrace-agent: stream nestrace BPF records for a nested storage stack.\n"
+"\n"
+"ROLES is a comma list of vfs, block, file, cache, map.\n"
+"\n"
+"EXAMPLES:\n"
+"  nestrace-agent --dev 7:0=vfs,cache,map --dev 7:0=block --dev 7:1=block \\\n"
+"                 --ino 7:1:131=file,cache,map -o trace.ntr\n"
+"      trace a guest FS on loop0 whose image (inode 131) lives on loop1\n"
+"  nestrace-agent --families block --dev 253:0=block -d 10 > blk.ntr\n"
+"      only block events of one disk, for 10 seconds\n";
+
+enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP };
+
+static const struct argp_option opts[] = {
+	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
+	{ "ino", 'I', "MAJ:MIN:INO=ROLES", 0, "Trace this inode for ROLES (repeatable)" },
+	{ "pid", 'p', "TGID", 0, "vfs: only this process" },
+	{ "families", 'f', "LIST", 0, "Program families to load (default vfs,block,hostfs)" },
+	{ "output", 'o', "FILE", 0, "Write the stream here (default stdout)" },
+	{ "duration", 'd', "SECONDS", 0, "Stop after this long (default: until SIGINT/SIGTERM)" },
+	{ "ringbuf-kb", 'r', "KB", 0, "Ring buffer size in KiB, a power of two >= 4 (default 16384)" },
+	{ "wakeup-kb", OPT_WAKEUP, "KB", 0, "Wake the agent when this much waits (default ringbuf/4)" },
+	{ "flush-ms", OPT_FLUSH, "MS", 0, "Flush batches at least this often (default 200)" },
+	{ "mode", OPT_MODE, "MODE", 0, "auto (probe), tp_btf or raw_tp" },
+	{ "die-with-parent", OPT_DIE, NULL, 0, "Exit when the parent process dies" },
+	{ "verbose", 'v', NULL, 0, "Show libbpf debug output" },
+	{},
+};
+
+static __u32 roles__parse(const char *s)
+{
+	__u32 r = 0;
+	char buf[128], *tok, *save;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "vfs")) r |= NT_ROLE_VFS;
+		else if (!strcmp(tok, "block")) r |= NT_ROLE_BLOCK;
+		else if (!strcmp(tok, "file")) r |= NT_ROLE_FILE;
+		else if (!strcmp(tok, "cache")) r |= NT_ROLE_CACHE;
+		else if (!strcmp(tok, "map")) r |= NT_ROLE_MAP;
+		else return 0;
+	}
+	return r;
+}
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	unsigned int maj, min;
+	unsigned long long ino;
+	char roles[128];
+
+	switch (key) {
+	case 'D':
+		if (env.ndevs >= NT_MAX_DEVS ||
+		    sscanf(arg, "%u:%u=%127s", &maj, &min, roles) != 3 ||
+		    !roles__parse(roles))
+			argp_error(state, "bad --dev '%s' (want MAJ:MIN=ROLES)", arg);
+		/* the same device may be given several times: roles add up */
+		for (int i = 0; i < env.ndevs; i++)
+			if (env.devs[i].dev == ((maj << 20) | min)) {
+				env.devs[i].roles |= roles__parse(roles);
+				return 0;
+			}
+		env.devs[env.ndevs].dev = (maj << 20) | min;	/* kernel dev_t */
+		env.devs[env.ndevs++].roles = roles__parse(roles);
+		break;
+	case 'I':
+		if (env.ninos >= NT_MAX_INOS ||
+		    sscanf(arg, "%u:%u:%llu=%127s", &maj, &min, &ino, roles) != 4 ||
+		    !roles__parse(roles))
+			argp_error(state, "bad --ino '%s' (want MAJ:MIN:INO=ROLES)", arg);
+		env.inos[env.ninos].key.dev = (maj << 20) | min;
+		env.inos[env.ninos].key.ino = ino;
+		env.inos[env.ninos++].roles = roles__parse(roles);
+		break;
+	case 'p': env.target_tgid = strtoul(arg, NULL, 10); break;
+	case 'f': env.families = arg; break;
+	case 'o': env.output = arg; break;
+	case 'd': env.duration_s = strtol(arg, NULL, 10); break;
+	case 'r': {
+		unsigned long kb = strtoul(arg, NULL, 10);
+
+		if (kb < 4 || (kb & (kb - 1)))
+			argp_error(state, "--ringbuf-kb must be a power of two >= 4");
+		env.ringbuf_bytes = (__u64)kb << 10;
+		break;
+	}
+	case OPT_WAKEUP: env.wakeup_bytes = strtoull(arg, NULL, 10) << 10; break;
+	case OPT_FLUSH: env.flush_ms = strtol(arg, NULL, 10); break;
+	case OPT_MODE:
+		if (strcmp(arg, "auto") && strcmp(arg, "tp_btf") && strcmp(arg, "raw_tp"))
+			argp_error(state, "--mode is auto, tp_btf or raw_tp");
+		env.mode = arg;
+		break;
+	case OPT_DIE: env.die_with_parent = true; break;
+	case 'v': env.verbose = true; break;
+	default: return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static bool quiet_libbpf;
+
+static int libbpf_print_fn(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (level == LIBBPF_DEBUG && !env.verbose)
+		return 0;
+	if (quiet_libbpf && !env.verbose)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+static void sig_handler(int sig)
+{
+	exiting = 1;
+}
+
+static __u64 now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (__u64)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* ---- output: per-kind batches written as frames ---------------------- */
+
+static const __u32 rec_sizes[MAX_KIND] = {
+	[NT_KIND_VFS_EVENT] = sizeof(struct nt_vfs_event),
+	[NT_KIND_BLOCK_EVENT] = sizeof(struct nt_block_event),
+	[NT_KIND_HOSTFS_EVENT] = sizeof(struct nt_hostfs_event),
+	[NT_KIND_PAGECACHE_EVENT] = sizeof(struct nt_pagecache_event),
+	[NT_KIND_MAPPING_EVENT] = sizeof(struct nt_mapping_event),
+	[NT_KIND_CPU_STATS] = sizeof(struct nt_cpu_stats),
+};
+static const __u16 rec_versions[MAX_KIND] = {
+	[NT_KIND_VFS_EVENT] = NT_VERSION_VFS_EVENT,
+	[NT_KIND_BLOCK_EVENT] = NT_VERSION_BLOCK_EVENT,
+	[NT_KIND_HOSTFS_EVENT] = NT_VERSION_HOSTFS_EVENT,
+	[NT_KIND_PAGECACHE_EVENT] = NT_VERSION_PAGECACHE_EVENT,
+	[NT_KIND_MAPPING_EVENT] = NT_VERSION_MAPPING_EVENT,
+	[NT_KIND_CPU_STATS] = NT_VERSION_CPU_STATS,
+};
+
+static struct out {
+	int fd;
+	bool broken;
+	char *buf[MAX_KIND];
+	__u32 count[MAX_KIND];
+	__u64 records;
+	__u64 bad_records;
+} out;
+
+static void out__write(const void *p, size_t n)
+{
+	const char *c = p;
+
+	while (n && !out.broken) {
+		ssize_t w = write(out.fd, c, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			out.broken = true;	/* reader went away */
+			exit_reason = "output closed";
+			exiting = 1;
+			return;
+		}
+		c += w;
+		n -= w;
+	}
+}
+
+static void out__frame(__u16 kind, __u16 version, __u32 rec_size, __u32 count,
+		       const void *payload, size_t len)
+{
+	struct nt_frame f = {
+		.magic = NT_STREAM_MAGIC, .kind = kind, .version = version,
+		.rec_size = rec_size, .count = count,
+	};
+
+	out__write(&f, sizeof(f));
+	out__write(payload, len);
+}
+
+static void out__flush_kind(int kind)
+{
+	if (!out.count[kind])
+		return;
+	out__frame(kind, rec_versions[kind], rec_sizes[kind], out.count[kind],
+		   out.buf[kind], (size_t)out.count[kind] * rec_sizes[kind]);
+	out.count[kind] = 0;
+}
+
+static void out__flush(void)
+{
+	for (int k = 1; k < MAX_KIND; k++)
+		out__flush_kind(k);
+}
+
+static void out__append(const void *rec, __u16 kind)
+{
+	__u32 sz = rec_sizes[kind];
+
+	if ((out.count[kind] + 1) * sz > BATCH_BYTES)
+		out__flush_kind(kind);
+	memcpy(out.buf[kind] + (size_t)out.count[kind] * sz, rec, sz);
+	out.count[kind]++;
+	out.records++;
+}
+
+static void out__json(const char *fmt, ...)
+{
+	char buf[8192];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n >= (int)sizeof(buf))
+		n = sizeof(buf) - 1;
+	out__frame(0, NT_STREAM_VERSION, 1, n, buf, n);
+}
+
+static int on_record(void *ctx, void *data, size_t size)
+{
+	const struct nt_header *h = data;
+
+	if (size < sizeof(*h) || h->kind == 0 || h->kind >= MAX_KIND ||
+	    rec_sizes[h->kind] != size) {
+		out.bad_records++;	/* reported in the end frame, never silent */
+		return 0;
+	}
+	out__append(data, h->kind);
+	return 0;
+}
+
+/* ---- program families ------------------------------------------------- */
+
+struct family {
+	const char *name;
+	void *skel;
+	struct bpf_object *obj;
+	void *(*open)(void);
+	int (*load)(void *skel);
+	void (*destroy)(void *skel);
+	struct bpf_object *(*object)(void *skel);
+	void (*set_rodata)(void *skel);
+};
+
+#define FAMILY(fam)							\
+	static void *fam##__open(void) { return fam##_bpf__open(); }	\
+	static int fam##__load(void *s) { return fam##_bpf__load(s); }	\
+	static void fam##__destroy(void *s) { fam##_bpf__destroy(s); }	\
+	static struct bpf_object *fam##__object(void *s)		\
+	{ return ((struct fam##_bpf *)s)->obj; }			\
+	static void fam##__set_rodata(void *p)				\
+	{								\
+		struct fam##_bpf *s = p;				\
+		s->rodata->wakeup_bytes = env.wakeup_bytes;		\
+		fam##__extra_rodata(s);					\
+	}
+
+static void vfs__extra_rodata(struct vfs_bpf *s) { s->rodata->target_tgid = env.target_tgid; }
+static void block__extra_rodata(struct block_bpf *s) {}
+static void hostfs__extra_rodata(struct hostfs_bpf *s) {}
+FAMILY(vfs)
+FAMILY(block)
+FAMILY(hostfs)
+
+#define FAMILY_ENTRY(fam) { #fam, NULL, NULL, fam##__open, fam##__load, \
+	fam##__destroy, fam##__object, fam##__set_rodata }
+
+static struct family families[] = {
+	FAMILY_ENTRY(block), FAMILY_ENTRY(vfs), FAMILY_ENTRY(hostfs),
+};
+#define NFAMILIES (sizeof(families) / sizeof(families[0]))
+
+static struct hook {
+	char name[64];
+	const char *how;	/* tp_btf, raw_tp, missing, attach-failed */
+	struct bpf_link *link;
+} hooks[MAX_HOOKS];
+static int nhooks;
+
+static struct btf *vmlinux_btf;
+static struct btf *module_btfs[64];
+static int nmodule_btfs;
+
+static void btf__load_all(void)
+{
+	DIR *d;
+	struct dirent *de;
+	char path[PATH_MAX];
+
+	vmlinux_btf = btf__load_vmlinux_btf();
+	if (!vmlinux_btf)
+		return;
+	d = opendir("/sys/kernel/btf");
+	if (!d)
+		return;
+	while ((de = readdir(d)) && nmodule_btfs < 64) {
+		if (de->d_name[0] == '.' || !strcmp(de->d_name, "vmlinux"))
+			continue;
+		snprintf(path, sizeof(path), "/sys/kernel/btf/%s", de->d_name);
+		module_btfs[nmodule_btfs] = btf__parse_split(path, vmlinux_btf);
+		if (module_btfs[nmodule_btfs])
+			nmodule_btfs++;
+	}
+	closedir(d);
+}
+
+/* A tracepoint exists if the kernel (or a module) has its btf_trace_ type. */
+static bool tracepoint__exists(const char *tp)
+{
+	char name[128];
+
+	snprintf(name, sizeof(name), "btf_trace_%s", tp);
+	if (vmlinux_btf && btf__find_by_name_kind(vmlinux_btf, name, BTF_KIND_TYPEDEF) > 0)
+		return true;
+	for (int i = 0; i < nmodule_btfs; i++)
+		if (btf__find_by_name_kind(module_btfs[i], name, BTF_KIND_TYPEDEF) > 0)
+			return true;
+	return false;
+}
+
+static const char *program__tracepoint(struct bpf_program *p, bool *is_btf)
+{
+	const char *sec = bpf_program__section_name(p);
+
+	*is_btf = !strncmp(sec, "tp_btf/", 7);
+	return strchr(sec, '/') + 1;
+}
+
+static bool family__wanted(const char *name)
+{
+	char buf[128], *tok, *save;
+
+	snprintf(buf, sizeof(buf), "%s", env.families);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (!strcmp(tok, name))
+			return true;
+	return false;
+}
+
+/* Open a family and keep one program of each twin pair: the tp_btf one
+ * when use_btf, the raw_tp one otherwise; neither when the tracepoint is
+ * absent from this kernel.  Maps are shared with `first`, if loaded. */
+static int family__open(struct family *f, bool use_btf, struct family *first)
+{
+	struct bpf_program *p;
+	bool is_btf;
+
+	f->skel = f->open();
+	if (!f->skel)
+		return -errno;
+	f->obj = f->object(f->skel);
+	f->set_rodata(f->skel);
+	bpf_object__for_each_program(p, f->obj) {
+		const char *tp = program__tracepoint(p, &is_btf);
+
+		bpf_program__set_autoload(p, tracepoint__exists(tp) && is_btf == use_btf);
+	}
+	if (first) {
+		static const char *shared[] = { "events", "counters", "devs", "inos" };
+
+		for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
+			struct bpf_map *m = bpf_object__find_map_by_name(f->obj, shared[i]);
+			struct bpf_map *fm = bpf_object__find_map_by_name(first->obj, shared[i]);
+			int err = bpf_map__reuse_fd(m, bpf_map__fd(fm));
+
+			if (err)
+				return err;
+		}
+	} else {
+		bpf_map__set_max_entries(bpf_object__find_map_by_name(f->obj, "events"),
+					 env.ringbuf_bytes);
+	}
+	return 0;
+}
+
+static int family__load(struct family *f, struct family *first)
+{
+	bool try_btf = strcmp(env.mode, "raw_tp") != 0;
+	int err;
+
+	err = family__open(f, try_btf, first);
+	if (!err) {
+		quiet_libbpf = !strcmp(env.mode, "auto");
+		err = f->load(f->skel);
+		quiet_libbpf = false;
+	}
+	if (err && try_btf && !strcmp(env.mode, "auto")) {
+		/* tp_btf refused (no BTF-typed tracepoints, or not permitted):
+		 * load the raw_tp twins instead */
+		f->destroy(f->skel);
+		err = family__open(f, false, first);
+		if (!err)
+			err = f->load(f->skel);
+	}
+	if (err) {
+		fprintf(stderr, "nestrace-agent: failed to load the %s programs: %s\n",
+			f->name, strerror(-err));
+		f->destroy(f->skel);
+		f->skel = NULL;
+	}
+	return err;
+}
+
+static void family__attach(struct family *f)
+{
+	struct bpf_program *p;
+	bool is_btf;
+
+	bpf_object__for_each_program(p, f->obj) {
+		const char *tp = program__tracepoint(p, &is_btf);
+		struct hook *h;
+
+		if (nhooks >= MAX_HOOKS)
+			break;
+		if (!bpf_program__autoload(p)) {
+			/* record a tracepoint the kernel lacks, once */
+			if (!tracepoint__exists(tp) && is_btf) {
+				h = &hooks[nhooks++];
+				snprintf(h->name, sizeof(h->name), "%s", tp);
+				h->how = "missing";
+			}
+			continue;
+		}
+		h = &hooks[nhooks++];
+		snprintf(h->name, sizeof(h->name), "%s", tp);
+		h->link = bpf_program__attach(p);
+		h->how = h->link ? (is_btf ? "tp_btf" : "raw_tp") : "attach-failed";
+		if (!h->link)
+			fprintf(stderr, "nestrace-agent: cannot attach %s: %s\n", tp, strerror(errno));
+	}
+}
+
+static int filters__fill(struct family *first)
+{
+	int devs_fd = bpf_map__fd(bpf_object__find_map_by_name(first->obj, "devs"));
+	int inos_fd = bpf_map__fd(bpf_object__find_map_by_name(first->obj, "inos"));
+
+	for (int i = 0; i < env.ndevs; i++)
+		if (bpf_map_update_elem(devs_fd, &env.devs[i].dev, &env.devs[i].roles, BPF_ANY))
+			return -errno;
+	for (int i = 0; i < env.ninos; i++)
+		if (bpf_map_update_elem(inos_fd, &env.inos[i].key, &env.inos[i].roles, BPF_ANY))
+			return -errno;
+	return 0;
+}
+
+/* Emit one cpu_stats record per CPU from the shared counters map. */
+static void stats__emit(struct family *first, __u64 *drops_total)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	int fd = bpf_map__fd(bpf_object__find_map_by_name(first->obj, "counters"));
+	struct nt_cpu_counters *vals = calloc(ncpu, sizeof(*vals));
+	__u32 zero = 0;
+	__u64 ts = now_ns();
+
+	*drops_total = 0;
+	if (!vals || bpf_map_lookup_elem(fd, &zero, vals)) {
+		fprintf(stderr, "nestrace-agent: cannot read counters: %s\n", strerror(errno));
+		free(vals);
+		return;
+	}
+	for (int cpu = 0; cpu < ncpu; cpu++) {
+		struct nt_cpu_stats s = {
+			.hdr = { .kind = NT_KIND_CPU_STATS, .version = NT_VERSION_CPU_STATS,
+				 .cpu = cpu, .seq = 0, .ts_ns = ts },
+			.emitted = vals[cpu].emitted,
+			.ringbuf_drops = vals[cpu].ringbuf_drops,
+			.filtered = vals[cpu].filtered,
+		};
+
+		*drops_total += s.ringbuf_drops;
+		out__append(&s, NT_KIND_CPU_STATS);
+	}
+	out__flush_kind(NT_KIND_CPU_STATS);
+	free(vals);
+}
+
+static void hooks__json(char *buf, size_t len)
+{
+	size_t n = 0;
+
+	n += snprintf(buf + n, len - n, "{");
+	for (int i = 0; i < nhooks && n < len; i++)
+		n += snprintf(buf + n, len - n, "%s\"%s\":\"%s\"", i ? "," : "",
+			      hooks[i].name, hooks[i].how);
+	if (n < len)
+		snprintf(buf + n, len - n, "}");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	struct family *first = NULL;
+	struct ring_buffer *rb = NULL;
+	char hooks_json[4096];
+	__u64 start, last_flush, drops = 0;
+	int err, nloaded = 0;
+
+	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
+	if (err)
+		return 2;
+	if (env.die_with_parent)
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (!env.wakeup_bytes || env.wakeup_bytes > env.ringbuf_bytes)
+		env.wakeup_bytes = env.ringbuf_bytes / 4;
+	libbpf_set_print(libbpf_print_fn);
+	signal(SIGINT, sig_handler);
+	signal(SIGTERM, sig_handler);
+	signal(SIGPIPE, SIG_IGN);
+
+	out.fd = STDOUT_FILENO;
+	if (env.output && strcmp(env.output, "-")) {
+		out.fd = open(env.output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (out.fd < 0) {
+			fprintf(stderr, "nestrace-agent: %s: %s\n", env.output, strerror(errno));
+			return 2;
+		}
+	}
+	for (int k = 1; k < MAX_KIND; k++) {
+		out.buf[k] = malloc(BATCH_BYTES);
+		if (!out.buf[k])
+			return 1;
+	}
+
+	btf__load_all();
+	if (!vmlinux_btf) {
+		fprintf(stderr, "nestrace-agent: no kernel BTF (/sys/kernel/btf/vmlinux): "
+			"CO-RE programs cannot be loaded\n");
+		return 2;
+	}
+	for (size_t i = 0; i < NFAMILIES; i++) {
+		struct family *f = &families[i];
+
+		if (!family__wanted(f->name))
+			continue;
+		if (family__load(f, first))
+			goto cleanup;
+		if (!first) {
+			first = f;
+			err = filters__fill(first);
+			if (err) {
+				fprintf(stderr, "nestrace-agent: cannot fill filters: %s\n", strerror(-err));
+				goto cleanup;
+			}
+		}
+		nloaded++;
+	}
+	if (!first) {
+		fprintf(stderr, "nestrace-agent: no program family selected (--families)\n");
+		err = 2;
+		goto cleanup;
+	}
+	rb = ring_buffer__new(bpf_map__fd(bpf_object__find_map_by_name(first->obj, "events")),
+			      on_record, NULL, NULL);
+	if (!rb) {
+		err = -errno;
+		fprintf(stderr, "nestrace-agent: ring buffer: %s\n", strerror(errno));
+		goto cleanup;
+	}
+	for (size_t i = 0; i < NFAMILIES; i++)
+		if (families[i].skel)
+			family__attach(&families[i]);
+
+	start = last_flush = now_ns();
+	hooks__json(hooks_json, sizeof(hooks_json));
+	out__json("{\"type\":\"start\",\"agent_version\":\"%s\",\"start_ns\":%llu,"
+		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"ncpu\":%d,"
+		  "\"families\":\"%s\",\"mode\":\"%s\",\"hooks\":%s}",
+		  NT_AGENT_VERSION, (unsigned long long)start,
+		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
+		  libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
+	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB)\n",
+		nloaded, (unsigned long long)env.ringbuf_bytes >> 10);
+
+	while (!exiting) {
+		__u64 t;
+
+		err = ring_buffer__poll(rb, env.flush_ms > 50 ? 50 : env.flush_ms);
+		if (err < 0 && err != -EINTR) {
+			fprintf(stderr, "nestrace-agent: poll: %s\n", strerror(-err));
+			exit_reason = "poll error";
+			break;
+		}
+		t = now_ns();
+		if (t - last_flush >= (__u64)env.flush_ms * 1000000ULL) {
+			out__flush();
+			last_flush = t;
+		}
+		if (env.duration_s && t - start >= (__u64)env.duration_s * 1000000000ULL) {
+			exit_reason = "duration";
+			break;
+		}
+	}
+	err = 0;
+	/* detach first, then drain what is left, so nothing is cut in half */
+	for (int i = 0; i < nhooks; i++)
+		bpf_link__destroy(hooks[i].link), hooks[i].link = NULL;
+	ring_buffer__consume(rb);
+	out__flush();
+	stats__emit(first, &drops);
+	out__json("{\"type\":\"end\",\"end_ns\":%llu,\"reason\":\"%s\",\"records\":%llu,"
+		  "\"bad_records\":%llu,\"ringbuf_drops\":%llu}",
+		  (unsigned long long)now_ns(), exit_reason,
+		  (unsigned long long)out.records, (unsigned long long)out.bad_records,
+		  (unsigned long long)drops);
+	if (drops)
+		fprintf(stderr, "nestrace-agent: WARNING: %llu events lost (ring buffer full); "
+			"raise --ringbuf-kb\n", (unsigned long long)drops);
+
+cleanup:
+	ring_buffer__free(rb);
+	for (int i = 0; i < nhooks; i++)
+		bpf_link__destroy(hooks[i].link);
+	for (size_t i = 0; i < NFAMILIES; i++)
+		if (families[i].skel)
+			families[i].destroy(families[i].skel);
+	if (out.fd != STDOUT_FILENO)
+		close(out.fd);
+	return err ? 1 : 0;
+}

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* block: bio and request lifecycle on the traced disks (levels vdisk and
+ * disk).  One record per tracepoint hit; the store's views pair them into
+ * requests (Q, M/F, G, I, D, C; X for splits) by request and bio id. */
+#include "common.bpf.h"
+#include "core_fixes.bpf.h"
+
+enum { A_Q = 1, A_BACKMERGE, A_FRONTMERGE, A_G, A_I, A_D, A_C, A_X,
+       A_RQ_MERGE, A_REQUEUE };
+
+static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux)
+{
+	struct nt_block_event *e;
+	__u32 dev = bio__dev(bio);
+	__u32 opf;
+
+	if (!dev__has(dev, NT_ROLE_BLOCK)) {
+		counters__filtered();
+		return 0;
+	}
+	e = RESERVE(block_event, BLOCK_EVENT, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	opf = BPF_CORE_READ(bio, bi_opf);
+	e->sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
+	e->nr_sectors = BPF_CORE_READ(bio, bi_iter.bi_size) >> 9;
+	e->rq_id = 0;
+	e->bio_id = (__u64)bio;
+	e->aux_sector = aux;
+	e->dev = dev;
+	e->pid = task__tgid();
+	e->error = 0;
+	e->action = action;
+	e->req_op = opf & NT_REQ_OP_MASK;
+	e->req_flags = opf__nt_flags(opf);
+	e->_pad0 = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	record__submit(e);
+	return 0;
+}
+
+static __always_inline int rq__emit(struct request *rq, __u16 action,
+				    int error, __u32 nr_bytes)
+{
+	struct nt_block_event *e;
+	__u32 dev = rq__dev(rq);
+	__u32 opf;
+
+	if (!dev__has(dev, NT_ROLE_BLOCK)) {
+		counters__filtered();
+		return 0;
+	}
+	e = RESERVE(block_event, BLOCK_EVENT, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	opf = BPF_CORE_READ(rq, cmd_flags);
+	e->sector = BPF_CORE_READ(rq, __sector);
+	/* like the kernel's own trace: completion reports the bytes done */
+	e->nr_sectors = (action == A_C ? nr_bytes : BPF_CORE_READ(rq, __data_len)) >> 9;
+	e->rq_id = (__u64)rq;
+	e->bio_id = (__u64)BPF_CORE_READ(rq, bio);
+	e->aux_sector = 0;
+	e->dev = dev;
+	e->pid = task__tgid();
+	e->error = error;
+	e->action = action;
+	e->req_op = opf & NT_REQ_OP_MASK;
+	e->req_flags = opf__nt_flags(opf);
+	e->_pad0 = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	record__submit(e);
+	return 0;
+}
+
+NT_TWIN(block_bio_queue) { return bio__emit(ARG(0, struct bio *), A_Q, 0); }
+NT_TWIN(block_bio_backmerge) { return bio__emit(ARG(0, struct bio *), A_BACKMERGE, 0); }
+NT_TWIN(block_bio_frontmerge) { return bio__emit(ARG(0, struct bio *), A_FRONTMERGE, 0); }
+NT_TWIN(block_getrq) { return bio__emit(ARG(0, struct bio *), A_G, 0); }
+NT_TWIN(block_split) { return bio__emit(ARG(0, struct bio *), A_X, (__u32)ctx[1]); }
+NT_TWIN(block_rq_insert) { return rq__emit(ARG(0, struct request *), A_I, 0, 0); }
+NT_TWIN(block_rq_issue) { return rq__emit(ARG(0, struct request *), A_D, 0, 0); }
+NT_TWIN(block_rq_merge) { return rq__emit(ARG(0, struct request *), A_RQ_MERGE, 0, 0); }
+NT_TWIN(block_rq_requeue) { return rq__emit(ARG(0, struct request *), A_REQUEUE, 0, 0); }
+NT_TWIN(block_rq_complete)
+{
+	return rq__emit(ARG(0, struct request *), A_C, (__u8)ctx[1], (__u32)ctx[2]);
+}

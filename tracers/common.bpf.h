@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Maps and helpers shared by every nestrace BPF program family.
+ *
+ * Every family (vfs, block, hostfs) declares these maps; the agent loads the
+ * first family and hands the same map fds to the others (bpf_map__reuse_fd),
+ * so all records share one ring buffer, one per-CPU sequence and one filter.
+ */
+#ifndef NESTRACE_COMMON_BPF_H
+#define NESTRACE_COMMON_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "nestrace_records.h"
+#include "nestrace_bpf.h"
+
+/* Wake the agent only once this many bytes wait in the ring buffer; the
+ * agent polls on a timer anyway.  A wake-up per record costs 40-70 % of
+ * IOPS on a small VM. */
+const volatile __u64 wakeup_bytes = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24);	/* resized by the agent before load */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_cpu_counters);
+} counters SEC(".maps");
+
+/* dev_t -> NT_ROLE_* bits */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NT_MAX_DEVS);
+	__type(key, __u32);
+	__type(value, __u32);
+} devs SEC(".maps");
+
+/* (dev, ino) -> NT_ROLE_* bits */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NT_MAX_INOS);
+	__type(key, struct nt_ino_key);
+	__type(value, __u32);
+} inos SEC(".maps");
+
+static __always_inline struct nt_cpu_counters *counters__get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&counters, &zero);
+}
+
+static __always_inline void counters__filtered(void)
+{
+	struct nt_cpu_counters *c = counters__get();
+
+	if (c)
+		__sync_fetch_and_add(&c->filtered, 1);
+}
+
+/* Reserve a record and fill its header.  Every attempt takes a sequence
+ * number, so a drop leaves a gap the reader can see as well as a count. */
+static __always_inline void *record__reserve(__u32 size, __u16 kind, __u16 version, __u64 ts)
+{
+	struct nt_cpu_counters *c = counters__get();
+	struct nt_header *h;
+	__u64 seq;
+
+	if (!c)
+		return NULL;
+	seq = __sync_fetch_and_add(&c->seq, 1) + 1;
+	h = bpf_ringbuf_reserve(&events, size, 0);
+	if (!h) {
+		__sync_fetch_and_add(&c->ringbuf_drops, 1);
+		return NULL;
+	}
+	__sync_fetch_and_add(&c->emitted, 1);
+	h->kind = kind;
+	h->version = version;
+	h->cpu = bpf_get_smp_processor_id();
+	h->seq = seq;
+	h->ts_ns = ts;
+	return h;
+}
+
+static __always_inline void record__submit(void *rec)
+{
+	__u64 flags = BPF_RB_NO_WAKEUP;
+
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(rec, flags);
+}
+
+#define RESERVE(type, KIND, ts) \
+	((struct nt_##type *)record__reserve(sizeof(struct nt_##type), \
+		NT_KIND_##KIND, NT_VERSION_##KIND, (ts)))
+
+static __always_inline bool dev__has(__u32 dev, __u32 role)
+{
+	__u32 *r = bpf_map_lookup_elem(&devs, &dev);
+
+	return r && (*r & role);
+}
+
+static __always_inline bool ino__has(__u32 dev, __u64 ino, __u32 role)
+{
+	struct nt_ino_key k = { .dev = dev, .ino = ino };
+	__u32 *r = bpf_map_lookup_elem(&inos, &k);
+
+	return r && (*r & role);
+}
+
+/* A file is traced for `role` if its inode is in the inode set, or its
+ * whole file system device is. */
+static __always_inline bool inode__wanted(struct inode *inode, __u32 role,
+					  __u32 *dev, __u64 *ino)
+{
+	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	*ino = BPF_CORE_READ(inode, i_ino);
+	if (ino__has(*dev, *ino, role) || dev__has(*dev, role))
+		return true;
+	counters__filtered();
+	return false;
+}
+
+static __always_inline __u32 task__tgid(void)
+{
+	return bpf_get_current_pid_tgid() >> 32;
+}
+
+/* Twin programs: one body, attached as tp_btf where BTF-typed tracepoints
+ * work and as raw_tp otherwise.  The agent keeps one of each pair by
+ * probe (bpf_program__set_autoload).  Bodies only use BPF_CORE_READ, which
+ * is valid on both the trusted tp_btf pointers and the raw_tp ones. */
+#define NT_TWIN(tp)						\
+	static __always_inline int tp##__body(unsigned long long *ctx);	\
+	SEC("tp_btf/" #tp) int tp##_btf(unsigned long long *ctx)	\
+	{ return tp##__body(ctx); }					\
+	SEC("raw_tp/" #tp) int tp##_raw(unsigned long long *ctx)	\
+	{ return tp##__body(ctx); }					\
+	static __always_inline int tp##__body(unsigned long long *ctx)
+
+#define ARG(i, type) ((type)ctx[i])
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#endif /* NESTRACE_COMMON_BPF_H */

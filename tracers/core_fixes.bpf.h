@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Every kernel difference nestrace's BPF programs care about, in one place.
+ * Choose by CO-RE feature test (bpf_core_field_exists / enum value), never
+ * by kernel version. */
+#ifndef NESTRACE_CORE_FIXES_BPF_H
+#define NESTRACE_CORE_FIXES_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+
+/* v5.12 (309dca309fc3) moved the disk from bio->bi_disk to bio->bi_bdev. */
+struct bio___old {
+	struct gendisk *bi_disk;
+	u8 bi_partno;
+} __attribute__((preserve_access_index));
+
+/* v5.16 (f3fa33acca9f) dropped request->rq_disk for request->q->disk. */
+struct request___old {
+	struct gendisk *rq_disk;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 disk__devt(struct gendisk *disk)
+{
+	__u32 major = BPF_CORE_READ(disk, major);
+	__u32 minor = BPF_CORE_READ(disk, first_minor);
+
+	return (major << 20) | minor;	/* kernel MKDEV */
+}
+
+static __always_inline __u32 bio__dev(struct bio *bio)
+{
+	if (bpf_core_field_exists(bio->bi_bdev))
+		return BPF_CORE_READ(bio, bi_bdev, bd_dev);
+	return disk__devt(BPF_CORE_READ((struct bio___old *)bio, bi_disk));
+}
+
+static __always_inline __u32 rq__dev(struct request *rq)
+{
+	struct request___old *old = (void *)rq;
+
+	if (bpf_core_field_exists(old->rq_disk))
+		return disk__devt(BPF_CORE_READ(old, rq_disk));
+	return disk__devt(BPF_CORE_READ(rq, q, disk));
+}
+
+/* REQ_* flag bit positions moved several times (v4.10, v5.19, v6.0);
+ * read them from the running kernel's enum and map to nestrace's bits. */
+#define NT_REQ_OP_MASK 0xff
+static __always_inline __u16 opf__nt_flags(__u32 opf)
+{
+	__u16 f = 0;
+
+#define NT_FLAG(bit, nt) \
+	if (bpf_core_enum_value_exists(enum req_flag_bits, bit) && \
+	    (opf & (1U << bpf_core_enum_value(enum req_flag_bits, bit)))) \
+		f |= (nt);
+	NT_FLAG(__REQ_SYNC, 1)
+	NT_FLAG(__REQ_META, 2)
+	NT_FLAG(__REQ_PRIO, 4)
+	NT_FLAG(__REQ_FUA, 8)
+	NT_FLAG(__REQ_PREFLUSH, 16)
+	NT_FLAG(__REQ_RAHEAD, 32)
+	NT_FLAG(__REQ_BACKGROUND, 64)
+	NT_FLAG(__REQ_NOMERGE, 128)
+	NT_FLAG(__REQ_IDLE, 256)
+#undef NT_FLAG
+	return f;
+}
+
+/* IOCB_* kiocb flags: IOCB_DIRECT etc. are stable since v4.12 (they are the
+ * RWF_* bits plus kernel bits at 1 << 17). */
+#define NT_IOCB_DIRECT	(1 << 17)
+#define NT_IOCB_WRITE	(1 << 18)
+#define NT_RWF_DSYNC	0x2
+#define NT_RWF_SYNC	0x4
+#define NT_RWF_NOWAIT	0x8
+#define NT_RWF_APPEND	0x10
+static __always_inline __u32 iocb__nt_flags(int ki_flags)
+{
+	__u32 f = 0;
+
+	if (ki_flags & NT_IOCB_DIRECT)
+		f |= 1;
+	if (ki_flags & NT_RWF_DSYNC)
+		f |= 2;
+	if (ki_flags & NT_RWF_SYNC)
+		f |= 4;
+	if (ki_flags & NT_RWF_NOWAIT)
+		f |= 8;
+	if (ki_flags & NT_RWF_APPEND)
+		f |= 16;
+	return f;
+}
+
+/* v6.0 introduced large folios in the page cache: a folio's page count is
+ * 1 << order, order kept in the low byte of _flags_1 when PG_head is set
+ * (v6.4+ also keeps _nr_pages on 64-bit).  v6.18 wrapped folio->flags in
+ * memdesc_flags_t; both are one unsigned long, so read the bytes. */
+static __always_inline __u64 folio__nr_pages(struct folio *folio)
+{
+	unsigned long flags = 0;
+	int head;
+
+	bpf_core_read(&flags, sizeof(flags), &folio->flags);
+	head = bpf_core_enum_value(enum pageflags, PG_head);
+
+	if (!(flags & (1UL << head)))
+		return 1;
+	if (bpf_core_field_exists(folio->_nr_pages))
+		return BPF_CORE_READ(folio, _nr_pages);
+	return 1UL << (BPF_CORE_READ(folio, _flags_1) & 0xff);
+}
+
+static __always_inline struct inode *folio__inode(struct folio *folio)
+{
+	return BPF_CORE_READ(folio, mapping, host);
+}
+
+#endif /* NESTRACE_CORE_FIXES_BPF_H */

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* hostfs: what the host file system does with the traced file (the disk
+ * image): its read/write accesses, page cache fills and evictions,
+ * readahead, dirtying and writeback, and the file-offset -> disk-address
+ * mappings it looks up.  Also used for the guest FS's page cache and
+ * mappings (role bits per device).  See docs/hostfs-hooks.md for which
+ * file system yields which event. */
+#include "common.bpf.h"
+#include "core_fixes.bpf.h"
+
+enum { S_XFS_BUF_READ = 1, S_XFS_BUF_WRITE, S_XFS_DIO_READ, S_XFS_DIO_WRITE,
+       S_IOMAP_DIO, S_FILEMAP_GET_PAGES, S_EXT4_WRITE_BEGIN,
+       S_EXT4_DA_WRITE_BEGIN };
+enum { HOP_READ = 0, HOP_WRITE = 1 };
+enum { P_ADD = 1, P_DELETE, P_SYNC_RA, P_ASYNC_RA, P_RA_UNBOUNDED,
+       P_RA_ORDER, P_DIRTY, P_WRITEBACK };
+enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS };
+
+static __always_inline int access__emit(struct inode *inode, __s64 offset,
+					__u64 bytes, __u32 flags,
+					__u16 source, __u16 op)
+{
+	struct nt_hostfs_event *e;
+	__u32 dev;
+	__u64 ino;
+
+	if (!inode__wanted(inode, NT_ROLE_FILE, &dev, &ino))
+		return 0;
+	e = RESERVE(hostfs_event, HOSTFS_EVENT, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->ino = ino;
+	e->offset_bytes = offset;
+	e->bytes = bytes;
+	e->isize_bytes = BPF_CORE_READ(inode, i_size);
+	e->dev = dev;
+	e->pid = task__tgid();
+	e->iocb_flags = flags;
+	e->source = source;
+	e->op = op;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	record__submit(e);
+	return 0;
+}
+
+static __always_inline int kiocb__emit(struct kiocb *iocb, struct iov_iter *iter,
+				       __u16 source, __u16 op)
+{
+	struct inode *inode = BPF_CORE_READ(iocb, ki_filp, f_inode);
+	int ki_flags = BPF_CORE_READ(iocb, ki_flags);
+
+	if (op > HOP_WRITE)	/* iomap dio: direction from the iocb */
+		op = (ki_flags & NT_IOCB_WRITE) ? HOP_WRITE : HOP_READ;
+	return access__emit(inode, BPF_CORE_READ(iocb, ki_pos),
+			    BPF_CORE_READ(iter, count), iocb__nt_flags(ki_flags),
+			    source, op);
+}
+
+/* xfs: one event per read_iter/write_iter call, exact offset and count. */
+NT_TWIN(xfs_file_buffered_read)
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_BUF_READ, HOP_READ); }
+NT_TWIN(xfs_file_buffered_write)
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_BUF_WRITE, HOP_WRITE); }
+NT_TWIN(xfs_file_direct_read)
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_DIO_READ, HOP_READ); }
+NT_TWIN(xfs_file_direct_write)
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_DIO_WRITE, HOP_WRITE); }
+/* Every iomap file system's direct I/O (xfs, ext2/3/4, btrfs). */
+NT_TWIN(iomap_dio_rw_begin)
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_IOMAP_DIO, 0xff); }
+
+/* Buffered reads of every file system: filemap_read() asks for pages. */
+NT_TWIN(mm_filemap_get_pages)
+{
+	struct address_space *m = ARG(0, struct address_space *);
+	__u64 first = ctx[1], last = ctx[2];
+
+	return access__emit(BPF_CORE_READ(m, host), first << 12,
+			    (last - first + 1) << 12, 0, S_FILEMAP_GET_PAGES, HOP_READ);
+}
+
+/* ext2/3/4 buffered writes, one event per page-sized chunk. */
+NT_TWIN(ext4_write_begin)
+{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, S_EXT4_WRITE_BEGIN, HOP_WRITE); }
+NT_TWIN(ext4_da_write_begin)
+{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, S_EXT4_DA_WRITE_BEGIN, HOP_WRITE); }
+
+static __always_inline int cache__emit(struct inode *inode, __u64 index,
+				       __u64 nr_pages, __u64 aux, __u16 event)
+{
+	struct nt_pagecache_event *e;
+	__u32 dev;
+	__u64 ino;
+
+	if (!inode)
+		return 0;
+	if (!inode__wanted(inode, NT_ROLE_CACHE, &dev, &ino))
+		return 0;
+	e = RESERVE(pagecache_event, PAGECACHE_EVENT, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->ino = ino;
+	e->index = index;
+	e->nr_pages = nr_pages;
+	e->aux = aux;
+	e->dev = dev;
+	e->pid = task__tgid();
+	e->event = event;
+	e->_pad0 = 0;
+	e->_pad1 = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	record__submit(e);
+	return 0;
+}
+
+static __always_inline int folio__emit(struct folio *folio, __u16 event)
+{
+	return cache__emit(folio__inode(folio), BPF_CORE_READ(folio, index),
+			   folio__nr_pages(folio), 0, event);
+}
+
+NT_TWIN(mm_filemap_add_to_page_cache) { return folio__emit(ARG(0, struct folio *), P_ADD); }
+NT_TWIN(mm_filemap_delete_from_page_cache) { return folio__emit(ARG(0, struct folio *), P_DELETE); }
+NT_TWIN(writeback_dirty_folio) { return folio__emit(ARG(0, struct folio *), P_DIRTY); }
+
+NT_TWIN(page_cache_sync_ra)
+{
+	struct file_ra_state *ra = ARG(2, struct file_ra_state *);
+
+	return cache__emit(ARG(0, struct inode *), ctx[1], BPF_CORE_READ(ra, ra_pages),
+			   ctx[3], P_SYNC_RA);
+}
+NT_TWIN(page_cache_async_ra)
+{
+	struct file_ra_state *ra = ARG(2, struct file_ra_state *);
+
+	return cache__emit(ARG(0, struct inode *), ctx[1], BPF_CORE_READ(ra, ra_pages),
+			   ctx[3], P_ASYNC_RA);
+}
+NT_TWIN(page_cache_ra_unbounded)
+{
+	return cache__emit(ARG(0, struct inode *), ctx[1], ctx[2], ctx[3], P_RA_UNBOUNDED);
+}
+NT_TWIN(page_cache_ra_order)
+{
+	struct file_ra_state *ra = ARG(2, struct file_ra_state *);
+
+	return cache__emit(ARG(0, struct inode *), ctx[1], BPF_CORE_READ(ra, size),
+			   BPF_CORE_READ(ra, async_size), P_RA_ORDER);
+}
+NT_TWIN(iomap_writeback_folio)
+{
+	__u64 pos = ctx[1], len = ctx[2];
+
+	return cache__emit(ARG(0, struct inode *), pos >> 12, (len + 4095) >> 12, 0, P_WRITEBACK);
+}
+
+static __always_inline int map__emit(struct inode *inode, __u64 file_off,
+				     __u64 disk, __u64 len, __u16 type,
+				     __u16 source, __u32 flags)
+{
+	struct nt_mapping_event *e;
+	__u32 dev;
+	__u64 ino;
+
+	if (!inode__wanted(inode, NT_ROLE_MAP, &dev, &ino))
+		return 0;
+	e = RESERVE(mapping_event, MAPPING_EVENT, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->ino = ino;
+	e->file_offset_bytes = file_off;
+	e->disk_bytes = disk;
+	e->length_bytes = len;
+	e->dev = dev;
+	e->map_type = type;
+	e->source = source;
+	e->flags = flags;
+	e->_pad0 = 0;
+	record__submit(e);
+	return 0;
+}
+
+static __always_inline int iomap__emit(struct inode *inode, struct iomap *m, __u16 source)
+{
+	return map__emit(inode, BPF_CORE_READ(m, offset), BPF_CORE_READ(m, addr),
+			 BPF_CORE_READ(m, length), BPF_CORE_READ(m, type), source,
+			 BPF_CORE_READ(m, flags));
+}
+
+NT_TWIN(iomap_iter_dstmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_DSTMAP); }
+NT_TWIN(iomap_iter_srcmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_SRCMAP); }
+
+/* ext2/3/4 buffered I/O and writeback map blocks here (ret = blocks). */
+NT_TWIN(ext4_ext_map_blocks_exit)
+{
+	struct inode *inode = ARG(0, struct inode *);
+	struct ext4_map_blocks *map = ARG(2, struct ext4_map_blocks *);
+	int ret = (int)ctx[3];
+	__u32 bits = BPF_CORE_READ(inode, i_blkbits);
+	__u64 pblk = BPF_CORE_READ(map, m_pblk);
+	__u32 mflags = BPF_CORE_READ(map, m_flags);
+	__u32 unwritten;
+
+	if (ret <= 0)
+		return 0;
+	/* EXT4_MAP_UNWRITTEN is 1 << BH_Unwritten */
+	unwritten = mflags & (1U << bpf_core_enum_value(enum bh_state_bits, BH_Unwritten));
+	return map__emit(inode, (__u64)BPF_CORE_READ(map, m_lblk) << bits, pblk << bits,
+			 (__u64)ret << bits, unwritten ? 3 : 2,
+			 M_EXT4_MAP_BLOCKS, mflags);
+}

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Types shared by the BPF programs and the agent that are not records. */
+#ifndef NESTRACE_BPF_H
+#define NESTRACE_BPF_H
+
+#define NT_MAX_DEVS 64
+#define NT_MAX_INOS 1024
+#define NT_MAX_TASKS 16384
+
+/* Filter roles: which record families a device or inode is traced for. */
+#define NT_ROLE_VFS	1	/* file syscalls on this file system */
+#define NT_ROLE_BLOCK	2	/* block events on this disk */
+#define NT_ROLE_FILE	4	/* host-FS accesses of this file (the image) */
+#define NT_ROLE_CACHE	8	/* page cache / readahead / writeback */
+#define NT_ROLE_MAP	16	/* mapping events */
+
+struct nt_ino_key {
+	__u32 dev;
+	__u32 _pad;
+	__u64 ino;
+};
+
+struct nt_cpu_counters {
+	__u64 seq;
+	__u64 emitted;
+	__u64 ringbuf_drops;
+	__u64 filtered;
+};
+
+#endif /* NESTRACE_BPF_H */

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* GENERATED from schemas/records.toml by nestrace.schemagen: do not edit. */
+#ifndef NESTRACE_RECORDS_H
+#define NESTRACE_RECORDS_H
+
+#define NT_STREAM_MAGIC 0x4652544eU
+#define NT_STREAM_VERSION 1
+
+/* Stream frame: a frame header, then count records of rec_size bytes
+ * (kind 0: count bytes of UTF-8 JSON). */
+struct nt_frame {
+	__u32 magic;
+	__u16 kind;
+	__u16 version;
+	__u32 rec_size;
+	__u32 count;
+};
+
+/* Common prefix of every kernel record. */
+struct nt_header {
+	__u16 kind; /* record kind (see each record) */
+	__u16 version; /* record layout version */
+	__u32 cpu; /* CPU that emitted the record */
+	__u64 seq; /* per-CPU sequence number, starts at 1; gaps are lost events */
+	__u64 ts_ns; /* CLOCK_MONOTONIC time of the event (syscall entry for vfs) */
+};
+
+#define NT_KIND_VFS_EVENT 1
+#define NT_VERSION_VFS_EVENT 1
+/* One completed file syscall (entry + exit) on a traced guest file system. (104 bytes) */
+struct nt_vfs_event {
+	struct nt_header hdr;
+	__u64 duration_ns; /* syscall exit time minus entry time */
+	__u64 ino; /* inode number of the file */
+	__s64 offset_bytes; /* file offset of the I/O (f_pos at entry, or the pread/pwrite offset); -1 when none */
+	__u64 req_bytes; /* bytes asked for (count, or the sum of the iovec lengths) */
+	__s64 ret; /* syscall return value: bytes done, or -errno */
+	__u32 dev; /* kernel dev_t of the file's super block */
+	__u32 pid; /* process id (tgid) */
+	__u32 tid; /* thread id */
+	__u32 f_flags; /* open flags of the file (O_DIRECT, O_SYNC, ...) */
+	__u16 syscall; /* nestrace syscall code: 1 read 2 write 3 pread64 4 pwrite64 5 readv 6 writev 7 preadv 8 pwritev 9 preadv2 10 pwritev2 11 fsync 12 fdatasync 13 sync_file_range */
+	__u16 iov_count; /* number of iovecs (1 for plain read/write) */
+	__s32 fd; /* file descriptor */
+	char comm[16]; /* task command name */
+};
+
+#define NT_KIND_BLOCK_EVENT 2
+#define NT_VERSION_BLOCK_EVENT 1
+/* One block-layer tracepoint hit on a traced device (bio or request event). (96 bytes) */
+struct nt_block_event {
+	struct nt_header hdr;
+	__u64 sector; /* start sector (512 B) of the bio or request */
+	__u64 rq_id; /* request id (struct request address); 0 for bio events */
+	__u64 bio_id; /* bio id (struct bio address); for request events the request's first bio */
+	__u64 aux_sector; /* split: the sector where the bio was split; otherwise 0 */
+	__u32 dev; /* kernel dev_t of the disk */
+	__u32 nr_sectors; /* size in 512-byte sectors */
+	__u32 pid; /* process id (tgid) current at the event */
+	__s32 error; /* completion status (negative errno), 0 otherwise */
+	__u16 action; /* 1 Q bio_queue 2 M backmerge 3 F frontmerge 4 G getrq 5 I rq_insert 6 D rq_issue 7 C rq_complete 8 X split 9 rq_merge 10 R rq_requeue */
+	__u16 req_op; /* kernel REQ_OP: 0 read 1 write 2 flush 3 discard 5 secure erase 9 write zeroes */
+	__u16 req_flags; /* nestrace flag bits: 1 SYNC 2 META 4 PRIO 8 FUA 16 PREFLUSH 32 RAHEAD 64 BACKGROUND 128 NOMERGE 256 IDLE */
+	__u16 _pad0;
+	char comm[16]; /* task command name current at the event */
+};
+
+#define NT_KIND_HOSTFS_EVENT 3
+#define NT_VERSION_HOSTFS_EVENT 1
+/* One access of a traced file (the disk image) through the host file system. (88 bytes) */
+struct nt_hostfs_event {
+	struct nt_header hdr;
+	__u64 ino; /* inode number of the file */
+	__s64 offset_bytes; /* file offset of the access */
+	__u64 bytes; /* length of the access */
+	__u64 isize_bytes; /* file size at the access */
+	__u32 dev; /* kernel dev_t of the host file system */
+	__u32 pid; /* process id (tgid) current at the event */
+	__u32 iocb_flags; /* nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND */
+	__u16 source; /* hook: 1 xfs_file_buffered_read 2 xfs_file_buffered_write 3 xfs_file_direct_read 4 xfs_file_direct_write 5 iomap_dio_rw_begin 6 mm_filemap_get_pages 7 ext4_write_begin 8 ext4_da_write_begin 9 xfs_file_fsync 10 ext4_sync_file_enter 11 btrfs_sync_file */
+	__u16 op; /* 0 read 1 write 2 sync */
+	char comm[16]; /* task command name */
+};
+
+#define NT_KIND_PAGECACHE_EVENT 4
+#define NT_VERSION_PAGECACHE_EVENT 1
+/* Page cache, readahead and writeback activity on a traced file or device. (88 bytes) */
+struct nt_pagecache_event {
+	struct nt_header hdr;
+	__u64 ino; /* inode number */
+	__u64 index; /* first page index (offset / 4096) */
+	__u64 nr_pages; /* pages concerned (folio size, readahead size, writeback length) */
+	__u64 aux; /* readahead: pages asked for by the caller (req_count); async_size for ra_order; otherwise 0 */
+	__u32 dev; /* kernel dev_t of the file system */
+	__u32 pid; /* process id (tgid) current at the event */
+	__u16 event; /* 1 add to page cache 2 delete from page cache 3 sync readahead 4 async readahead 5 readahead unbounded (the actual read) 6 readahead order 7 folio dirtied 8 iomap writeback folio */
+	__u16 _pad0;
+	__u32 _pad1;
+	char comm[16]; /* task command name */
+};
+
+#define NT_KIND_MAPPING_EVENT 5
+#define NT_VERSION_MAPPING_EVENT 1
+/* A file-offset to disk-address mapping seen while the file system did I/O. (72 bytes) */
+struct nt_mapping_event {
+	struct nt_header hdr;
+	__u64 ino; /* inode number */
+	__u64 file_offset_bytes; /* file offset the mapping starts at */
+	__u64 disk_bytes; /* address on the file system's device (btrfs: logical address); U64 max for a hole or delayed allocation */
+	__u64 length_bytes; /* length of the mapping */
+	__u32 dev; /* kernel dev_t of the file system */
+	__u16 map_type; /* 0 hole 1 delalloc 2 mapped 3 unwritten 4 inline */
+	__u16 source; /* hook: 1 iomap_iter_dstmap 2 iomap_iter_srcmap 3 ext4_ext_map_blocks_exit 4 xfs_iomap_found 5 xfs_iomap_alloc */
+	__u32 flags; /* source-specific flags (iomap flags, ext4 map flags) */
+	__u32 _pad0;
+};
+
+#define NT_KIND_CPU_STATS 6
+#define NT_VERSION_CPU_STATS 1
+/* Per-CPU counters the agent reads from the BPF maps at the end of a capture (header ts_ns = read time, seq = 0). (48 bytes) */
+struct nt_cpu_stats {
+	struct nt_header hdr;
+	__u64 emitted; /* records this CPU reserved successfully */
+	__u64 ringbuf_drops; /* records lost because the ring buffer was full */
+	__u64 filtered; /* events rejected by the in-kernel filters */
+};
+
+#endif /* NESTRACE_RECORDS_H */

@@ -169,15 +169,19 @@ class Lab:
 
     def down(self) -> list[str]:
         """Undo every recorded step, newest first; returns what was undone.
-        Steps whose object is already gone are skipped quietly."""
+        Steps whose object is already gone are skipped quietly.  On the
+        first step that cannot be undone (a busy mount, say) stop, keep the
+        remaining steps in the state file, and raise: nothing under a live
+        mount is ever deleted, and `lab down` can simply be run again."""
         st = self.state()
+        made = st.get("made", [])
         undone: list[str] = []
-        errors: list[str] = []
-        for step in reversed(st.get("made", [])):
+        while made:
+            step = made[-1]
             try:
                 if step["kind"] == "mount":
                     if _is_mounted(step["path"]):
-                        _run(["umount", step["path"]], "unmount")
+                        _umount(step["path"])
                         undone.append(f"unmounted {step['path']}")
                 elif step["kind"] == "loop":
                     if _loop_attached(step["dev"]):
@@ -188,9 +192,9 @@ class Lab:
                 elif step["kind"] == "dir":
                     shutil.rmtree(step["path"], ignore_errors=True)
             except LabError as e:
-                errors.append(str(e))
-        if errors:
-            raise LabError("; ".join(errors))
+                self._save(st)
+                raise LabError(f"lab {self.name!r}: {e} (fix that, then run lab down again)") from None
+            made.pop()
         shutil.rmtree(self.state_dir, ignore_errors=True)
         return undone
 
@@ -200,6 +204,19 @@ def _check_dio(dev: str, want: bool, flag: str) -> None:
     if got != want:
         raise LabError(f"{flag} {'on' if want else 'off'}: the kernel set direct I/O "
                        f"{'on' if got else 'off'} for {dev} (backing file system cannot do it)")
+
+
+def _umount(path: str, tries: int = 20) -> None:
+    """Unmount; a process that was just killed may hold the mount for a
+    moment, so retry a busy unmount for up to ~5 s before giving up."""
+    import time
+    for i in range(tries):
+        r = subprocess.run(["umount", path], capture_output=True, text=True)
+        if r.returncode == 0 or not _is_mounted(path):
+            return
+        if "busy" not in r.stderr or i == tries - 1:
+            raise LabError(f"unmount failed: umount {path}: {r.stderr.strip()}")
+        time.sleep(0.25)
 
 
 def _is_mounted(path: str) -> bool:

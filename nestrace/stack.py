@@ -70,9 +70,31 @@ def mount_of(path: str) -> Mount:
     return found[-1]
 
 
-def mount_by_dev(major: int, minor: int) -> Mount | None:
-    ms = [m for m in mounts() if (m.major, m.minor) == (major, minor)]
-    return ms[0] if ms else None
+def mount_containing(path: str) -> Mount | None:
+    """The mount a file lives on (longest mount point prefix of its real
+    path).  Its major:minor is the super block's s_dev, which is what the
+    kernel reports in events; stat's st_dev differs on btrfs (one anonymous
+    device per subvolume)."""
+    rp = os.path.realpath(path)
+    best = None
+    for m in mounts():
+        mp = m.mount_point.rstrip("/") + "/"
+        if (rp + "/").startswith(mp) and (best is None or len(m.mount_point) >= len(best.mount_point)):
+            best = m
+    return best
+
+
+def mount_block_dev(m: Mount) -> "BlockDev":
+    """The block device under a mount: its source when that is a block
+    device (btrfs mounts show an anonymous major:minor), else major:minor."""
+    import stat as _stat
+    try:
+        st = os.stat(m.source)
+        if _stat.S_ISBLK(st.st_mode):
+            return block_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+    except OSError:
+        pass
+    return block_dev(m.major, m.minor)
 
 
 @dataclass
@@ -120,7 +142,8 @@ def block_dev(major: int, minor: int) -> BlockDev:
             bd.backing_offset_bytes = int(_sysfs(loop / "offset", "0"))
             bd.dio = _sysfs(loop / "dio", "0") == "1"
             st = os.stat(bd.backing_file)
-            bd.backing_kdev = kdev_of(st.st_dev)
+            bm = mount_containing(bd.backing_file)
+            bd.backing_kdev = bm.kdev if bm else kdev_of(st.st_dev)
             bd.backing_ino = st.st_ino
     return bd
 
@@ -158,7 +181,7 @@ class Stack:
 def discover(mount_point: str) -> Stack:
     """Walk mount -> loop -> image -> host FS -> disk."""
     gm = mount_of(mount_point)
-    vdisk = block_dev(gm.major, gm.minor)
+    vdisk = mount_block_dev(gm)
     if not vdisk.is_loop:
         raise StackError(
             f"{mount_point}: on {vdisk.name}, which is not a loop device: not a nested "
@@ -170,20 +193,19 @@ def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
                  disk_path: str | None = None) -> Stack:
     image_path = image or vdisk.backing_file
     st = os.stat(image_path)
-    hm = mount_by_dev(os.major(st.st_dev), os.minor(st.st_dev))
+    hm = mount_containing(image_path)
     if hm is None:
-        raise StackError(f"{image_path}: its file system ({kdev_str(kdev_of(st.st_dev))}) is not mounted")
-    disk = block_dev_of_path(disk_path) if disk_path else block_dev(hm.major, hm.minor)
+        raise StackError(f"{image_path}: its file system is not mounted")
+    disk = block_dev_of_path(disk_path) if disk_path else mount_block_dev(hm)
     below = []
     cur = disk
     while cur.is_loop and len(below) < 8:
         below.append({"name": cur.name, "backing_file": cur.backing_file, "dio": cur.dio})
-        bst = os.stat(cur.backing_file)
-        bm = mount_by_dev(os.major(bst.st_dev), os.minor(bst.st_dev))
+        bm = mount_containing(cur.backing_file)
         if bm is None:
             break
         try:
-            cur = block_dev(bm.major, bm.minor)
+            cur = mount_block_dev(bm)
         except StackError:
             break
         below[-1]["fs"] = bm.fs_type
@@ -191,7 +213,7 @@ def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
     return Stack(
         guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev, vdisk=vdisk,
         image_path=image_path, image_ino=st.st_ino, host_mount=hm.mount_point,
-        host_fs=hm.fs_type, host_kdev=kdev_of(st.st_dev), disk=disk, below=below,
+        host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk, below=below,
         guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
         host_block_bytes=os.statvfs(hm.mount_point).f_bsize)
 
@@ -276,12 +298,14 @@ def btrfs_to_physical(chunks: list[Chunk], logical: int) -> int | None:
 def extent_rows(path: str, role: str, phase: str, capture_id: str,
                 chunks: list[Chunk] | None = None) -> list[dict]:
     st = os.stat(path)
+    m = mount_containing(path)
+    dev = m.kdev if m else kdev_of(st.st_dev)
     rows = []
     for lo, ph, ln, fl in fiemap(path):
         if chunks is not None:
             mapped = btrfs_to_physical(chunks, ph)
             ph = mapped if mapped is not None else ph
         rows.append({"capture_id": capture_id, "phase": phase, "role": role, "path": path,
-                     "dev": kdev_of(st.st_dev), "ino": st.st_ino, "logical_bytes": lo,
+                     "dev": dev, "ino": st.st_ino, "logical_bytes": lo,
                      "physical_bytes": ph, "length_bytes": ln, "flags": fl})
     return rows

@@ -1,0 +1,97 @@
+"""Shared fixtures: lab stacks that are always torn down, fio, the CLI."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NESTRACE = [sys.executable, "-m", "nestrace"]
+
+
+def _why_no_root() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (BPF programs, loop devices, mounts)"
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        return "needs kernel BTF (/sys/kernel/btf/vmlinux)"
+    if not (ROOT / "tracers" / "build" / "nestrace-agent").exists():
+        return "the agent is not built (make -C tracers; ci/test does it)"
+    if not shutil.which("fio"):
+        return "needs fio"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    why = _why_no_root()
+    if why:
+        skip = pytest.mark.skip(reason=why)
+        for item in items:
+            if "root" in item.keywords:
+                item.add_marker(skip)
+
+
+def loop_devices() -> set[str]:
+    out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    return {line.split(":")[0] for line in out.splitlines() if line}
+
+
+def our_mounts() -> set[str]:
+    return {line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+            if "/run/nestrace" in line.split()[1] or line.split()[1].startswith("/tmp/")}
+
+
+def run_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(NESTRACE + list(args), capture_output=True, text=True, cwd=ROOT, **kw)
+    if check and r.returncode:
+        raise AssertionError(f"nestrace {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+class LabHandle:
+    def __init__(self, name: str, mount: str):
+        self.name, self.mount = name, mount
+
+    def fio(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["fio", "--name=t", f"--directory={self.mount}",
+                               "--ioengine=psync", "--output=/dev/null", *args],
+                              check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def lab_factory():
+    """Build labs with `make(guest_fs=..., host_fs=..., **opts)`; every lab
+    is torn down afterwards, whatever happened in the test."""
+    made: list[str] = []
+
+    def make(guest_fs="ext4", host_fs="xfs", image_size="512M", **opts) -> LabHandle:
+        name = f"t{uuid.uuid4().hex[:8]}"
+        made.append(name)
+        args = ["lab", "up", "--name", name, "--guest-fs", guest_fs, "--host-fs", host_fs,
+                "--image-size", image_size]
+        for k, v in opts.items():
+            args += [f"--{k.replace('_', '-')}", str(v)]
+        r = run_cli(*args)
+        return LabHandle(name, r.stdout.strip())
+
+    before_loops, before_mounts = loop_devices(), our_mounts()
+    try:
+        yield make
+    finally:
+        errors = []
+        for name in made:
+            r = run_cli("lab", "down", "--name", name, check=False)
+            if r.returncode:
+                errors.append(r.stderr)
+        assert not errors, errors
+        assert loop_devices() <= before_loops, "a loop device was left attached"
+        assert our_mounts() <= before_mounts, "a mount was left behind"
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")

@@ -1,0 +1,177 @@
+"""Real four-level captures on real loop-device stacks."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import nestrace
+from conftest import NESTRACE, ROOT, drop_caches, run_cli
+
+pytestmark = pytest.mark.root
+
+FIO_RANDREAD = ["--rw=randread", "--bs=4k", "--direct=1", "--size=64M", "--io_size=16M"]
+
+# every fio read, mapped through the guest extent map to an image offset and
+# through the image extent map to a host disk offset, and whether the level
+# below shows a request covering it while the read was in flight
+TRACE_THROUGH = """
+WITH r AS (SELECT * FROM vfs_io WHERE syscall = 'pread64' AND op = 'read'),
+gm AS (SELECT * FROM extent_maps WHERE role = 'guest_file' AND phase = 'end'),
+im AS (SELECT * FROM extent_maps WHERE role = 'image' AND phase = 'end'),
+p1 AS (SELECT r.ts_ns, r.end_ns, r.offset_bytes, r.bytes,
+              gm.physical_bytes + (r.offset_bytes - gm.logical_bytes) AS image_off
+       FROM r JOIN gm ON gm.ino = r.ino AND r.offset_bytes >= gm.logical_bytes
+                     AND r.offset_bytes < gm.logical_bytes + gm.length_bytes),
+p AS (SELECT p1.*, im.physical_bytes + (p1.image_off - im.logical_bytes) AS disk_off
+      FROM p1 JOIN im ON p1.image_off >= im.logical_bytes
+                     AND p1.image_off < im.logical_bytes + im.length_bytes)
+SELECT count(*) AS mapped,
+  count(*) FILTER (WHERE EXISTS (SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
+     AND v.offset_bytes <= p.image_off AND p.image_off + p.bytes <= v.offset_bytes + v.bytes
+     AND v.ts_ns BETWEEN p.ts_ns AND p.end_ns)) AS vdisk,
+  count(*) FILTER (WHERE EXISTS (SELECT 1 FROM hostfs_io h WHERE h.op = 'read'
+     AND h.offset_bytes <= p.image_off AND p.image_off + p.bytes <= h.offset_bytes + h.bytes
+     AND h.ts_ns BETWEEN p.ts_ns AND p.end_ns)) AS hostfs,
+  count(*) FILTER (WHERE EXISTS (SELECT 1 FROM disk_io d WHERE d.op = 'read'
+     AND d.offset_bytes <= p.disk_off AND p.disk_off + p.bytes <= d.offset_bytes + d.bytes
+     AND d.ts_ns BETWEEN p.ts_ns AND p.end_ns)) AS disk
+FROM p
+"""
+
+
+def fio_log_offsets(path: Path) -> list[int]:
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()   # iolog v3: time file action offset length
+        if len(parts) >= 4 and parts[-3] == "read":
+            out.append(int(parts[-2]))
+    return out
+
+
+def record_fio(lab, store: Path, tmp_path: Path, *fio_args: str, extra=()) -> tuple:
+    """Lay the file out, then record the fio job; return (session, offsets, cli result)."""
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    drop_caches()
+    log = tmp_path / "fio.iolog"
+    cmd = ["fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
+           "--output=/dev/null", f"--write_iolog={log}", *fio_args]
+    r = run_cli("record", "-o", str(store), "--stack", lab.mount, *extra, "--", *cmd)
+    return nestrace.open(store), fio_log_offsets(log), r
+
+
+def assert_traced_through(s, offsets: list[int]) -> None:
+    assert len(offsets) == 4096
+    vfs = s.rows("SELECT offset_bytes, ret_bytes FROM vfs_io WHERE syscall = 'pread64'")
+    assert sorted(r["offset_bytes"] for r in vfs) == sorted(offsets)
+    assert all(r["ret_bytes"] == 4096 for r in vfs)
+    got = s.rows(TRACE_THROUGH)[0]
+    assert got == {"mapped": 4096, "vdisk": 4096, "hostfs": 4096, "disk": 4096}
+    lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
+    assert lost == {"drops": 0, "gaps": 0}
+
+
+def test_ext4_on_xfs_every_fio_read_is_seen_at_all_four_levels(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    s, offsets, r = record_fio(lab, tmp_path / "s", tmp_path, *FIO_RANDREAD)
+    assert_traced_through(s, offsets)
+    assert "lost events: 0" in r.stdout
+    hooks = s.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"]
+    assert '"block_rq_issue": "tp_btf"' in hooks
+
+
+# each file system once as guest and once as host
+@pytest.mark.parametrize("guest,host", [("ext2", "ext3"), ("ext3", "btrfs"), ("xfs", "ext4"),
+                                        ("btrfs", "ext2")])
+def test_every_fs_as_guest_and_host_traces_through(lab_factory, tmp_path, guest, host):
+    lab = lab_factory(guest, host, guest_dio="on", host_dio="on")
+    s, offsets, _ = record_fio(lab, tmp_path / "s", tmp_path, *FIO_RANDREAD)
+    assert_traced_through(s, offsets)
+
+
+def test_raw_tp_twins_capture_the_same(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs")
+    s, offsets, _ = record_fio(lab, tmp_path / "s", tmp_path, *FIO_RANDREAD, extra=["--mode", "raw_tp"])
+    assert_traced_through(s, offsets)
+    hooks = s.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"]
+    assert '"block_rq_issue": "raw_tp"' in hooks and "tp_btf" not in hooks
+
+
+def test_buffered_image_shows_host_readahead_on_sequential_guest_read(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="off", host_dio="on")
+    s, _, _ = record_fio(lab, tmp_path / "s", tmp_path, "--rw=read", "--bs=128k",
+                         "--direct=1", "--size=64M")
+    image_ino = s.rows("SELECT backing_ino FROM device_map WHERE level = 'vdisk'")[0]["backing_ino"]
+    ra = s.rows("""SELECT count(*) AS n, sum(nr_pages) AS pages FROM pagecache_events p
+                   JOIN device_map m ON m.level = 'hostfs' AND m.dev = p.dev
+                   WHERE p.ino = ? AND p.event IN (3, 4)""", [image_ino])[0]
+    assert ra["n"] > 0
+    added = s.rows("""SELECT sum(nr_pages) AS pages FROM pagecache_events
+                      WHERE ino = ? AND event = 1""", [image_ino])[0]["pages"]
+    assert added * 4096 >= 60 << 20   # the image pages came through the host page cache
+    src = s.rows("SELECT DISTINCT source FROM hostfs_io WHERE op = 'read'")
+    assert [r["source"] for r in src] == ["xfs_file_buffered_read"]
+
+
+def test_tiny_ring_buffer_counts_losses_and_warns(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs")
+    s, _, r = record_fio(lab, tmp_path / "s", tmp_path, "--rw=randread", "--bs=4k",
+                         "--direct=1", "--size=64M", "--io_size=32M",
+                         extra=["--ringbuf-kb", "4"])
+    lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
+    assert lost["drops"] > 0
+    assert lost["gaps"] >= lost["drops"]
+    meta = s.rows("SELECT lost_total FROM capture_meta")[0]
+    assert meta["lost_total"] == lost["gaps"]
+    assert "EVENTS LOST" in r.stderr
+
+
+def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    store = tmp_path / "s"
+    proc = subprocess.Popen(NESTRACE + ["record", "-o", str(store), "--stack", lab.mount, "--",
+                                        "fio", "--name=t", f"--directory={lab.mount}",
+                                        "--ioengine=psync", "--output=/dev/null",
+                                        "--rw=randread", "--bs=4k", "--direct=1", "--size=64M",
+                                        "--time_based", "--runtime=30"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    live = None
+    deadline = time.time() + 30
+    while time.time() < deadline:   # wait until batches are on disk
+        files = list(store.glob("_live/*/block_events.arrows"))
+        if files and files[0].stat().st_size > 100_000:
+            live = files[0].parent
+            break
+        time.sleep(0.2)
+    assert live is not None, "no live batches appeared"
+    os.killpg(proc.pid, signal.SIGKILL)   # recorder, agent and fio's main process
+    proc.wait()
+    # fio's job processes run in sessions of their own
+    subprocess.run(["pkill", "-KILL", "-f", f"directory={lab.mount}"], check=False)
+    for _ in range(100):
+        if subprocess.run(["pgrep", "-f", f"directory={lab.mount}"],
+                          capture_output=True).returncode:
+            break
+        time.sleep(0.1)
+    import pyarrow as pa
+    with pa.ipc.open_stream(pa.memory_map(str(live / "block_events.arrows"))) as rd:
+        n = 0
+        try:
+            for b in rd:
+                n += b.num_rows
+        except (pa.ArrowInvalid, OSError):
+            pass  # the torn tail of a killed writer
+    assert n > 0
+    r = run_cli("seal", str(store))
+    assert "capture" in r.stdout
+    s = nestrace.open(store)
+    assert s.rows("SELECT count(*) AS n FROM disk_io")[0]["n"] > 0
+    assert s.rows("SELECT count(*) AS n FROM capture_meta")[0]["n"] == 1
+    assert not list(store.glob("_live/*"))

@@ -89,8 +89,8 @@ def _onoff(_ctx, _param, value: str) -> bool:
 
 @lab.command("up")
 @lab_name_option
-@click.option("--guest-fs", type=click.Choice(FILESYSTEMS), default="ext4", show_default=True)
-@click.option("--host-fs", type=click.Choice(FILESYSTEMS), default="xfs", show_default=True)
+@click.option("--guest-fs", default="ext4", show_default=True, help=f"One of {', '.join(FILESYSTEMS)}.")
+@click.option("--host-fs", default="xfs", show_default=True, help=f"One of {', '.join(FILESYSTEMS)}.")
 @click.option("--image-size", default="512M", show_default=True, help="Disk image size.")
 @click.option("--disk-size", default=None, help="Host disk size (default image + 256M).")
 @click.option("--guest-dio", type=click.Choice(["on", "off"]), default="on", show_default=True,

@@ -44,7 +44,7 @@ def _run(cmd: list[str], what: str) -> str:
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         msg = (r.stderr or r.stdout).strip().splitlines()
-        raise LabError(f"{what} failed: {' '.join(cmd)}: {msg[-1] if msg else r.returncode}")
+        raise LabError(f"{what} failed: {' '.join(cmd)}: {msg[0] if msg else r.returncode}")
     return r.stdout.strip()
 
 

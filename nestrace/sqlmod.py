@@ -162,7 +162,7 @@ def reference_markdown(mods: dict[str, Module]) -> str:
     views = public_views(mods)
     out = ["# SQL view reference", "",
            "GENERATED from the comment blocks in `correlate/sql/` by "
-           "`python -m nestrace.sqlmod`; `ci/check-generated` fails on drift.", ""]
+           "`python -m nestrace.viewdocs`; `ci/check-generated` fails on drift.", ""]
     for name in sorted(views):
         v = views[name]
         out += [f"## `{name}` (module `{v.module}`)", "", v.doc, "",
@@ -171,18 +171,3 @@ def reference_markdown(mods: dict[str, Module]) -> str:
             out.append(f"| `{c.name}` | {c.type} | {c.doc} |")
         out.append("")
     return "\n".join(out)
-
-
-if __name__ == "__main__":
-    import sys
-    root = SQL_DIR.parent.parent
-    target = root / "docs" / "views.md"
-    text = reference_markdown(discover())
-    if "--check" in sys.argv:
-        if not target.exists() or target.read_text() != text:
-            print(f"{target}: drifted from correlate/sql; run python -m nestrace.sqlmod",
-                  file=sys.stderr)
-            sys.exit(1)
-        sys.exit(0)
-    target.write_text(text)
-    print(f"wrote {target.relative_to(root)}")

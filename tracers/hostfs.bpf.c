@@ -8,6 +8,11 @@
 #include "common.bpf.h"
 #include "core_fixes.bpf.h"
 
+/* Keep the record types in BTF: tests check their layout against schemas/. */
+struct nt_hostfs_event *unused_hostfs_event __attribute__((unused));
+struct nt_pagecache_event *unused_pagecache_event __attribute__((unused));
+struct nt_mapping_event *unused_mapping_event __attribute__((unused));
+
 enum { S_XFS_BUF_READ = 1, S_XFS_BUF_WRITE, S_XFS_DIO_READ, S_XFS_DIO_WRITE,
        S_IOMAP_DIO, S_FILEMAP_GET_PAGES, S_EXT4_WRITE_BEGIN,
        S_EXT4_DA_WRITE_BEGIN };

@@ -6,6 +6,9 @@
 #include "common.bpf.h"
 #include "core_fixes.bpf.h"
 
+/* Keep the record types in BTF: tests check their layout against schemas/. */
+struct nt_vfs_event *unused_vfs_event __attribute__((unused));
+
 /* Only trace this process (tgid) when non-zero. */
 const volatile __u32 target_tgid = 0;
 

@@ -1,0 +1,106 @@
+"""Bad input: one clear error line, exit code 2, nothing left behind."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import NESTRACE, ROOT, loop_devices, our_mounts, run_cli
+
+
+def one_error_line(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("nestrace: error: ")
+    return lines[0]
+
+
+@pytest.fixture
+def nothing_left():
+    before = (loop_devices(), our_mounts())
+    yield
+    assert (loop_devices(), our_mounts()) == before
+
+
+def test_sql_on_a_directory_that_is_not_a_store(tmp_path):
+    (tmp_path / "x").write_text("hello")
+    line = one_error_line(run_cli("sql", str(tmp_path), "SELECT 1", check=False))
+    assert str(tmp_path) in line and "not a nestrace store" in line
+
+
+def test_sql_on_a_missing_store(tmp_path):
+    line = one_error_line(run_cli("sql", str(tmp_path / "nope"), "SELECT 1", check=False))
+    assert "no such store" in line
+
+
+def test_sql_bad_query_is_one_line(tmp_path):
+    from nestrace.store import init_store
+    init_store(tmp_path / "s")
+    line = one_error_line(run_cli("sql", str(tmp_path / "s"), "SELECT nope FROM vfs_io", check=False))
+    assert "nope" in line
+
+
+def test_sql_on_empty_store_answers_from_the_views(tmp_path):
+    from nestrace.store import init_store
+    init_store(tmp_path / "s")
+    r = run_cli("sql", str(tmp_path / "s"), "SELECT count(*) AS n FROM disk_io", "--json")
+    assert '"n": 0' in r.stdout
+
+
+@pytest.mark.root
+def test_unknown_file_system(nothing_left):
+    line = one_error_line(run_cli("lab", "up", "--name", "tbad", "--guest-fs", "zfs", check=False))
+    assert "unknown guest file system 'zfs'" in line
+
+
+@pytest.mark.root
+def test_failure_half_way_up_leaves_nothing(nothing_left):
+    # the disk loop device is attached before mkfs of the host FS fails
+    line = one_error_line(run_cli("lab", "up", "--name", "tbad2", "--host-fs", "xfs",
+                                  "--host-block-size", "3000", check=False))
+    assert "mkfs.xfs (host) failed" in line
+    assert not (ROOT / "x").exists()
+    r = run_cli("lab", "list")
+    assert "tbad2" not in r.stdout
+
+
+@pytest.mark.root
+def test_mount_point_that_is_not_a_nested_stack(tmp_path, nothing_left):
+    line = one_error_line(run_cli("record", "-o", str(tmp_path / "s"), "--stack", "/",
+                                  "--duration", "1", check=False))
+    assert "not a loop device: not a nested stack" in line
+    line = one_error_line(run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(tmp_path),
+                                  "--duration", "1", check=False))
+    assert "not a mount point" in line
+
+
+@pytest.mark.root
+def test_no_btf_is_refused(tmp_path, nothing_left):
+    env = os.environ | {"NESTRACE_BTF": "/nonexistent/vmlinux"}
+    line = one_error_line(run_cli("record", "-o", str(tmp_path / "s"), "--stack", "/",
+                                  check=False, env=env))
+    assert "no kernel BTF" in line
+
+
+@pytest.mark.root
+def test_no_privileges_is_refused(tmp_path, nothing_left):
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        *NESTRACE, "lab", "up", "--name", "tnobody"],
+                       capture_output=True, text=True, cwd="/")
+    line = one_error_line(r)
+    assert "needs root" in line
+
+
+def test_every_cli_command_is_documented_in_the_readme():
+    from nestrace.cli import cli
+    readme = (ROOT / "README.md").read_text()
+    names = []
+    for name, cmd in cli.commands.items():
+        names.append(name)
+        if hasattr(cmd, "commands"):
+            names += [f"{name} {sub}" for sub in cmd.commands]
+    missing = [n for n in names if f"`{n.split()[0]}" not in readme]
+    assert missing == []

@@ -1,0 +1,101 @@
+"""Diff tests for the public views: hand-built rows, one query, exact rows."""
+from __future__ import annotations
+
+import pytest
+
+from nestrace import sqlmod
+from nestrace.session import Session
+from rows import CAP, DISK, VDISK, blk, capture_meta, device_map, hostfs, vfs
+
+
+def session(**tables) -> Session:
+    base = {"capture_meta": capture_meta(), "device_map": device_map()}
+    return Session.from_tables(base | tables)
+
+
+def test_every_public_view_column_is_documented():
+    s = session()
+    assert sqlmod.check_docs(s.con, s.modules) == []
+
+
+def test_undocumented_column_is_caught(tmp_path, monkeypatch):
+    d = tmp_path / "sql" / "foo"
+    d.mkdir(parents=True)
+    (d / "bar.sql").write_text("-- A view.\n-- @column a INTEGER the a\n"
+                               "CREATE VIEW foo_bar AS SELECT 1 AS a, 2 AS b;\n")
+    mods = sqlmod.discover(tmp_path / "sql")
+    s = session()
+    s.con.execute(mods["foo.bar"].text)
+    assert sqlmod.check_docs(s.con, mods) == ["foo.bar: view foo_bar: column b is not documented"]
+
+
+def test_module_with_side_effects_is_refused(tmp_path):
+    d = tmp_path / "sql" / "foo"
+    d.mkdir(parents=True)
+    (d / "bar.sql").write_text("DROP TABLE x;\n")
+    with pytest.raises(sqlmod.ModuleError, match="bar.sql:1: modules only create"):
+        sqlmod.discover(tmp_path / "sql")
+
+
+def test_block_request_phases_from_q_g_i_d_c():
+    ev = [blk("Q", 100, bio=1, sector=64), blk("G", 110, bio=1, sector=64),
+          blk("I", 130, rq=9, bio=1, sector=64), blk("D", 160, rq=9, bio=1, sector=64),
+          blk("C", 1160, rq=9, bio=1, sector=64)]
+    s = session(block_events=ev)
+    got = s.rows("SELECT level, q2g_ns, g2i_ns, i2d_ns, d2c_ns, q2c_ns, sector, offset_bytes, "
+                 "bytes, op, rwbs FROM disk_io")
+    assert got == [{"level": "disk", "q2g_ns": 10, "g2i_ns": 20, "i2d_ns": 30, "d2c_ns": 1000,
+                    "q2c_ns": 1060, "sector": 64, "offset_bytes": 32768, "bytes": 4096,
+                    "op": "read", "rwbs": "R"}]
+
+
+def test_request_without_insert_has_null_insert_phases_and_stale_insert_is_ignored():
+    ev = [blk("I", 10, rq=9, bio=5),              # an earlier life of request address 9
+          blk("D", 20, rq=9, bio=5), blk("C", 30, rq=9, bio=5),
+          blk("Q", 100, bio=1), blk("G", 105, bio=1),
+          blk("D", 120, rq=9, bio=1, op=1, flags=1 | 8), blk("C", 220, rq=9, bio=1, op=1)]
+    s = session(block_events=ev)
+    got = s.rows("SELECT d_ns, i_ns, g2i_ns, i2d_ns, d2c_ns, q2c_ns, op, rwbs FROM disk_io "
+                 "ORDER BY d_ns")
+    assert got[1] == {"d_ns": 120, "i_ns": None, "g2i_ns": None, "i2d_ns": None,
+                      "d2c_ns": 100, "q2c_ns": 120, "op": "write", "rwbs": "WFS"}
+
+
+def test_vdisk_and_disk_views_split_by_device_level():
+    from rows import GUEST
+    dm = device_map()
+    dm[1]["dev"] = (7 << 20) | 5      # a distinct virtual disk
+    ev = [blk("D", 1, dev=(7 << 20) | 5, rq=1), blk("C", 2, dev=(7 << 20) | 5, rq=1),
+          blk("D", 3, dev=DISK, rq=2), blk("C", 4, dev=DISK, rq=2),
+          blk("D", 5, dev=(9 << 20), rq=3)]  # untraced device: in no view
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": dm, "block_events": ev})
+    assert s.rows("SELECT d_ns FROM vdisk_io") == [{"d_ns": 1}]
+    assert s.rows("SELECT d_ns FROM disk_io") == [{"d_ns": 3}]
+
+
+def test_vfs_io_names_syscalls_and_ops():
+    ev = [vfs(100, 50, off=4096, syscall=3), vfs(200, 10, off=0, syscall=4, ret=-5, f_flags=0o40000),
+          vfs(300, 7, off=-1, req=0, ret=0, syscall=11)]
+    s = session(vfs_events=ev)
+    got = s.rows("SELECT ts_ns, end_ns, syscall, op, offset_bytes, ret_bytes, bytes, direct, machine "
+                 "FROM vfs_io ORDER BY ts_ns")
+    assert got == [
+        {"ts_ns": 100, "end_ns": 150, "syscall": "pread64", "op": "read", "offset_bytes": 4096,
+         "ret_bytes": 4096, "bytes": 4096, "direct": False, "machine": "m1"},
+        {"ts_ns": 200, "end_ns": 210, "syscall": "pwrite64", "op": "write", "offset_bytes": 0,
+         "ret_bytes": 0, "bytes": 0, "direct": True, "machine": "m1"},
+        {"ts_ns": 300, "end_ns": 307, "syscall": "fsync", "op": "sync", "offset_bytes": -1,
+         "ret_bytes": 0, "bytes": 0, "direct": False, "machine": "m1"}]
+
+
+@pytest.mark.parametrize("host_fs,expected", [
+    ("xfs", ["xfs_file_direct_read"]),
+    ("ext4", ["iomap_dio_rw_begin", "mm_filemap_get_pages"]),
+])
+def test_hostfs_io_uses_exact_xfs_events_and_generic_ones_elsewhere(host_fs, expected):
+    ev = [hostfs(10, 0, 4096, source=3, flags=1), hostfs(11, 0, 4096, source=5, flags=1),
+          hostfs(20, 8192, 8192, source=6)]
+    s = Session.from_tables({"capture_meta": capture_meta(),
+                             "device_map": device_map(host_fs=host_fs), "hostfs_events": ev})
+    got = [r["source"] for r in s.rows("SELECT source FROM hostfs_io ORDER BY ts_ns")]
+    assert got == expected

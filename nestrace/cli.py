@@ -274,6 +274,38 @@ def _shell(s) -> None:
                 click.echo(f"error: {str(e).splitlines()[0]}", err=True)
 
 
+@cli.command("report")
+@click.argument("store", type=click.Path())
+@click.option("--capture", default=None, help="Capture id (default: the newest).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (keys: docs/report.md).")
+@user_errors
+def report_cmd(store, capture, as_json) -> None:
+    """Per-level and cross-level report: sizes, seeks, phases, amplification,
+    attribution, read-modify-write, readahead, sync, lost events."""
+    from .report import build, render
+    from .session import Session
+    with Session(check_store(store)) as s:
+        try:
+            rep = build(s, capture)
+        except ValueError as e:
+            raise UserError(f"{store}: {e}") from None
+    if as_json:
+        click.echo(json.dumps(rep, indent=1, default=str))
+    else:
+        render(rep)
+
+
+@cli.command("correlate")
+@click.argument("store", type=click.Path())
+@click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB.")
+@user_errors
+def correlate_cmd(store, memory_limit) -> None:
+    """Materialize the cross-level links into the store (idempotent)."""
+    from .report import correlate
+    for cid, n in correlate(store, memory_limit).items():
+        click.echo(f"capture {cid}: {n} links")
+
+
 @cli.command("summary")
 @click.argument("store", type=click.Path())
 @click.option("--capture", default=None, help="Capture id (default: the newest).")

@@ -48,6 +48,19 @@ class Session:
         self.modules = sqlmod.discover()
         for m in sqlmod.load_order(self.modules):
             self.con.execute(m.text)
+        self._use_materialized_links()
+
+    def _use_materialized_links(self) -> None:
+        """Read links from the store where `nestrace correlate` saved them;
+        compute them for the other captures."""
+        if not self.store or not list(self.store.glob("links/capture=*/*.parquet")):
+            return
+        glob = str(self.store / "links" / "capture=*" / "*.parquet").replace("'", "''")
+        self.con.execute(f"CREATE OR REPLACE VIEW _links_stored AS SELECT * FROM "
+                         f"read_parquet('{glob}', hive_partitioning = false)")
+        self.con.execute("CREATE OR REPLACE VIEW links AS SELECT * FROM _links_stored UNION ALL "
+                         "SELECT * FROM _links_computed WHERE capture_id NOT IN "
+                         "(SELECT DISTINCT capture_id FROM _links_stored)")
 
     @classmethod
     def from_tables(cls, tables: dict[str, pa.Table]) -> "Session":
@@ -81,6 +94,49 @@ class Session:
         cur = self.con.execute(sql, params or [])
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    # ---- metrics: each returns an Arrow table, optionally for one capture ----
+    def _view(self, name: str, capture_id: str | None) -> pa.Table:
+        if capture_id is None:
+            return self.query(f"SELECT * FROM {name}")
+        return self.query(f"SELECT * FROM {name} WHERE capture_id = ?", [capture_id])
+
+    def links(self, capture_id: str | None = None) -> pa.Table:
+        """Each lower request tied to the upper event(s) that caused it."""
+        return self._view("links", capture_id)
+
+    def amplification(self, capture_id: str | None = None) -> pa.Table:
+        """Bytes per level and op, with ratios to the level above and the app."""
+        return self._view("amplification", capture_id)
+
+    def phases(self, capture_id: str | None = None) -> pa.Table:
+        """btt phases (Q2G, G2I, I2D, D2C, Q2C, Q2M) per device."""
+        return self._view("phases_stats", capture_id)
+
+    def seek_distances(self, capture_id: str | None = None) -> pa.Table:
+        """Seek distance of every I/O after the first of its stream."""
+        return self._view("seek_distances", capture_id)
+
+    def seek_summary(self, capture_id: str | None = None) -> pa.Table:
+        return self._view("seek_summary", capture_id)
+
+    def size_histogram(self, capture_id: str | None = None) -> pa.Table:
+        """I/O sizes per level in vscsiStats bins."""
+        return self._view("size_histogram", capture_id)
+
+    def merge_ratio(self, capture_id: str | None = None) -> pa.Table:
+        return self._view("size_merge_ratio", capture_id)
+
+    def readahead(self, capture_id: str | None = None) -> pa.Table:
+        """Readahead bytes per level, used and unused."""
+        return self._view("readahead_summary", capture_id)
+
+    def rmw(self, capture_id: str | None = None) -> pa.Table:
+        """Read-modify-write per hop."""
+        return self._view("rmw_summary", capture_id)
+
+    def sync_transform(self, capture_id: str | None = None) -> pa.Table:
+        return self._view("sync_transform", capture_id)
 
     def views(self) -> list[str]:
         """Public views, by name."""

@@ -69,7 +69,7 @@ def _parse(path: Path, name: str) -> Module:
         line_no = text[:m.start()].count("\n")
         if obj.startswith("_"):
             continue
-        if not obj.startswith(package + "_"):
+        if obj != package and not obj.startswith(package + "_"):
             raise ModuleError(f"{path}:{line_no + 1}: public name {obj!r} must start "
                               f"with the package name {package!r}_ (or _ if internal)")
         if kind != "VIEW":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 CAP = "c1"
 GUEST, VDISK, HOSTFS, DISK = (7 << 20) | 1, (7 << 20) | 1, (7 << 20) | 0, (7 << 20) | 0
+# (in the lab the guest FS is on the vdisk and the host FS on the disk: same dev_t)
 
 
 def capture_meta(**kw):
@@ -49,3 +50,29 @@ def hostfs(ts, off, nbytes, source, op=0, flags=0, ino=131, dev=HOSTFS):
     return _hdr(3, ts) | {"ino": ino, "offset_bytes": off, "bytes": nbytes, "isize_bytes": 1 << 29,
                           "dev": dev, "pid": 1, "iocb_flags": flags, "source": source, "op": op,
                           "comm": "loop1"}
+
+
+def extents(guest=((0, 4 << 20, 1 << 20),), image=((0, 100 << 20, 64 << 20),), ino=12):
+    """Extent rows: guest file (logical, physical on vdisk, length), image
+    (logical, physical on disk, length); end snapshots."""
+    base = {"capture_id": CAP, "phase": "end", "path": "", "flags": 0}
+    rows = [base | {"role": "guest_file", "dev": GUEST, "ino": ino, "logical_bytes": lo,
+                    "physical_bytes": ph, "length_bytes": ln} for lo, ph, ln in guest]
+    rows += [base | {"role": "image", "dev": HOSTFS, "ino": 131, "logical_bytes": lo,
+                     "physical_bytes": ph, "length_bytes": ln} for lo, ph, ln in image]
+    return rows
+
+
+def request(q, d, c, dev, offset, nbytes, rq, bio, op=0, flags=0):
+    """Q, G, D, C events of one request at a byte offset."""
+    sec = offset // 512
+    nr = nbytes // 512
+    return [blk("Q", q, dev=dev, sector=sec, nr=nr, bio=bio, op=op, flags=flags),
+            blk("G", q + 1, dev=dev, sector=sec, nr=nr, bio=bio, op=op, flags=flags),
+            blk("D", d, dev=dev, sector=sec, nr=nr, rq=rq, bio=bio, op=op, flags=flags),
+            blk("C", c, dev=dev, sector=sec, nr=nr, rq=rq, bio=bio, op=op, flags=flags)]
+
+
+def pagecache(ts, index, nr_pages, event, ino=12, dev=GUEST):
+    return _hdr(4, ts) | {"ino": ino, "index": index, "nr_pages": nr_pages, "aux": 0, "dev": dev,
+                          "pid": 1, "event": event, "comm": "t"}

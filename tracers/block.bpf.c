@@ -11,10 +11,10 @@ struct nt_block_event *unused_block_event __attribute__((unused));
 enum { A_Q = 1, A_BACKMERGE, A_FRONTMERGE, A_G, A_I, A_D, A_C, A_X,
        A_RQ_MERGE, A_REQUEUE };
 
-static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux)
+static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, const bool btf)
 {
 	struct nt_block_event *e;
-	__u32 dev = bio__dev(bio);
+	__u32 dev = bio__dev(bio, btf);
 	__u32 opf;
 
 	if (!dev__has(dev, NT_ROLE_BLOCK)) {
@@ -24,9 +24,9 @@ static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux)
 	e = RESERVE(block_event, BLOCK_EVENT, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
-	opf = BPF_CORE_READ(bio, bi_opf);
-	e->sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
-	e->nr_sectors = BPF_CORE_READ(bio, bi_iter.bi_size) >> 9;
+	opf = RD1(btf, bio, bi_opf);
+	e->sector = RD1(btf, bio, bi_iter.bi_sector);
+	e->nr_sectors = RD1(btf, bio, bi_iter.bi_size) >> 9;
 	e->rq_id = 0;
 	e->bio_id = (__u64)bio;
 	e->aux_sector = aux;
@@ -43,10 +43,10 @@ static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux)
 }
 
 static __always_inline int rq__emit(struct request *rq, __u16 action,
-				    int error, __u32 nr_bytes)
+				    int error, __u32 nr_bytes, const bool btf)
 {
 	struct nt_block_event *e;
-	__u32 dev = rq__dev(rq);
+	__u32 dev = rq__dev(rq, btf);
 	__u32 opf;
 
 	if (!dev__has(dev, NT_ROLE_BLOCK)) {
@@ -56,12 +56,12 @@ static __always_inline int rq__emit(struct request *rq, __u16 action,
 	e = RESERVE(block_event, BLOCK_EVENT, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
-	opf = BPF_CORE_READ(rq, cmd_flags);
-	e->sector = BPF_CORE_READ(rq, __sector);
+	opf = RD1(btf, rq, cmd_flags);
+	e->sector = RD1(btf, rq, __sector);
 	/* like the kernel's own trace: completion reports the bytes done */
-	e->nr_sectors = (action == A_C ? nr_bytes : BPF_CORE_READ(rq, __data_len)) >> 9;
+	e->nr_sectors = (action == A_C ? nr_bytes : RD1(btf, rq, __data_len)) >> 9;
 	e->rq_id = (__u64)rq;
-	e->bio_id = (__u64)BPF_CORE_READ(rq, bio);
+	e->bio_id = (__u64)RD1(btf, rq, bio);
 	e->aux_sector = 0;
 	e->dev = dev;
 	e->pid = task__tgid();
@@ -75,16 +75,16 @@ static __always_inline int rq__emit(struct request *rq, __u16 action,
 	return 0;
 }
 
-NT_TWIN(block_bio_queue) { return bio__emit(ARG(0, struct bio *), A_Q, 0); }
-NT_TWIN(block_bio_backmerge) { return bio__emit(ARG(0, struct bio *), A_BACKMERGE, 0); }
-NT_TWIN(block_bio_frontmerge) { return bio__emit(ARG(0, struct bio *), A_FRONTMERGE, 0); }
-NT_TWIN(block_getrq) { return bio__emit(ARG(0, struct bio *), A_G, 0); }
-NT_TWIN(block_split) { return bio__emit(ARG(0, struct bio *), A_X, (__u32)ctx[1]); }
-NT_TWIN(block_rq_insert) { return rq__emit(ARG(0, struct request *), A_I, 0, 0); }
-NT_TWIN(block_rq_issue) { return rq__emit(ARG(0, struct request *), A_D, 0, 0); }
-NT_TWIN(block_rq_merge) { return rq__emit(ARG(0, struct request *), A_RQ_MERGE, 0, 0); }
-NT_TWIN(block_rq_requeue) { return rq__emit(ARG(0, struct request *), A_REQUEUE, 0, 0); }
+NT_TWIN(block_bio_queue) { return bio__emit(ARG(0, struct bio *), A_Q, 0, btf); }
+NT_TWIN(block_bio_backmerge) { return bio__emit(ARG(0, struct bio *), A_BACKMERGE, 0, btf); }
+NT_TWIN(block_bio_frontmerge) { return bio__emit(ARG(0, struct bio *), A_FRONTMERGE, 0, btf); }
+NT_TWIN(block_getrq) { return bio__emit(ARG(0, struct bio *), A_G, 0, btf); }
+NT_TWIN(block_split) { return bio__emit(ARG(0, struct bio *), A_X, (__u32)ctx[1], btf); }
+NT_TWIN(block_rq_insert) { return rq__emit(ARG(0, struct request *), A_I, 0, 0, btf); }
+NT_TWIN(block_rq_issue) { return rq__emit(ARG(0, struct request *), A_D, 0, 0, btf); }
+NT_TWIN(block_rq_merge) { return rq__emit(ARG(0, struct request *), A_RQ_MERGE, 0, 0, btf); }
+NT_TWIN(block_rq_requeue) { return rq__emit(ARG(0, struct request *), A_REQUEUE, 0, 0, btf); }
 NT_TWIN(block_rq_complete)
 {
-	return rq__emit(ARG(0, struct request *), A_C, (__u8)ctx[1], (__u32)ctx[2]);
+	return rq__emit(ARG(0, struct request *), A_C, (__u8)ctx[1], (__u32)ctx[2], btf);
 }

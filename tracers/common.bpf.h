@@ -15,6 +15,27 @@
 #include "nestrace_records.h"
 #include "nestrace_bpf.h"
 
+/* Twin programs: one body, attached as tp_btf where BTF-typed tracepoints
+ * work and as raw_tp otherwise.  The agent keeps one of each pair by
+ * probe (bpf_program__set_autoload).  The body gets `btf` as a compile-time
+ * constant: tp_btf pointers are trusted, so fields are loaded directly
+ * (cheap); raw_tp bodies read them with BPF_CORE_READ (a helper call per
+ * field).  RDn(btf, p, f...) picks one; both are CO-RE relocated. */
+#define NT_TWIN(tp)							\
+	static __always_inline int tp##__body(unsigned long long *ctx,	\
+					      const bool btf);		\
+	SEC("tp_btf/" #tp) int tp##_btf(unsigned long long *ctx)	\
+	{ return tp##__body(ctx, true); }				\
+	SEC("raw_tp/" #tp) int tp##_raw(unsigned long long *ctx)	\
+	{ return tp##__body(ctx, false); }				\
+	static __always_inline int tp##__body(unsigned long long *ctx,	\
+					      const bool btf)
+
+#define RD1(btf, p, a) ((btf) ? (p)->a : BPF_CORE_READ(p, a))
+#define RD2(btf, p, a, b) ((btf) ? (p)->a->b : BPF_CORE_READ(p, a, b))
+#define RD3(btf, p, a, b, c) ((btf) ? (p)->a->b->c : BPF_CORE_READ(p, a, b, c))
+
+
 /* Wake the agent only once this many bytes wait in the ring buffer; the
  * agent polls on a timer anyway.  A wake-up per record costs 40-70 % of
  * IOPS on a small VM. */
@@ -60,7 +81,7 @@ static __always_inline void counters__filtered(void)
 	struct nt_cpu_counters *c = counters__get();
 
 	if (c)
-		__sync_fetch_and_add(&c->filtered, 1);
+		c->filtered++;	/* a statistic: a lost increment under preemption is harmless */
 }
 
 /* Reserve a record and fill its header.  Every attempt takes a sequence
@@ -119,10 +140,10 @@ static __always_inline bool ino__has(__u32 dev, __u64 ino, __u32 role)
 /* A file is traced for `role` if its inode is in the inode set, or its
  * whole file system device is. */
 static __always_inline bool inode__wanted(struct inode *inode, __u32 role,
-					  __u32 *dev, __u64 *ino)
+					  __u32 *dev, __u64 *ino, const bool btf)
 {
-	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	*ino = BPF_CORE_READ(inode, i_ino);
+	*dev = RD2(btf, inode, i_sb, s_dev);
+	*ino = RD1(btf, inode, i_ino);
 	if (ino__has(*dev, *ino, role) || dev__has(*dev, role))
 		return true;
 	counters__filtered();
@@ -133,18 +154,6 @@ static __always_inline __u32 task__tgid(void)
 {
 	return bpf_get_current_pid_tgid() >> 32;
 }
-
-/* Twin programs: one body, attached as tp_btf where BTF-typed tracepoints
- * work and as raw_tp otherwise.  The agent keeps one of each pair by
- * probe (bpf_program__set_autoload).  Bodies only use BPF_CORE_READ, which
- * is valid on both the trusted tp_btf pointers and the raw_tp ones. */
-#define NT_TWIN(tp)						\
-	static __always_inline int tp##__body(unsigned long long *ctx);	\
-	SEC("tp_btf/" #tp) int tp##_btf(unsigned long long *ctx)	\
-	{ return tp##__body(ctx); }					\
-	SEC("raw_tp/" #tp) int tp##_raw(unsigned long long *ctx)	\
-	{ return tp##__body(ctx); }					\
-	static __always_inline int tp##__body(unsigned long long *ctx)
 
 #define ARG(i, type) ((type)ctx[i])
 

@@ -19,28 +19,29 @@ struct request___old {
 	struct gendisk *rq_disk;
 } __attribute__((preserve_access_index));
 
-static __always_inline __u32 disk__devt(struct gendisk *disk)
+static __always_inline __u32 disk__devt(struct gendisk *disk, const bool btf)
 {
-	__u32 major = BPF_CORE_READ(disk, major);
-	__u32 minor = BPF_CORE_READ(disk, first_minor);
+	__u32 major = RD1(btf, disk, major);
+	__u32 minor = RD1(btf, disk, first_minor);
 
 	return (major << 20) | minor;	/* kernel MKDEV */
 }
 
-static __always_inline __u32 bio__dev(struct bio *bio)
+static __always_inline __u32 bio__dev(struct bio *bio, const bool btf)
 {
 	if (bpf_core_field_exists(bio->bi_bdev))
-		return BPF_CORE_READ(bio, bi_bdev, bd_dev);
-	return disk__devt(BPF_CORE_READ((struct bio___old *)bio, bi_disk));
+		return RD2(btf, bio, bi_bdev, bd_dev);
+	/* flavour structs are not BTF-typed: always probe-read them */
+	return disk__devt(BPF_CORE_READ((struct bio___old *)bio, bi_disk), false);
 }
 
-static __always_inline __u32 rq__dev(struct request *rq)
+static __always_inline __u32 rq__dev(struct request *rq, const bool btf)
 {
 	struct request___old *old = (void *)rq;
 
 	if (bpf_core_field_exists(old->rq_disk))
-		return disk__devt(BPF_CORE_READ(old, rq_disk));
-	return disk__devt(BPF_CORE_READ(rq, q, disk));
+		return disk__devt(BPF_CORE_READ(old, rq_disk), false);
+	return disk__devt(RD2(btf, rq, q, disk), btf);
 }
 
 /* REQ_* flag bit positions moved several times (v4.10, v5.19, v6.0);
@@ -111,9 +112,9 @@ static __always_inline __u64 folio__nr_pages(struct folio *folio)
 	return 1UL << (BPF_CORE_READ(folio, _flags_1) & 0xff);
 }
 
-static __always_inline struct inode *folio__inode(struct folio *folio)
+static __always_inline struct inode *folio__inode(struct folio *folio, const bool btf)
 {
-	return BPF_CORE_READ(folio, mapping, host);
+	return RD2(btf, folio, mapping, host);
 }
 
 #endif /* NESTRACE_CORE_FIXES_BPF_H */

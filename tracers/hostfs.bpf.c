@@ -23,13 +23,13 @@ enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS };
 
 static __always_inline int access__emit(struct inode *inode, __s64 offset,
 					__u64 bytes, __u32 flags,
-					__u16 source, __u16 op)
+					__u16 source, __u16 op, const bool btf)
 {
 	struct nt_hostfs_event *e;
 	__u32 dev;
 	__u64 ino;
 
-	if (!inode__wanted(inode, NT_ROLE_FILE, &dev, &ino))
+	if (!inode__wanted(inode, NT_ROLE_FILE, &dev, &ino, btf))
 		return 0;
 	e = RESERVE(hostfs_event, HOSTFS_EVENT, bpf_ktime_get_ns());
 	if (!e)
@@ -37,7 +37,7 @@ static __always_inline int access__emit(struct inode *inode, __s64 offset,
 	e->ino = ino;
 	e->offset_bytes = offset;
 	e->bytes = bytes;
-	e->isize_bytes = BPF_CORE_READ(inode, i_size);
+	e->isize_bytes = RD1(btf, inode, i_size);
 	e->dev = dev;
 	e->pid = task__tgid();
 	e->iocb_flags = flags;
@@ -49,30 +49,30 @@ static __always_inline int access__emit(struct inode *inode, __s64 offset,
 }
 
 static __always_inline int kiocb__emit(struct kiocb *iocb, struct iov_iter *iter,
-				       __u16 source, __u16 op)
+				       __u16 source, __u16 op, const bool btf)
 {
-	struct inode *inode = BPF_CORE_READ(iocb, ki_filp, f_inode);
-	int ki_flags = BPF_CORE_READ(iocb, ki_flags);
+	struct inode *inode = RD2(btf, iocb, ki_filp, f_inode);
+	int ki_flags = RD1(btf, iocb, ki_flags);
 
 	if (op > HOP_WRITE)	/* iomap dio: direction from the iocb */
 		op = (ki_flags & NT_IOCB_WRITE) ? HOP_WRITE : HOP_READ;
-	return access__emit(inode, BPF_CORE_READ(iocb, ki_pos),
-			    BPF_CORE_READ(iter, count), iocb__nt_flags(ki_flags),
-			    source, op);
+	return access__emit(inode, RD1(btf, iocb, ki_pos),
+			    RD1(btf, iter, count), iocb__nt_flags(ki_flags),
+			    source, op, btf);
 }
 
 /* xfs: one event per read_iter/write_iter call, exact offset and count. */
 NT_TWIN(xfs_file_buffered_read)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_BUF_READ, HOP_READ); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_BUF_READ, HOP_READ, btf); }
 NT_TWIN(xfs_file_buffered_write)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_BUF_WRITE, HOP_WRITE); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_BUF_WRITE, HOP_WRITE, btf); }
 NT_TWIN(xfs_file_direct_read)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_DIO_READ, HOP_READ); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_DIO_READ, HOP_READ, btf); }
 NT_TWIN(xfs_file_direct_write)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_DIO_WRITE, HOP_WRITE); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_DIO_WRITE, HOP_WRITE, btf); }
 /* Every iomap file system's direct I/O (xfs, ext2/3/4, btrfs). */
 NT_TWIN(iomap_dio_rw_begin)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_IOMAP_DIO, 0xff); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_IOMAP_DIO, 0xff, btf); }
 
 /* Buffered reads of every file system: filemap_read() asks for pages. */
 NT_TWIN(mm_filemap_get_pages)
@@ -80,18 +80,18 @@ NT_TWIN(mm_filemap_get_pages)
 	struct address_space *m = ARG(0, struct address_space *);
 	__u64 first = ctx[1], last = ctx[2];
 
-	return access__emit(BPF_CORE_READ(m, host), first << 12,
-			    (last - first + 1) << 12, 0, S_FILEMAP_GET_PAGES, HOP_READ);
+	return access__emit(RD1(btf, m, host), first << 12,
+			    (last - first + 1) << 12, 0, S_FILEMAP_GET_PAGES, HOP_READ, btf);
 }
 
 /* ext2/3/4 buffered writes, one event per page-sized chunk. */
 NT_TWIN(ext4_write_begin)
-{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, S_EXT4_WRITE_BEGIN, HOP_WRITE); }
+{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, S_EXT4_WRITE_BEGIN, HOP_WRITE, btf); }
 NT_TWIN(ext4_da_write_begin)
-{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, S_EXT4_DA_WRITE_BEGIN, HOP_WRITE); }
+{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, S_EXT4_DA_WRITE_BEGIN, HOP_WRITE, btf); }
 
 static __always_inline int cache__emit(struct inode *inode, __u64 index,
-				       __u64 nr_pages, __u64 aux, __u16 event)
+				       __u64 nr_pages, __u64 aux, __u16 event, const bool btf)
 {
 	struct nt_pagecache_event *e;
 	__u32 dev;
@@ -99,7 +99,7 @@ static __always_inline int cache__emit(struct inode *inode, __u64 index,
 
 	if (!inode)
 		return 0;
-	if (!inode__wanted(inode, NT_ROLE_CACHE, &dev, &ino))
+	if (!inode__wanted(inode, NT_ROLE_CACHE, &dev, &ino, btf))
 		return 0;
 	e = RESERVE(pagecache_event, PAGECACHE_EVENT, bpf_ktime_get_ns());
 	if (!e)
@@ -118,58 +118,91 @@ static __always_inline int cache__emit(struct inode *inode, __u64 index,
 	return 0;
 }
 
-static __always_inline int folio__emit(struct folio *folio, __u16 event)
+static __always_inline int folio__emit(struct folio *folio, __u16 event, const bool btf)
 {
-	return cache__emit(folio__inode(folio), BPF_CORE_READ(folio, index),
-			   folio__nr_pages(folio), 0, event);
+	struct inode *inode = folio__inode(folio, btf);
+
+	if (!inode)
+		return 0;
+	return cache__emit(inode, BPF_CORE_READ(folio, index),
+			   folio__nr_pages(folio), 0, event, btf);
 }
 
-NT_TWIN(mm_filemap_add_to_page_cache) { return folio__emit(ARG(0, struct folio *), P_ADD); }
-NT_TWIN(mm_filemap_delete_from_page_cache) { return folio__emit(ARG(0, struct folio *), P_DELETE); }
-NT_TWIN(writeback_dirty_folio) { return folio__emit(ARG(0, struct folio *), P_DIRTY); }
+NT_TWIN(mm_filemap_add_to_page_cache) { return folio__emit(ARG(0, struct folio *), P_ADD, btf); }
+NT_TWIN(mm_filemap_delete_from_page_cache) { return folio__emit(ARG(0, struct folio *), P_DELETE, btf); }
+NT_TWIN(writeback_dirty_folio) { return folio__emit(ARG(0, struct folio *), P_DIRTY, btf); }
 
 NT_TWIN(page_cache_sync_ra)
 {
 	struct file_ra_state *ra = ARG(2, struct file_ra_state *);
 
-	return cache__emit(ARG(0, struct inode *), ctx[1], BPF_CORE_READ(ra, ra_pages),
-			   ctx[3], P_SYNC_RA);
+	return cache__emit(ARG(0, struct inode *), ctx[1], RD1(btf, ra, ra_pages),
+			   ctx[3], P_SYNC_RA, btf);
 }
 NT_TWIN(page_cache_async_ra)
 {
 	struct file_ra_state *ra = ARG(2, struct file_ra_state *);
 
-	return cache__emit(ARG(0, struct inode *), ctx[1], BPF_CORE_READ(ra, ra_pages),
-			   ctx[3], P_ASYNC_RA);
+	return cache__emit(ARG(0, struct inode *), ctx[1], RD1(btf, ra, ra_pages),
+			   ctx[3], P_ASYNC_RA, btf);
 }
 NT_TWIN(page_cache_ra_unbounded)
 {
-	return cache__emit(ARG(0, struct inode *), ctx[1], ctx[2], ctx[3], P_RA_UNBOUNDED);
+	return cache__emit(ARG(0, struct inode *), ctx[1], ctx[2], ctx[3], P_RA_UNBOUNDED, btf);
 }
 NT_TWIN(page_cache_ra_order)
 {
 	struct file_ra_state *ra = ARG(2, struct file_ra_state *);
 
-	return cache__emit(ARG(0, struct inode *), ctx[1], BPF_CORE_READ(ra, size),
-			   BPF_CORE_READ(ra, async_size), P_RA_ORDER);
+	return cache__emit(ARG(0, struct inode *), ctx[1], RD1(btf, ra, size),
+			   RD1(btf, ra, async_size), P_RA_ORDER, btf);
 }
 NT_TWIN(iomap_writeback_folio)
 {
 	__u64 pos = ctx[1], len = ctx[2];
 
-	return cache__emit(ARG(0, struct inode *), pos >> 12, (len + 4095) >> 12, 0, P_WRITEBACK);
+	return cache__emit(ARG(0, struct inode *), pos >> 12, (len + 4095) >> 12, 0, P_WRITEBACK, btf);
 }
+
+/* Mappings already reported: direct I/O looks the same mapping up on
+ * every request; report each (inode, offset, address, length, type) once. */
+struct map_key {
+	__u64 ino;
+	__u64 file_off;
+	__u64 disk;
+	__u64 len;
+	__u32 dev;
+	__u32 type;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct map_key);
+	__type(value, __u8);
+} seen_maps SEC(".maps");
 
 static __always_inline int map__emit(struct inode *inode, __u64 file_off,
 				     __u64 disk, __u64 len, __u16 type,
-				     __u16 source, __u32 flags)
+				     __u16 source, __u32 flags, const bool btf)
 {
 	struct nt_mapping_event *e;
+	struct map_key k = {};
+	__u8 one = 1;
 	__u32 dev;
 	__u64 ino;
 
-	if (!inode__wanted(inode, NT_ROLE_MAP, &dev, &ino))
+	if (!inode__wanted(inode, NT_ROLE_MAP, &dev, &ino, btf))
 		return 0;
+	k.ino = ino;
+	k.file_off = file_off;
+	k.disk = disk;
+	k.len = len;
+	k.dev = dev;
+	k.type = type;
+	if (bpf_map_lookup_elem(&seen_maps, &k))
+		return 0;
+	bpf_map_update_elem(&seen_maps, &k, &one, BPF_ANY);
 	e = RESERVE(mapping_event, MAPPING_EVENT, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
@@ -186,15 +219,22 @@ static __always_inline int map__emit(struct inode *inode, __u64 file_off,
 	return 0;
 }
 
-static __always_inline int iomap__emit(struct inode *inode, struct iomap *m, __u16 source)
+/* Mapped extents that existed before are in the FIEMAP snapshots; report
+ * only what the capture changes: new allocations (IOMAP_F_NEW, bit 0 in
+ * every kernel), unwritten extents and delayed allocations. */
+#define NT_IOMAP_MAPPED 2
+#define NT_IOMAP_F_NEW 1
+static __always_inline int iomap__emit(struct inode *inode, struct iomap *m, __u16 source,
+				       const bool btf)
 {
-	return map__emit(inode, BPF_CORE_READ(m, offset), BPF_CORE_READ(m, addr),
-			 BPF_CORE_READ(m, length), BPF_CORE_READ(m, type), source,
-			 BPF_CORE_READ(m, flags));
+	if (RD1(btf, m, type) == NT_IOMAP_MAPPED && !(RD1(btf, m, flags) & NT_IOMAP_F_NEW))
+		return 0;
+	return map__emit(inode, RD1(btf, m, offset), RD1(btf, m, addr), RD1(btf, m, length),
+			 RD1(btf, m, type), source, RD1(btf, m, flags), btf);
 }
 
-NT_TWIN(iomap_iter_dstmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_DSTMAP); }
-NT_TWIN(iomap_iter_srcmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_SRCMAP); }
+NT_TWIN(iomap_iter_dstmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_DSTMAP, btf); }
+NT_TWIN(iomap_iter_srcmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_SRCMAP, btf); }
 
 /* ext2/3/4 buffered I/O and writeback map blocks here (ret = blocks). */
 NT_TWIN(ext4_ext_map_blocks_exit)
@@ -207,11 +247,14 @@ NT_TWIN(ext4_ext_map_blocks_exit)
 	__u32 mflags = BPF_CORE_READ(map, m_flags);
 	__u32 unwritten;
 
-	if (ret <= 0)
+	/* only new allocations (EXT4_MAP_NEW = 1 << BH_New) and unwritten
+	 * extents: older mappings are in the FIEMAP snapshots */
+	if (ret <= 0 || !(mflags & ((1U << bpf_core_enum_value(enum bh_state_bits, BH_New)) |
+				    (1U << bpf_core_enum_value(enum bh_state_bits, BH_Unwritten)))))
 		return 0;
 	/* EXT4_MAP_UNWRITTEN is 1 << BH_Unwritten */
 	unwritten = mflags & (1U << bpf_core_enum_value(enum bh_state_bits, BH_Unwritten));
 	return map__emit(inode, (__u64)BPF_CORE_READ(map, m_lblk) << bits, pblk << bits,
 			 (__u64)ret << bits, unwritten ? 3 : 2,
-			 M_EXT4_MAP_BLOCKS, mflags);
+			 M_EXT4_MAP_BLOCKS, mflags, btf);
 }

@@ -2,7 +2,8 @@
 -- INCLUDE base.levels
 
 CREATE OR REPLACE VIEW _block_d AS
-SELECT capture_id, dev, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm
+SELECT capture_id, dev, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm,
+       (cpu::UBIGINT << 48) | seq AS io_id
 FROM block_events WHERE action = 6;
 
 -- One row per dispatched (issued) block request on a traced disk, with its
@@ -13,8 +14,10 @@ FROM block_events WHERE action = 6;
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        vdisk or disk
 -- @column dev UINTEGER         kernel dev_t of the disk
+-- @column io_id UBIGINT        row id, unique in a capture (cpu << 48 | seq of the D event)
 -- @column rq_id UBIGINT        request id (kernel address, reused over time)
 -- @column ts_ns UBIGINT        dispatch (D) time, CLOCK_MONOTONIC ns
+-- @column start_ns UBIGINT     first time the request was seen: Q, else G, else D
 -- @column q_ns UBIGINT         bio queue (Q) time of the first bio
 -- @column g_ns UBIGINT         get-request (G) time
 -- @column i_ns UBIGINT         insert (I) time
@@ -52,8 +55,8 @@ WITH c AS (SELECT capture_id, dev, rq_id, ts_ns AS c_ns, error FROM block_events
                        AND d.bio_id = g.bio_id AND d.ts_ns >= g.g_ns
        ASOF LEFT JOIN q ON d.capture_id = q.capture_id AND d.dev = q.dev
                        AND d.bio_id = q.bio_id AND d.ts_ns >= q.q_ns)
-SELECT j.capture_id, l.machine, l.level, j.dev, j.rq_id, j.ts_ns,
-       j.q_ns, j.g_ns,
+SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns,
+       coalesce(j.q_ns, j.g_ns, j.ts_ns) AS start_ns, j.q_ns, j.g_ns,
        -- an insert older than this request's bio belongs to an earlier use of the address
        CASE WHEN j.i_ns >= coalesce(j.g_ns, j.q_ns, 0) THEN j.i_ns END AS i_ns,
        j.ts_ns AS d_ns, j.c_ns,

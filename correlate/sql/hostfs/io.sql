@@ -8,6 +8,7 @@
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'hostfs'
+-- @column io_id UBIGINT        row id, unique in a capture (cpu << 48 | seq)
 -- @column ts_ns UBIGINT        time of the access, CLOCK_MONOTONIC ns
 -- @column dev UINTEGER         kernel dev_t of the host file system
 -- @column ino UBIGINT          inode of the image file
@@ -20,7 +21,7 @@
 -- @column pid UINTEGER         process (the loop worker, or the hypervisor)
 -- @column comm VARCHAR         task command name
 CREATE OR REPLACE VIEW hostfs_io AS
-SELECT e.capture_id, l.machine, 'hostfs' AS level, e.ts_ns, e.dev, e.ino,
+SELECT e.capture_id, l.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns, e.dev, e.ino,
        e.offset_bytes, e.bytes,
        CASE e.op WHEN 0 THEN 'read' WHEN 1 THEN 'write' ELSE 'sync' END AS op,
        (e.iocb_flags & 1) <> 0 AS direct,

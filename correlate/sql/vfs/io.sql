@@ -5,6 +5,7 @@
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'vfs'
+-- @column io_id UBIGINT        row id, unique in a capture (cpu << 48 | seq)
 -- @column ts_ns UBIGINT        syscall entry, CLOCK_MONOTONIC ns
 -- @column end_ns UBIGINT       syscall exit
 -- @column duration_ns UBIGINT  exit - entry
@@ -24,7 +25,7 @@
 -- @column fd INTEGER           file descriptor
 -- @column comm VARCHAR         task command name
 CREATE OR REPLACE VIEW vfs_io AS
-SELECT e.capture_id, c.machine, 'vfs' AS level, e.ts_ns, e.ts_ns + e.duration_ns AS end_ns,
+SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns, e.ts_ns + e.duration_ns AS end_ns,
        e.duration_ns, e.dev, e.ino, e.offset_bytes, e.req_bytes,
        greatest(e.ret, 0) AS ret_bytes, e.ret, greatest(e.ret, 0) AS bytes,
        ['read', 'write', 'pread64', 'pwrite64', 'readv', 'writev', 'preadv', 'pwritev',

@@ -1,0 +1,135 @@
+"""Overhead benchmark (see bench/overhead).  Prints a Markdown table of IOPS
+per mode, the ratios (b)/(a) and (c)/(a) from the same run, and the events
+per second nestrace captured with the lost count."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NT = [sys.executable, "-m", "nestrace"]
+TRACING = Path("/sys/kernel/tracing")
+
+
+def sh(*cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def fio_cmd(mount: str, depth: int, runtime: int, out: Path) -> list[str]:
+    engine = ["--ioengine=psync"] if depth == 1 else ["--ioengine=libaio", f"--iodepth={depth}"]
+    return ["fio", "--name=bench", f"--directory={mount}", "--rw=randwrite", "--bs=4k",
+            "--direct=1", "--size=256M", "--time_based", f"--runtime={runtime}",
+            "--ramp_time=1", "--output-format=json", f"--output={out}", *engine]
+
+
+def iops(out: Path) -> float:
+    return json.loads(out.read_text())["jobs"][0]["write"]["iops"]
+
+
+def run_plain(mount, depth, runtime, tmp) -> dict:
+    out = tmp / "fio.json"
+    sh(*fio_cmd(mount, depth, runtime, out))
+    return {"iops": iops(out)}
+
+
+def run_nestrace(mount, depth, runtime, tmp) -> dict:
+    out, store = tmp / "fio.json", tmp / f"store-{time.monotonic_ns()}"
+    t0 = time.monotonic()
+    r = subprocess.run(NT + ["record", "-o", str(store), "--stack", mount, "--",
+                             *fio_cmd(mount, depth, runtime, out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    wall = time.monotonic() - t0
+    if r.returncode:
+        raise RuntimeError(r.stderr)
+    import nestrace
+    s = nestrace.open(store)
+    m = s.rows("SELECT records_total, lost_total, (end_ns - start_ns) / 1e9 AS secs FROM capture_meta")[0]
+    s.close()
+    shutil.rmtree(store)
+    return {"iops": iops(out), "events": m["records_total"], "lost": m["lost_total"],
+            "events_per_s": m["records_total"] / max(m["secs"], 1e-9), "wall_s": wall}
+
+
+def run_ftrace(mount, depth, runtime, tmp, devs: list[str]) -> dict:
+    out, log = tmp / "fio.json", tmp / "blk.trace"
+    (TRACING / "current_tracer").write_text("blk\n")
+    for d in devs:
+        (Path("/sys/block") / d / "trace" / "enable").write_text("1\n")
+    with open(log, "wb") as f:
+        reader = subprocess.Popen(["cat", str(TRACING / "trace_pipe")], stdout=f)
+        try:
+            sh(*fio_cmd(mount, depth, runtime, out))
+        finally:
+            for d in devs:
+                (Path("/sys/block") / d / "trace" / "enable").write_text("0\n")
+            time.sleep(0.5)
+            reader.terminate()
+            reader.wait()
+            (TRACING / "current_tracer").write_text("nop\n")  # EBUSY while a reader is open
+    lines = sum(1 for _ in open(log, "rb"))
+    log.unlink()
+    return {"iops": iops(out), "events": lines}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runtime", type=int, default=10, help="seconds per fio run")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations of a/b/c")
+    ap.add_argument("--depths", default="1,32")
+    args = ap.parse_args()
+    if os.geteuid():
+        print("bench/overhead: needs root", file=sys.stderr)
+        return 2
+    if not (TRACING / "current_tracer").exists():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACING)], check=False)
+    # hold the CPUs out of deep idle for the whole run
+    lat = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+    os.write(lat, struct.pack("i", 0))
+    lab = "bench"
+    subprocess.run(NT + ["lab", "down", "--name", lab], capture_output=True, cwd=ROOT)
+    mount = sh(*NT, "lab", "up", "--name", lab, "--guest-fs", "ext4", "--host-fs", "xfs",
+               "--image-size", "1G", cwd=ROOT).stdout.strip()
+    results: dict = {}
+    try:
+        state = json.loads(Path(f"/run/nestrace/labs/{lab}/state.json").read_text())
+        devs = [Path(state["vdisk"]).name, Path(state["disk"]).name]
+        sh("fio", "--name=bench", f"--directory={mount}", "--rw=write", "--bs=1M", "--direct=1",
+           "--size=256M", "--ioengine=psync", "--output=/dev/null")
+        with tempfile.TemporaryDirectory() as t:
+            tmp = Path(t)
+            for depth in [int(d) for d in args.depths.split(",")]:
+                for rnd in range(args.rounds):
+                    for mode, fn in (("a", run_plain), ("b", run_nestrace), ("c", run_ftrace)):
+                        extra = (devs,) if mode == "c" else ()
+                        r = fn(mount, depth, args.runtime, tmp, *extra)
+                        results.setdefault((depth, mode), []).append(r)
+                        print(f"depth {depth} round {rnd} mode {mode}: {r}", file=sys.stderr)
+    finally:
+        subprocess.run(NT + ["lab", "down", "--name", lab], capture_output=True, cwd=ROOT)
+        os.close(lat)
+    print(f"\nfio 4k randwrite, ext4 on xfs lab stack (guest-dio on, host-dio on), "
+          f"{args.rounds} alternating rounds of {args.runtime} s, median IOPS\n")
+    print("| iodepth | (a) none IOPS | (b) nestrace IOPS | (c) ftrace blk IOPS | (b)/(a) | (c)/(a) "
+          "| nestrace events/s | nestrace lost |")
+    print("|---|---|---|---|---|---|---|---|")
+    for depth in sorted({d for d, _ in results}):
+        med = {m: statistics.median(r["iops"] for r in results[(depth, m)]) for m in "abc"}
+        b = results[(depth, "b")]
+        evs = statistics.median(r["events_per_s"] for r in b)
+        lost = sum(r["lost"] for r in b)
+        print(f"| {depth} | {med['a']:.0f} | {med['b']:.0f} | {med['c']:.0f} | "
+              f"{med['b'] / med['a']:.3f} | {med['c'] / med['a']:.3f} | {evs:.0f} | {lost} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

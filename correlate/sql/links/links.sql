@@ -1,0 +1,145 @@
+-- Module links.links: the causal join — each lower request tied to the
+-- upper event(s) that caused it.
+-- INCLUDE map.ranges
+-- INCLUDE util.blocks
+
+-- Hops, each in one address space, cut into 4 KiB blocks:
+--   vfs -> vdisk   virtual-disk bytes (file pieces through the guest extents)
+--   vdisk -> hostfs image-file bytes (loop offset applied)
+--   vdisk -> disk  host-disk bytes (through the image's extents); the
+--                  host FS access has no end time, so disk requests are tied
+--                  to the virtual-disk request whose image range they serve.
+CREATE OR REPLACE VIEW _links_upper AS
+SELECT 'vfs' AS upper_level, 'vdisk' AS lower_level, capture_id, io_id AS upper_id,
+       ts_ns AS u_start, end_ns AS u_end, op AS u_op,
+       vdisk_offset_bytes::BIGINT AS u_off, bytes::BIGINT AS u_len,
+       unnest(_blocks(vdisk_offset_bytes, bytes)) AS blk
+FROM map_vfs
+UNION ALL
+SELECT 'vdisk', 'hostfs', v.capture_id, v.io_id, v.start_ns, coalesce(v.c_ns, v.start_ns), v.op,
+       (v.offset_bytes + coalesce(m.backing_offset_bytes, 0))::BIGINT, v.bytes::BIGINT,
+       unnest(_blocks(v.offset_bytes + coalesce(m.backing_offset_bytes, 0), v.bytes))
+FROM vdisk_io v LEFT JOIN _map_vdisk_image m USING (capture_id) WHERE v.bytes > 0
+UNION ALL
+SELECT 'vdisk', 'disk', capture_id, io_id, start_ns, coalesce(c_ns, start_ns), op,
+       disk_offset_bytes::BIGINT, bytes::BIGINT, unnest(_blocks(disk_offset_bytes, bytes))
+FROM map_vdisk WHERE disk_offset_bytes IS NOT NULL;
+
+CREATE OR REPLACE VIEW _links_lower AS
+SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_start, op AS l_op,
+       req_flags AS l_flags, offset_bytes::BIGINT AS l_off, bytes::BIGINT AS l_len,
+       unnest(_blocks(offset_bytes, bytes)) AS blk
+FROM vdisk_io WHERE bytes > 0
+UNION ALL
+SELECT 'hostfs', capture_id, io_id, ts_ns, op, 0::USMALLINT, offset_bytes::BIGINT, bytes::BIGINT,
+       unnest(_blocks(offset_bytes, bytes))
+FROM hostfs_io WHERE bytes > 0
+UNION ALL
+SELECT 'disk', capture_id, io_id, start_ns, op, req_flags, offset_bytes::BIGINT, bytes::BIGINT,
+       unnest(_blocks(offset_bytes, bytes))
+FROM disk_io WHERE bytes > 0;
+
+-- Per lower block, the latest upper event on the same block that started
+-- before it (ASOF), and what that makes the block.
+CREATE OR REPLACE VIEW _links_blocks AS
+WITH j AS (
+  SELECT l.*, u.upper_level, u.upper_id, u.u_start, u.u_end, u.u_op, u.u_off, u.u_len
+  FROM _links_lower l
+  ASOF LEFT JOIN _links_upper u
+    ON u.capture_id = l.capture_id AND u.lower_level = l.lower_level
+   AND u.blk = l.blk AND l.l_start >= u.u_start),
+k AS (
+  SELECT *,
+    _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,
+    CASE WHEN upper_id IS NULL THEN NULL
+         WHEN l_start <= u_end AND l_op = u_op THEN 'sync'
+         WHEN l_start <= u_end AND u_op = 'write' AND l_op = 'read' THEN 'rmw'
+         WHEN u_op = 'write' AND l_op = 'write' THEN 'writeback'
+    END AS kind0
+  FROM j),
+m AS (
+  SELECT *, CASE WHEN kind0 IS NULL THEN 0
+                 -- a read-modify-write reads the whole block the write touches part of
+                 WHEN kind0 = 'rmw' THEN block_bytes
+                 ELSE _overlap(greatest(l_off, blk * 4096),
+                               least(l_off + l_len, blk * 4096 + 4096) - greatest(l_off, blk * 4096),
+                               u_off, u_len) END AS attributed
+  FROM k)
+SELECT capture_id, coalesce(upper_level, CASE lower_level WHEN 'vdisk' THEN 'vfs' ELSE 'vdisk' END)
+         AS upper_level, lower_level, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
+       CASE kind0 WHEN 'writeback' THEN l_start::BIGINT - u_end::BIGINT
+                  ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
+FROM m WHERE kind0 IS NOT NULL AND attributed > 0
+UNION ALL
+SELECT capture_id, CASE lower_level WHEN 'vdisk' THEN 'vfs' ELSE 'vdisk' END, lower_level,
+       lower_id, NULL, _unattributed_kind(l_op, l_flags), block_bytes - attributed, NULL
+FROM m WHERE block_bytes - attributed > 0;
+
+-- Each lower-level request tied to each upper-level event that caused part
+-- of it (kind sync, writeback or rmw), plus the unattributed rest of it,
+-- classified (upper_id NULL; kind readahead, journal, metadata, writeback
+-- or other).  bytes are exact overlaps of the mapped ranges.
+-- @column capture_id VARCHAR   capture
+-- @column upper_level VARCHAR  vfs or vdisk
+-- @column lower_level VARCHAR  vdisk, hostfs or disk
+-- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
+-- @column upper_id UBIGINT     io_id of the upper event (vfs_io or vdisk_io); NULL when unattributed
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), or for the unattributed: readahead, journal, metadata, writeback, other
+-- @column bytes BIGINT         bytes of the lower request this row accounts for
+-- @column lag_ns BIGINT        writeback: lower start - upper end; otherwise lower start - upper start; NULL when unattributed
+CREATE OR REPLACE VIEW links AS
+SELECT capture_id, upper_level, lower_level, lower_id, upper_id, kind,
+       sum(bytes)::BIGINT AS bytes, min(lag_ns) AS lag_ns
+FROM _links_blocks
+GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
+
+-- The same, always computed (links may be replaced by the rows `nestrace
+-- correlate` stored).
+CREATE OR REPLACE VIEW _links_computed AS
+SELECT capture_id, upper_level, lower_level, lower_id, upper_id, kind,
+       sum(bytes)::BIGINT AS bytes, min(lag_ns) AS lag_ns
+FROM _links_blocks
+GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
+
+-- Share of each level's bytes explained, per hop and kind.
+-- @column capture_id VARCHAR   capture
+-- @column upper_level VARCHAR  vfs or vdisk
+-- @column lower_level VARCHAR  vdisk, hostfs or disk
+-- @column kind VARCHAR         as in links
+-- @column attributed BOOLEAN   an upper event was found
+-- @column requests BIGINT      lower requests with bytes of this kind
+-- @column bytes BIGINT         bytes of this kind
+-- @column fraction DOUBLE      bytes / all bytes of the lower level in this hop
+CREATE OR REPLACE VIEW links_summary AS
+SELECT capture_id, upper_level, lower_level, kind, upper_id IS NOT NULL AS attributed,
+       count(DISTINCT lower_id) AS requests, sum(bytes)::BIGINT AS bytes,
+       sum(bytes) / sum(sum(bytes)) OVER (PARTITION BY capture_id, upper_level, lower_level)
+         AS fraction
+FROM links GROUP BY capture_id, upper_level, lower_level, kind, upper_id IS NOT NULL;
+
+-- Bytes of the virtual and host disks traced back to application file
+-- syscalls: vdisk directly, disk through the vdisk request it served
+-- (its bytes counted in proportion to that request's own attribution).
+-- @column capture_id VARCHAR   capture
+-- @column level VARCHAR        vdisk or disk
+-- @column bytes BIGINT         all bytes of the level's requests (reads and writes)
+-- @column app_bytes DOUBLE     bytes attributed to a vfs event
+-- @column fraction DOUBLE      app_bytes / bytes
+CREATE OR REPLACE VIEW links_to_vfs AS
+WITH vd AS (
+  SELECT capture_id, lower_id AS vdisk_id,
+         sum(bytes) FILTER (WHERE upper_id IS NOT NULL) / sum(bytes) AS frac
+  FROM links WHERE lower_level = 'vdisk' GROUP BY ALL),
+d AS (
+  SELECT l.capture_id, sum(l.bytes) AS bytes,
+         sum(CASE WHEN l.upper_id IS NULL THEN 0 ELSE l.bytes * coalesce(vd.frac, 0) END) AS app
+  FROM links l LEFT JOIN vd ON vd.capture_id = l.capture_id AND vd.vdisk_id = l.upper_id
+  WHERE l.lower_level = 'disk' GROUP BY ALL),
+v AS (
+  SELECT capture_id, sum(bytes) AS bytes,
+         sum(bytes) FILTER (WHERE upper_id IS NOT NULL) AS app
+  FROM links WHERE lower_level = 'vdisk' GROUP BY ALL)
+SELECT capture_id, 'vdisk' AS level, bytes::BIGINT AS bytes, coalesce(app, 0)::DOUBLE AS app_bytes,
+       coalesce(app, 0) / bytes AS fraction FROM v
+UNION ALL
+SELECT capture_id, 'disk', bytes::BIGINT, app::DOUBLE, app / bytes FROM d;

@@ -1,0 +1,39 @@
+-- Module map.extents: where each traced file's bytes live on its device.
+-- INCLUDE base.levels
+
+-- File extents of every traced file (guest files on the virtual disk, the
+-- image on the host disk).  Per file the best source wins: the FIEMAP
+-- snapshot at capture end, else the one at start, else the mapping events
+-- seen during the capture (files created and deleted while tracing).
+-- Delayed-allocation and unknown extents (no address yet) are left out.
+-- @column capture_id VARCHAR      capture
+-- @column role VARCHAR            guest_file or image
+-- @column dev UINTEGER            kernel dev_t of the file system holding the file
+-- @column ino UBIGINT             inode number
+-- @column logical_bytes UBIGINT   file offset where the extent starts
+-- @column physical_bytes UBIGINT  device byte offset where it starts
+-- @column length_bytes UBIGINT    extent length
+-- @column source VARCHAR          fiemap_end, fiemap_start or mapping_events
+CREATE OR REPLACE VIEW map_extents AS
+WITH snap AS (
+  SELECT capture_id, role, dev, ino, logical_bytes, physical_bytes, length_bytes,
+         'fiemap_' || phase AS source,
+         CASE phase WHEN 'end' THEN 1 ELSE 2 END AS prio
+  FROM extent_maps WHERE (flags & 6) = 0          -- FIEMAP_EXTENT_UNKNOWN | DELALLOC
+),
+ev AS (
+  SELECT DISTINCT m.capture_id,
+         CASE l.level WHEN 'vfs' THEN 'guest_file' ELSE 'image' END AS role,
+         m.dev, m.ino, m.file_offset_bytes AS logical_bytes, m.disk_bytes AS physical_bytes,
+         m.length_bytes, 'mapping_events' AS source, 3 AS prio
+  FROM mapping_events m
+  JOIN base_levels l ON l.capture_id = m.capture_id AND l.dev = m.dev
+                    AND l.level IN ('vfs', 'hostfs')
+  WHERE m.map_type IN (2, 3) AND m.disk_bytes <> 18446744073709551615
+    AND l.fs_type <> 'btrfs'                      -- btrfs reports logical addresses
+),
+allx AS (SELECT * FROM snap UNION ALL SELECT * FROM ev),
+best AS (SELECT capture_id, dev, ino, min(prio) AS prio FROM allx GROUP BY ALL)
+SELECT a.capture_id, a.role, a.dev, a.ino, a.logical_bytes, a.physical_bytes,
+       a.length_bytes, a.source
+FROM allx a JOIN best b USING (capture_id, dev, ino, prio);

@@ -1,0 +1,111 @@
+-- Module map.ranges: every I/O's byte range carried down the stack.
+-- INCLUDE map.extents
+-- INCLUDE vfs.io
+-- INCLUDE vdisk.io
+-- INCLUDE disk.io
+-- INCLUDE hostfs.io
+
+-- Loop offset of the virtual disk into its image (lo_offset), per capture.
+CREATE OR REPLACE VIEW _map_vdisk_image AS
+SELECT capture_id, dev, backing_offset_bytes, backing_ino, backing_dev
+FROM device_map WHERE level = 'vdisk';
+
+-- The image extents, with their device.
+CREATE OR REPLACE VIEW _map_image_extents AS
+SELECT capture_id, logical_bytes, physical_bytes, length_bytes FROM map_extents WHERE role = 'image';
+
+-- Pieces of each file syscall's byte range, mapped through the guest file's
+-- extents to the virtual disk and through the image's extents to the host
+-- disk.  A range that spans extents gives several pieces; bytes with no
+-- known mapping (holes, delayed allocation) give none.
+-- @column capture_id VARCHAR     capture
+-- @column io_id UBIGINT          vfs_io row
+-- @column ts_ns UBIGINT          syscall entry
+-- @column end_ns UBIGINT         syscall exit
+-- @column op VARCHAR             read or write
+-- @column file_offset_bytes BIGINT start of the piece in the file
+-- @column bytes UBIGINT          piece length
+-- @column vdisk_offset_bytes UBIGINT byte offset on the virtual disk
+-- @column image_offset_bytes UBIGINT byte offset in the image file
+-- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL if the image range is unmapped)
+CREATE OR REPLACE VIEW map_vfs AS
+WITH io AS (
+  SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, op, offset_bytes AS off,
+         offset_bytes + ret_bytes AS stop
+  FROM vfs_io WHERE op IN ('read', 'write') AND ret_bytes > 0 AND offset_bytes >= 0),
+g AS (
+  SELECT io.capture_id, io.io_id, io.ts_ns, io.end_ns, io.op,
+         greatest(io.off, e.logical_bytes::BIGINT) AS s,
+         least(io.stop, (e.logical_bytes + e.length_bytes)::BIGINT) AS t,
+         e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS delta
+  FROM io JOIN map_extents e
+    ON e.capture_id = io.capture_id AND e.dev = io.dev AND e.ino = io.ino
+   AND e.role = 'guest_file'
+   AND e.logical_bytes::BIGINT < io.stop AND io.off < (e.logical_bytes + e.length_bytes)::BIGINT),
+v AS (
+  SELECT g.capture_id, g.io_id, g.ts_ns, g.end_ns, g.op, g.s AS file_offset_bytes,
+         (g.t - g.s)::UBIGINT AS bytes, (g.s + g.delta)::UBIGINT AS vdisk_offset_bytes,
+         (g.s + g.delta + coalesce(m.backing_offset_bytes, 0))::UBIGINT AS image_offset_bytes
+  FROM g LEFT JOIN _map_vdisk_image m USING (capture_id))
+SELECT v.*, (ie.physical_bytes + (v.image_offset_bytes - ie.logical_bytes))::UBIGINT AS disk_offset_bytes
+FROM v LEFT JOIN _map_image_extents ie
+  ON ie.capture_id = v.capture_id AND v.image_offset_bytes >= ie.logical_bytes
+ AND v.image_offset_bytes < ie.logical_bytes + ie.length_bytes;
+
+-- Virtual-disk requests carried to the image and, piece by piece through
+-- the image's extents, to the host disk.
+-- @column capture_id VARCHAR     capture
+-- @column io_id UBIGINT          vdisk_io row
+-- @column start_ns UBIGINT       first seen (Q)
+-- @column c_ns UBIGINT           completion
+-- @column op VARCHAR             read, write, ...
+-- @column image_offset_bytes UBIGINT start of the piece in the image file
+-- @column bytes UBIGINT          piece length
+-- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL: a hole in the image)
+CREATE OR REPLACE VIEW map_vdisk AS
+WITH r AS (
+  SELECT v.capture_id, v.io_id, v.start_ns, v.c_ns, v.op,
+         (v.offset_bytes + coalesce(m.backing_offset_bytes, 0))::BIGINT AS s,
+         (v.offset_bytes + v.bytes + coalesce(m.backing_offset_bytes, 0))::BIGINT AS t
+  FROM vdisk_io v LEFT JOIN _map_vdisk_image m USING (capture_id)
+  WHERE v.bytes > 0),
+p AS (
+  SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op,
+         greatest(r.s, ie.logical_bytes::BIGINT) AS ps,
+         least(r.t, (ie.logical_bytes + ie.length_bytes)::BIGINT) AS pt,
+         ie.physical_bytes::BIGINT - ie.logical_bytes::BIGINT AS delta
+  FROM r JOIN _map_image_extents ie
+    ON ie.capture_id = r.capture_id AND ie.logical_bytes::BIGINT < r.t
+   AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT)
+SELECT capture_id, io_id, start_ns, c_ns, op, ps::UBIGINT AS image_offset_bytes,
+       (pt - ps)::UBIGINT AS bytes, (ps + delta)::UBIGINT AS disk_offset_bytes
+FROM p
+UNION ALL
+-- requests (or parts) that fall in holes of the image
+SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op, r.s::UBIGINT, (r.t - r.s)::UBIGINT, NULL
+FROM r WHERE NOT EXISTS (
+  SELECT 1 FROM _map_image_extents ie WHERE ie.capture_id = r.capture_id
+   AND ie.logical_bytes::BIGINT < r.t AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT);
+
+-- Host disk requests carried back into the image file (inverse of the
+-- image's extent map); requests outside the image give no row.
+-- @column capture_id VARCHAR     capture
+-- @column io_id UBIGINT          disk_io row
+-- @column start_ns UBIGINT       first seen (Q)
+-- @column d_ns UBIGINT           dispatch
+-- @column c_ns UBIGINT           completion
+-- @column op VARCHAR             read, write, ...
+-- @column disk_offset_bytes UBIGINT start of the piece on the disk
+-- @column bytes UBIGINT          piece length
+-- @column image_offset_bytes UBIGINT where the piece is in the image file
+CREATE OR REPLACE VIEW map_disk AS
+SELECT d.capture_id, d.io_id, d.start_ns, d.d_ns, d.c_ns, d.op,
+       greatest(d.offset_bytes, ie.physical_bytes) AS disk_offset_bytes,
+       (least(d.offset_bytes + d.bytes, ie.physical_bytes + ie.length_bytes)
+        - greatest(d.offset_bytes, ie.physical_bytes)) AS bytes,
+       greatest(d.offset_bytes, ie.physical_bytes) - ie.physical_bytes + ie.logical_bytes
+         AS image_offset_bytes
+FROM disk_io d JOIN _map_image_extents ie
+  ON ie.capture_id = d.capture_id AND ie.physical_bytes < d.offset_bytes + d.bytes
+ AND d.offset_bytes < ie.physical_bytes + ie.length_bytes
+WHERE d.bytes > 0;

@@ -1,0 +1,48 @@
+-- Module phases.phases: btt request phases per device.
+-- INCLUDE block.requests
+
+-- Bios merged into an existing request (back or front merge): Q2M, and
+-- never counted as requests of their own.
+-- @column capture_id VARCHAR  capture
+-- @column level VARCHAR       vdisk or disk
+-- @column dev UINTEGER        kernel dev_t
+-- @column bio_id UBIGINT      merged bio
+-- @column q_ns UBIGINT        queue time
+-- @column m_ns UBIGINT        merge time
+-- @column q2m_ns BIGINT       M - Q
+-- @column bytes UBIGINT       bio size
+-- @column front BOOLEAN       front merge (else back merge)
+CREATE OR REPLACE VIEW phases_merges AS
+WITH m AS (SELECT capture_id, dev, bio_id, ts_ns AS m_ns, nr_sectors, action
+           FROM block_events WHERE action IN (2, 3)),
+     q AS (SELECT capture_id, dev, bio_id, ts_ns AS q_ns FROM block_events WHERE action = 1)
+SELECT m.capture_id, l.level, m.dev, m.bio_id, q.q_ns, m.m_ns,
+       m.m_ns::BIGINT - q.q_ns::BIGINT AS q2m_ns, m.nr_sectors::UBIGINT * 512 AS bytes,
+       m.action = 3 AS front
+FROM m ASOF LEFT JOIN q ON q.capture_id = m.capture_id AND q.dev = m.dev
+                       AND q.bio_id = m.bio_id AND m.m_ns >= q.q_ns
+JOIN base_levels l ON l.capture_id = m.capture_id AND l.dev = m.dev
+                  AND l.level IN ('vdisk', 'disk');
+
+-- min/avg/median/p99/max of each btt phase per device (one row per phase).
+-- @column capture_id VARCHAR  capture
+-- @column level VARCHAR       vdisk or disk
+-- @column dev UINTEGER        kernel dev_t
+-- @column phase VARCHAR       q2g, g2i, i2d, d2c, q2c or q2m
+-- @column n BIGINT            requests (bios for q2m) with this phase
+-- @column min_ns BIGINT       minimum
+-- @column avg_ns DOUBLE       mean
+-- @column median_ns DOUBLE    median
+-- @column p99_ns DOUBLE       99th percentile
+-- @column max_ns BIGINT       maximum
+CREATE OR REPLACE VIEW phases_stats AS
+WITH long AS (
+  UNPIVOT (SELECT capture_id, level, dev, q2g_ns AS q2g, g2i_ns AS g2i, i2d_ns AS i2d,
+                  d2c_ns AS d2c, q2c_ns AS q2c FROM block_requests)
+  ON q2g, g2i, i2d, d2c, q2c INTO NAME phase VALUE ns
+  UNION ALL
+  SELECT capture_id, level, dev, 'q2m', q2m_ns FROM phases_merges WHERE q2m_ns IS NOT NULL)
+SELECT capture_id, level, dev, phase, count(*) AS n, min(ns)::BIGINT AS min_ns,
+       avg(ns)::DOUBLE AS avg_ns, median(ns)::DOUBLE AS median_ns,
+       quantile_cont(ns, 0.99)::DOUBLE AS p99_ns, max(ns)::BIGINT AS max_ns
+FROM long GROUP BY ALL;

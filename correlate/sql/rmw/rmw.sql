@@ -1,0 +1,81 @@
+-- Module rmw.rmw: read-modify-write — partial writes that force a read of
+-- the enclosing block below them.
+-- INCLUDE map.ranges
+-- INCLUDE links.links
+
+-- Writes at one level whose range, mapped to the level below, is not
+-- aligned to that level's block, with the reads of the same aligned
+-- blocks the level below did while the write was in flight.
+--   hop guest: application writes -> guest FS block (vfs -> vdisk reads)
+--   hop host:  virtual-disk writes -> host page (4 KiB) of the image
+--              (vdisk -> disk reads, through the image's extents)
+-- @column capture_id VARCHAR   capture
+-- @column hop VARCHAR          guest or host
+-- @column write_id UBIGINT     the partial write (vfs_io or vdisk_io row)
+-- @column write_bytes BIGINT   its bytes
+-- @column block_bytes INTEGER  block size it is not aligned to
+-- @column reads BIGINT         reads below of its partial blocks while it was in flight
+-- @column read_bytes BIGINT    bytes of those reads
+-- @column read_ns BIGINT       time the reads took (sum of Q to C)
+CREATE OR REPLACE VIEW rmw AS
+WITH gb AS (SELECT capture_id, block_size_bytes AS bs FROM device_map WHERE level = 'vfs'),
+-- guest hop: pieces of app writes on the virtual disk
+gw AS (
+  SELECT p.capture_id, p.io_id, p.ts_ns, p.end_ns, p.vdisk_offset_bytes::BIGINT AS s,
+         (p.vdisk_offset_bytes + p.bytes)::BIGINT AS t, gb.bs
+  FROM map_vfs p JOIN gb USING (capture_id) WHERE p.op = 'write'),
+gw_partial AS (   -- the partial head and tail blocks, in vdisk bytes
+  SELECT capture_id, io_id, ts_ns, end_ns, bs, (s // bs) * bs AS blk_s FROM gw WHERE s % bs <> 0
+  UNION
+  SELECT capture_id, io_id, ts_ns, end_ns, bs, ((t - 1) // bs) * bs FROM gw WHERE t % bs <> 0),
+g AS (
+  SELECT w.capture_id, 'guest' AS hop, w.io_id AS write_id, w.bs,
+         count(DISTINCT r.io_id) AS reads, coalesce(sum(DISTINCT r.bytes), 0) AS read_bytes,
+         coalesce(sum(DISTINCT r.c_ns - r.start_ns), 0) AS read_ns
+  FROM gw_partial w LEFT JOIN vdisk_io r
+    ON r.capture_id = w.capture_id AND r.op = 'read'
+   AND r.offset_bytes::BIGINT < w.blk_s + w.bs AND w.blk_s < (r.offset_bytes + r.bytes)::BIGINT
+   AND r.start_ns BETWEEN w.ts_ns AND w.end_ns
+  GROUP BY ALL),
+-- host hop: virtual-disk writes on the image, 4 KiB host pages
+hw AS (
+  SELECT capture_id, io_id, start_ns, c_ns, image_offset_bytes::BIGINT AS s,
+         (image_offset_bytes + bytes)::BIGINT AS t
+  FROM map_vdisk WHERE op = 'write' AND c_ns IS NOT NULL),
+hw_partial AS (
+  SELECT capture_id, io_id, start_ns, c_ns, (s // 4096) * 4096 AS blk_s FROM hw WHERE s % 4096 <> 0
+  UNION
+  SELECT capture_id, io_id, start_ns, c_ns, ((t - 1) // 4096) * 4096 FROM hw WHERE t % 4096 <> 0),
+h AS (
+  SELECT w.capture_id, 'host' AS hop, w.io_id AS write_id, 4096 AS bs,
+         count(DISTINCT r.io_id) AS reads, coalesce(sum(DISTINCT r.bytes), 0) AS read_bytes,
+         coalesce(sum(DISTINCT r.c_ns - r.start_ns), 0) AS read_ns
+  FROM hw_partial w LEFT JOIN map_disk r
+    ON r.capture_id = w.capture_id AND r.op = 'read'
+   AND r.image_offset_bytes::BIGINT < w.blk_s + 4096 AND w.blk_s < (r.image_offset_bytes + r.bytes)::BIGINT
+   AND r.start_ns BETWEEN w.start_ns AND w.c_ns
+  GROUP BY ALL),
+sizes AS (
+  SELECT capture_id, 'guest' AS hop, io_id AS write_id, ret_bytes::BIGINT AS write_bytes FROM vfs_io
+  UNION ALL SELECT capture_id, 'host', io_id, bytes::BIGINT FROM vdisk_io)
+SELECT x.capture_id, x.hop, x.write_id, s.write_bytes, x.bs::INTEGER AS block_bytes,
+       x.reads, x.read_bytes::BIGINT AS read_bytes, x.read_ns::BIGINT AS read_ns
+FROM (SELECT * FROM g UNION ALL SELECT * FROM h) x
+JOIN sizes s USING (capture_id, hop, write_id);
+
+-- RMW per hop: partial writes, how many caused reads, and what they cost.
+-- @column capture_id VARCHAR   capture
+-- @column hop VARCHAR          guest or host
+-- @column partial_writes BIGINT writes not aligned to the block below
+-- @column rmw_writes BIGINT    of those, writes that caused at least one read
+-- @column reads BIGINT         reads caused
+-- @column read_bytes BIGINT    bytes read
+-- @column write_bytes BIGINT   bytes of the partial writes
+-- @column read_per_write DOUBLE reads / partial writes
+-- @column extra_ns BIGINT      total time of the reads (extra latency)
+CREATE OR REPLACE VIEW rmw_summary AS
+SELECT capture_id, hop, count(*) AS partial_writes, count(*) FILTER (WHERE reads > 0) AS rmw_writes,
+       sum(reads)::BIGINT AS reads, sum(read_bytes)::BIGINT AS read_bytes,
+       sum(write_bytes)::BIGINT AS write_bytes, sum(reads) / count(*) AS read_per_write,
+       sum(read_ns)::BIGINT AS extra_ns
+FROM rmw GROUP BY ALL;

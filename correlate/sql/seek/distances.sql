@@ -1,0 +1,68 @@
+-- Module seek.distances: seek distances per level, in issue order.
+-- INCLUDE vfs.io
+-- INCLUDE vdisk.io
+-- INCLUDE disk.io
+-- INCLUDE hostfs.io
+
+-- One row per I/O after the first of its stream: the distance from the end
+-- of the previous I/O to the start of this one.  Block levels: the
+-- dispatch (D) stream of each device, in sectors, normalized by the device
+-- size.  vfs: per file, hostfs: per image file, in bytes, normalized by the
+-- file's largest offset seen.
+-- @column capture_id VARCHAR   capture
+-- @column level VARCHAR        vfs, vdisk, hostfs or disk
+-- @column dev UINTEGER         kernel dev_t
+-- @column ino UBIGINT          file (vfs, hostfs); 0 for block levels
+-- @column io_id UBIGINT        the I/O (row of the level's view)
+-- @column ts_ns UBIGINT        issue time
+-- @column op VARCHAR           read, write
+-- @column distance BIGINT      start - previous end: sectors (block levels) or bytes (vfs, hostfs)
+-- @column abs_distance BIGINT  |distance|
+-- @column normalized DOUBLE    |distance| / stream size (device sectors, or file bytes)
+-- @column sequential BOOLEAN   distance = 0
+CREATE OR REPLACE VIEW seek_distances AS
+WITH s AS (
+  SELECT b.capture_id, b.level, b.dev, 0::UBIGINT AS ino, b.io_id, b.ts_ns, b.op,
+         b.sector::BIGINT AS start, (b.sector + b.nr_sectors)::BIGINT AS stop,
+         l.size_sectors::DOUBLE AS size
+  FROM block_requests b
+  JOIN base_levels l ON l.capture_id = b.capture_id AND l.dev = b.dev AND l.level = b.level
+  WHERE b.op IN ('read', 'write') AND b.nr_sectors > 0
+  UNION ALL
+  SELECT capture_id, 'vfs', dev, ino, io_id, ts_ns, op, offset_bytes, offset_bytes + ret_bytes,
+         max(offset_bytes + ret_bytes) OVER (PARTITION BY capture_id, dev, ino)::DOUBLE
+  FROM vfs_io WHERE op IN ('read', 'write') AND offset_bytes >= 0 AND ret_bytes > 0
+  UNION ALL
+  SELECT capture_id, 'hostfs', dev, ino, io_id, ts_ns, op, offset_bytes,
+         offset_bytes + bytes::BIGINT,
+         max(offset_bytes + bytes) OVER (PARTITION BY capture_id, dev, ino)::DOUBLE
+  FROM hostfs_io WHERE op IN ('read', 'write') AND bytes > 0),
+d AS (
+  SELECT *, start - lag(stop) OVER (PARTITION BY capture_id, level, dev, ino
+                                    ORDER BY ts_ns, io_id) AS distance
+  FROM s)
+SELECT capture_id, level, dev, ino, io_id, ts_ns, op, distance, abs(distance) AS abs_distance,
+       abs(distance) / nullif(size, 0) AS normalized, distance = 0 AS sequential
+FROM d WHERE distance IS NOT NULL;
+
+-- Per level: sequential fraction and seek quantiles.
+-- @column capture_id VARCHAR      capture
+-- @column level VARCHAR           vfs, vdisk, hostfs or disk
+-- @column n BIGINT                distances
+-- @column sequential_fraction DOUBLE share with distance 0
+-- @column median_abs BIGINT       median |distance| (sectors or bytes)
+-- @column p90_abs BIGINT          90th percentile |distance|
+-- @column median_normalized DOUBLE median normalized distance
+CREATE OR REPLACE VIEW seek_summary AS
+SELECT capture_id, level, count(*) AS n, avg(sequential::INTEGER)::DOUBLE AS sequential_fraction,
+       quantile_disc(abs_distance, 0.5)::BIGINT AS median_abs,
+       quantile_disc(abs_distance, 0.9)::BIGINT AS p90_abs,
+       quantile_cont(normalized, 0.5)::DOUBLE AS median_normalized
+FROM seek_distances GROUP BY ALL;
+
+-- CDF of normalized seek distance for one level: x = normalized distance,
+-- y = share of I/Os with distance <= x (the seed figure's axes).
+CREATE OR REPLACE MACRO seek_cdf(lvl) AS TABLE
+  SELECT capture_id, level, normalized AS x,
+         cume_dist() OVER (PARTITION BY capture_id, level ORDER BY normalized) AS y
+  FROM seek_distances WHERE level = lvl;

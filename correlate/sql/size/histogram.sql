@@ -1,0 +1,53 @@
+-- Module size.histogram: request sizes per level (vscsiStats bins) and the
+-- merge ratio.
+-- INCLUDE vfs.io
+-- INCLUDE vdisk.io
+-- INCLUDE disk.io
+-- INCLUDE hostfs.io
+-- INCLUDE phases.phases
+
+-- Upper bound of the vscsiStats bin holding a size (bytes); NULL above 512K.
+CREATE OR REPLACE MACRO _size_bin(b) AS
+  CASE WHEN b <= 512 THEN 512 WHEN b <= 1024 THEN 1024 WHEN b <= 2048 THEN 2048
+       WHEN b <= 4096 THEN 4096 WHEN b <= 8192 THEN 8192 WHEN b <= 16384 THEN 16384
+       WHEN b <= 32768 THEN 32768 WHEN b <= 65536 THEN 65536 WHEN b <= 131072 THEN 131072
+       WHEN b <= 262144 THEN 262144 WHEN b <= 524288 THEN 524288 END;
+
+-- Number of I/Os and bytes per level, op and size bin.
+-- @column capture_id VARCHAR   capture
+-- @column level VARCHAR        vfs, vdisk, hostfs or disk
+-- @column op VARCHAR           read or write
+-- @column bin VARCHAR          512, 1K, 2K, ... 512K, >512K
+-- @column bin_max_bytes BIGINT the bin's upper bound (NULL for >512K)
+-- @column n BIGINT             I/Os in the bin
+-- @column bytes BIGINT         their bytes
+CREATE OR REPLACE VIEW size_histogram AS
+WITH s AS (
+  SELECT capture_id, level, op, ret_bytes AS b FROM vfs_io WHERE op IN ('read', 'write') AND ret_bytes > 0
+  UNION ALL SELECT capture_id, level, op, bytes FROM vdisk_io WHERE op IN ('read', 'write') AND bytes > 0
+  UNION ALL SELECT capture_id, level, op, bytes FROM hostfs_io WHERE op IN ('read', 'write') AND bytes > 0
+  UNION ALL SELECT capture_id, level, op, bytes FROM disk_io WHERE op IN ('read', 'write') AND bytes > 0)
+SELECT capture_id, level, op,
+       CASE WHEN _size_bin(b) IS NULL THEN '>512K'
+            WHEN _size_bin(b) < 1024 THEN _size_bin(b)::VARCHAR
+            ELSE (_size_bin(b) // 1024)::VARCHAR || 'K' END AS bin,
+       _size_bin(b)::BIGINT AS bin_max_bytes, count(*) AS n, sum(b)::BIGINT AS bytes
+FROM s GROUP BY ALL;
+
+-- btt's merge ratio per device: bios queued (Q) per request dispatched (D).
+-- @column capture_id VARCHAR   capture
+-- @column level VARCHAR        vdisk or disk
+-- @column dev UINTEGER         kernel dev_t
+-- @column queued BIGINT        Q events (bios)
+-- @column merged BIGINT        bios merged into a request (M, F)
+-- @column dispatched BIGINT    D events (requests)
+-- @column merge_ratio DOUBLE   queued / dispatched
+CREATE OR REPLACE VIEW size_merge_ratio AS
+SELECT e.capture_id, l.level, e.dev,
+       count(*) FILTER (WHERE action = 1) AS queued,
+       count(*) FILTER (WHERE action IN (2, 3)) AS merged,
+       count(*) FILTER (WHERE action = 6) AS dispatched,
+       count(*) FILTER (WHERE action = 1) / nullif(count(*) FILTER (WHERE action = 6), 0) AS merge_ratio
+FROM block_events e
+JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level IN ('vdisk', 'disk')
+GROUP BY ALL;

@@ -1,0 +1,196 @@
+"""`nestrace report`: per-level and cross-level numbers of one capture, as
+one JSON document (a stable interface, keys in docs/report.md) or as
+terminal tables."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from .session import Session
+from .store import check_store
+
+REPORT_VERSION = 1
+LEVELS = ("vfs", "vdisk", "hostfs", "disk")
+VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "hostfs": "hostfs_io", "disk": "disk_io"}
+
+
+def _one(s: Session, sql: str, params: list) -> dict:
+    rows = s.rows(sql, params)
+    return rows[0] if rows else {}
+
+
+def build(s: Session, capture_id: str | None = None) -> dict:
+    caps = s.captures() or [r["capture_id"] for r in s.rows("SELECT capture_id FROM capture_meta")]
+    if not caps:
+        raise ValueError("the store holds no capture")
+    cid = capture_id or caps[-1]
+    if cid not in caps:
+        raise ValueError(f"no capture {cid!r} in the store (have: {', '.join(caps)})")
+    p = [cid]
+    meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total "
+                   "FROM capture_meta WHERE capture_id = ?", p)
+    seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ?", p)}
+    phases: dict = {}
+    for r in s.rows("SELECT level, phase, n, min_ns, avg_ns, median_ns, p99_ns, max_ns "
+                    "FROM phases_stats WHERE capture_id = ?", p):
+        phases.setdefault(r.pop("level"), {})[r.pop("phase")] = r
+    levels = []
+    for lv in LEVELS:
+        size = "ret_bytes" if lv == "vfs" else "bytes"
+        r = _one(s, f"""
+            SELECT count(*) AS requests,
+                   count(*) FILTER (WHERE op = 'read') AS reads,
+                   count(*) FILTER (WHERE op = 'write') AS writes,
+                   coalesce(sum({size}) FILTER (WHERE op = 'read'), 0)::BIGINT AS read_bytes,
+                   coalesce(sum({size}) FILTER (WHERE op = 'write'), 0)::BIGINT AS write_bytes,
+                   median({size}) FILTER (WHERE op IN ('read', 'write'))::DOUBLE AS median_size_bytes
+            FROM {VIEW[lv]} WHERE capture_id = ?""", p)
+        sk = seek.get(lv, {})
+        levels.append({
+            "level": lv, **r,
+            "sequential_fraction": sk.get("sequential_fraction"),
+            "seek_median": sk.get("median_abs"), "seek_p90": sk.get("p90_abs"),
+            "seek_unit": "sectors" if lv in ("vdisk", "disk") else "bytes",
+            "phases": phases.get(lv, {}),
+        })
+    amp = s.rows("SELECT level, op, requests, bytes, ratio_to_above, ratio_to_app FROM amplification "
+                 "WHERE capture_id = ? ORDER BY op, depth", p)
+    links = s.rows("SELECT upper_level, lower_level, kind, attributed, requests, bytes, fraction "
+                   "FROM links_summary WHERE capture_id = ? ORDER BY lower_level, bytes DESC", p)
+    to_app = s.rows("SELECT level, bytes, app_bytes, fraction FROM links_to_vfs WHERE capture_id = ?", p)
+    rmw = s.rows("SELECT hop, partial_writes, rmw_writes, reads, read_bytes, write_bytes, "
+                 "read_per_write, extra_ns FROM rmw_summary WHERE capture_id = ? ORDER BY hop", p)
+    ra = s.rows("SELECT level, filled_bytes, readahead_bytes, used_bytes, unused_bytes, "
+                "unused_fraction FROM readahead_summary WHERE capture_id = ? ORDER BY level", p)
+    sync = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes, stable_fraction "
+                  "FROM sync_transform WHERE capture_id = ? ORDER BY level", p)
+    lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
+                   "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
+                   "WHERE capture_id = ?", p)
+    return {
+        "report_version": REPORT_VERSION,
+        "capture_id": cid,
+        "machine": meta.get("machine"),
+        "kernel": meta.get("kernel"),
+        "duration_s": ((meta.get("end_ns") or 0) - (meta.get("start_ns") or 0)) / 1e9,
+        "records": meta.get("records_total"),
+        "lost": {"total": meta.get("lost_total"), **lost},
+        "levels": levels,
+        "amplification": amp,
+        "attribution": {"to_app": to_app, "links": links},
+        "rmw": rmw,
+        "readahead": ra,
+        "sync": sync,
+    }
+
+
+def _fmt_bytes(b) -> str:
+    if b is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(b) < 1024:
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+    return f"{b:.1f} PiB"
+
+
+def _fmt_ns(ns) -> str:
+    if ns is None:
+        return "-"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e3:.1f} us"
+
+
+def _fmt(v, digits=2) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def render(rep: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    con = console or Console()
+    con.print(f"[bold]capture {rep['capture_id']}[/] on {rep['machine']} ({rep['kernel']}), "
+              f"{rep['duration_s']:.1f} s, {rep['records']} records")
+    t = Table(title="Per level")
+    for c in ("level", "I/Os", "read", "written", "median size", "sequential", "seek median", "seek p90"):
+        t.add_column(c, justify="left" if c == "level" else "right")
+    for lv in rep["levels"]:
+        unit = "sect" if lv["seek_unit"] == "sectors" else "B"
+        t.add_row(lv["level"], str(lv["requests"]), _fmt_bytes(lv["read_bytes"]),
+                  _fmt_bytes(lv["write_bytes"]), _fmt_bytes(lv["median_size_bytes"]),
+                  _fmt(lv["sequential_fraction"]),
+                  "-" if lv["seek_median"] is None else f"{lv['seek_median']} {unit}",
+                  "-" if lv["seek_p90"] is None else f"{lv['seek_p90']} {unit}")
+    con.print(t)
+    t = Table(title="Block phases (btt): median / p99")
+    for c in ("level", "Q2G", "G2I", "I2D", "D2C", "Q2C", "Q2M"):
+        t.add_column(c, justify="left" if c == "level" else "right")
+    for lv in rep["levels"]:
+        if not lv["phases"]:
+            continue
+        cells = []
+        for ph in ("q2g", "g2i", "i2d", "d2c", "q2c", "q2m"):
+            p_ = lv["phases"].get(ph)
+            cells.append("-" if not p_ else f"{_fmt_ns(p_['median_ns'])} / {_fmt_ns(p_['p99_ns'])}")
+        t.add_row(lv["level"], *cells)
+    con.print(t)
+    t = Table(title="Amplification (bytes per level, ratio to the level above / to the app)")
+    for c in ("op", "level", "requests", "bytes", "x above", "x app"):
+        t.add_column(c, justify="left" if c in ("op", "level") else "right")
+    for r in rep["amplification"]:
+        t.add_row(r["op"], r["level"], str(r["requests"]), _fmt_bytes(r["bytes"]),
+                  _fmt(r["ratio_to_above"]), _fmt(r["ratio_to_app"]))
+    con.print(t)
+    t = Table(title="Attribution: lower-level bytes by cause")
+    for c in ("hop", "kind", "requests", "bytes", "share"):
+        t.add_column(c, justify="left" if c in ("hop", "kind") else "right")
+    for r in rep["attribution"]["links"]:
+        t.add_row(f"{r['upper_level']}->{r['lower_level']}",
+                  r["kind"] + ("" if r["attributed"] else " (unattributed)"),
+                  str(r["requests"]), _fmt_bytes(r["bytes"]), _fmt(r["fraction"], 3))
+    for r in rep["attribution"]["to_app"]:
+        t.add_row(f"app->{r['level']}", "traced to an app syscall", "", _fmt_bytes(r["app_bytes"]),
+                  _fmt(r["fraction"], 3))
+    con.print(t)
+    t = Table(title="Read-modify-write, readahead, sync")
+    t.add_column("what")
+    t.add_column("numbers")
+    for r in rep["rmw"]:
+        t.add_row(f"RMW {r['hop']}", f"{r['rmw_writes']}/{r['partial_writes']} partial writes caused "
+                  f"{r['reads']} reads ({_fmt_bytes(r['read_bytes'])}, {_fmt(r['read_per_write'])}/write), "
+                  f"extra {_fmt_ns(r['extra_ns'])}")
+    for r in rep["readahead"]:
+        t.add_row(f"readahead {r['level']}", f"{_fmt_bytes(r['readahead_bytes'])} ahead of demand, "
+                  f"{_fmt_bytes(r['unused_bytes'])} never used ({_fmt(r['unused_fraction'])})")
+    for r in rep["sync"]:
+        t.add_row(f"sync {r['level']}", f"{r['stable_writes']}/{r['writes']} stable writes, "
+                  f"{r['flushes']} flushes, {r['fsync_bound_writes']} fsync-bound")
+    con.print(t)
+    lost = rep["lost"]
+    style = "bold red" if lost["total"] else "green"
+    con.print(f"[{style}]lost events: {lost['total']} (ring-buffer drops {lost['ringbuf_drops']}, "
+              f"sequence gaps {lost['seq_gaps']})[/]")
+
+
+def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict[str, int]:
+    """Materialize `links` per capture into STORE/links/capture=<id>/ so
+    later queries read them instead of recomputing.  Idempotent."""
+    p = check_store(store)
+    out = {}
+    with Session(p, memory_limit=memory_limit) as s:
+        for cid in s.captures():
+            d = p / "links" / f"capture={cid}"
+            d.mkdir(parents=True, exist_ok=True)
+            tmp = d / "data.parquet.tmp"
+            path = str(tmp).replace("'", "''")
+            s.con.execute(f"COPY (SELECT * FROM _links_computed WHERE capture_id = ? "
+                          f"ORDER BY lower_level, lower_id) TO '{path}' (FORMAT parquet, "
+                          f"COMPRESSION zstd)", [cid])
+            os.replace(tmp, d / "data.parquet")
+            out[cid] = pq.ParquetFile(d / "data.parquet").metadata.num_rows
+    return out

@@ -1,0 +1,187 @@
+"""Diff tests for the correlator's views: hand-built stacks, exact rows."""
+from __future__ import annotations
+
+import pytest
+
+from nestrace.session import Session
+from rows import (CAP, DISK, GUEST, HOSTFS, VDISK, blk, capture_meta, device_map, extents,
+                  hostfs, pagecache, request, vfs)
+
+MiB = 1 << 20
+
+
+def session(**tables) -> Session:
+    base = {"capture_meta": capture_meta(), "device_map": device_map(), "extent_maps": extents()}
+    return Session.from_tables(base | tables)
+
+
+def direct_read_stack():
+    """One 4 KiB O_DIRECT pread at file offset 8192, seen at all four levels."""
+    return dict(
+        vfs_events=[vfs(100, 900, off=8192, f_flags=0o40000)],
+        block_events=request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+        + request(310, 320, 800, DISK, 100 * MiB + 4 * MiB + 8192, 4096, rq=2, bio=12),
+        hostfs_events=[hostfs(300, 4 * MiB + 8192, 4096, source=3, flags=1)])
+
+
+def test_map_vfs_carries_a_file_offset_to_vdisk_image_and_disk():
+    s = session(**direct_read_stack())
+    got = s.rows("SELECT file_offset_bytes, bytes, vdisk_offset_bytes, image_offset_bytes, "
+                 "disk_offset_bytes FROM map_vfs")
+    assert got == [{"file_offset_bytes": 8192, "bytes": 4096, "vdisk_offset_bytes": 4 * MiB + 8192,
+                    "image_offset_bytes": 4 * MiB + 8192,
+                    "disk_offset_bytes": 104 * MiB + 8192}]
+
+
+def test_map_vfs_splits_a_range_that_spans_two_extents():
+    ext = extents(guest=((0, 4 * MiB, 4096), (4096, 9 * MiB, 4096)))
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),
+                             "extent_maps": ext, "vfs_events": [vfs(1, 2, off=2048, req=4096, ret=4096)]})
+    got = s.rows("SELECT file_offset_bytes, bytes, vdisk_offset_bytes FROM map_vfs ORDER BY 1")
+    assert got == [{"file_offset_bytes": 2048, "bytes": 2048, "vdisk_offset_bytes": 4 * MiB + 2048},
+                   {"file_offset_bytes": 4096, "bytes": 2048, "vdisk_offset_bytes": 9 * MiB}]
+
+
+def test_links_tie_each_level_to_the_read_that_caused_it():
+    s = session(**direct_read_stack())
+    got = s.rows("SELECT upper_level, lower_level, kind, bytes, upper_id IS NOT NULL AS has_upper "
+                 "FROM links ORDER BY lower_level")
+    assert got == [
+        {"upper_level": "vdisk", "lower_level": "disk", "kind": "sync", "bytes": 4096, "has_upper": True},
+        {"upper_level": "vdisk", "lower_level": "hostfs", "kind": "sync", "bytes": 4096, "has_upper": True},
+        {"upper_level": "vfs", "lower_level": "vdisk", "kind": "sync", "bytes": 4096, "has_upper": True}]
+    assert s.rows("SELECT level, fraction FROM links_to_vfs ORDER BY level") == [
+        {"level": "disk", "fraction": 1.0}, {"level": "vdisk", "fraction": 1.0}]
+
+
+def test_readahead_beyond_the_read_is_classified_not_attributed():
+    t = dict(vfs_events=[vfs(100, 900, off=0)],
+             block_events=request(200, 210, 800, VDISK, 4 * MiB, 16384, rq=1, bio=11, flags=32))
+    s = session(**t)
+    got = s.rows("SELECT kind, bytes, upper_id IS NULL AS unattributed FROM links ORDER BY kind")
+    assert got == [{"kind": "readahead", "bytes": 12288, "unattributed": True},
+                   {"kind": "sync", "bytes": 4096, "unattributed": False}]
+
+
+def test_buffered_write_is_tied_to_its_writeback_with_the_lag():
+    t = dict(vfs_events=[vfs(100, 10, off=0, syscall=4)],
+             block_events=request(5000, 5010, 6000, VDISK, 4 * MiB, 4096, rq=1, bio=11, op=1))
+    s = session(**t)
+    assert s.rows("SELECT kind, bytes, lag_ns FROM links") == [
+        {"kind": "writeback", "bytes": 4096, "lag_ns": 4890}]
+
+
+def test_journal_write_nobody_asked_for_is_classified_by_its_flags():
+    t = dict(block_events=request(10, 11, 20, DISK, 50 * MiB, 4096, rq=1, bio=1, op=1, flags=1 | 16 | 8))
+    s = session(**t)
+    assert s.rows("SELECT lower_level, kind, bytes FROM links") == [
+        {"lower_level": "disk", "kind": "journal", "bytes": 4096}]
+
+
+def test_unaligned_guest_write_through_host_page_cache_is_read_modify_write():
+    # a 512 B virtual-disk write into the middle of a host page, and the
+    # host reading that page from disk while the write is in flight
+    t = dict(block_events=request(100, 110, 500, VDISK, 4 * MiB + 512, 512, rq=1, bio=11, op=1)
+             + request(150, 160, 300, DISK, 104 * MiB, 4096, rq=2, bio=12, op=0))
+    s = session(**t)
+    assert s.rows("SELECT hop, partial_writes, rmw_writes, reads, read_bytes, write_bytes, "
+                  "extra_ns FROM rmw_summary") == [
+        {"hop": "host", "partial_writes": 1, "rmw_writes": 1, "reads": 1, "read_bytes": 4096,
+         "write_bytes": 512, "extra_ns": 150}]
+    assert s.rows("SELECT kind FROM links WHERE lower_level = 'disk'") == [{"kind": "rmw"}]
+
+
+def test_unaligned_app_write_reads_the_guest_block():
+    t = dict(vfs_events=[vfs(100, 800, off=1024, req=512, ret=512, syscall=4)],
+             block_events=request(200, 210, 400, VDISK, 4 * MiB, 4096, rq=1, bio=11))
+    s = session(**t)
+    assert s.rows("SELECT hop, partial_writes, reads, read_bytes FROM rmw_summary") == [
+        {"hop": "guest", "partial_writes": 1, "reads": 1, "read_bytes": 4096}]
+
+
+def test_aligned_write_is_no_rmw():
+    t = dict(vfs_events=[vfs(100, 800, off=4096, syscall=4)],
+             block_events=request(200, 210, 400, VDISK, 4 * MiB, 4096, rq=1, bio=11))
+    s = session(**t)
+    assert s.rows("SELECT count(*) AS n FROM rmw") == [{"n": 0}]
+
+
+def test_seek_distances_over_the_dispatch_stream():
+    ev = (request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1) + request(4, 5, 6, DISK, 4096, 4096, rq=2, bio=2)
+          + request(7, 8, 9, DISK, 100 * 512, 4096, rq=3, bio=3))
+    s = session(block_events=ev)
+    got = s.rows("SELECT distance, abs_distance, normalized, sequential FROM seek_distances "
+                 "WHERE level = 'disk' ORDER BY ts_ns")
+    size = float(1 << 21)
+    assert got == [{"distance": 0, "abs_distance": 0, "normalized": 0.0, "sequential": True},
+                   {"distance": 84, "abs_distance": 84, "normalized": 84 / size, "sequential": False}]
+    cdf = s.rows("SELECT x, y FROM seek_cdf('disk') ORDER BY x")
+    assert cdf == [{"x": 0.0, "y": 0.5}, {"x": 84 / size, "y": 1.0}]
+
+
+def test_size_histogram_uses_vscsistats_bins():
+    ev = [vfs(1, 1, ret=512, req=512), vfs(2, 1, ret=4096), vfs(3, 1, ret=4097, req=4097),
+          vfs(4, 1, ret=1 << 20, req=1 << 20)]
+    s = session(vfs_events=ev)
+    got = s.rows("SELECT bin, n FROM size_histogram ORDER BY bin_max_bytes NULLS LAST")
+    assert got == [{"bin": "512", "n": 1}, {"bin": "4K", "n": 1}, {"bin": "8K", "n": 1},
+                   {"bin": ">512K", "n": 1}]
+
+
+def test_merged_bio_gets_q2m_and_merge_ratio_counts_it():
+    ev = request(10, 20, 30, DISK, 0, 4096, rq=1, bio=1) + [
+        blk("Q", 12, dev=DISK, sector=8, nr=8, bio=2), blk("M", 15, dev=DISK, sector=8, nr=8, bio=2)]
+    s = session(block_events=ev)
+    assert s.rows("SELECT q2m_ns, bytes, front FROM phases_merges") == [
+        {"q2m_ns": 3, "bytes": 4096, "front": False}]
+    assert s.rows("SELECT queued, merged, dispatched, merge_ratio FROM size_merge_ratio") == [
+        {"queued": 2, "merged": 1, "dispatched": 1, "merge_ratio": 2.0}]
+    q2c = s.rows("SELECT n, min_ns FROM phases_stats WHERE phase = 'q2c'")
+    assert q2c == [{"n": 1, "min_ns": 20}]
+
+
+def test_amplification_ratios_per_level():
+    t = direct_read_stack()
+    t["block_events"] = (request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+                         + request(310, 320, 800, DISK, 104 * MiB, 32768, rq=2, bio=12))
+    s = session(**t)
+    got = s.rows("SELECT level, bytes, ratio_to_above, ratio_to_app FROM amplification "
+                 "WHERE op = 'read' ORDER BY depth")
+    assert got == [{"level": "vfs", "bytes": 4096, "ratio_to_above": None, "ratio_to_app": 1.0},
+                   {"level": "vdisk", "bytes": 4096, "ratio_to_above": 1.0, "ratio_to_app": 1.0},
+                   {"level": "hostfs", "bytes": 4096, "ratio_to_above": 1.0, "ratio_to_app": 1.0},
+                   {"level": "disk", "bytes": 32768, "ratio_to_above": 8.0, "ratio_to_app": 8.0}]
+
+
+def test_readahead_page_never_read_is_unused():
+    t = dict(vfs_events=[vfs(100, 200, off=0), vfs(400, 10, off=4096)],
+             pagecache_events=[pagecache(150, 0, 4, 1), pagecache(1000, 3, 1, 2)])
+    s = session(**t)
+    pages = s.rows("SELECT page, readahead, used FROM readahead_pages ORDER BY page")
+    assert pages == [{"page": 0, "readahead": False, "used": True},
+                     {"page": 1, "readahead": True, "used": True},
+                     {"page": 2, "readahead": True, "used": False},
+                     {"page": 3, "readahead": True, "used": False}]
+    assert s.rows("SELECT readahead_bytes, used_bytes, unused_bytes FROM readahead_summary") == [
+        {"readahead_bytes": 12288, "used_bytes": 4096, "unused_bytes": 8192}]
+
+
+def test_write_absorbed_by_the_page_cache_reaches_no_lower_level():
+    t = dict(vfs_events=[vfs(100, 10, off=0, syscall=2)])
+    s = session(**t)
+    assert s.rows("SELECT level, bytes FROM amplification WHERE op = 'write' ORDER BY depth") == [
+        {"level": "vfs", "bytes": 4096}, {"level": "vdisk", "bytes": 0},
+        {"level": "hostfs", "bytes": 0}, {"level": "disk", "bytes": 0}]
+    assert s.rows("SELECT app_bytes, vdisk_bytes FROM amplification_per_io") == [
+        {"app_bytes": 4096, "vdisk_bytes": 0}]
+
+
+def test_fua_and_fsync_bound_writes_are_counted():
+    t = dict(vfs_events=[vfs(100, 10, off=0, syscall=4), vfs(200, 500, off=-1, req=0, ret=0, syscall=11)],
+             block_events=request(300, 310, 400, VDISK, 4 * MiB, 4096, rq=1, bio=1, op=1)
+             + request(450, 460, 600, VDISK, 8 * MiB, 4096, rq=2, bio=2, op=1, flags=1 | 8))
+    s = session(**t)
+    got = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes FROM sync_transform "
+                 "WHERE level IN ('vfs', 'vdisk') ORDER BY level")
+    assert got == [{"level": "vdisk", "writes": 2, "stable_writes": 1, "flushes": 0, "fsync_bound_writes": 2},
+                   {"level": "vfs", "writes": 1, "stable_writes": 0, "flushes": 1, "fsync_bound_writes": 0}]

@@ -50,18 +50,20 @@ def _run(cmd: list[str], what: str) -> str:
 
 def mkfs_cmd(fs: str, dev: str, block_size: int | None) -> list[str]:
     if fs in ("ext2", "ext3", "ext4"):
-        # no lazy init: background zeroing would pollute every trace
-        cmd = [f"mkfs.{fs}", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]
+        # no lazy init: background zeroing would pollute every trace; no
+        # discard: on a loop device it punches holes in the image (undoing
+        # --fragment-image and changing its layout)
+        cmd = [f"mkfs.{fs}", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0,nodiscard"]
         if block_size:
             cmd += ["-b", str(block_size)]
         return cmd + [dev]
     if fs == "xfs":
-        cmd = ["mkfs.xfs", "-q", "-f"]
+        cmd = ["mkfs.xfs", "-q", "-f", "-K"]
         if block_size:
             cmd += ["-b", f"size={block_size}"]
         return cmd + [dev]
     if fs == "btrfs":
-        cmd = ["mkfs.btrfs", "-q", "-f"]
+        cmd = ["mkfs.btrfs", "-q", "-f", "-K"]
         if block_size:
             cmd += ["-s", str(block_size)]
         return cmd + [dev]
@@ -78,6 +80,7 @@ class LabConfig:
     host_dio: bool = True
     guest_block_size: int | None = None
     host_block_size: int | None = None
+    fragment_image: bool = False    # fill the image with random 64 KiB writes before mkfs
     name: str = "default"
 
     def validate(self) -> None:
@@ -150,6 +153,13 @@ class Lab:
             image = self.host_mount / "image.raw"
             with open(image, "wb") as f:
                 f.truncate(cfg.image_size)
+            if cfg.fragment_image:
+                # random 64 KiB direct writes, no preallocation: each write
+                # allocates when it is made (no delayed allocation to tidy
+                # up), so the image's extents lie in write order, not file order
+                _run(["fio", "--name=fragment", f"--filename={image}", "--rw=randwrite",
+                      "--bs=64k", f"--size={cfg.image_size}", "--fallocate=none", "--direct=1",
+                      "--ioengine=psync", "--output=/dev/null"], "fragmenting the image")
             vdisk = _run(["losetup", "--find", "--show", f"--direct-io={'on' if cfg.guest_dio else 'off'}",
                           str(image)], "attaching the virtual-disk loop device")
             self._step(st, "loop", dev=vdisk, role="vdisk")

@@ -74,7 +74,8 @@ def lab_factory():
         args = ["lab", "up", "--name", name, "--guest-fs", guest_fs, "--host-fs", host_fs,
                 "--image-size", image_size]
         for k, v in opts.items():
-            args += [f"--{k.replace('_', '-')}", str(v)]
+            flag = f"--{k.replace('_', '-')}"
+            args += [flag] if v is True else [flag, str(v)]
         r = run_cli(*args)
         return LabHandle(name, r.stdout.strip())
 

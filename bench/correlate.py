@@ -1,0 +1,80 @@
+"""bench/correlate: events/s and peak memory of correlate + report on
+replicated captures.  Prints a Markdown table."""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+NT = [sys.executable, "-m", "nestrace"]
+
+
+def source_capture(tmp: Path) -> Path:
+    """A real capture: 4k random reads and writes, O_DIRECT, on ext4/xfs."""
+    store = tmp / "src"
+    subprocess.run(NT + ["lab", "down", "--name", "benchc"], capture_output=True, cwd=ROOT)
+    mp = subprocess.run(NT + ["lab", "up", "--name", "benchc"], capture_output=True, text=True,
+                        check=True, cwd=ROOT).stdout.strip()
+    try:
+        subprocess.run(["fio", "--name=l", f"--directory={mp}", "--rw=write", "--bs=1M",
+                        "--size=64M", "--direct=1", "--output=/dev/null"], check=True)
+        subprocess.run(NT + ["record", "-o", str(store), "--stack", mp, "--", "fio", "--name=l",
+                             f"--directory={mp}", "--rw=randrw", "--bs=4k", "--size=64M",
+                             "--io_size=32M", "--direct=1", "--ioengine=psync",
+                             "--output=/dev/null"], check=True, capture_output=True, cwd=ROOT)
+    finally:
+        subprocess.run(NT + ["lab", "down", "--name", "benchc"], capture_output=True, cwd=ROOT)
+    return store
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (GiB) of a child command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t = time.monotonic()
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    wall = time.monotonic() - t
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return wall, max(peak, before) / (1 << 20)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sizes", default="1000000,10000000")
+    ap.add_argument("--memory-limit", default="6GB")
+    args = ap.parse_args()
+    from nestrace.synth import replicate
+    import nestrace
+    rows = []
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as t:
+        tmp = Path(t)
+        src = source_capture(tmp)
+        n_src = nestrace.open(src).rows("SELECT records_total AS n FROM capture_meta")[0]["n"]
+        for size in [int(x) for x in args.sizes.split(",")]:
+            copies = max(1, round(size / n_src))
+            dst = tmp / f"s{size}"
+            n = replicate(src, dst, copies)
+            # each measured in its own process, so peak RSS is its own
+            wall_c, rss_c = timed(NT + ["correlate", str(dst), "--memory-limit", args.memory_limit])
+            wall_r, rss_r = timed(NT + ["report", str(dst), "--json"])
+            rows.append((n, wall_c, wall_r, n / (wall_c + wall_r), max(rss_c, rss_r)))
+            shutil.rmtree(dst)
+            print(f"{n} events: correlate {wall_c:.1f} s, report {wall_r:.1f} s", file=sys.stderr)
+    print(f"\nnestrace correlate + report on replicated real captures ({os.cpu_count()} cores, "
+          f"DuckDB memory limit {args.memory_limit})\n")
+    print("| events | correlate s | report s | events/s (both) | events/s per core | peak RSS GiB |")
+    print("|---|---|---|---|---|---|")
+    for n, wc, wr, eps, rss in rows:
+        print(f"| {n} | {wc:.1f} | {wr:.1f} | {eps:,.0f} | {eps / os.cpu_count():,.0f} | {rss:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""What nesting does to I/O, reproduced on real lab captures and measured
+by the correlator.  Ranges, not exact numbers: each test names its fio job.
+Unless said otherwise: lab up --guest-dio off --host-dio on (the image goes
+through the host page cache; the host disk is uncached)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import nestrace
+from conftest import drop_caches, run_cli
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def capture(lab, tmp_path: Path, *fio_args: str, layout: bool = True, name: str = "s"):
+    """Lay the 64 MiB file out (unless told not to), drop caches, and record
+    the fio job; return a session on the new store."""
+    if layout:
+        lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    drop_caches()
+    store = tmp_path / name
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--",
+            "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
+            "--output=/dev/null", "--size=64M", *fio_args)
+    return nestrace.open(store)
+
+
+def amp(s, level: str, op: str) -> float:
+    return s.rows("SELECT ratio_to_app FROM amplification WHERE level = ? AND op = ?",
+                  [level, op])[0]["ratio_to_app"]
+
+
+def rmw_host(s) -> dict:
+    rows = s.rows("SELECT * FROM rmw_summary WHERE hop = 'host'")
+    return rows[0] if rows else {"partial_writes": 0, "rmw_writes": 0, "reads": 0, "read_bytes": 0,
+                                 "write_bytes": 0}
+
+
+def test_512b_direct_writes_through_host_page_cache_read_a_host_page_each(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="off", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=randwrite", "--bs=512", "--direct=1", "--io_size=1M")
+    r = rmw_host(s)
+    writes = s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'write'")[0]["n"]
+    assert writes == 2048
+    assert 0.9 <= r["reads"] / writes <= 1.1, r            # ~one host read per guest write
+    disk_read = s.rows("SELECT sum(bytes) AS b FROM disk_io WHERE op = 'read'")[0]["b"]
+    assert 6.5 <= disk_read / (writes * 512) <= 9, (disk_read, r)   # ~8x the written bytes
+
+
+def test_512b_direct_writes_with_guest_dio_need_no_host_reads(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=randwrite", "--bs=512", "--direct=1", "--io_size=1M")
+    r = rmw_host(s)
+    assert r["reads"] <= 0.01 * 2048, r
+
+
+def test_1k_guest_blocks_buffered_random_writes_need_two_host_reads(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="off", host_dio="on", guest_block_size=1024)
+    s = capture(lab, tmp_path, "--rw=randwrite", "--bs=4k", "--io_size=2M", "--fsync=1")
+    r = rmw_host(s)
+    app_writes = s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'write'")[0]["n"]
+    assert app_writes == 512
+    per_write = r["reads"] / app_writes       # ~2: both ends of the 4 KiB miss the host page
+    assert 1.5 <= per_write <= 2.5, (per_write, r)
+
+
+def test_readahead_amplifies_small_random_runs_at_both_levels(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="off", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=randread:8", "--bs=4k", "--io_size=4M", "--fadvise_hint=0")
+    guest, disk = amp(s, "vdisk", "read"), amp(s, "disk", "read")
+    assert 5 <= guest <= 10, (guest, disk)
+    assert 12 <= disk <= 24, (guest, disk)
+
+
+def test_guest_fadvise_random_does_not_reach_the_host(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="off", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=randread:8", "--bs=4k", "--io_size=4M")  # fadvise RANDOM
+    guest, disk = amp(s, "vdisk", "read"), amp(s, "disk", "read")
+    assert 0.9 <= guest <= 1.3, (guest, disk)
+    assert 5 <= disk / guest <= 10, (guest, disk)      # the host still reads ahead
+    ra = s.rows("SELECT readahead_bytes, unused_bytes FROM readahead_summary WHERE level = 'host'")
+    assert ra and ra[0]["readahead_bytes"] > 0 and ra[0]["unused_bytes"] > 0
+
+
+def _seq(s, level):
+    return s.rows("SELECT sequential_fraction, median_abs FROM seek_summary WHERE level = ?", [level])[0]
+
+
+def test_sequential_reads_stay_sequential_on_a_fresh_image(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="off", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=read", "--bs=128k", "--direct=1")
+    assert _seq(s, "vdisk")["sequential_fraction"] > 0.95
+    assert _seq(s, "disk")["sequential_fraction"] > 0.95
+
+
+def test_fragmented_image_makes_sequential_guest_reads_random_on_disk(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="off", host_dio="on", fragment_image=True)
+    s = capture(lab, tmp_path, "--rw=read", "--bs=128k", "--direct=1")
+    v, d = _seq(s, "vdisk"), _seq(s, "disk")
+    assert v["sequential_fraction"] > 0.95, v
+    assert d["sequential_fraction"] < 0.2, d
+    assert d["median_abs"] > 10_000, d        # sectors: seeks of megabytes
+
+
+def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=randrw", "--bs=4k", "--direct=1", "--io_size=8M")
+    got = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
+    assert got["vdisk"] >= 0.99 and got["disk"] >= 0.99, got
+    kinds = {r["kind"] for r in s.rows("SELECT DISTINCT kind FROM links WHERE upper_id IS NULL")}
+    assert kinds <= {"journal", "metadata", "writeback", "readahead", "other"}
+    # the report says the same, as JSON
+    r = run_cli("report", str(s.store), "--json")
+    import json
+    rep = json.loads(r.stdout)
+    assert {x["level"]: x["fraction"] for x in rep["attribution"]["to_app"]} == pytest.approx(got)

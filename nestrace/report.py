@@ -12,6 +12,8 @@ from .session import Session
 from .store import check_store
 
 REPORT_VERSION = 1
+# shared intermediates the report's views build on, lower first
+CACHED = ["block_requests", "map_extents", "map_vfs", "map_vdisk", "map_disk", "links"]
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
 VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "hostfs": "hostfs_io", "disk": "disk_io"}
 
@@ -29,6 +31,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     if cid not in caps:
         raise ValueError(f"no capture {cid!r} in the store (have: {', '.join(caps)})")
     p = [cid]
+    s.cache(CACHED)
     meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total "
                    "FROM capture_meta WHERE capture_id = ?", p)
     seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ?", p)}
@@ -183,6 +186,7 @@ def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict
     p = check_store(store)
     out = {}
     with Session(p, memory_limit=memory_limit) as s:
+        s.cache([v for v in CACHED if v != "links"])
         for cid in s.captures():
             d = p / "links" / f"capture={cid}"
             d.mkdir(parents=True, exist_ok=True)

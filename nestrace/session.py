@@ -95,6 +95,14 @@ class Session:
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 
+    def cache(self, views: list[str]) -> None:
+        """Compute these views once for this session: each becomes a table,
+        and the view reads it, so every view built on it reuses the rows.
+        Give them in dependency order (lower first)."""
+        for v in views:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cache_{v} AS SELECT * FROM {v}")
+            self.con.execute(f"CREATE OR REPLACE VIEW {v} AS SELECT * FROM temp._cache_{v}")
+
     # ---- metrics: each returns an Arrow table, optionally for one capture ----
     def _view(self, name: str, capture_id: str | None) -> pa.Table:
         if capture_id is None:

@@ -185,3 +185,18 @@ def test_fua_and_fsync_bound_writes_are_counted():
                  "WHERE level IN ('vfs', 'vdisk') ORDER BY level")
     assert got == [{"level": "vdisk", "writes": 2, "stable_writes": 1, "flushes": 0, "fsync_bound_writes": 2},
                    {"level": "vfs", "writes": 1, "stable_writes": 0, "flushes": 1, "fsync_bound_writes": 0}]
+
+
+def test_cached_intermediates_give_the_same_numbers():
+    from nestrace.report import CACHED
+    t = direct_read_stack()
+    t["block_events"] += request(2000, 2010, 2500, VDISK, 4 * MiB + 512, 512, rq=3, bio=13, op=1)
+    t["block_events"] += request(2100, 2110, 2300, DISK, 104 * MiB, 4096, rq=4, bio=14)
+    views = ["seek_summary", "phases_stats", "amplification", "links_summary", "links_to_vfs",
+             "rmw_summary", "sync_transform", "size_histogram"]
+    plain, cached = session(**t), session(**t)
+    cached.cache(CACHED)
+    for v in views:
+        q = f"SELECT * FROM {v} ORDER BY ALL"
+        assert plain.rows(q) == cached.rows(q), v
+    assert plain.rows("SELECT count(*) AS n FROM rmw_summary") == [{"n": 1}]

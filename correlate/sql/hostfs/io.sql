@@ -5,6 +5,9 @@
 -- On xfs the exact xfs_file_* read/write events are used; on other file
 -- systems iomap direct I/O, filemap page lookups (buffered reads, in
 -- batches of pages) and ext4 write_begin (buffered writes, per page).
+-- btrfs has no buffered-write tracepoint: its writes are the image pages
+-- it dirties (one row per folio, source writeback_dirty_folio); see
+-- docs/hostfs-hooks.md.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'hostfs'
@@ -32,4 +35,12 @@ SELECT e.capture_id, l.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.se
 FROM hostfs_events e
 JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
 WHERE CASE WHEN l.fs_type = 'xfs' THEN e.source BETWEEN 1 AND 4
-           ELSE e.source BETWEEN 5 AND 8 END;
+           ELSE e.source BETWEEN 5 AND 8 END
+UNION ALL
+SELECT p.capture_id, l.machine, 'hostfs', (p.cpu::UBIGINT << 48) | p.seq, p.ts_ns, p.dev, p.ino,
+       (p.index * 4096)::BIGINT, p.nr_pages * 4096, 'write', false, 'writeback_dirty_folio',
+       l.fs_type, p.pid, p.comm
+FROM pagecache_events p
+JOIN base_levels l ON l.capture_id = p.capture_id AND l.dev = p.dev AND l.level = 'hostfs'
+JOIN device_map v ON v.capture_id = p.capture_id AND v.level = 'vdisk' AND v.backing_ino = p.ino
+WHERE l.fs_type = 'btrfs' AND p.event = 7;

@@ -33,6 +33,7 @@ class Session:
     def __init__(self, store: str | os.PathLike | None, *, memory_limit: str | None = None):
         self.store = check_store(store) if store is not None else None
         self.con = duckdb.connect()
+        self.con.execute("SET enable_progress_bar = false")
         if memory_limit:
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self._empties: dict[str, pa.Table] = {}
@@ -68,6 +69,7 @@ class Session:
         s = cls.__new__(cls)
         s.store = None
         s.con = duckdb.connect()
+        s.con.execute("SET enable_progress_bar = false")
         s._empties = {}
         for table, schema in _raw_tables().items():
             t = tables.get(table)

@@ -308,6 +308,47 @@ def correlate_cmd(store, memory_limit) -> None:
         click.echo(f"capture {cid}: {n} links")
 
 
+@cli.command("plot")
+@click.argument("store", type=click.Path())
+@click.option("--kind", default="seek-cdf", show_default=True,
+              help="seek-cdf, latency, phases, amplification, sizes or offsets.")
+@click.option("--level", default="disk", show_default=True, help="Level for seek-cdf.")
+@click.option("-o", "--output", required=True, type=click.Path(), help="FILE.html or FILE.png")
+@user_errors
+def plot_cmd(store, kind, level, output) -> None:
+    """Draw one figure of a store to HTML (self-contained) or PNG."""
+    from . import plots
+    from .session import Session
+    if kind not in plots.KINDS:
+        raise UserError(f"unknown --kind {kind!r} (choose from {', '.join(plots.KINDS)})")
+    s = Session(check_store(store))
+    fig = plots.seek_cdf(s, level=level) if kind == "seek-cdf" else plots.KINDS[kind](s)
+    if output.endswith(".html"):
+        fig.write_html(output, include_plotlyjs=True)
+    elif output.endswith(".png"):
+        try:
+            fig.write_image(output, width=1200, height=700)
+        except Exception as e:  # kaleido missing, or no Chromium to drive
+            raise UserError(f"{output}: PNG export needs kaleido and a Chromium it can start "
+                            f"(apt-get install chromium): {str(e).splitlines()[0]}") from None
+    else:
+        raise UserError(f"{output}: write .html or .png")
+    click.echo(output)
+
+
+@cli.command("html")
+@click.argument("stores", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), help="report.html")
+@user_errors
+def html_cmd(stores, output) -> None:
+    """One self-contained HTML page (no network needed): the report's
+    tables and every figure for each STORE, seek CDFs overlaid."""
+    from . import plots
+    from .session import Session
+    plots.html_report([Session(check_store(s)) for s in stores], output)
+    click.echo(output)
+
+
 @cli.command("summary")
 @click.argument("store", type=click.Path())
 @click.option("--capture", default=None, help="Capture id (default: the newest).")

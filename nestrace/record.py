@@ -199,3 +199,27 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     live.close()
     cap.seal = seal(store_p, cid)
     return cap
+
+
+def record_lab(store: str | os.PathLike, fio_args: list[str], *, guest_fs: str = "ext4",
+               host_fs: str = "xfs", layout_mib: int = 64, name: str = "notebook",
+               **lab_opts) -> Capture:
+    """Build a lab stack, lay out a file, record one fio job on it, tear the
+    stack down (also on failure).  For notebooks and quick experiments."""
+    from .lab import Lab, LabConfig, parse_size
+    lab = Lab(name)
+    if lab.state().get("made"):
+        lab.down()
+    cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, name=name, **lab_opts)
+    st = lab.up(cfg)
+    try:
+        mp = st["guest_mount"]
+        job = ["fio", "--name=nb", f"--directory={mp}", "--ioengine=psync", "--output=/dev/null",
+               f"--size={layout_mib}M"]
+        subprocess.run(job + ["--rw=write", "--bs=1M", "--direct=1"], check=True)
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        from .stack import discover
+        return record(store, discover(mp), command=job + list(fio_args))
+    finally:
+        lab.down()

@@ -23,6 +23,16 @@ def _raw_tables() -> dict[str, pa.Schema]:
     return out
 
 
+def _quiet(con) -> None:
+    """No progress bar on stdout: sessions are used from scripts and pipes.
+    (Inside Jupyter DuckDB refuses to touch the setting without ipywidgets;
+    there the default is fine.)"""
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.Error:
+        pass
+
+
 class Session:
     """Query a nestrace store with DuckDB SQL.
 
@@ -33,7 +43,7 @@ class Session:
     def __init__(self, store: str | os.PathLike | None, *, memory_limit: str | None = None):
         self.store = check_store(store) if store is not None else None
         self.con = duckdb.connect()
-        self.con.execute("SET enable_progress_bar = false")
+        _quiet(self.con)
         if memory_limit:
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self._empties: dict[str, pa.Table] = {}
@@ -69,7 +79,7 @@ class Session:
         s = cls.__new__(cls)
         s.store = None
         s.con = duckdb.connect()
-        s.con.execute("SET enable_progress_bar = false")
+        _quiet(s.con)
         s._empties = {}
         for table, schema in _raw_tables().items():
             t = tables.get(table)
@@ -86,7 +96,10 @@ class Session:
 
     def query(self, sql: str, params: list | None = None) -> pa.Table:
         """Run SQL and return the result as an Arrow table."""
-        return self.con.execute(sql, params or []).fetch_arrow_table()
+        cur = self.con.execute(sql, params or [])
+        # DuckDB 2 renamed fetch_arrow_table to to_arrow_table
+        fetch = getattr(cur, "to_arrow_table", None) or cur.fetch_arrow_table
+        return fetch()
 
     def df(self, sql: str, params: list | None = None):
         """Run SQL and return a pandas DataFrame."""

@@ -99,3 +99,23 @@ def test_hostfs_io_uses_exact_xfs_events_and_generic_ones_elsewhere(host_fs, exp
                              "device_map": device_map(host_fs=host_fs), "hostfs_events": ev})
     got = [r["source"] for r in s.rows("SELECT source FROM hostfs_io ORDER BY ts_ns")]
     assert got == expected
+
+
+def test_session_query_returns_arrow_and_metric_methods_too():
+    import pyarrow as pa
+    ev = [vfs(100, 50, off=4096, syscall=3)]
+    s = session(vfs_events=ev)
+    t = s.query("SELECT ts_ns, op FROM vfs_io")
+    assert isinstance(t, pa.Table) and t.to_pylist() == [{"ts_ns": 100, "op": "read"}]
+    amp = s.amplification()
+    assert isinstance(amp, pa.Table) and amp.num_rows == 8
+    assert s.df("SELECT count(*) AS n FROM vfs_io")["n"][0] == 1
+
+
+def test_flush_request_without_a_position_has_no_offset():
+    ev = [blk("D", 1, rq=1, sector=2**64 - 1, nr=0, op=2, flags=16),
+          blk("C", 2, rq=1, sector=2**64 - 1, nr=0, op=2)]
+    s = session(block_events=ev)
+    assert s.rows("SELECT op, offset_bytes, bytes, rwbs FROM disk_io") == [
+        {"op": "flush", "offset_bytes": None, "bytes": 0, "rwbs": "FF"}]
+    assert s.rows("SELECT count(*) AS n FROM seek_distances") == [{"n": 0}]

@@ -30,7 +30,7 @@ FROM block_events WHERE action = 6;
 -- @column q2c_ns BIGINT        C - Q: total time in the block layer and device
 -- @column sector UBIGINT       start sector at dispatch
 -- @column nr_sectors UINTEGER  size in 512-byte sectors at dispatch
--- @column offset_bytes UBIGINT sector * 512
+-- @column offset_bytes UBIGINT sector * 512 (NULL for requests without a position, e.g. flushes)
 -- @column bytes UBIGINT        nr_sectors * 512
 -- @column op VARCHAR           read, write, flush, discard or other
 -- @column rwbs VARCHAR         blktrace-style flags (R/W/D/F, then F=FUA A=readahead S=sync M=meta)
@@ -65,7 +65,9 @@ SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns,
        j.ts_ns::BIGINT - (CASE WHEN j.i_ns >= coalesce(j.g_ns, j.q_ns, 0) THEN j.i_ns END)::BIGINT AS i2d_ns,
        j.c_ns::BIGINT - j.ts_ns::BIGINT AS d2c_ns,
        j.c_ns::BIGINT - j.q_ns::BIGINT AS q2c_ns,
-       j.sector, j.nr_sectors, j.sector * 512 AS offset_bytes,
+       j.sector, j.nr_sectors,
+       -- flushes carry sector (sector_t)-1: no position
+       CASE WHEN j.sector < (1::UBIGINT << 54) THEN j.sector * 512 END AS offset_bytes,
        j.nr_sectors::UBIGINT * 512 AS bytes,
        _req_op_name(j.req_op) AS op, _rwbs(j.req_op, j.req_flags) AS rwbs,
        j.req_op, j.req_flags, coalesce(j.error, 0) AS error, j.pid, j.comm

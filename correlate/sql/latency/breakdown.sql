@@ -1,0 +1,76 @@
+-- Module latency.breakdown: where an application I/O's time goes.
+-- INCLUDE links.links
+-- INCLUDE size.histogram
+
+-- Each application read/write split into the time spent at each level,
+-- through the requests it caused synchronously (links of kind sync):
+--   guest_queue   virtual-disk Q -> D
+--   host_queue    host-disk Q -> D
+--   device        host-disk D -> C
+--   host_fs       virtual-disk D -> C minus host-disk Q -> C (the host FS,
+--                 host page cache and loop/hypervisor path)
+--   guest_service the syscall's time outside its virtual-disk requests
+--                 (guest FS, guest page cache, syscall entry and exit)
+-- The five add up to total_ns.  An I/O served from the guest page cache
+-- is all guest_service.  With several requests per level, the span from
+-- the first queue to the last completion is used.
+-- @column capture_id VARCHAR    capture
+-- @column io_id UBIGINT         vfs_io row
+-- @column op VARCHAR            read or write
+-- @column class VARCHAR         request class: op and vscsiStats size bin, e.g. "read 4K"
+-- @column total_ns BIGINT       syscall duration
+-- @column guest_service_ns BIGINT time outside the virtual-disk requests
+-- @column guest_queue_ns BIGINT virtual-disk queue time (Q -> D)
+-- @column host_fs_ns BIGINT     virtual-disk service time not spent in the host disk
+-- @column host_queue_ns BIGINT  host-disk queue time (Q -> D)
+-- @column device_ns BIGINT      host-disk service time (D -> C)
+CREATE OR REPLACE VIEW latency_breakdown AS
+WITH v AS (
+  SELECT DISTINCT capture_id, upper_id AS vfs_id, lower_id AS vdisk_id FROM links
+  WHERE lower_level = 'vdisk' AND kind = 'sync' AND upper_id IS NOT NULL),
+vq AS (
+  SELECT v.capture_id, v.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c
+  FROM v JOIN vdisk_io r ON r.capture_id = v.capture_id AND r.io_id = v.vdisk_id GROUP BY ALL),
+dl AS (
+  SELECT DISTINCT l.capture_id, v.vfs_id, l.lower_id AS disk_id FROM links l
+  JOIN v ON v.capture_id = l.capture_id AND v.vdisk_id = l.upper_id
+  WHERE l.lower_level = 'disk' AND l.kind = 'sync'),
+dq AS (
+  SELECT dl.capture_id, dl.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c
+  FROM dl JOIN disk_io r ON r.capture_id = dl.capture_id AND r.io_id = dl.disk_id GROUP BY ALL),
+parts AS (
+  SELECT f.capture_id, f.io_id, f.op, f.ret_bytes, f.duration_ns::BIGINT AS total_ns,
+         coalesce(vq.d::BIGINT - vq.q::BIGINT, 0) AS guest_queue_ns,
+         coalesce(vq.c::BIGINT - vq.q::BIGINT, 0) AS vdisk_ns,
+         coalesce(vq.c::BIGINT - vq.d::BIGINT, 0) AS vdisk_service_ns,
+         coalesce(dq.d::BIGINT - dq.q::BIGINT, 0) AS host_queue_ns,
+         coalesce(dq.c::BIGINT - dq.d::BIGINT, 0) AS device_ns,
+         coalesce(dq.c::BIGINT - dq.q::BIGINT, 0) AS disk_ns
+  FROM vfs_io f
+  LEFT JOIN vq ON vq.capture_id = f.capture_id AND vq.vfs_id = f.io_id
+  LEFT JOIN dq ON dq.capture_id = f.capture_id AND dq.vfs_id = f.io_id
+  WHERE f.op IN ('read', 'write') AND f.ret_bytes > 0)
+SELECT capture_id, io_id, op,
+       op || ' ' || CASE WHEN _size_bin(ret_bytes) IS NULL THEN '>512K'
+                         WHEN _size_bin(ret_bytes) < 1024 THEN _size_bin(ret_bytes)::VARCHAR
+                         ELSE (_size_bin(ret_bytes) // 1024)::VARCHAR || 'K' END AS class,
+       total_ns, total_ns - vdisk_ns AS guest_service_ns, guest_queue_ns,
+       vdisk_service_ns - disk_ns AS host_fs_ns, host_queue_ns, device_ns
+FROM parts;
+
+-- Mean of each part per request class (the stacked bars).
+-- @column capture_id VARCHAR    capture
+-- @column class VARCHAR         request class
+-- @column n BIGINT              application I/Os in the class
+-- @column total_ns DOUBLE       mean syscall duration
+-- @column guest_service_ns DOUBLE mean guest service time
+-- @column guest_queue_ns DOUBLE mean virtual-disk queue time
+-- @column host_fs_ns DOUBLE     mean host FS time
+-- @column host_queue_ns DOUBLE  mean host-disk queue time
+-- @column device_ns DOUBLE      mean device time
+CREATE OR REPLACE VIEW latency_breakdown_summary AS
+SELECT capture_id, class, count(*) AS n, avg(total_ns)::DOUBLE AS total_ns,
+       avg(guest_service_ns)::DOUBLE AS guest_service_ns, avg(guest_queue_ns)::DOUBLE AS guest_queue_ns,
+       avg(host_fs_ns)::DOUBLE AS host_fs_ns, avg(host_queue_ns)::DOUBLE AS host_queue_ns,
+       avg(device_ns)::DOUBLE AS device_ns
+FROM latency_breakdown GROUP BY ALL;

@@ -1,0 +1,211 @@
+"""Figures (plotly).  Every function takes a Session or a store path (or
+several, where it overlays stores) and returns a plotly Figure.  They only
+draw: every number comes from a view of correlate/sql."""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .session import Session
+
+LEVELS = ("vfs", "vdisk", "hostfs", "disk")
+PARTS = (("guest_service_ns", "guest service"), ("guest_queue_ns", "guest queue"),
+         ("host_fs_ns", "host FS"), ("host_queue_ns", "host queue"), ("device_ns", "device"))
+SIZE_BINS = ("512", "1K", "2K", "4K", "8K", "16K", "32K", "64K", "128K", "256K", "512K", ">512K")
+StoreLike = Session | str | os.PathLike
+
+
+def _session(x: StoreLike) -> Session:
+    return x if isinstance(x, Session) else Session(x)
+
+
+def _label(s: Session) -> str:
+    if s.store is None:
+        return "capture"
+    rows = s.rows("SELECT fs_type FROM device_map WHERE level IN ('vfs', 'hostfs') "
+                  "ORDER BY level DESC LIMIT 2")
+    fs = [r["fs_type"] for r in rows]
+    return f"{fs[0]} on {fs[1]}" if len(fs) == 2 else s.store.name
+
+
+def seek_cdf(stores: StoreLike | Sequence[StoreLike], level: str = "disk",
+             labels: Sequence[str] | None = None, max_points: int = 2000) -> go.Figure:
+    """CDF of I/Os over normalized seek distance at one level, one curve per
+    store and capture (e.g. the same guest FS on several host FS)."""
+    if isinstance(stores, (Session, str, os.PathLike)):
+        stores = [stores]
+    fig = go.Figure()
+    for i, st in enumerate(stores):
+        s = _session(st)
+        rows = s.rows("SELECT capture_id, x, y FROM seek_cdf_points(?, ?)", [level, max_points])
+        caps = sorted({r["capture_id"] for r in rows})
+        for cid in caps:
+            pts = [r for r in rows if r["capture_id"] == cid]
+            name = labels[i] if labels else _label(s)
+            if len(caps) > 1:
+                name += f" ({cid})"
+            fig.add_trace(go.Scatter(x=[p["x"] for p in pts], y=[p["y"] for p in pts],
+                                     mode="lines", line_shape="hv", name=name))
+    fig.update_layout(title=f"Seek distance CDF at {level}",
+                      xaxis_title="normalized seek distance |d| / size",
+                      yaxis_title="fraction of I/Os", xaxis_range=[0, 1], yaxis_range=[0, 1.02])
+    return fig
+
+
+def latency_breakdown(store: StoreLike) -> go.Figure:
+    """Mean application latency per request class, stacked by where it
+    was spent (guest service, guest queue, host FS, host queue, device)."""
+    s = _session(store)
+    rows = s.rows("SELECT * FROM latency_breakdown_summary ORDER BY capture_id, class")
+    x = [r["class"] if len({q["capture_id"] for q in rows}) == 1 else f"{r['class']} {r['capture_id']}"
+         for r in rows]
+    fig = go.Figure()
+    for col, name in PARTS:
+        fig.add_trace(go.Bar(x=x, y=[r[col] / 1000 for r in rows], name=name))
+    fig.update_layout(barmode="stack", title="Where application latency goes (mean per class)",
+                      yaxis_title="µs", xaxis_title="request class")
+    return fig
+
+
+def phase_distributions(store: StoreLike, max_points: int = 5000) -> go.Figure:
+    """Distribution of each btt phase per block level (box plots)."""
+    s = _session(store)
+    rows = s.rows(f"""
+        SELECT level, phase, ns FROM (
+          UNPIVOT (SELECT level, q2g_ns AS q2g, i2d_ns AS i2d, d2c_ns AS d2c, q2c_ns AS q2c
+                   FROM block_requests) ON q2g, i2d, d2c, q2c INTO NAME phase VALUE ns)
+        USING SAMPLE reservoir({int(max_points)} ROWS) REPEATABLE (7)""")
+    fig = go.Figure()
+    for lv in ("vdisk", "disk"):
+        pts = [r for r in rows if r["level"] == lv]
+        fig.add_trace(go.Box(x=[p["phase"] for p in pts], y=[p["ns"] / 1000 for p in pts], name=lv))
+    fig.update_layout(boxmode="group", title="Block request phases (btt)", yaxis_title="µs",
+                      yaxis_type="log")
+    return fig
+
+
+def amplification_chain(store: StoreLike) -> go.Figure:
+    """Bytes read and written at each level, app -> disk."""
+    s = _session(store)
+    rows = s.rows("SELECT level, op, bytes, ratio_to_app FROM amplification ORDER BY depth")
+    fig = go.Figure()
+    for op in ("read", "write"):
+        pts = [r for r in rows if r["op"] == op]
+        fig.add_trace(go.Bar(x=[p["level"] for p in pts], y=[p["bytes"] for p in pts], name=op,
+                             text=[f"{p['ratio_to_app']:.2f}x" if p["ratio_to_app"] else ""
+                                   for p in pts]))
+    fig.update_layout(barmode="group", title="Amplification chain (bytes per level; x app)",
+                      yaxis_title="bytes", xaxis_title="level")
+    return fig
+
+
+def size_histograms(store: StoreLike) -> go.Figure:
+    """I/O size histograms per level side by side (size transformation)."""
+    s = _session(store)
+    rows = s.rows("SELECT level, bin, sum(n) AS n FROM size_histogram GROUP BY ALL")
+    fig = go.Figure()
+    for lv in LEVELS:
+        by_bin = {r["bin"]: r["n"] for r in rows if r["level"] == lv}
+        fig.add_trace(go.Bar(x=list(SIZE_BINS), y=[by_bin.get(b, 0) for b in SIZE_BINS], name=lv))
+    fig.update_layout(barmode="group", title="I/O sizes per level (vscsiStats bins)",
+                      xaxis_title="size", yaxis_title="I/Os")
+    return fig
+
+
+def offset_scatter(store: StoreLike, max_points: int = 20000) -> go.Figure:
+    """Offset over time per level (seekwatcher view), at most max_points I/Os
+    per level."""
+    s = _session(store)
+    rows = s.rows("SELECT * FROM seek_offsets_sample(?)", [max_points])
+    t0 = min((r["ts_ns"] for r in rows), default=0)
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, subplot_titles=LEVELS)
+    for i, lv in enumerate(LEVELS, 1):
+        for op, color in (("read", "#1f77b4"), ("write", "#d62728")):
+            pts = [r for r in rows if r["level"] == lv and r["op"] == op]
+            fig.add_trace(go.Scattergl(x=[(p["ts_ns"] - t0) / 1e9 for p in pts],
+                                       y=[p["offset_bytes"] / (1 << 20) for p in pts],
+                                       mode="markers", marker={"size": 3, "color": color},
+                                       name=f"{lv} {op}", showlegend=(i == 1)), row=i, col=1)
+        fig.update_yaxes(title_text="MiB", row=i, col=1)
+    fig.update_xaxes(title_text="seconds", row=4, col=1)
+    fig.update_layout(title="Offset over time per level", height=900)
+    return fig
+
+
+KINDS = {"seek-cdf": seek_cdf, "latency": latency_breakdown, "phases": phase_distributions,
+         "amplification": amplification_chain, "sizes": size_histograms, "offsets": offset_scatter}
+
+
+def all_figures(store: StoreLike) -> list[tuple[str, go.Figure]]:
+    s = _session(store)
+    return [(k, fn(s)) for k, fn in KINDS.items()]
+
+
+def html_report(stores: Iterable[StoreLike], path: str | os.PathLike) -> None:
+    """One self-contained HTML page (plotly.js embedded, no network): the
+    report's tables and every figure, per store; one seek CDF overlays all."""
+    import html
+
+    from .report import build
+    sessions = [_session(s) for s in stores]
+    parts, first = [], True
+
+    def fig_html(fig: go.Figure) -> str:
+        nonlocal first
+        out = fig.to_html(full_html=False, include_plotlyjs=bool(first), config={"responsive": True})
+        first = False
+        return out
+
+    parts.append("<h2>Seek distance CDFs</h2>")
+    for lv in ("vdisk", "disk"):
+        parts.append(fig_html(seek_cdf(sessions, level=lv)))
+    for s in sessions:
+        rep = build(s)
+        parts.append(f"<h2>{html.escape(_label(s))}: capture {html.escape(rep['capture_id'])}</h2>")
+        parts.append(_tables_html(rep))
+        for name, fn in KINDS.items():
+            if name != "seek-cdf":
+                parts.append(fig_html(fn(s)))
+    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>nestrace report</title>"
+            "<style>body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;"
+            "margin:1em 0} td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
+            "th{background:#eee}</style></head><body><h1>nestrace report</h1>"
+            + "\n".join(parts) + "</body></html>")
+    with open(path, "w") as f:
+        f.write(page)
+
+
+def _tables_html(rep: dict) -> str:
+    import html
+
+    def table(rows: list[dict], cols: list[str]) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in cols)
+                       + "</tr>" for r in rows)
+        return f"<table class='nestrace-table'><tr>{head}</tr>{body}</table>"
+
+    levels = [{k: v for k, v in lv.items() if k != "phases"} for lv in rep["levels"]]
+    return ("<h3>Per level</h3>" + table(levels, ["level", "requests", "read_bytes", "write_bytes",
+                                                  "median_size_bytes", "sequential_fraction",
+                                                  "seek_median", "seek_p90", "seek_unit"])
+            + "<h3>Amplification</h3>" + table(rep["amplification"], ["op", "level", "requests", "bytes",
+                                                                    "ratio_to_above", "ratio_to_app"])
+            + "<h3>Attribution</h3>" + table(rep["attribution"]["links"],
+                                             ["upper_level", "lower_level", "kind", "attributed",
+                                              "requests", "bytes", "fraction"])
+            + "<h3>Read-modify-write</h3>" + table(rep["rmw"], ["hop", "partial_writes", "rmw_writes",
+                                                               "reads", "read_bytes", "extra_ns"])
+            + "<h3>Readahead</h3>" + table(rep["readahead"], ["level", "readahead_bytes", "used_bytes",
+                                                            "unused_bytes", "unused_fraction"])
+            + f"<p>lost events: {rep['lost']['total']}</p>")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)

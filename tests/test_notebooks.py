@@ -1,0 +1,113 @@
+"""Notebooks run against real captures; the HTML report renders in
+headless Chromium without touching the network."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.root
+
+WORKLOAD = ["--rw=randrw", "--bs=4k", "--size=64M", "--io_size=4M", "--direct=1"]
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """ext4 on xfs and ext4 on btrfs, the same small workload."""
+    from nestrace.record import record_lab
+    d = tmp_path_factory.mktemp("nb")
+    out = []
+    for host in ("xfs", "btrfs"):
+        p = d / f"ext4-on-{host}.store"
+        record_lab(p, WORKLOAD, host_fs=host, name=f"nb{host}", guest_dio=False)
+        out.append(p)
+    return out
+
+
+def run_notebook(name: str, env: dict, tmp_path: Path) -> nbformat.NotebookNode:
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+        f"{name} is committed with outputs"
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return nb
+
+
+def test_seek_cdf_notebook_runs_on_two_host_file_systems(stores, tmp_path):
+    nb = run_notebook("seek_cdf.ipynb", {"NESTRACE_STORES": ",".join(map(str, stores))}, tmp_path)
+    figs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figs) == 2
+    names = [t["name"] for t in figs[0]["data"]["application/vnd.plotly.v1+json"]["data"]]
+    assert names == ["ext4 on xfs", "ext4 on btrfs"]
+
+
+def test_walkthrough_notebook_runs(stores, tmp_path):
+    nb = run_notebook("walkthrough.ipynb", {"NESTRACE_STORE": str(stores[0])}, tmp_path)
+    figs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figs) == 6
+
+
+CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--virtual-time-budget=10000"]
+
+
+def page_requests(page: Path, tmp: Path) -> tuple[str, list[str]]:
+    """Load a page in headless Chromium; return its DOM after scripts ran and
+    the network URLs the *page* asked for (Chromium's own background
+    requests carry the initiator 'not an origin' and are not the page's)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    log = tmp / "net.json"
+    dom = subprocess.run(CHROMIUM + [f"--user-data-dir={tmp / 'profile'}", f"--log-net-log={log}",
+                                     "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    text = log.read_text().rstrip()
+    if not text.endswith("}"):              # Chromium may leave the log unterminated
+        text = text.rstrip(",") + "]}"
+    net = json.loads(text)
+    start_job = net["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    urls = [e["params"].get("url", "") for e in net["events"]
+            if e["type"] == start_job and e["params"].get("initiator") != "not an origin"
+            and e["params"].get("url", "").startswith(("http:", "https:", "ws:", "wss:"))]
+    return dom, urls
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium")
+def test_network_check_sees_a_page_that_does_fetch(tmp_path):
+    page = tmp_path / "control.html"
+    page.write_text("<html><body><img src='http://127.0.0.1:9/x.png'></body></html>")
+    _, urls = page_requests(page, tmp_path / "c")
+    assert urls == ["http://127.0.0.1:9/x.png"]
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium")
+def test_html_report_renders_every_figure_offline_in_chromium(stores, tmp_path):
+    page = tmp_path / "report.html"
+    run_cli("html", *map(str, stores), "-o", str(page))
+    dom, urls = page_requests(page, tmp_path / "r")
+    figures = 2 + 5 * len(stores)       # two overlaid CDFs, five figures per store
+    assert len(re.findall(r'class="[^"]*js-plotly-plot', dom)) == figures
+    assert dom.count("main-svg") >= figures           # plotly drew each one
+    assert dom.count("nestrace-table") == 5 * len(stores)
+    assert urls == []
+    shot = tmp_path / "report.png"
+    subprocess.run(CHROMIUM + [f"--user-data-dir={tmp_path / 'p2'}", "--window-size=1280,2400",
+                               f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
+    assert shot.stat().st_size > 50_000

@@ -1,0 +1,73 @@
+"""Each figure carries the numbers of the views it draws."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import pytest
+
+from nestrace import plots
+from nestrace.session import Session
+from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
+
+MiB = 1 << 20
+
+
+def session(**t) -> Session:
+    return Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),
+                                "extent_maps": extents()} | t)
+
+
+def test_seek_cdf_plots_the_cdf_of_known_distances():
+    ev = (request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1) + request(4, 5, 6, DISK, 4096, 4096, rq=2, bio=2)
+          + request(7, 8, 9, DISK, 100 * 512, 4096, rq=3, bio=3)
+          + request(10, 11, 12, DISK, 0, 4096, rq=4, bio=4))
+    fig = plots.seek_cdf(session(block_events=ev), level="disk", labels=["hand-built"])
+    assert isinstance(fig, go.Figure)
+    (tr,) = fig.data
+    size = float(1 << 21)
+    # distances: 0, 84, -108 sectors -> |d| 0, 84, 108
+    assert list(tr.x) == [0.0, 84 / size, 108 / size]
+    assert list(tr.y) == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert tr.name == "hand-built"
+
+
+def test_seek_cdf_overlays_one_curve_per_store():
+    ev = request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1) + request(4, 5, 6, DISK, 8192, 4096, rq=2, bio=2)
+    a, b = session(block_events=ev), session(block_events=ev)
+    fig = plots.seek_cdf([a, b], labels=["xfs", "btrfs"])
+    assert [t.name for t in fig.data] == ["xfs", "btrfs"]
+
+
+def test_latency_bars_stack_to_the_measured_latency():
+    t = dict(vfs_events=[vfs(100, 900, off=8192)],
+             block_events=request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+             + request(310, 320, 800, DISK, 104 * MiB + 8192, 4096, rq=2, bio=12),
+             hostfs_events=[hostfs(300, 4 * MiB + 8192, 4096, source=3, flags=1)])
+    fig = plots.latency_breakdown(session(**t))
+    parts = {tr.name: tr.y[0] for tr in fig.data}
+    # total 900 ns; vdisk Q..C 200..900; disk Q..C 310..800
+    assert parts == pytest.approx({"guest service": 0.2, "guest queue": 0.01, "host FS": 0.2,
+                                   "host queue": 0.01, "device": 0.48})
+    assert sum(parts.values()) == pytest.approx(0.9)        # µs: the syscall's 900 ns
+    assert fig.layout.barmode == "stack"
+
+
+def test_amplification_chain_and_size_histograms_carry_bytes_and_counts():
+    t = dict(vfs_events=[vfs(100, 900, off=8192)],
+             block_events=request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+             + request(310, 320, 800, DISK, 104 * MiB, 32768, rq=2, bio=12))
+    s = session(**t)
+    fig = plots.amplification_chain(s)
+    read = next(tr for tr in fig.data if tr.name == "read")
+    assert list(read.x) == ["vfs", "vdisk", "hostfs", "disk"]
+    assert list(read.y) == [4096, 4096, 0, 32768]
+    sizes = {tr.name: dict(zip(tr.x, tr.y)) for tr in plots.size_histograms(s).data}
+    assert sizes["vfs"]["4K"] == 1 and sizes["disk"]["32K"] == 1 and sizes["disk"]["4K"] == 0
+
+
+def test_offset_scatter_is_downsampled():
+    ev = []
+    for i in range(50):
+        ev += request(10 * i, 10 * i + 1, 10 * i + 2, DISK, i * 4096, 4096, rq=i + 1, bio=i + 1)
+    fig = plots.offset_scatter(session(block_events=ev), max_points=20)
+    disk_pts = sum(len(tr.x) for tr in fig.data if tr.name.startswith("disk"))
+    assert disk_pts == 20

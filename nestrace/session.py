@@ -96,9 +96,11 @@ class Session:
 
     def query(self, sql: str, params: list | None = None) -> pa.Table:
         """Run SQL and return the result as an Arrow table."""
-        cur = self.con.execute(sql, params or [])
-        # DuckDB 2 renamed fetch_arrow_table to to_arrow_table
-        fetch = getattr(cur, "to_arrow_table", None) or cur.fetch_arrow_table
+        rel = self.con.sql(sql, params=params or None)
+        if rel is None:                     # a statement with no result
+            return pa.table({})
+        # DuckDB 2 calls it to_arrow_table; older versions arrow()
+        fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
         return fetch()
 
     def df(self, sql: str, params: list | None = None):

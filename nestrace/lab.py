@@ -142,10 +142,7 @@ class Lab:
             with open(disk_file, "wb") as f:
                 f.truncate(disk_size)
             self._step(st, "file", path=str(disk_file))
-            disk = _run(["losetup", "--find", "--show", f"--direct-io={'on' if cfg.host_dio else 'off'}",
-                         str(disk_file)], "attaching the disk loop device")
-            self._step(st, "loop", dev=disk, role="disk")
-            _check_dio(disk, cfg.host_dio, "--host-dio")
+            disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio")
             _run(mkfs_cmd(cfg.host_fs, disk, cfg.host_block_size), f"mkfs.{cfg.host_fs} (host)")
             self.host_mount.mkdir(parents=True, exist_ok=True)
             _run(["mount", "-t", cfg.host_fs, disk, str(self.host_mount)], "mounting the host FS")
@@ -160,10 +157,7 @@ class Lab:
                 _run(["fio", "--name=fragment", f"--filename={image}", "--rw=randwrite",
                       "--bs=64k", f"--size={cfg.image_size}", "--fallocate=none", "--direct=1",
                       "--ioengine=psync", "--output=/dev/null"], "fragmenting the image")
-            vdisk = _run(["losetup", "--find", "--show", f"--direct-io={'on' if cfg.guest_dio else 'off'}",
-                          str(image)], "attaching the virtual-disk loop device")
-            self._step(st, "loop", dev=vdisk, role="vdisk")
-            _check_dio(vdisk, cfg.guest_dio, "--guest-dio")
+            vdisk = self._attach(st, image, cfg.guest_dio, "vdisk", "--guest-dio")
             _run(mkfs_cmd(cfg.guest_fs, vdisk, cfg.guest_block_size), f"mkfs.{cfg.guest_fs} (guest)")
             self.guest_mount.mkdir(parents=True, exist_ok=True)
             _run(["mount", "-t", cfg.guest_fs, vdisk, str(self.guest_mount)], "mounting the guest FS")
@@ -176,6 +170,14 @@ class Lab:
         except BaseException:
             self.down()
             raise
+
+    def _attach(self, st: dict, backing: Path, dio: bool, role: str, flag: str) -> str:
+        """Attach a loop device to `backing`, record it, check its dio mode."""
+        dev = _run(["losetup", "--find", "--show", f"--direct-io={'on' if dio else 'off'}",
+                    str(backing)], f"attaching the {role} loop device")
+        self._step(st, "loop", dev=dev, role=role)
+        _check_dio(dev, dio, flag)
+        return dev
 
     def down(self) -> list[str]:
         """Undo every recorded step, newest first; returns what was undone.

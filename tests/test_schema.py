@@ -71,3 +71,15 @@ def test_compiled_bpf_record_layout_matches_the_schema(obj, records):
             assert got[fname][0] == offset, (name, fname)
         for fname, _, _, _, _, offset in spec["fields"][:nh]:
             assert header[fname][0] == offset, ("header", fname)
+
+
+def test_drift_in_a_generated_file_is_caught(tmp_path, monkeypatch):
+    import shutil as sh
+    for rel in schemagen.OUTPUTS:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        sh.copy(ROOT / rel, tmp_path / rel)
+    h = tmp_path / "tracers" / "nestrace_records.h"
+    h.write_text(h.read_text().replace("__u64 rq_id;", "__u32 rq_id;"))
+    monkeypatch.setattr(schemagen, "ROOT", tmp_path)
+    drift = schemagen.check()
+    assert len(drift) == 1 and "nestrace_records.h" in drift[0] and "rq_id" in drift[0]

@@ -11,28 +11,20 @@ struct nt_block_event *unused_block_event __attribute__((unused));
 enum { A_Q = 1, A_BACKMERGE, A_FRONTMERGE, A_G, A_I, A_D, A_C, A_X,
        A_RQ_MERGE, A_REQUEUE };
 
-static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, const bool btf)
+static __always_inline struct nt_block_event *block__reserve(__u32 dev)
 {
-	struct nt_block_event *e;
-	__u32 dev = bio__dev(bio, btf);
-	__u32 opf;
-
 	if (!dev__has(dev, NT_ROLE_BLOCK)) {
 		counters__filtered();
-		return 0;
+		return NULL;
 	}
-	e = RESERVE(block_event, BLOCK_EVENT, bpf_ktime_get_ns());
-	if (!e)
-		return 0;
-	opf = RD1(btf, bio, bi_opf);
-	e->sector = RD1(btf, bio, bi_iter.bi_sector);
-	e->nr_sectors = RD1(btf, bio, bi_iter.bi_size) >> 9;
-	e->rq_id = 0;
-	e->bio_id = (__u64)bio;
-	e->aux_sector = aux;
+	return RESERVE(block_event, BLOCK_EVENT, bpf_ktime_get_ns());
+}
+
+static __always_inline int block__submit(struct nt_block_event *e, __u32 dev,
+					 __u16 action, __u32 opf)
+{
 	e->dev = dev;
 	e->pid = task__tgid();
-	e->error = 0;
 	e->action = action;
 	e->req_op = opf & NT_REQ_OP_MASK;
 	e->req_flags = opf__nt_flags(opf);
@@ -42,37 +34,38 @@ static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, c
 	return 0;
 }
 
+static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, const bool btf)
+{
+	__u32 dev = bio__dev(bio, btf);
+	struct nt_block_event *e = block__reserve(dev);
+
+	if (!e)
+		return 0;
+	e->sector = RD1(btf, bio, bi_iter.bi_sector);
+	e->nr_sectors = RD1(btf, bio, bi_iter.bi_size) >> 9;
+	e->rq_id = 0;
+	e->bio_id = (__u64)bio;
+	e->aux_sector = aux;
+	e->error = 0;
+	return block__submit(e, dev, action, RD1(btf, bio, bi_opf));
+}
+
 static __always_inline int rq__emit(struct request *rq, __u16 action,
 				    int error, __u32 nr_bytes, const bool btf)
 {
-	struct nt_block_event *e;
 	__u32 dev = rq__dev(rq, btf);
-	__u32 opf;
+	struct nt_block_event *e = block__reserve(dev);
 
-	if (!dev__has(dev, NT_ROLE_BLOCK)) {
-		counters__filtered();
-		return 0;
-	}
-	e = RESERVE(block_event, BLOCK_EVENT, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
-	opf = RD1(btf, rq, cmd_flags);
 	e->sector = RD1(btf, rq, __sector);
 	/* like the kernel's own trace: completion reports the bytes done */
 	e->nr_sectors = (action == A_C ? nr_bytes : RD1(btf, rq, __data_len)) >> 9;
 	e->rq_id = (__u64)rq;
 	e->bio_id = (__u64)RD1(btf, rq, bio);
 	e->aux_sector = 0;
-	e->dev = dev;
-	e->pid = task__tgid();
 	e->error = error;
-	e->action = action;
-	e->req_op = opf & NT_REQ_OP_MASK;
-	e->req_flags = opf__nt_flags(opf);
-	e->_pad0 = 0;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	record__submit(e);
-	return 0;
+	return block__submit(e, dev, action, RD1(btf, rq, cmd_flags));
 }
 
 NT_TWIN(block_bio_queue) { return bio__emit(ARG(0, struct bio *), A_Q, 0, btf); }

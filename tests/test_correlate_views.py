@@ -200,3 +200,70 @@ def test_cached_intermediates_give_the_same_numbers():
         q = f"SELECT * FROM {v} ORDER BY ALL"
         assert plain.rows(q) == cached.rows(q), v
     assert plain.rows("SELECT count(*) AS n FROM rmw_summary") == [{"n": 1}]
+
+
+def test_links_summary_shares_add_up_per_hop():
+    t = dict(vfs_events=[vfs(100, 900, off=0)],
+             block_events=request(200, 210, 800, VDISK, 4 * MiB, 16384, rq=1, bio=11, flags=32))
+    s = session(**t)
+    got = s.rows("SELECT kind, attributed, requests, bytes, fraction FROM links_summary ORDER BY kind")
+    assert got == [{"kind": "readahead", "attributed": False, "requests": 1, "bytes": 12288, "fraction": 0.75},
+                   {"kind": "sync", "attributed": True, "requests": 1, "bytes": 4096, "fraction": 0.25}]
+
+
+def test_seek_summary_per_level():
+    ev = (request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1) + request(4, 5, 6, DISK, 4096, 4096, rq=2, bio=2)
+          + request(7, 8, 9, DISK, 8192, 4096, rq=3, bio=3) + request(10, 11, 12, DISK, 1 * MiB, 4096, rq=4, bio=4))
+    s = session(block_events=ev)
+    got = s.rows("SELECT n, sequential_fraction, median_abs, p90_abs FROM seek_summary WHERE level = 'disk'")
+    assert got == [{"n": 3, "sequential_fraction": pytest.approx(2 / 3), "median_abs": 0,
+                    "p90_abs": (1 * MiB - 12288) // 512}]
+
+
+def test_map_extents_prefers_the_end_snapshot_then_start_then_mapping_events():
+    from rows import _hdr
+    ext = extents()
+    start = [dict(r, phase="start", physical_bytes=r["physical_bytes"] + 4096) for r in ext]
+    late = _hdr(5, 50) | {"ino": 99, "file_offset_bytes": 0, "disk_bytes": 7 * MiB,
+                          "length_bytes": 8192, "dev": GUEST, "map_type": 2, "source": 1, "flags": 1}
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),
+                             "extent_maps": ext + start, "mapping_events": [late]})
+    got = s.rows("SELECT role, ino, physical_bytes, source FROM map_extents ORDER BY role, ino")
+    assert got == [{"role": "guest_file", "ino": 12, "physical_bytes": 4 * MiB, "source": "fiemap_end"},
+                   {"role": "guest_file", "ino": 99, "physical_bytes": 7 * MiB, "source": "mapping_events"},
+                   {"role": "image", "ino": 131, "physical_bytes": 100 * MiB, "source": "fiemap_end"}]
+
+
+def _keys(obj, prefix=""):
+    """Documented key paths: dict keys, list items as []."""
+    out = set()
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            p = f"{prefix}.{k}" if prefix else k
+            out.add(p)
+            out |= _keys(v, p)
+    elif isinstance(obj, list) and obj and isinstance(obj[0], dict):
+        for item in obj:
+            out |= _keys(item, prefix + "[]")
+    return out
+
+
+def test_every_report_json_key_is_documented():
+    import re
+    from pathlib import Path
+    from nestrace.report import build
+    t = direct_read_stack()
+    t["block_events"] += request(2000, 2010, 2500, VDISK, 4 * MiB + 512, 512, rq=3, bio=13, op=1)
+    s = session(**t)
+    s.store = None
+    rep = build(s, "c1")
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "report.md").read_text()
+    documented = set(re.findall(r"`([a-z_\[\].0-9]+)`", doc))
+    missing = []
+    for k in sorted(_keys(rep)):
+        leaf = k.split(".")[-1].replace("[]", "")
+        parent = k.rsplit(".", 1)[0] if "." in k else ""
+        if k in documented or leaf in documented or (parent.startswith("levels[].phases")):
+            continue
+        missing.append(k)
+    assert missing == []

@@ -116,3 +116,10 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path):
     import json
     rep = json.loads(r.stdout)
     assert {x["level"]: x["fraction"] for x in rep["attribution"]["to_app"]} == pytest.approx(got)
+    # correlate stores the links; twice gives the same rows, and sessions read them
+    first = run_cli("correlate", str(s.store)).stdout
+    assert run_cli("correlate", str(s.store)).stdout == first
+    s2 = nestrace.open(s.store)
+    assert s2.rows("SELECT count(*) AS n FROM links") == s2.rows("SELECT count(*) AS n FROM _links_stored")
+    assert s2.rows("SELECT level, fraction FROM links_to_vfs ORDER BY level") == \
+        s.rows("SELECT level, fraction FROM links_to_vfs ORDER BY level")

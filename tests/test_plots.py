@@ -71,3 +71,11 @@ def test_offset_scatter_is_downsampled():
     fig = plots.offset_scatter(session(block_events=ev), max_points=20)
     disk_pts = sum(len(tr.x) for tr in fig.data if tr.name.startswith("disk"))
     assert disk_pts == 20
+
+
+def test_phase_distributions_draw_each_request_phase():
+    ev = request(100, 130, 1130, DISK, 0, 4096, rq=1, bio=1) + request(200, 210, 710, VDISK, 0, 4096, rq=2, bio=2)
+    fig = plots.phase_distributions(session(block_events=ev))
+    by = {tr.name: dict(zip(tr.x, tr.y)) for tr in fig.data}
+    assert by["disk"]["d2c"] == pytest.approx(1.0) and by["disk"]["q2c"] == pytest.approx(1.03)
+    assert by["vdisk"]["d2c"] == pytest.approx(0.5)

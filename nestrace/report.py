@@ -181,20 +181,23 @@ def render(rep: dict, console=None) -> None:
 
 
 def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict[str, int]:
-    """Materialize `links` per capture into STORE/links/capture=<id>/ so
-    later queries read them instead of recomputing.  Idempotent."""
+    """Store the expensive intermediates per capture (block_requests, then
+    links) in STORE/<view>/capture=<id>/ so later sessions read them
+    instead of recomputing.  Idempotent.  Returns links rows per capture."""
+    from .session import MATERIALIZED
     p = check_store(store)
     out = {}
     with Session(p, memory_limit=memory_limit) as s:
-        s.cache([v for v in CACHED if v != "links"])
-        for cid in s.captures():
-            d = p / "links" / f"capture={cid}"
-            d.mkdir(parents=True, exist_ok=True)
-            tmp = d / "data.parquet.tmp"
-            path = str(tmp).replace("'", "''")
-            s.con.execute(f"COPY (SELECT * FROM _links_computed WHERE capture_id = ? "
-                          f"ORDER BY lower_level, lower_id) TO '{path}' (FORMAT parquet, "
-                          f"COMPRESSION zstd)", [cid])
-            os.replace(tmp, d / "data.parquet")
-            out[cid] = pq.ParquetFile(d / "data.parquet").metadata.num_rows
+        for view in MATERIALIZED:
+            for cid in s.captures():
+                d = p / view / f"capture={cid}"
+                d.mkdir(parents=True, exist_ok=True)
+                tmp = d / "data.parquet.tmp"
+                path = str(tmp).replace("'", "''")
+                s.con.execute(f"COPY (SELECT * FROM _{view}_computed WHERE capture_id = ?) TO "
+                              f"'{path}' (FORMAT parquet, COMPRESSION zstd)", [cid])
+                os.replace(tmp, d / "data.parquet")
+                if view == "links":
+                    out[cid] = pq.ParquetFile(d / "data.parquet").metadata.num_rows
+            s._use_materialized_links()   # later views read what was just stored
     return out

@@ -23,6 +23,10 @@ def _raw_tables() -> dict[str, pa.Schema]:
     return out
 
 
+# views `nestrace correlate` stores, each with a `_<view>_computed` twin
+MATERIALIZED = ("block_requests", "links")
+
+
 def _quiet(con) -> None:
     """No progress bar on stdout: sessions are used from scripts and pipes.
     (Inside Jupyter DuckDB refuses to touch the setting without ipywidgets;
@@ -62,16 +66,27 @@ class Session:
         self._use_materialized_links()
 
     def _use_materialized_links(self) -> None:
-        """Read links from the store where `nestrace correlate` saved them;
-        compute them for the other captures."""
-        if not self.store or not list(self.store.glob("links/capture=*/*.parquet")):
+        """Read what `nestrace correlate` stored (block_requests, links) from
+        the store; compute it for captures it has not been run on."""
+        if not self.store:
             return
-        glob = str(self.store / "links" / "capture=*" / "*.parquet").replace("'", "''")
-        self.con.execute(f"CREATE OR REPLACE VIEW _links_stored AS SELECT * FROM "
-                         f"read_parquet('{glob}', hive_partitioning = false)")
-        self.con.execute("CREATE OR REPLACE VIEW links AS SELECT * FROM _links_stored UNION ALL "
-                         "SELECT * FROM _links_computed WHERE capture_id NOT IN "
-                         "(SELECT DISTINCT capture_id FROM _links_stored)")
+        caps = set(captures(self.store))
+        for view in MATERIALIZED:
+            files = list(self.store.glob(f"{view}/capture=*/data.parquet"))
+            if not files:
+                continue
+            stored = {f.parent.name.split("=", 1)[1] for f in files}
+            glob = str(self.store / view / "capture=*" / "data.parquet").replace("'", "''")
+            self.con.execute(f"CREATE OR REPLACE VIEW _{view}_stored AS SELECT * FROM "
+                             f"read_parquet('{glob}', hive_partitioning = false)")
+            missing = sorted(caps - stored)
+            if not missing:         # the common case: never plan the computation
+                self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _{view}_stored")
+                continue
+            ids = ", ".join("'" + c.replace("'", "''") + "'" for c in missing)
+            self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _{view}_stored "
+                             f"UNION ALL BY NAME SELECT * FROM _{view}_computed "
+                             f"WHERE capture_id IN ({ids})")
 
     @classmethod
     def from_tables(cls, tables: dict[str, pa.Table]) -> "Session":

@@ -6,10 +6,63 @@ SELECT capture_id, dev, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_fl
        (cpu::UBIGINT << 48) | seq AS io_id
 FROM block_events WHERE action = 6;
 
+-- Computed requests (block_requests may read stored ones instead).
+CREATE OR REPLACE VIEW _block_requests_computed AS
+WITH by_rq AS (   -- I, D, C of each request address, in time order
+  SELECT capture_id, dev, rq_id, action, ts_ns, seq, cpu, error,
+         last_value(CASE WHEN action = 5 THEN ts_ns END IGNORE NULLS) OVER w_before AS last_i,
+         last_value(CASE WHEN action = 7 THEN ts_ns END IGNORE NULLS) OVER w_before AS last_c,
+         first_value(CASE WHEN action = 7 THEN {'ts': ts_ns, 'error': error} END IGNORE NULLS)
+           OVER w_after AS next_c
+  FROM block_events WHERE action IN (5, 6, 7)
+  WINDOW w_before AS (PARTITION BY capture_id, dev, rq_id ORDER BY ts_ns, cpu, seq
+                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+         w_after AS (PARTITION BY capture_id, dev, rq_id ORDER BY ts_ns, cpu, seq
+                     ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)),
+rq AS (
+  SELECT capture_id, (cpu::UBIGINT << 48) | seq AS io_id,
+         -- an insert before the previous completion belongs to an earlier use of the address
+         CASE WHEN last_i IS NOT NULL AND (last_c IS NULL OR last_i > last_c) THEN last_i END AS i_ns,
+         next_c.ts AS c_ns, next_c.error AS error
+  FROM by_rq WHERE action = 6),
+by_bio AS (   -- Q, G, D of each bio address, in time order
+  SELECT capture_id, action, cpu, seq,
+         last_value(CASE WHEN action = 1 THEN ts_ns END IGNORE NULLS) OVER w AS q_ns,
+         last_value(CASE WHEN action = 4 THEN ts_ns END IGNORE NULLS) OVER w AS g_ns
+  FROM block_events WHERE action IN (1, 4, 6)
+  WINDOW w AS (PARTITION BY capture_id, dev, bio_id ORDER BY ts_ns, cpu, seq
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)),
+bio AS (
+  SELECT capture_id, (cpu::UBIGINT << 48) | seq AS io_id, q_ns, g_ns FROM by_bio WHERE action = 6),
+joined AS (
+  SELECT d.*, bio.q_ns, bio.g_ns, rq.i_ns, rq.c_ns, rq.error
+  FROM _block_d d
+  LEFT JOIN rq ON rq.capture_id = d.capture_id AND rq.io_id = d.io_id
+  LEFT JOIN bio ON bio.capture_id = d.capture_id AND bio.io_id = d.io_id)
+SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns,
+       coalesce(j.q_ns, j.g_ns, j.ts_ns) AS start_ns, j.q_ns, j.g_ns, j.i_ns,
+       j.ts_ns AS d_ns, j.c_ns,
+       j.g_ns::BIGINT - j.q_ns::BIGINT AS q2g_ns,
+       j.i_ns::BIGINT - j.g_ns::BIGINT AS g2i_ns,
+       j.ts_ns::BIGINT - j.i_ns::BIGINT AS i2d_ns,
+       j.c_ns::BIGINT - j.ts_ns::BIGINT AS d2c_ns,
+       j.c_ns::BIGINT - j.q_ns::BIGINT AS q2c_ns,
+       j.sector, j.nr_sectors,
+       -- flushes carry sector (sector_t)-1: no position
+       CASE WHEN j.sector < (1::UBIGINT << 54) THEN j.sector * 512 END AS offset_bytes,
+       j.nr_sectors::UBIGINT * 512 AS bytes,
+       _req_op_name(j.req_op) AS op, _rwbs(j.req_op, j.req_flags) AS rwbs,
+       j.req_op, j.req_flags, coalesce(j.error, 0) AS error, j.pid, j.comm
+FROM joined j
+JOIN base_levels l ON l.capture_id = j.capture_id AND l.dev = j.dev
+                  AND l.level IN ('vdisk', 'disk');
+
 -- One row per dispatched (issued) block request on a traced disk, with its
 -- lifecycle timestamps and btt phases.  Q and G are found through the
--- request's first bio, I and C through the request id; a phase whose
--- events were not seen (no I/O scheduler insert, say) is NULL.
+-- request's first bio (the latest before D), I and C through the request
+-- id (the latest I since the address's previous completion, the first C
+-- after D); a phase whose events were not seen (no I/O scheduler insert,
+-- say) is NULL.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        vdisk or disk
@@ -39,38 +92,4 @@ FROM block_events WHERE action = 6;
 -- @column error INTEGER        completion status (0 ok)
 -- @column pid UINTEGER         process current at dispatch
 -- @column comm VARCHAR         task current at dispatch
-CREATE OR REPLACE VIEW block_requests AS
-WITH c AS (SELECT capture_id, dev, rq_id, ts_ns AS c_ns, error FROM block_events WHERE action = 7),
-     i AS (SELECT capture_id, dev, rq_id, ts_ns AS i_ns FROM block_events WHERE action = 5),
-     g AS (SELECT capture_id, dev, bio_id, ts_ns AS g_ns FROM block_events WHERE action = 4),
-     q AS (SELECT capture_id, dev, bio_id, ts_ns AS q_ns FROM block_events WHERE action = 1),
-     joined AS (
-       SELECT d.*, q.q_ns, g.g_ns, i.i_ns, c.c_ns, c.error
-       FROM _block_d d
-       ASOF LEFT JOIN c ON d.capture_id = c.capture_id AND d.dev = c.dev
-                       AND d.rq_id = c.rq_id AND c.c_ns >= d.ts_ns
-       ASOF LEFT JOIN i ON d.capture_id = i.capture_id AND d.dev = i.dev
-                       AND d.rq_id = i.rq_id AND d.ts_ns >= i.i_ns
-       ASOF LEFT JOIN g ON d.capture_id = g.capture_id AND d.dev = g.dev
-                       AND d.bio_id = g.bio_id AND d.ts_ns >= g.g_ns
-       ASOF LEFT JOIN q ON d.capture_id = q.capture_id AND d.dev = q.dev
-                       AND d.bio_id = q.bio_id AND d.ts_ns >= q.q_ns)
-SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns,
-       coalesce(j.q_ns, j.g_ns, j.ts_ns) AS start_ns, j.q_ns, j.g_ns,
-       -- an insert older than this request's bio belongs to an earlier use of the address
-       CASE WHEN j.i_ns >= coalesce(j.g_ns, j.q_ns, 0) THEN j.i_ns END AS i_ns,
-       j.ts_ns AS d_ns, j.c_ns,
-       j.g_ns::BIGINT - j.q_ns::BIGINT AS q2g_ns,
-       (CASE WHEN j.i_ns >= coalesce(j.g_ns, j.q_ns, 0) THEN j.i_ns END)::BIGINT - j.g_ns::BIGINT AS g2i_ns,
-       j.ts_ns::BIGINT - (CASE WHEN j.i_ns >= coalesce(j.g_ns, j.q_ns, 0) THEN j.i_ns END)::BIGINT AS i2d_ns,
-       j.c_ns::BIGINT - j.ts_ns::BIGINT AS d2c_ns,
-       j.c_ns::BIGINT - j.q_ns::BIGINT AS q2c_ns,
-       j.sector, j.nr_sectors,
-       -- flushes carry sector (sector_t)-1: no position
-       CASE WHEN j.sector < (1::UBIGINT << 54) THEN j.sector * 512 END AS offset_bytes,
-       j.nr_sectors::UBIGINT * 512 AS bytes,
-       _req_op_name(j.req_op) AS op, _rwbs(j.req_op, j.req_flags) AS rwbs,
-       j.req_op, j.req_flags, coalesce(j.error, 0) AS error, j.pid, j.comm
-FROM joined j
-JOIN base_levels l ON l.capture_id = j.capture_id AND l.dev = j.dev
-                  AND l.level IN ('vdisk', 'disk');
+CREATE OR REPLACE VIEW block_requests AS SELECT * FROM _block_requests_computed;

@@ -75,6 +75,14 @@ SELECT capture_id, CASE lower_level WHEN 'vdisk' THEN 'vfs' ELSE 'vdisk' END, lo
        lower_id, NULL, _unattributed_kind(l_op, l_flags), block_bytes - attributed, NULL
 FROM m WHERE block_bytes - attributed > 0;
 
+-- Links as computed (`links` reads the rows `nestrace correlate` stored,
+-- where it has been run).
+CREATE OR REPLACE VIEW _links_computed AS
+SELECT capture_id, upper_level, lower_level, lower_id, upper_id, kind,
+       sum(bytes)::BIGINT AS bytes, min(lag_ns) AS lag_ns
+FROM _links_blocks
+GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
+
 -- Each lower-level request tied to each upper-level event that caused part
 -- of it (kind sync, writeback or rmw), plus the unattributed rest of it,
 -- classified (upper_id NULL; kind readahead, journal, metadata, writeback
@@ -87,19 +95,7 @@ FROM m WHERE block_bytes - attributed > 0;
 -- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), or for the unattributed: readahead, journal, metadata, writeback, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
 -- @column lag_ns BIGINT        writeback: lower start - upper end; otherwise lower start - upper start; NULL when unattributed
-CREATE OR REPLACE VIEW links AS
-SELECT capture_id, upper_level, lower_level, lower_id, upper_id, kind,
-       sum(bytes)::BIGINT AS bytes, min(lag_ns) AS lag_ns
-FROM _links_blocks
-GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
-
--- The same, always computed (links may be replaced by the rows `nestrace
--- correlate` stored).
-CREATE OR REPLACE VIEW _links_computed AS
-SELECT capture_id, upper_level, lower_level, lower_id, upper_id, kind,
-       sum(bytes)::BIGINT AS bytes, min(lag_ns) AS lag_ns
-FROM _links_blocks
-GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
+CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;
 
 -- Share of each level's bytes explained, per hop and kind.
 -- @column capture_id VARCHAR   capture

@@ -199,5 +199,5 @@ def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict
                 os.replace(tmp, d / "data.parquet")
                 if view == "links":
                     out[cid] = pq.ParquetFile(d / "data.parquet").metadata.num_rows
-            s._use_materialized_links()   # later views read what was just stored
+            s._use_stored_views()   # later views read what was just stored
     return out

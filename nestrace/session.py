@@ -63,9 +63,9 @@ class Session:
         self.modules = sqlmod.discover()
         for m in sqlmod.load_order(self.modules):
             self.con.execute(m.text)
-        self._use_materialized_links()
+        self._use_stored_views()
 
-    def _use_materialized_links(self) -> None:
+    def _use_stored_views(self) -> None:
         """Read what `nestrace correlate` stored (block_requests, links) from
         the store; compute it for captures it has not been run on."""
         if not self.store:

@@ -175,3 +175,15 @@ def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_fac
     assert s.rows("SELECT count(*) AS n FROM disk_io")[0]["n"] > 0
     assert s.rows("SELECT count(*) AS n FROM capture_meta")[0]["n"] == 1
     assert not list(store.glob("_live/*"))
+
+
+def test_explicit_devices_give_the_same_stack_as_discovery(lab_factory, tmp_path):
+    import json
+    lab = lab_factory("ext4", "xfs")
+    st = json.loads(Path(f"/run/nestrace/labs/{lab.name}/state.json").read_text())
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_cli("record", "-o", str(a), "--stack", lab.mount, "--duration", "0.5")
+    run_cli("record", "-o", str(b), "--stack", lab.mount, "--vdisk", st["vdisk"],
+            "--image", st["image"], "--disk", st["disk"], "--duration", "0.5")
+    q = "SELECT level, dev, name, backing_ino, dio, fs_type FROM device_map ORDER BY level"
+    assert nestrace.open(a).rows(q) == nestrace.open(b).rows(q)

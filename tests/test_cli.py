@@ -104,3 +104,15 @@ def test_every_cli_command_is_documented_in_the_readme():
             names += [f"{name} {sub}" for sub in cmd.commands]
     missing = [n for n in names if f"`{n.split()[0]}" not in readme]
     assert missing == []
+
+
+def test_sql_csv_and_interactive_shell(tmp_path):
+    from nestrace.store import init_store
+    init_store(tmp_path / "s")
+    r = run_cli("sql", str(tmp_path / "s"), "SELECT 1 AS x, 'a' AS y", "--csv")
+    assert r.stdout.splitlines() == ["x,y", "1,a"]
+    r = subprocess.run(NESTRACE + ["sql", str(tmp_path / "s")], input="SELECT 41 + 1\n  AS answer;\nSELECT nope;\n",
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0
+    assert "answer" in r.stdout and "42" in r.stdout
+    assert "error: " in r.stderr            # a bad query does not end the shell

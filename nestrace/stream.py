@@ -153,7 +153,8 @@ def iter_frames(f: BinaryIO, source: str, state: DecodeState | None = None) -> I
             if whole:
                 yield _decode(kind, base, bytes(buf[FRAME.size:FRAME.size + whole * rec_size]), whole)
             return
-        payload = bytes(buf[FRAME.size:total])
+        with memoryview(buf) as mv:
+            payload = bytes(mv[FRAME.size:total])   # one copy, not two
         if kind and rec_size % 2 == 0:
             kinds = np.frombuffer(payload, dtype="<u2")[::rec_size // 2]
             if not (kinds == kind).all():

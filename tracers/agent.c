@@ -38,7 +38,7 @@
 
 #define NT_AGENT_VERSION "0.1.0"
 #define MAX_KIND 8
-#define BATCH_BYTES (256 * 1024)
+#define BATCH_BYTES (1 << 20)
 #define MAX_HOOKS 64
 
 static struct env {
@@ -293,16 +293,28 @@ static void out__json(const char *fmt, ...)
 	out__frame(0, NT_STREAM_VERSION, 1, n, buf, n);
 }
 
+_Static_assert(sizeof(struct nt_vfs_event) <= NT_REC_MAX, "NT_REC_MAX");
+_Static_assert(sizeof(struct nt_block_event) <= NT_REC_MAX, "NT_REC_MAX");
+_Static_assert(sizeof(struct nt_hostfs_event) <= NT_REC_MAX, "NT_REC_MAX");
+_Static_assert(sizeof(struct nt_pagecache_event) <= NT_REC_MAX, "NT_REC_MAX");
+_Static_assert(sizeof(struct nt_mapping_event) <= NT_REC_MAX, "NT_REC_MAX");
+
+/* A ring buffer sample is one CPU stage: records back to back. */
 static int on_record(void *ctx, void *data, size_t size)
 {
-	const struct nt_header *h = data;
+	const char *p = data, *end = p + size;
 
-	if (size < sizeof(*h) || h->kind == 0 || h->kind >= MAX_KIND ||
-	    rec_sizes[h->kind] != size) {
-		out.bad_records++;	/* reported in the end frame, never silent */
-		return 0;
+	while (p < end) {
+		const struct nt_header *h = (const void *)p;
+
+		if ((size_t)(end - p) < sizeof(*h) || h->kind == 0 || h->kind >= MAX_KIND ||
+		    !rec_sizes[h->kind] || rec_sizes[h->kind] > (size_t)(end - p)) {
+			out.bad_records++;	/* reported in the end frame, never silent */
+			return 0;
+		}
+		out__append(p, h->kind);
+		p += rec_sizes[h->kind];
 	}
-	out__append(data, h->kind);
 	return 0;
 }
 
@@ -400,7 +412,7 @@ static const char *program__tracepoint(struct bpf_program *p, bool *is_btf)
 	const char *sec = bpf_program__section_name(p);
 
 	*is_btf = !strncmp(sec, "tp_btf/", 7);
-	return strchr(sec, '/') + 1;
+	return strchr(sec, '/') ? strchr(sec, '/') + 1 : "";
 }
 
 static bool family__wanted(const char *name)
@@ -430,10 +442,13 @@ static int family__open(struct family *f, bool use_btf, struct family *first)
 	bpf_object__for_each_program(p, f->obj) {
 		const char *tp = program__tracepoint(p, &is_btf);
 
-		bpf_program__set_autoload(p, tracepoint__exists(tp) && is_btf == use_btf);
+		if (!*tp)	/* nt_flush: run by the agent, from the first family */
+			bpf_program__set_autoload(p, !first);
+		else
+			bpf_program__set_autoload(p, tracepoint__exists(tp) && is_btf == use_btf);
 	}
 	if (first) {
-		static const char *shared[] = { "events", "counters", "devs", "inos" };
+		static const char *shared[] = { "events", "counters", "stage", "devs", "inos" };
 
 		for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
 			struct bpf_map *m = bpf_object__find_map_by_name(f->obj, shared[i]);
@@ -489,6 +504,8 @@ static void family__attach(struct family *f)
 
 		if (nhooks >= MAX_HOOKS)
 			break;
+		if (!*tp)
+			continue;
 		if (!bpf_program__autoload(p)) {
 			/* record a tracepoint the kernel lacks, once */
 			if (!tracepoint__exists(tp) && is_btf) {
@@ -518,6 +535,45 @@ static int filters__fill(struct family *first)
 	for (int i = 0; i < env.ninos; i++)
 		if (bpf_map_update_elem(inos_fd, &env.inos[i].key, &env.inos[i].roles, BPF_ANY))
 			return -errno;
+	return 0;
+}
+
+/* Push every CPU's staged records into the ring buffer (nt_flush run on
+ * each CPU), so that a quiet CPU's records are not held back.  A CPU that
+ * cannot run it keeps them until the next try, or the final drain. */
+static void stages__flush(struct family *first)
+{
+	struct bpf_program *p = bpf_object__find_program_by_name(first->obj, "nt_flush");
+	int ncpu = libbpf_num_possible_cpus();
+
+	for (int cpu = 0; cpu < ncpu; cpu++) {
+		LIBBPF_OPTS(bpf_test_run_opts, o, .flags = BPF_F_TEST_RUN_ON_CPU, .cpu = cpu);
+
+		bpf_prog_test_run_opts(bpf_program__fd(p), &o);
+	}
+}
+
+/* After detaching: read what is still staged straight from the map. */
+static int stages__drain(struct family *first)
+{
+	int fd = bpf_map__fd(bpf_object__find_map_by_name(first->obj, "stage"));
+	int ncpu = libbpf_num_possible_cpus();
+	struct nt_stage *vals = calloc(ncpu, sizeof(*vals));
+
+	if (!vals)
+		return -ENOMEM;
+	for (__u32 level = 0; level < NT_STAGE_LEVELS; level++) {
+		if (bpf_map_lookup_elem(fd, &level, vals)) {
+			free(vals);
+			return -errno;
+		}
+		for (int cpu = 0; cpu < ncpu; cpu++)
+			if (vals[cpu].len <= NT_STAGE_BYTES)
+				on_record(NULL, vals[cpu].data, vals[cpu].len);
+			else
+				out.bad_records += vals[cpu].count;
+	}
+	free(vals);
 	return 0;
 }
 
@@ -660,6 +716,10 @@ int main(int argc, char **argv)
 		}
 		t = now_ns();
 		if (t - last_flush >= (__u64)env.flush_ms * 1000000ULL) {
+			/* records wait in the stages and the ring without a
+			 * wake-up: fetch them so the store is never far behind */
+			stages__flush(first);
+			ring_buffer__consume(rb);
 			out__flush();
 			last_flush = t;
 		}
@@ -673,6 +733,12 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nhooks; i++)
 		bpf_link__destroy(hooks[i].link), hooks[i].link = NULL;
 	ring_buffer__consume(rb);
+	err = stages__drain(first);
+	if (err) {
+		fprintf(stderr, "nestrace-agent: WARNING: cannot read the staged records: %s\n",
+			strerror(-err));
+		err = 0;
+	}
 	out__flush();
 	stats__emit(first, &drops);
 	out__json("{\"type\":\"end\",\"end_ns\":%llu,\"reason\":\"%s\",\"records\":%llu,"

@@ -25,6 +25,23 @@ struct nt_cpu_counters {
 	__u64 emitted;
 	__u64 ringbuf_drops;
 	__u64 filtered;
+	__u32 depth;		/* stages in use on this CPU (nesting level) */
+	__u32 _pad;
+};
+
+/* Per-CPU staging of records (see common.bpf.h). */
+#define NT_STAGE_BYTES 8192
+#define NT_STAGE_LEVELS 4
+#define NT_REC_MAX 256		/* no record is larger (checked at build) */
+#define NT_STAGE_MAX_AGE_NS 100000000ULL
+
+struct nt_stage {
+	__u32 len;		/* bytes of records in data */
+	__u32 count;		/* records in data */
+	__u32 pending;		/* size of the record being filled */
+	__u32 _pad;
+	__u64 first_ts;		/* ts_ns of the oldest record in data */
+	__u8 data[NT_STAGE_BYTES];
 };
 
 #endif /* NESTRACE_BPF_H */

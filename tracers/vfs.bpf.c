@@ -2,7 +2,11 @@
 /* vfs: file syscalls on the traced (guest) file systems.  raw_syscalls
  * sys_enter/sys_exit; the fd is resolved in BPF to (dev, ino, f_pos,
  * f_flags) through task->files, filtered by device before anything is
- * stored, and one record is emitted at exit. */
+ * stored, and one record is emitted at exit.
+ *
+ * These two programs run for every system call on the machine, so both
+ * leave on the syscall number first, and the per-thread start slot is
+ * reused in place (no map update or delete per I/O). */
 #include "common.bpf.h"
 #include "core_fixes.bpf.h"
 
@@ -30,8 +34,10 @@ struct vfs_start {
 	__s32 fd;
 };
 
+/* tid -> the syscall in flight (syscall == 0: none).  LRU, since slots
+ * of threads that have exited are never deleted. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, NT_MAX_TASKS);
 	__type(key, __u32);
 	__type(value, struct vfs_start);
@@ -76,18 +82,35 @@ static __always_inline __u16 syscall__code(long id)
 	return 0;
 }
 
-static __always_inline struct file *task__file(int fd)
+/* The open file behind fd.  On tp_btf the task is a trusted BTF pointer
+ * and the walk is plain loads; only the fd array slot needs a read. */
+static __always_inline struct file *task__file(int fd, const bool btf)
 {
-	struct task_struct *task = (void *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct task_struct *task;
+	struct fdtable *fdt;
 	struct file **fds;
 	struct file *f = NULL;
 
-	if (fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+	if (btf)
+		task = bpf_get_current_task_btf();
+	else
+		task = (void *)bpf_get_current_task();
+	fdt = RD2(btf, task, files, fdt);
+	if (!fdt || fd < 0 || (unsigned int)fd >= RD1(btf, fdt, max_fds))
 		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
+	fds = RD1(btf, fdt, fd);
 	bpf_core_read(&f, sizeof(f), &fds[fd]);
 	return f;
+}
+
+/* The system call number in the registers sys_exit gets. */
+static __always_inline long regs__syscall_nr(struct pt_regs *regs, const bool btf)
+{
+#if defined(__TARGET_ARCH_x86)
+	return RD1(btf, regs, orig_ax);
+#elif defined(__TARGET_ARCH_arm64)
+	return RD1(btf, regs, syscallno);
+#endif
 }
 
 static __always_inline __u64 iov__sum(const struct iovec *iov, __u32 cnt)
@@ -105,9 +128,9 @@ static __always_inline __u64 iov__sum(const struct iovec *iov, __u32 cnt)
 	return sum;
 }
 
-static __always_inline int vfs__enter(struct pt_regs *regs, long id)
+static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool btf)
 {
-	struct vfs_start s = {};
+	struct vfs_start s = {}, *slot;
 	struct file *f;
 	struct inode *inode;
 	__u16 code = syscall__code(id);
@@ -118,7 +141,7 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id)
 	if (target_tgid && task__tgid() != target_tgid)
 		return 0;
 	s.fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
-	f = task__file(s.fd);
+	f = task__file(s.fd, btf);
 	if (!f)
 		return 0;
 	inode = BPF_CORE_READ(f, f_inode);
@@ -167,19 +190,28 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id)
 		s.req_bytes = 0;
 	}
 	tid = (__u32)bpf_get_current_pid_tgid();
-	bpf_map_update_elem(&starts, &tid, &s, BPF_ANY);
+	slot = bpf_map_lookup_elem(&starts, &tid);
+	if (slot)
+		*slot = s;
+	else
+		bpf_map_update_elem(&starts, &tid, &s, BPF_ANY);
 	return 0;
 }
 
-static __always_inline int vfs__exit(long ret)
+static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool btf)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	struct vfs_start *s = bpf_map_lookup_elem(&starts, &tid);
+	__u64 id;
+	__u32 tid;
+	struct vfs_start *s;
 	struct nt_vfs_event *e;
 	__u64 now;
 
-	if (!s)
+	if (!syscall__code(regs__syscall_nr(regs, btf)))
+		return 0;
+	id = bpf_get_current_pid_tgid();
+	tid = (__u32)id;
+	s = bpf_map_lookup_elem(&starts, &tid);
+	if (!s || !s->syscall)
 		return 0;
 	now = bpf_ktime_get_ns();
 	e = RESERVE(vfs_event, VFS_EVENT, s->ts);
@@ -199,9 +231,9 @@ static __always_inline int vfs__exit(long ret)
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
 		record__submit(e);
 	}
-	bpf_map_delete_elem(&starts, &tid);
+	s->syscall = 0;
 	return 0;
 }
 
-NT_TWIN(sys_enter) { return vfs__enter(ARG(0, struct pt_regs *), (long)ctx[1]); }
-NT_TWIN(sys_exit) { return vfs__exit((long)ctx[1]); }
+NT_TWIN(sys_enter) { return vfs__enter(ARG(0, struct pt_regs *), (long)ctx[1], btf); }
+NT_TWIN(sys_exit) { return vfs__exit(ARG(0, struct pt_regs *), (long)ctx[1], btf); }

@@ -125,7 +125,7 @@ RECORDS = {
             ('cpu', '<u4', 'uint32', '', 'CPU that emitted the record', 4),
             ('seq', '<u8', 'uint64', '', 'per-CPU sequence number, starts at 1; gaps are lost events', 8),
             ('ts_ns', '<u8', 'uint64', 'ns', 'CLOCK_MONOTONIC time of the event (syscall entry for vfs)', 16),
-            ('emitted', '<u8', 'uint64', '', 'records this CPU reserved successfully', 24),
+            ('emitted', '<u8', 'uint64', '', 'records this CPU handed to the ring buffer', 24),
             ('ringbuf_drops', '<u8', 'uint64', '', 'records lost because the ring buffer was full', 32),
             ('filtered', '<u8', 'uint64', '', 'events rejected by the in-kernel filters', 40),
         ],
@@ -163,7 +163,7 @@ TABLES = {
     'lost_events': {'doc': 'Lost-event accounting per CPU: ring-buffer drops counted in BPF and sequence gaps found by the reader.', 'fields': [
         ('capture_id', 'string', '', 'capture'),
         ('cpu', 'uint32', '', 'CPU'),
-        ('emitted', 'uint64', '', 'records reserved on this CPU'),
+        ('emitted', 'uint64', '', 'records handed to the ring buffer on this CPU'),
         ('received', 'uint64', '', 'records the reader stored from this CPU'),
         ('ringbuf_drops', 'uint64', '', 'records dropped in BPF because the ring buffer was full'),
         ('seq_gaps', 'uint64', '', 'sequence numbers missing in the stored records (drops plus anything lost after the ring buffer)'),

@@ -148,13 +148,16 @@ def lab_list() -> None:
 @click.option("--disk", type=click.Path(), help="Host disk device (with --stack, overrides).")
 @click.option("--duration", type=float, default=None, help="Seconds to record (without CMD).")
 @click.option("--ringbuf-kb", type=int, default=None, help="BPF ring buffer size in KiB.")
+@click.option("--flush-ms", type=click.IntRange(1, 60000), default=None,
+              help="How often staged records reach the store, at most (default 200).")
 @click.option("--mode", type=click.Choice(["auto", "tp_btf", "raw_tp"]), default="auto",
               show_default=True, help="Tracepoint program type (auto probes).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @user_errors
 @needs_root
 @needs_btf
-def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, mode, command) -> None:
+def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mode,
+           command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until Ctrl-C)."""
     from . import record as rec
     from .stack import block_dev_of_path, discover, from_devices, mount_of
@@ -172,7 +175,7 @@ def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, mode, command
     else:
         stack = discover(mount)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
-                     ringbuf_kb=ringbuf_kb, mode=mode)
+                     ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode)
     _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)

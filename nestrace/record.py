@@ -52,7 +52,8 @@ def device_map_rows(stack: Stack, capture_id: str) -> list[dict]:
     ]
 
 
-def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str) -> list[str]:
+def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
+               flush_ms: int | None = None) -> list[str]:
     args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families,
             "--dev", f"{kdev_str(stack.guest_kdev)}=vfs,cache,map",
             "--dev", f"{kdev_str(stack.vdisk.kdev)}=block",
@@ -60,6 +61,8 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str) -
             "--ino", f"{kdev_str(stack.host_kdev)}:{stack.image_ino}=file,cache,map"]
     if ringbuf_kb:
         args += ["--ringbuf-kb", str(ringbuf_kb)]
+    if flush_ms:
+        args += ["--flush-ms", str(flush_ms)]
     return args
 
 
@@ -111,6 +114,7 @@ class Capture:
 
 def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = None,
            command: list[str] | None = None, ringbuf_kb: int | None = None,
+           flush_ms: int | None = None,
            mode: str = "auto", families: str = "vfs,block,hostfs",
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
@@ -126,7 +130,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                                                          schema=table_schema("device_map")))
     live.write_table("extent_maps", snapshot_extents(stack, cid, "start"))
 
-    args = agent_args(stack, ringbuf_kb, mode, families)
+    args = agent_args(stack, ringbuf_kb, mode, families, flush_ms)
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     started = threading.Event()
     touched: set[int] = set()

@@ -203,10 +203,13 @@ def seal(store: Path, capture_id: str) -> SealResult:
         st = emitted.get(cpu, {})
         # the agent's counter is the truth for the last sequence number taken
         last = max(mx, st.get("emitted", 0) + st.get("ringbuf_drops", 0))
+        if cnt > last:
+            problems.append(f"{live}: CPU {cpu}: {cnt} records but only {last} sequence "
+                            f"numbers taken: {cnt - last} duplicated records")
         lost_rows.append({"capture_id": capture_id, "cpu": cpu,
                           "emitted": st.get("emitted", cnt), "received": cnt,
                           "ringbuf_drops": st.get("ringbuf_drops", 0),
-                          "seq_gaps": last - cnt})
+                          "seq_gaps": max(last - cnt, 0)})
     lost = pa.Table.from_pylist(lost_rows, schema=table_schema("lost_events"))
     _write_parquet(store, "lost_events", capture_id, lost)
     lost_total = sum(r["seq_gaps"] for r in lost_rows)

@@ -331,6 +331,14 @@ struct family {
 	void (*set_rodata)(void *skel);
 };
 
+/* Stages go to the ring buffer whole: keep each under an eighth of it. */
+static __u32 stage__limit(void)
+{
+	__u64 lim = env.ringbuf_bytes / 8;
+
+	return lim < NT_STAGE_BYTES - NT_REC_MAX ? (__u32)lim : NT_STAGE_BYTES - NT_REC_MAX;
+}
+
 #define FAMILY(fam)							\
 	static void *fam##__open(void) { return fam##_bpf__open(); }	\
 	static int fam##__load(void *s) { return fam##_bpf__load(s); }	\
@@ -341,6 +349,7 @@ struct family {
 	{								\
 		struct fam##_bpf *s = p;				\
 		s->rodata->wakeup_bytes = env.wakeup_bytes;		\
+		s->rodata->stage_limit = stage__limit();		\
 		fam##__extra_rodata(s);					\
 	}
 

@@ -40,6 +40,9 @@
  * agent polls on a timer anyway.  A wake-up per record costs 40-70 % of
  * IOPS on a small VM. */
 const volatile __u64 wakeup_bytes = 0;
+/* A stage is handed over once it holds more than this; the agent lowers it
+ * for small ring buffers, so that a stage always fits. */
+const volatile __u32 stage_limit = NT_STAGE_BYTES - NT_REC_MAX;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -60,7 +63,9 @@ struct {
  * NMI), so a program interrupting another on the same CPU never touches
  * a half-written record.  A stage is flushed when full, when its oldest
  * record is NT_STAGE_MAX_AGE_NS old, and by the agent, which runs
- * nt_flush on every CPU on a timer and at the end. */
+ * nt_flush on every CPU on a timer, and reads what is left at the end.
+ * Only for programs that run with preemption off (RESERVE_DIRECT below
+ * is for the others). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, NT_STAGE_LEVELS);
@@ -110,10 +115,23 @@ static __always_inline void stage__flush(struct nt_stage *st, struct nt_cpu_coun
 		return;
 	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + len >= wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
-	if (bpf_ringbuf_output(&events, st->data, len, flags))
+	if (bpf_ringbuf_output(&events, st->data, len, flags)) {
+		/* emitted + ringbuf_drops = sequence numbers taken */
 		__sync_fetch_and_add(&c->ringbuf_drops, st->count);
+		__sync_fetch_and_add(&c->emitted, -(__u64)st->count);
+	}
 	st->len = 0;
 	st->count = 0;
+}
+
+static __always_inline void header__fill(struct nt_header *h, __u16 kind, __u16 version,
+					 __u64 seq, __u64 ts)
+{
+	h->kind = kind;
+	h->version = version;
+	h->cpu = bpf_get_smp_processor_id();
+	h->seq = seq;
+	h->ts_ns = ts;
 }
 
 /* Reserve a record in this CPU's stage for the current nesting level and
@@ -131,30 +149,33 @@ static __always_inline void *record__reserve(__u32 size, __u16 kind, __u16 versi
 	if (!c)
 		return NULL;
 	seq = __sync_fetch_and_add(&c->seq, 1) + 1;
+	/* Claim the level before looking at its stage: a program (or the
+	 * agent's nt_flush) interrupting us from here on sees the stage busy.
+	 * One interrupting between these two lines completes before we touch
+	 * the stage, and leaves depth as it found it. */
 	level = c->depth;
+	c->depth = level + 1;
 	if (level >= NT_STAGE_LEVELS) {
+		c->depth = level;
 		__sync_fetch_and_add(&c->ringbuf_drops, 1);
 		return NULL;
 	}
 	st = bpf_map_lookup_elem(&stage, &level);
-	if (!st)
+	if (!st) {
+		c->depth = level;
 		return NULL;
+	}
 	len = st->len;
 	if (len > NT_STAGE_BYTES - NT_REC_MAX) {	/* cannot happen: flushed at submit */
 		stage__flush(st, c);
 		len = 0;
 	}
-	c->depth = level + 1;
 	if (!st->count)
 		st->first_ts = ts;
 	st->pending = size;
 	__sync_fetch_and_add(&c->emitted, 1);
 	h = (void *)st->data + len;
-	h->kind = kind;
-	h->version = version;
-	h->cpu = bpf_get_smp_processor_id();
-	h->seq = seq;
-	h->ts_ns = ts;
+	header__fill(h, kind, version, seq, ts);
 	return h;
 }
 
@@ -172,7 +193,7 @@ static __always_inline void record__submit(void *rec)
 		return;
 	st->len += st->pending;
 	st->count++;
-	if (st->len > NT_STAGE_BYTES - NT_REC_MAX ||
+	if (st->len > stage_limit ||
 	    ((struct nt_header *)rec)->ts_ns - st->first_ts > NT_STAGE_MAX_AGE_NS)
 		stage__flush(st, c);
 	c->depth = level;
@@ -198,6 +219,42 @@ int nt_flush(void *ctx)
 
 #define RESERVE(type, KIND, ts) \
 	((struct nt_##type *)record__reserve(sizeof(struct nt_##type), \
+		NT_KIND_##KIND, NT_VERSION_##KIND, (ts)))
+
+/* Straight to the ring buffer, for programs that may be preempted: the
+ * system call tracepoints are faultable since Linux 6.14, and a preempting
+ * task's programs would break the stages' strict nesting. */
+static __always_inline void *record__reserve_direct(__u32 size, __u16 kind, __u16 version,
+						    __u64 ts)
+{
+	struct nt_cpu_counters *c = counters__get();
+	struct nt_header *h;
+	__u64 seq;
+
+	if (!c)
+		return NULL;
+	seq = __sync_fetch_and_add(&c->seq, 1) + 1;
+	h = bpf_ringbuf_reserve(&events, size, 0);
+	if (!h) {
+		__sync_fetch_and_add(&c->ringbuf_drops, 1);
+		return NULL;
+	}
+	__sync_fetch_and_add(&c->emitted, 1);
+	header__fill(h, kind, version, seq, ts);
+	return h;
+}
+
+static __always_inline void record__submit_direct(void *rec)
+{
+	__u64 flags = BPF_RB_NO_WAKEUP;
+
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(rec, flags);
+}
+
+#define RESERVE_DIRECT(type, KIND, ts) \
+	((struct nt_##type *)record__reserve_direct(sizeof(struct nt_##type), \
 		NT_KIND_##KIND, NT_VERSION_##KIND, (ts)))
 
 static __always_inline bool dev__has(__u32 dev, __u32 role)

@@ -120,7 +120,7 @@ struct nt_mapping_event {
 /* Per-CPU counters the agent reads from the BPF maps at the end of a capture (header ts_ns = read time, seq = 0). (48 bytes) */
 struct nt_cpu_stats {
 	struct nt_header hdr;
-	__u64 emitted; /* records this CPU reserved successfully */
+	__u64 emitted; /* records this CPU handed to the ring buffer */
 	__u64 ringbuf_drops; /* records lost because the ring buffer was full */
 	__u64 filtered; /* events rejected by the in-kernel filters */
 };

@@ -214,7 +214,7 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 	if (!s || !s->syscall)
 		return 0;
 	now = bpf_ktime_get_ns();
-	e = RESERVE(vfs_event, VFS_EVENT, s->ts);
+	e = RESERVE_DIRECT(vfs_event, VFS_EVENT, s->ts);	/* may be preempted */
 	if (e) {
 		e->duration_ns = now - s->ts;
 		e->ino = s->ino;
@@ -229,7 +229,7 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 		e->iov_count = s->iov_count;
 		e->fd = s->fd;
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
-		record__submit(e);
+		record__submit_direct(e);
 	}
 	s->syscall = 0;
 	return 0;

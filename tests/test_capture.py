@@ -217,3 +217,37 @@ def test_explicit_devices_give_the_same_stack_as_discovery(lab_factory, tmp_path
             "--image", st["image"], "--disk", st["disk"], "--duration", "0.5")
     q = "SELECT level, dev, name, backing_ino, dio, fs_type FROM device_map ORDER BY level"
     assert nestrace.open(a).rows(q) == nestrace.open(b).rows(q)
+
+
+def test_more_devices_than_the_constant_filter_holds_use_the_filter_maps(lab_factory, tmp_path):
+    """With more than NT_FAST_FILTER devices the programs filter through the
+    hash maps: the traced disks are still seen, the decoys never."""
+    from nestrace.record import agent_args
+    from nestrace.stack import discover
+    from nestrace.stream import iter_frames
+    import pyarrow as pa
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=16M")
+    st = discover(lab.mount)
+    decoys = [a for i in range(8) for a in ("--dev", f"7:{200 + i}=block")]
+    out = tmp_path / "agent.ntr"
+    with open(out, "wb") as f:
+        agent = subprocess.Popen(agent_args(st, None, "auto", "block") + decoys, stdout=f,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(1.5)
+            lab.fio("--rw=randread", "--bs=4k", "--direct=1", "--size=16M", "--io_size=4M")
+        finally:
+            agent.send_signal(signal.SIGINT)
+            err = agent.communicate(timeout=60)[1]
+    assert agent.returncode == 0, err
+    batches = []
+    with open(out, "rb") as f:
+        batches = [fr.batch for fr in iter_frames(f, str(out)) if fr.table == "block_events"]
+    ev = pa.Table.from_batches(batches)
+    devs = set(ev.column("dev").to_pylist())
+    assert devs <= {st.vdisk.kdev, st.disk.kdev}
+    issued = [d for d, a in zip(ev.column("dev").to_pylist(), ev.column("action").to_pylist())
+              if a == 6]
+    assert issued.count(st.vdisk.kdev) >= 1024   # 4M / 4k reads
+    assert issued.count(st.disk.kdev) >= 1024

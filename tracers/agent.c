@@ -339,6 +339,28 @@ static __u32 stage__limit(void)
 	return lim < NT_STAGE_BYTES - NT_REC_MAX ? (__u32)lim : NT_STAGE_BYTES - NT_REC_MAX;
 }
 
+/* Small filter sets go into .rodata as constants; large ones use the maps. */
+static void filters__rodata(volatile __u32 *use_maps, volatile __u32 *ndevs, __u32 *devs,
+			    __u32 *dev_roles, volatile __u32 *ninos, __u32 *ino_devs,
+			    __u64 *inos, __u32 *ino_roles)
+{
+	if (env.ndevs > NT_FAST_FILTER || env.ninos > NT_FAST_FILTER) {
+		*use_maps = 1;
+		return;
+	}
+	*ndevs = env.ndevs;
+	for (int i = 0; i < env.ndevs; i++) {
+		devs[i] = env.devs[i].dev;
+		dev_roles[i] = env.devs[i].roles;
+	}
+	*ninos = env.ninos;
+	for (int i = 0; i < env.ninos; i++) {
+		ino_devs[i] = env.inos[i].key.dev;
+		inos[i] = env.inos[i].key.ino;
+		ino_roles[i] = env.inos[i].roles;
+	}
+}
+
 #define FAMILY(fam)							\
 	static void *fam##__open(void) { return fam##_bpf__open(); }	\
 	static int fam##__load(void *s) { return fam##_bpf__load(s); }	\
@@ -350,6 +372,14 @@ static __u32 stage__limit(void)
 		struct fam##_bpf *s = p;				\
 		s->rodata->wakeup_bytes = env.wakeup_bytes;		\
 		s->rodata->stage_limit = stage__limit();		\
+		filters__rodata(&s->rodata->filter_maps,		\
+				&s->rodata->fast_ndevs,			\
+				(__u32 *)s->rodata->fast_devs,		\
+				(__u32 *)s->rodata->fast_dev_roles,	\
+				&s->rodata->fast_ninos,			\
+				(__u32 *)s->rodata->fast_ino_devs,	\
+				(__u64 *)s->rodata->fast_inos,		\
+				(__u32 *)s->rodata->fast_ino_roles);	\
 		fam##__extra_rodata(s);					\
 	}
 

@@ -257,19 +257,51 @@ static __always_inline void record__submit_direct(void *rec)
 	((struct nt_##type *)record__reserve_direct(sizeof(struct nt_##type), \
 		NT_KIND_##KIND, NT_VERSION_##KIND, (ts)))
 
+/* The filters, as constants: the agent writes up to NT_FAST_FILTER
+ * devices and inodes into .rodata before loading, so a lookup is a few
+ * compares the verifier can see, not a hash lookup per event (there are
+ * ~20 per I/O, most of them misses).  With more, it sets filter_maps and
+ * the hash maps above are used. */
+const volatile __u32 filter_maps = 0;
+const volatile __u32 fast_ndevs = 0;
+const volatile __u32 fast_devs[NT_FAST_FILTER] = {};
+const volatile __u32 fast_dev_roles[NT_FAST_FILTER] = {};
+const volatile __u32 fast_ninos = 0;
+const volatile __u32 fast_ino_devs[NT_FAST_FILTER] = {};
+const volatile __u64 fast_inos[NT_FAST_FILTER] = {};
+const volatile __u32 fast_ino_roles[NT_FAST_FILTER] = {};
+
 static __always_inline bool dev__has(__u32 dev, __u32 role)
 {
-	__u32 *r = bpf_map_lookup_elem(&devs, &dev);
+	if (filter_maps) {
+		__u32 *r = bpf_map_lookup_elem(&devs, &dev);
 
-	return r && (*r & role);
+		return r && (*r & role);
+	}
+	for (__u32 i = 0; i < NT_FAST_FILTER; i++) {
+		if (i >= fast_ndevs)
+			break;
+		if (fast_devs[i] == dev)
+			return fast_dev_roles[i] & role;
+	}
+	return false;
 }
 
 static __always_inline bool ino__has(__u32 dev, __u64 ino, __u32 role)
 {
-	struct nt_ino_key k = { .dev = dev, .ino = ino };
-	__u32 *r = bpf_map_lookup_elem(&inos, &k);
+	if (filter_maps) {
+		struct nt_ino_key k = { .dev = dev, .ino = ino };
+		__u32 *r = bpf_map_lookup_elem(&inos, &k);
 
-	return r && (*r & role);
+		return r && (*r & role);
+	}
+	for (__u32 i = 0; i < NT_FAST_FILTER; i++) {
+		if (i >= fast_ninos)
+			break;
+		if (fast_inos[i] == ino && fast_ino_devs[i] == dev)
+			return fast_ino_roles[i] & role;
+	}
+	return false;
 }
 
 /* A file is traced for `role` if its inode is in the inode set, or its

@@ -283,13 +283,14 @@ def _shell(s) -> None:
 @click.argument("store", type=click.Path())
 @click.option("--capture", default=None, help="Capture id (default: the newest).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (keys: docs/report.md).")
+@click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB.")
 @user_errors
-def report_cmd(store, capture, as_json) -> None:
+def report_cmd(store, capture, as_json, memory_limit) -> None:
     """Per-level and cross-level report: sizes, seeks, phases, amplification,
     attribution, read-modify-write, readahead, sync, lost events."""
     from .report import build, render
     from .session import Session
-    with Session(check_store(store)) as s:
+    with Session(check_store(store), memory_limit=memory_limit) as s:
         try:
             rep = build(s, capture)
         except ValueError as e:

@@ -48,6 +48,9 @@ class Session:
         self.store = check_store(store) if store is not None else None
         self.con = duckdb.connect()
         _quiet(self.con)
+        # every view over the store re-binds read_parquet(); without the
+        # cache each binding reads every file's footer again
+        self.con.execute("SET parquet_metadata_cache = true")
         if memory_limit:
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self._empties: dict[str, pa.Table] = {}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -36,19 +35,25 @@ def source_capture(tmp: Path) -> Path:
 
 
 def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (GiB) of a child command."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall seconds and peak RSS (GiB) of a child command (its own, from
+    wait4: RUSAGE_CHILDREN would carry an earlier child's peak over)."""
     t = time.monotonic()
-    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
     wall = time.monotonic() - t
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, max(peak, before) / (1 << 20)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {err.decode(errors='replace')}")
+    return wall, ru.ru_maxrss / (1 << 20)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--memory-limit", default="6GB")
+    ap.add_argument("--small-limit", default="256MB",
+                    help="a second run with DuckDB held to this: RSS beyond it should stay flat")
     args = ap.parse_args()
     from nestrace.synth import replicate
     import nestrace
@@ -61,18 +66,21 @@ def main() -> int:
             copies = max(1, round(size / n_src))
             dst = tmp / f"s{size}"
             n = replicate(src, dst, copies)
-            # each measured in its own process, so peak RSS is its own
-            wall_c, rss_c = timed(NT + ["correlate", str(dst), "--memory-limit", args.memory_limit])
-            wall_r, rss_r = timed(NT + ["report", str(dst), "--json"])
-            rows.append((n, wall_c, wall_r, n / (wall_c + wall_r), max(rss_c, rss_r)))
+            for limit in (args.memory_limit, args.small_limit):
+                # each measured in its own process, so peak RSS is its own
+                wall_c, rss_c = timed(NT + ["correlate", str(dst), "--memory-limit", limit])
+                wall_r, rss_r = timed(NT + ["report", str(dst), "--json", "--memory-limit", limit])
+                rows.append((n, limit, wall_c, wall_r, n / (wall_c + wall_r), max(rss_c, rss_r)))
+                print(f"{n} events, {limit}: correlate {wall_c:.1f} s, report {wall_r:.1f} s",
+                      file=sys.stderr)
             shutil.rmtree(dst)
-            print(f"{n} events: correlate {wall_c:.1f} s, report {wall_r:.1f} s", file=sys.stderr)
-    print(f"\nnestrace correlate + report on replicated real captures ({os.cpu_count()} cores, "
-          f"DuckDB memory limit {args.memory_limit})\n")
-    print("| events | correlate s | report s | events/s (both) | events/s per core | peak RSS GiB |")
-    print("|---|---|---|---|---|---|")
-    for n, wc, wr, eps, rss in rows:
-        print(f"| {n} | {wc:.1f} | {wr:.1f} | {eps:,.0f} | {eps / os.cpu_count():,.0f} | {rss:.2f} |")
+    print(f"\nnestrace correlate + report on replicated real captures ({os.cpu_count()} cores)\n")
+    print("| events | DuckDB memory limit | correlate s | report s | events/s (both) "
+          "| events/s per core | peak RSS GiB |")
+    print("|---|---|---|---|---|---|---|")
+    for n, lim, wc, wr, eps, rss in rows:
+        print(f"| {n} | {lim} | {wc:.1f} | {wr:.1f} | {eps:,.0f} | {eps / os.cpu_count():,.0f} "
+              f"| {rss:.2f} |")
     return 0
 
 

@@ -9,31 +9,29 @@ FROM block_events WHERE action = 6;
 -- Computed requests (block_requests may read stored ones instead).
 CREATE OR REPLACE VIEW _block_requests_computed AS
 WITH by_rq AS (   -- I, D, C of each request address, in time order
-  SELECT capture_id, dev, rq_id, action, ts_ns, seq, cpu, error,
-         last_value(CASE WHEN action = 5 THEN ts_ns END IGNORE NULLS) OVER w_before AS last_i,
-         last_value(CASE WHEN action = 7 THEN ts_ns END IGNORE NULLS) OVER w_before AS last_c,
-         first_value(CASE WHEN action = 7 THEN {'ts': ts_ns, 'error': error} END IGNORE NULLS)
-           OVER w_after AS next_c
+  SELECT capture_id, action, cpu, seq,
+         lag(action) OVER w AS prev_action, lag(ts_ns) OVER w AS prev_ns,
+         lead(action) OVER w AS next_action, lead(ts_ns) OVER w AS next_ns,
+         lead(error) OVER w AS next_error
   FROM block_events WHERE action IN (5, 6, 7)
-  WINDOW w_before AS (PARTITION BY capture_id, dev, rq_id ORDER BY ts_ns, cpu, seq
-                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-         w_after AS (PARTITION BY capture_id, dev, rq_id ORDER BY ts_ns, cpu, seq
-                     ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)),
-rq AS (
+  WINDOW w AS (PARTITION BY capture_id, dev, rq_id ORDER BY ts_ns, cpu, seq)),
+rq AS (   -- the insert right before D, the completion right after it
   SELECT capture_id, (cpu::UBIGINT << 48) | seq AS io_id,
-         -- an insert before the previous completion belongs to an earlier use of the address
-         CASE WHEN last_i IS NOT NULL AND (last_c IS NULL OR last_i > last_c) THEN last_i END AS i_ns,
-         next_c.ts AS c_ns, next_c.error AS error
+         CASE WHEN prev_action = 5 THEN prev_ns END AS i_ns,
+         CASE WHEN next_action = 7 THEN next_ns END AS c_ns,
+         CASE WHEN next_action = 7 THEN next_error END AS error
   FROM by_rq WHERE action = 6),
 by_bio AS (   -- Q, G, D of each bio address, in time order
   SELECT capture_id, action, cpu, seq,
-         last_value(CASE WHEN action = 1 THEN ts_ns END IGNORE NULLS) OVER w AS q_ns,
-         last_value(CASE WHEN action = 4 THEN ts_ns END IGNORE NULLS) OVER w AS g_ns
+         lag(action) OVER w AS a1, lag(ts_ns) OVER w AS t1,
+         lag(action, 2) OVER w AS a2, lag(ts_ns, 2) OVER w AS t2
   FROM block_events WHERE action IN (1, 4, 6)
-  WINDOW w AS (PARTITION BY capture_id, dev, bio_id ORDER BY ts_ns, cpu, seq
-               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)),
-bio AS (
-  SELECT capture_id, (cpu::UBIGINT << 48) | seq AS io_id, q_ns, g_ns FROM by_bio WHERE action = 6),
+  WINDOW w AS (PARTITION BY capture_id, dev, bio_id ORDER BY ts_ns, cpu, seq)),
+bio AS (   -- D's first bio: Q G D, or Q D (no G seen)
+  SELECT capture_id, (cpu::UBIGINT << 48) | seq AS io_id,
+         CASE WHEN a1 = 1 THEN t1 WHEN a1 = 4 AND a2 = 1 THEN t2 END AS q_ns,
+         CASE WHEN a1 = 4 THEN t1 END AS g_ns
+  FROM by_bio WHERE action = 6),
 joined AS (
   SELECT d.*, bio.q_ns, bio.g_ns, rq.i_ns, rq.c_ns, rq.error
   FROM _block_d d
@@ -59,10 +57,10 @@ JOIN base_levels l ON l.capture_id = j.capture_id AND l.dev = j.dev
 
 -- One row per dispatched (issued) block request on a traced disk, with its
 -- lifecycle timestamps and btt phases.  Q and G are found through the
--- request's first bio (the latest before D), I and C through the request
--- id (the latest I since the address's previous completion, the first C
--- after D); a phase whose events were not seen (no I/O scheduler insert,
--- say) is NULL.
+-- request's first bio (the Q, G just before D on that bio address), I and
+-- C through the request id (the I just before D, the C just after it: a
+-- requeued request's first dispatch has no C); a phase whose events were
+-- not seen (no I/O scheduler insert, say) is NULL.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        vdisk or disk

@@ -39,15 +39,29 @@ SELECT 'disk', capture_id, io_id, start_ns, op, req_flags, offset_bytes::BIGINT,
        unnest(_blocks(offset_bytes, bytes))
 FROM disk_io WHERE bytes > 0;
 
+-- (capture, hop, block) as one integer: DuckDB's ASOF join is ~2.5x
+-- faster on one integer key than on three columns.  Captures are numbered
+-- in the store (at most 4096), hops 0-2, blocks below 2^50 (4 EiB; a block
+-- beyond that matches nothing).
+CREATE OR REPLACE VIEW _links_captures AS
+SELECT capture_id, (row_number() OVER (ORDER BY capture_id) - 1)::UBIGINT AS ck
+FROM (SELECT DISTINCT capture_id FROM device_map);
+
+CREATE OR REPLACE MACRO _links_key(ck, lvl, blk) AS
+  (CASE WHEN ck < 4096 THEN ck ELSE error('links: more than 4096 captures in one store') END << 52)
+  | ((CASE lvl WHEN 'vdisk' THEN 0 WHEN 'hostfs' THEN 1 ELSE 2 END)::UBIGINT << 50)
+  | CASE WHEN blk >= 0 AND blk < (1::BIGINT << 50) THEN blk::UBIGINT END;  -- else no match
+
 -- Per lower block, the latest upper event on the same block that started
 -- before it (ASOF), and what that makes the block.
 CREATE OR REPLACE VIEW _links_blocks AS
 WITH j AS (
   SELECT l.*, u.upper_level, u.upper_id, u.u_start, u.u_end, u.u_op, u.u_off, u.u_len
-  FROM _links_lower l
-  ASOF LEFT JOIN _links_upper u
-    ON u.capture_id = l.capture_id AND u.lower_level = l.lower_level
-   AND u.blk = l.blk AND l.l_start >= u.u_start),
+  FROM (SELECT x.*, _links_key(c.ck, x.lower_level, x.blk) AS k
+        FROM _links_lower x JOIN _links_captures c USING (capture_id)) l
+  ASOF LEFT JOIN (SELECT x.*, _links_key(c.ck, x.lower_level, x.blk) AS k
+                  FROM _links_upper x JOIN _links_captures c USING (capture_id)) u
+    ON u.k = l.k AND l.l_start >= u.u_start),
 k AS (
   SELECT *,
     _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,

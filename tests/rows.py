@@ -33,7 +33,7 @@ def _hdr(kind, ts):
 
 
 def blk(action, ts, dev=DISK, sector=0, nr=8, rq=0, bio=0, op=0, flags=0, error=0, aux=0):
-    codes = {"Q": 1, "M": 2, "F": 3, "G": 4, "I": 5, "D": 6, "C": 7, "X": 8}
+    codes = {"Q": 1, "M": 2, "F": 3, "G": 4, "I": 5, "D": 6, "C": 7, "X": 8, "R": 10}
     return _hdr(2, ts) | {"sector": sector, "rq_id": rq, "bio_id": bio, "aux_sector": aux,
                           "dev": dev, "nr_sectors": nr, "pid": 1, "error": error,
                           "action": codes[action], "req_op": op, "req_flags": flags,

@@ -61,6 +61,24 @@ def test_request_without_insert_has_null_insert_phases_and_stale_insert_is_ignor
                       "d2c_ns": 100, "q2c_ns": 120, "op": "write", "rwbs": "WFS"}
 
 
+def test_requeued_request_completes_once_and_a_lost_completion_is_not_borrowed():
+    ev = [blk("Q", 100, bio=1), blk("G", 105, bio=1), blk("I", 110, rq=9, bio=1),
+          blk("D", 120, rq=9, bio=1),
+          blk("R", 130, rq=9, bio=1), blk("I", 140, rq=9, bio=1),   # requeued, dispatched again
+          blk("D", 150, rq=9, bio=1), blk("C", 250, rq=9, bio=1),
+          # the same address later: dispatched, its completion never seen, used again
+          blk("Q", 300, bio=2), blk("G", 305, bio=2), blk("D", 310, rq=9, bio=2),
+          blk("Q", 400, bio=3), blk("G", 405, bio=3), blk("D", 410, rq=9, bio=3),
+          blk("C", 500, rq=9, bio=3)]
+    s = session(block_events=ev)
+    got = s.rows("SELECT d_ns, q_ns, g_ns, i_ns, c_ns FROM disk_io ORDER BY d_ns")
+    assert got == [
+        {"d_ns": 120, "q_ns": 100, "g_ns": 105, "i_ns": 110, "c_ns": None},
+        {"d_ns": 150, "q_ns": None, "g_ns": None, "i_ns": 140, "c_ns": 250},
+        {"d_ns": 310, "q_ns": 300, "g_ns": 305, "i_ns": None, "c_ns": None},
+        {"d_ns": 410, "q_ns": 400, "g_ns": 405, "i_ns": None, "c_ns": 500}]
+
+
 def test_vdisk_and_disk_views_split_by_device_level():
     from rows import GUEST
     dm = device_map()

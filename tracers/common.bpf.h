@@ -200,20 +200,26 @@ static __always_inline void record__submit(void *rec)
 }
 
 /* Run by the agent on each CPU (BPF_PROG_TEST_RUN with a CPU): flush the
- * stages, unless it interrupted a program that is filling one. */
+ * task-level stage, unless it interrupted a program that is filling one.
+ * It claims level 0 while it works: on the agent's own CPU it runs with
+ * interrupts on, and a program in an interrupt then stages at level 1
+ * instead of appending to what is being handed over.  Deeper levels hold
+ * only the rare nested records; they flush by size or age, and the agent
+ * reads what is left at the end. */
 SEC("raw_tp")
 int nt_flush(void *ctx)
 {
 	struct nt_cpu_counters *c = counters__get();
+	struct nt_stage *st;
+	__u32 level = 0;
 
 	if (!c || c->depth)
 		return 0;
-	for (__u32 level = 0; level < NT_STAGE_LEVELS; level++) {
-		struct nt_stage *st = bpf_map_lookup_elem(&stage, &level);
-
-		if (st && st->count)
-			stage__flush(st, c);
-	}
+	c->depth = 1;
+	st = bpf_map_lookup_elem(&stage, &level);
+	if (st && st->count)
+		stage__flush(st, c);
+	c->depth = 0;
 	return 0;
 }
 

@@ -31,7 +31,7 @@ def run(host: str, dio: str, tmp: Path) -> dict:
             " ".join(job + ["--rw=randrw", "--bs=4k", "--direct=1", "--io_size=4M"]),
             " ".join(job + ["--rw=read", "--bs=128k", "--direct=1"]),
             " ".join(job + ["--rw=randwrite", "--bs=4k", "--io_size=2M", "--fsync=16"])])]
-        subprocess.run(NT + ["record", "-o", str(store), "--stack", mp, "--", *cmd],
+        subprocess.run(NT + ["record", "--all-hooks", "-o", str(store), "--stack", mp, "--", *cmd],
                        check=True, capture_output=True, cwd=ROOT)
     finally:
         subprocess.run(NT + ["lab", "down", "--name", name], capture_output=True, cwd=ROOT)

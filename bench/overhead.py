@@ -35,6 +35,16 @@ def iops(out: Path) -> float:
     return json.loads(out.read_text())["jobs"][0]["write"]["iops"]
 
 
+def cpu_times() -> list[int]:
+    """Machine-wide jiffies from /proc/stat: user nice system idle iowait irq softirq steal."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+
+
+def steal_pct(before: list[int], after: list[int]) -> float:
+    d = [b - a for a, b in zip(before, after)]
+    return 100.0 * d[7] / max(sum(d), 1)
+
+
 def run_plain(mount, depth, runtime, tmp) -> dict:
     out = tmp / "fio.json"
     sh(*fio_cmd(mount, depth, runtime, out))
@@ -107,17 +117,21 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as t:
             tmp = Path(t)
             for depth in [int(d) for d in args.depths.split(",")]:
+                modes = [("a", run_plain), ("b", run_nestrace), ("c", run_ftrace)]
                 for rnd in range(args.rounds):
-                    for mode, fn in (("a", run_plain), ("b", run_nestrace), ("c", run_ftrace)):
+                    # rotate the order, so that no mode always follows another
+                    for mode, fn in modes[rnd % 3:] + modes[:rnd % 3]:
                         extra = (devs,) if mode == "c" else ()
+                        t0 = cpu_times()
                         r = fn(mount, depth, args.runtime, tmp, *extra)
+                        r["steal_pct"] = round(steal_pct(t0, cpu_times()), 1)
                         results.setdefault((depth, mode), []).append(r)
                         print(f"depth {depth} round {rnd} mode {mode}: {r}", file=sys.stderr)
     finally:
         subprocess.run(NT + ["lab", "down", "--name", lab], capture_output=True, cwd=ROOT)
         os.close(lat)
     print(f"\nfio 4k randwrite, ext4 on xfs lab stack (guest-dio on, host-dio on), "
-          f"{args.rounds} alternating rounds of {args.runtime} s, median IOPS\n")
+          f"{args.rounds} rounds of {args.runtime} s in rotating order, median IOPS\n")
     print("| iodepth | (a) none IOPS | (b) nestrace IOPS | (c) ftrace blk IOPS | (b)/(a) | (c)/(a) "
           "| nestrace events/s | nestrace lost |")
     print("|---|---|---|---|---|---|---|---|")
@@ -128,6 +142,19 @@ def main() -> int:
         lost = sum(r["lost"] for r in b)
         print(f"| {depth} | {med['a']:.0f} | {med['b']:.0f} | {med['c']:.0f} | "
               f"{med['b'] / med['a']:.3f} | {med['c'] / med['a']:.3f} | {evs:.0f} | {lost} |")
+    # The host is noisy: each round's own ratios show how far one run is
+    # from the medians above.
+    print("\n| iodepth | (b)/(a) per round: median [min, max] | (c)/(a) per round: median [min, max] "
+          "| steal % a / b / c (median) |")
+    print("|---|---|---|---|")
+    for depth in sorted({d for d, _ in results}):
+        rs = {m: results[(depth, m)] for m in "abc"}
+        cells = []
+        for m in "bc":
+            q = [x["iops"] / a["iops"] for x, a in zip(rs[m], rs["a"])]
+            cells.append(f"{statistics.median(q):.3f} [{min(q):.3f}, {max(q):.3f}]")
+        steal = " / ".join(f"{statistics.median(r['steal_pct'] for r in rs[m]):.1f}" for m in "abc")
+        print(f"| {depth} | {cells[0]} | {cells[1]} | {steal} |")
     return 0
 
 

@@ -152,12 +152,15 @@ def lab_list() -> None:
               help="How often staged records reach the store, at most (default 200).")
 @click.option("--mode", type=click.Choice(["auto", "tp_btf", "raw_tp"]), default="auto",
               show_default=True, help="Tracepoint program type (auto probes).")
+@click.option("--all-hooks", is_flag=True,
+              help="Also attach the host-FS access hooks hostfs_io ignores for this "
+                   "host FS (for comparing hooks; costs CPU per I/O).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @user_errors
 @needs_root
 @needs_btf
 def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mode,
-           command) -> None:
+           all_hooks, command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until Ctrl-C)."""
     from . import record as rec
     from .stack import block_dev_of_path, discover, from_devices, mount_of
@@ -175,7 +178,8 @@ def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mod
     else:
         stack = discover(mount)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
-                     ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode)
+                     ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
+                     all_hooks=all_hooks)
     _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)

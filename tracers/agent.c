@@ -47,6 +47,7 @@ static struct env {
 	const char *output;
 	const char *mode;		/* auto, tp_btf, raw_tp */
 	const char *families;		/* comma list */
+	const char *skip_hooks;		/* comma list of tracepoints */
 	__u64 ringbuf_bytes;
 	__u64 wakeup_bytes;
 	long duration_s;
@@ -78,13 +79,14 @@ static const char doc[] =
 "  nestrace-agent --families block --dev 253:0=block -d 10 > blk.ntr\n"
 "      only block events of one disk, for 10 seconds\n";
 
-enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP };
+enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
 	{ "ino", 'I', "MAJ:MIN:INO=ROLES", 0, "Trace this inode for ROLES (repeatable)" },
 	{ "pid", 'p', "TGID", 0, "vfs: only this process" },
 	{ "families", 'f', "LIST", 0, "Program families to load (default vfs,block,hostfs)" },
+	{ "skip-hooks", OPT_SKIP, "LIST", 0, "Tracepoints not to attach (comma list; those the host FS never yields)" },
 	{ "output", 'o', "FILE", 0, "Write the stream here (default stdout)" },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this long (default: until SIGINT/SIGTERM)" },
 	{ "ringbuf-kb", 'r', "KB", 0, "Ring buffer size in KiB, a power of two >= 4 (default 16384)" },
@@ -156,6 +158,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	}
 	case OPT_WAKEUP: env.wakeup_bytes = strtoull(arg, NULL, 10) << 10; break;
+	case OPT_SKIP: env.skip_hooks = arg; break;
 	case OPT_FLUSH: env.flush_ms = strtol(arg, NULL, 10); break;
 	case OPT_MODE:
 		if (strcmp(arg, "auto") && strcmp(arg, "tp_btf") && strcmp(arg, "raw_tp"))
@@ -454,15 +457,22 @@ static const char *program__tracepoint(struct bpf_program *p, bool *is_btf)
 	return strchr(sec, '/') ? strchr(sec, '/') + 1 : "";
 }
 
-static bool family__wanted(const char *name)
+static bool list__has(const char *list, const char *name)
 {
-	char buf[128], *tok, *save;
+	char buf[1024], *tok, *save;
 
-	snprintf(buf, sizeof(buf), "%s", env.families);
+	if (!list)
+		return false;
+	snprintf(buf, sizeof(buf), "%s", list);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
 		if (!strcmp(tok, name))
 			return true;
 	return false;
+}
+
+static bool family__wanted(const char *name)
+{
+	return list__has(env.families, name);
 }
 
 /* Open a family and keep one program of each twin pair: the tp_btf one
@@ -484,7 +494,8 @@ static int family__open(struct family *f, bool use_btf, struct family *first)
 		if (!*tp)	/* nt_flush: run by the agent, from the first family */
 			bpf_program__set_autoload(p, !first);
 		else
-			bpf_program__set_autoload(p, tracepoint__exists(tp) && is_btf == use_btf);
+			bpf_program__set_autoload(p, tracepoint__exists(tp) && is_btf == use_btf &&
+						  !list__has(env.skip_hooks, tp));
 	}
 	if (first) {
 		static const char *shared[] = { "events", "counters", "stage", "devs", "inos" };
@@ -546,8 +557,12 @@ static void family__attach(struct family *f)
 		if (!*tp)
 			continue;
 		if (!bpf_program__autoload(p)) {
-			/* record a tracepoint the kernel lacks, once */
-			if (!tracepoint__exists(tp) && is_btf) {
+			/* record a tracepoint skipped or the kernel lacks, once */
+			if (is_btf && list__has(env.skip_hooks, tp)) {
+				h = &hooks[nhooks++];
+				snprintf(h->name, sizeof(h->name), "%s", tp);
+				h->how = "skipped";
+			} else if (!tracepoint__exists(tp) && is_btf) {
 				h = &hooks[nhooks++];
 				snprintf(h->name, sizeof(h->name), "%s", tp);
 				h->how = "missing";
@@ -635,7 +650,7 @@ static void stats__emit(struct family *first, __u64 *drops_total)
 		struct nt_cpu_stats s = {
 			.hdr = { .kind = NT_KIND_CPU_STATS, .version = NT_VERSION_CPU_STATS,
 				 .cpu = cpu, .seq = 0, .ts_ns = ts },
-			.emitted = vals[cpu].emitted,
+			.emitted = vals[cpu].seq - vals[cpu].ringbuf_drops,
 			.ringbuf_drops = vals[cpu].ringbuf_drops,
 			.filtered = vals[cpu].filtered,
 		};

@@ -115,11 +115,8 @@ static __always_inline void stage__flush(struct nt_stage *st, struct nt_cpu_coun
 		return;
 	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + len >= wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
-	if (bpf_ringbuf_output(&events, st->data, len, flags)) {
-		/* emitted + ringbuf_drops = sequence numbers taken */
+	if (bpf_ringbuf_output(&events, st->data, len, flags))
 		__sync_fetch_and_add(&c->ringbuf_drops, st->count);
-		__sync_fetch_and_add(&c->emitted, -(__u64)st->count);
-	}
 	st->len = 0;
 	st->count = 0;
 }
@@ -163,6 +160,7 @@ static __always_inline void *record__reserve(__u32 size, __u16 kind, __u16 versi
 	st = bpf_map_lookup_elem(&stage, &level);
 	if (!st) {
 		c->depth = level;
+		__sync_fetch_and_add(&c->ringbuf_drops, 1);
 		return NULL;
 	}
 	len = st->len;
@@ -173,7 +171,6 @@ static __always_inline void *record__reserve(__u32 size, __u16 kind, __u16 versi
 	if (!st->count)
 		st->first_ts = ts;
 	st->pending = size;
-	__sync_fetch_and_add(&c->emitted, 1);
 	h = (void *)st->data + len;
 	header__fill(h, kind, version, seq, ts);
 	return h;
@@ -245,7 +242,6 @@ static __always_inline void *record__reserve_direct(__u32 size, __u16 kind, __u1
 		__sync_fetch_and_add(&c->ringbuf_drops, 1);
 		return NULL;
 	}
-	__sync_fetch_and_add(&c->emitted, 1);
 	header__fill(h, kind, version, seq, ts);
 	return h;
 }

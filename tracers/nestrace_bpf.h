@@ -21,9 +21,11 @@ struct nt_ino_key {
 	__u64 ino;
 };
 
+/* Every record attempt takes a sequence number; each one not delivered is
+ * counted in ringbuf_drops, so the agent reports seq - ringbuf_drops as
+ * emitted (one atomic add per record fewer than counting both). */
 struct nt_cpu_counters {
 	__u64 seq;
-	__u64 emitted;
 	__u64 ringbuf_drops;
 	__u64 filtered;
 	__u32 depth;		/* stages in use on this CPU (nesting level) */

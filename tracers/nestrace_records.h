@@ -56,13 +56,13 @@ struct nt_block_event {
 	__u64 aux_sector; /* split: the sector where the bio was split; otherwise 0 */
 	__u32 dev; /* kernel dev_t of the disk */
 	__u32 nr_sectors; /* size in 512-byte sectors */
-	__u32 pid; /* process id (tgid) current at the event */
+	__u32 pid; /* process id (tgid) current at the event; 0 for I and C (not recorded) */
 	__s32 error; /* completion status (negative errno), 0 otherwise */
 	__u16 action; /* 1 Q bio_queue 2 M backmerge 3 F frontmerge 4 G getrq 5 I rq_insert 6 D rq_issue 7 C rq_complete 8 X split 9 rq_merge 10 R rq_requeue */
 	__u16 req_op; /* kernel REQ_OP: 0 read 1 write 2 flush 3 discard 5 secure erase 9 write zeroes */
 	__u16 req_flags; /* nestrace flag bits: 1 SYNC 2 META 4 PRIO 8 FUA 16 PREFLUSH 32 RAHEAD 64 BACKGROUND 128 NOMERGE 256 IDLE */
 	__u16 _pad0;
-	char comm[16]; /* task command name current at the event */
+	char comm[16]; /* task command name current at the event; empty for I and C */
 };
 
 #define NT_KIND_HOSTFS_EVENT 3

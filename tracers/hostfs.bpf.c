@@ -242,19 +242,24 @@ NT_TWIN(ext4_ext_map_blocks_exit)
 	struct inode *inode = ARG(0, struct inode *);
 	struct ext4_map_blocks *map = ARG(2, struct ext4_map_blocks *);
 	int ret = (int)ctx[3];
-	__u32 bits = BPF_CORE_READ(inode, i_blkbits);
-	__u64 pblk = BPF_CORE_READ(map, m_pblk);
-	__u32 mflags = BPF_CORE_READ(map, m_flags);
-	__u32 unwritten;
+	__u32 mflags, bits, unwritten;
+	__u64 pblk;
 
 	/* only new allocations (EXT4_MAP_NEW = 1 << BH_New) and unwritten
-	 * extents: older mappings are in the FIEMAP snapshots */
-	if (ret <= 0 || !(mflags & ((1U << bpf_core_enum_value(enum bh_state_bits, BH_New)) |
-				    (1U << bpf_core_enum_value(enum bh_state_bits, BH_Unwritten)))))
+	 * extents: older mappings are in the FIEMAP snapshots.  This fires
+	 * on every ext4 block mapping on the machine: decide on the flags
+	 * before reading anything else. */
+	if (ret <= 0)
 		return 0;
+	mflags = RD1(btf, map, m_flags);
+	if (!(mflags & ((1U << bpf_core_enum_value(enum bh_state_bits, BH_New)) |
+			(1U << bpf_core_enum_value(enum bh_state_bits, BH_Unwritten)))))
+		return 0;
+	bits = RD1(btf, inode, i_blkbits);
+	pblk = RD1(btf, map, m_pblk);
 	/* EXT4_MAP_UNWRITTEN is 1 << BH_Unwritten */
 	unwritten = mflags & (1U << bpf_core_enum_value(enum bh_state_bits, BH_Unwritten));
-	return map__emit(inode, (__u64)BPF_CORE_READ(map, m_lblk) << bits, pblk << bits,
+	return map__emit(inode, (__u64)RD1(btf, map, m_lblk) << bits, pblk << bits,
 			 (__u64)ret << bits, unwritten ? 3 : 2,
 			 M_EXT4_MAP_BLOCKS, mflags, btf);
 }

@@ -1,22 +1,20 @@
 -- Module block.requests: block events paired into requests.
 -- INCLUDE base.levels
 
-CREATE OR REPLACE VIEW _block_d AS
-SELECT capture_id, dev, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm,
-       (cpu::UBIGINT << 48) | seq AS io_id
-FROM block_events WHERE action = 6;
-
 -- Computed requests (block_requests may read stored ones instead).
 CREATE OR REPLACE VIEW _block_requests_computed AS
-WITH by_rq AS (   -- I, D, C of each request address, in time order
-  SELECT capture_id, action, cpu, seq,
+WITH by_rq AS (   -- I, D, C of each request address, in time order; D's own
+                  -- columns ride along (one join fewer than reading D again)
+  SELECT capture_id, dev, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm,
+         action, cpu, seq,
          lag(action) OVER w AS prev_action, lag(ts_ns) OVER w AS prev_ns,
          lead(action) OVER w AS next_action, lead(ts_ns) OVER w AS next_ns,
          lead(error) OVER w AS next_error
   FROM block_events WHERE action IN (5, 6, 7)
   WINDOW w AS (PARTITION BY capture_id, dev, rq_id ORDER BY ts_ns, cpu, seq)),
-rq AS (   -- the insert right before D, the completion right after it
-  SELECT capture_id, (cpu::UBIGINT << 48) | seq AS io_id,
+rq AS (   -- each D with the insert right before it, the completion right after it
+  SELECT capture_id, dev, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm,
+         (cpu::UBIGINT << 48) | seq AS io_id,
          CASE WHEN prev_action = 5 THEN prev_ns END AS i_ns,
          CASE WHEN next_action = 7 THEN next_ns END AS c_ns,
          CASE WHEN next_action = 7 THEN next_error END AS error
@@ -33,10 +31,8 @@ bio AS (   -- D's first bio: Q G D, or Q D (no G seen)
          CASE WHEN a1 = 4 THEN t1 END AS g_ns
   FROM by_bio WHERE action = 6),
 joined AS (
-  SELECT d.*, bio.q_ns, bio.g_ns, rq.i_ns, rq.c_ns, rq.error
-  FROM _block_d d
-  LEFT JOIN rq ON rq.capture_id = d.capture_id AND rq.io_id = d.io_id
-  LEFT JOIN bio ON bio.capture_id = d.capture_id AND bio.io_id = d.io_id)
+  SELECT rq.*, bio.q_ns, bio.g_ns
+  FROM rq LEFT JOIN bio ON bio.capture_id = rq.capture_id AND bio.io_id = rq.io_id)
 SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns,
        coalesce(j.q_ns, j.g_ns, j.ts_ns) AS start_ns, j.q_ns, j.g_ns, j.i_ns,
        j.ts_ns AS d_ns, j.c_ns,

@@ -92,8 +92,9 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
             "--dev", f"{kdev_str(stack.vdisk.kdev)}=block",
             "--dev", f"{kdev_str(stack.disk.kdev)}=block",
             "--ino", f"{kdev_str(stack.host_kdev)}:{stack.image_ino}=file,cache,map"]
-    if unused_hooks(stack.host_fs) and not all_hooks:
-        args += ["--skip-hooks", ",".join(unused_hooks(stack.host_fs))]
+    skip = () if all_hooks else unused_hooks(stack.host_fs)
+    if skip:
+        args += ["--skip-hooks", ",".join(skip)]
     if ringbuf_kb:
         args += ["--ringbuf-kb", str(ringbuf_kb)]
     if flush_ms:

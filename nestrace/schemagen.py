@@ -21,7 +21,8 @@ C_SIZES = {"__u64": 8, "__s64": 8, "__u32": 4, "__s32": 4, "__u16": 2,
            "__s16": 2, "__u8": 1}
 NP_TYPES = {"__u64": "<u8", "__s64": "<i8", "__u32": "<u4", "__s32": "<i4",
             "__u16": "<u2", "__s16": "<i2", "__u8": "u1"}
-OUTPUTS = ("tracers/nestrace_records.h", "nestrace/_records.py", "docs/records.md")
+OUTPUTS = ("tracers/nestrace_records.h", "tracers/nestrace_arrow.h", "nestrace/_records.py",
+           "docs/records.md")
 
 
 class SchemaError(ValueError):
@@ -111,6 +112,83 @@ def gen_header(spec: dict) -> str:
     return "\n".join(out)
 
 
+def _c_bytes(name: str, data: bytes) -> list[str]:
+    out = [f"static const unsigned char {name}[{len(data)}] = {{"]
+    for i in range(0, len(data), 16):
+        out.append("\t" + ", ".join(f"0x{b:02x}" for b in data[i:i + 16]) + ",")
+    out.append("};")
+    return out
+
+
+def gen_arrow_header(spec: dict) -> str:
+    """The agent's Arrow IPC writer tables: per record kind, the stored
+    columns (offset and width in the record), the Schema message and a
+    RecordBatch message template (see nestrace.arrowipc)."""
+    from .arrowipc import batch_template, schema_message
+    out = [
+        "/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */",
+        "/* GENERATED from schemas/records.toml by nestrace.schemagen: do not edit. */",
+        "/* Arrow IPC stream messages for the agent's --arrow-dir output.  Each",
+        " * batch: the template with row count, body length, one FieldNode",
+        " * {length, null_count} per column and one Buffer {offset, length} per",
+        " * buffer (validity, then data; strings: validity, offsets, data) written",
+        " * at the given positions, then the body. */",
+        "#ifndef NESTRACE_ARROW_H",
+        "#define NESTRACE_ARROW_H",
+        "",
+        "struct nt_arrow_col {",
+        "\tunsigned short offset;\t/* in the record */",
+        "\tunsigned char width;\t/* bytes */",
+        "\tunsigned char is_string;\t/* char[width], NUL padded -> Utf8 */",
+        "};",
+        "",
+        "struct nt_arrow_table {",
+        "\tconst char *table;",
+        "\tunsigned int rec_size, ncols, nbuffers;",
+        "\tconst struct nt_arrow_col *cols;",
+        "\tconst unsigned char *schema;",
+        "\tunsigned int schema_len;",
+        "\tconst unsigned char *batch;",
+        "\tunsigned int batch_len;",
+        "\tunsigned int length_pos, body_length_pos, nodes_pos, buffers_pos;",
+        "};",
+        "",
+    ]
+    entries = []
+    for rec in spec["record"]:
+        name = rec["name"]
+        fields = spec["header"]["fields"] + rec["fields"]
+        cols, meta_cols = [], []
+        for f, (_, ctype, offset, size) in zip(fields, rec["layout"]):
+            if f[0].startswith("_pad"):
+                continue
+            is_str = ctype.startswith("char[")
+            cols.append(f"{{{offset}, {size}, {int(is_str)}}}")
+            meta = {"doc": f[4]}
+            if f[3]:
+                meta["unit"] = f[3]
+            meta_cols.append((f[0], f[2], meta))
+        nbuf = sum(3 if c[1] == "string" else 2 for c in meta_cols)
+        tpl = batch_template(len(meta_cols), nbuf)
+        out.append(f"static const struct nt_arrow_col nt_arrow_cols_{name}[{len(cols)}] = {{")
+        out += [f"\t{c}," for c in cols]
+        out.append("};")
+        out += _c_bytes(f"nt_arrow_schema_{name}", schema_message(meta_cols))
+        out += _c_bytes(f"nt_arrow_batch_{name}", tpl.message)
+        out.append("")
+        entries.append(
+            f"\t[{rec['kind']}] = {{ \"{rec['table']}\", {rec['size']}, {len(cols)}, {nbuf}, "
+            f"nt_arrow_cols_{name},\n\t\tnt_arrow_schema_{name}, sizeof(nt_arrow_schema_{name}),"
+            f"\n\t\tnt_arrow_batch_{name}, sizeof(nt_arrow_batch_{name}),"
+            f"\n\t\t{tpl.length_pos}, {tpl.body_length_pos}, {tpl.nodes_pos}, {tpl.buffers_pos} }},")
+    max_kind = max(r["kind"] for r in spec["record"]) + 1
+    out += [f"#define NT_ARROW_MAX_KIND {max_kind}",
+            "static const struct nt_arrow_table nt_arrow_tables[NT_ARROW_MAX_KIND] = {"]
+    out += entries
+    out += ["};", "", "#endif /* NESTRACE_ARROW_H */", ""]
+    return "\n".join(out)
+
+
 def _c_field(f: list) -> str:
     name, ctype = f[0], f[1]
     doc = f" /* {f[4]} */" if len(f) > 4 and f[4] else ""
@@ -181,7 +259,8 @@ def gen_docs(spec: dict) -> str:
 
 def generate(root: Path) -> list[Path]:
     spec = load()
-    texts = dict(zip(OUTPUTS, (gen_header(spec), gen_python(spec), gen_docs(spec))))
+    texts = dict(zip(OUTPUTS, (gen_header(spec), gen_arrow_header(spec), gen_python(spec),
+                               gen_docs(spec))))
     written = []
     for rel, text in texts.items():
         p = root / rel

@@ -113,6 +113,17 @@ class LiveCapture:
         tmp.write_text(json.dumps(cur, indent=1, default=str))
         os.replace(tmp, p)
 
+    def unique_values(self, table: str, column: str) -> set:
+        """Distinct values of a column over a live table's readable batches."""
+        p = self.dir / f"{table}.arrows"
+        if not p.exists():
+            return set()
+        batches, _ = read_ipc_tolerant(p)
+        out: set = set()
+        for b in batches:
+            out.update(b.column(column).unique().to_pylist())
+        return out
+
     def close(self) -> None:
         for sink, w in self.writers.values():
             w.close()

@@ -9,6 +9,7 @@ frame never costs the good frames after it.
 """
 from __future__ import annotations
 
+import codecs
 import json
 import struct
 from dataclasses import dataclass, field
@@ -23,6 +24,10 @@ from .schema import BY_KIND, RECORDS, STREAM_MAGIC, record_dtype, record_schema
 FRAME = struct.Struct("<IHHII")
 MAGIC_BYTES = struct.pack("<I", STREAM_MAGIC)
 MAX_FRAME_BYTES = 64 << 20
+
+# Task names are bytes; a byte that is not part of well-formed UTF-8
+# becomes '?' (the agent's Arrow writer does the same, utf8__fix).
+codecs.register_error("nestrace-qmark", lambda e: ("?" * (e.end - e.start), e.end))
 
 
 class StreamError(ValueError):
@@ -61,7 +66,8 @@ def records_to_batch(name: str, payload: bytes | memoryview, count: int) -> pa.R
             try:
                 a = pc.cast(a, pa.string())
             except pa.ArrowInvalid:
-                a = pa.array([b.decode("utf-8", "replace") for b in col.tolist()], pa.string())
+                a = pa.array([b.decode("utf-8", "nestrace-qmark") for b in col.tolist()],
+                             pa.string())
             cols.append(a)
         else:
             cols.append(pa.array(np.ascontiguousarray(col), type=f.type))

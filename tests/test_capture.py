@@ -257,3 +257,60 @@ def test_more_devices_than_the_constant_filter_holds_use_the_filter_maps(lab_fac
               if a == 6]
     assert issued.count(st.vdisk.kdev) >= 1024   # 4M / 4k reads
     assert issued.count(st.disk.kdev) >= 1024
+
+
+BAD_COMM_WRITER = r"""
+import ctypes, os, sys
+ctypes.CDLL("libc.so.6").prctl(15, b"nt\xff\xc3\xa9\xe2\x82w\xc0\x80", 0, 0, 0)  # PR_SET_NAME
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+for i in range(64):
+    os.pwrite(fd, b"x" * 4096, i * 4096)
+os.fsync(fd)
+os.close(fd)
+"""
+
+
+def test_agent_arrow_streams_equal_the_decoded_frame_stream(lab_factory, tmp_path):
+    """The agent's own Arrow IPC writer (what `record` stores live) and the
+    Python decoder of its frame stream agree on every record of a real
+    capture, task names that are not UTF-8 included."""
+    import pyarrow as pa
+    from nestrace.record import agent_args
+    from nestrace.stack import discover
+    from nestrace.store import read_ipc_tolerant
+    from nestrace.stream import iter_frames
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="off")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=16M")
+    st = discover(lab.mount)
+    adir, frames = tmp_path / "arrow", tmp_path / "agent.ntr"
+    adir.mkdir()
+    agent = subprocess.Popen(agent_args(st, None, "auto", "vfs,block,hostfs", arrow_dir=adir)
+                             + ["--tee", "-o", str(frames)],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        lab.fio("--rw=randrw", "--bs=4k", "--direct=1", "--size=16M", "--io_size=4M")
+        subprocess.run([sys.executable, "-c", BAD_COMM_WRITER, f"{lab.mount}/badcomm"],
+                       check=True)
+    finally:
+        agent.send_signal(signal.SIGINT)
+        err = agent.communicate(timeout=60)[1]
+    assert agent.returncode == 0, err
+    decoded: dict[str, list] = {}
+    with open(frames, "rb") as f:
+        for fr in iter_frames(f, str(frames)):
+            if fr.table:
+                decoded.setdefault(fr.table, []).append(fr.batch)
+    assert {"vfs_events", "block_events", "hostfs_events", "agent_stats"} <= set(decoded)
+    assert sorted(p.stem for p in adir.glob("*.arrows")) == sorted(decoded)
+    for table, batches in decoded.items():
+        got, problem = read_ipc_tolerant(adir / f"{table}.arrows")
+        assert problem is None
+        want = pa.Table.from_batches(batches)
+        have = pa.Table.from_batches(got)
+        have.validate(full=True)
+        assert have.schema.equals(want.schema, check_metadata=True), table
+        assert have.equals(want), table
+    vfs = pa.Table.from_batches(decoded["vfs_events"])
+    comms = set(vfs.column("comm").to_pylist())
+    assert "nt?é??w??" in comms, comms

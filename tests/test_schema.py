@@ -83,3 +83,46 @@ def test_drift_in_a_generated_file_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(schemagen, "ROOT", tmp_path)
     drift = schemagen.check()
     assert len(drift) == 1 and "nestrace_records.h" in drift[0] and "rq_id" in drift[0]
+
+
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_the_agents_arrow_schema_message_is_the_record_schema(name):
+    """tracers/nestrace_arrow.h carries these bytes: pyarrow must read them
+    back as exactly the schema Python stores, docs and units included."""
+    import pyarrow as pa
+    from nestrace.arrowipc import schema_message
+    from nestrace.schema import record_schema
+    want = record_schema(name)
+    cols = [(f.name, "string" if f.type == pa.string() else str(f.type),
+             {k.decode(): v.decode() for k, v in f.metadata.items()}) for f in want]
+    got = pa.ipc.read_schema(pa.py_buffer(schema_message(cols)))
+    assert got.equals(want, check_metadata=True)
+
+
+def test_a_batch_built_from_the_template_reads_back():
+    """Fill the RecordBatch template the way the agent does (row count,
+    body length, nodes, buffers) and read the stream with pyarrow."""
+    import struct
+    import pyarrow as pa
+    from nestrace.arrowipc import batch_template, schema_message
+    cols = [("a", "uint64", {"doc": "x"}), ("b", "int32", {"doc": "y", "unit": "ns"}),
+            ("c", "string", {"doc": "z"})]
+    t = batch_template(3, 7)
+    msg, body, bufs = bytearray(t.message), bytearray(), []
+
+    def add(data: bytes) -> None:
+        bufs.append((len(body), len(data)))
+        body.extend(data + bytes(-len(data) % 8))
+    add(b""), add(struct.pack("<2Q", 7, 2**64 - 1))
+    add(b""), add(struct.pack("<2i", -5, 9))
+    add(b""), add(struct.pack("<3i", 0, 3, 6)), add("héllo".encode())
+    for i in range(3):
+        struct.pack_into("<qq", msg, t.nodes_pos + 16 * i, 2, 0)
+    for j, (off, n) in enumerate(bufs):
+        struct.pack_into("<qq", msg, t.buffers_pos + 16 * j, off, n)
+    struct.pack_into("<q", msg, t.length_pos, 2)
+    struct.pack_into("<q", msg, t.body_length_pos, len(body))
+    stream = schema_message(cols) + bytes(msg) + bytes(body) + struct.pack("<Ii", 0xFFFFFFFF, 0)
+    table = pa.ipc.open_stream(pa.py_buffer(stream)).read_all()
+    table.validate(full=True)
+    assert table.to_pylist() == [{"a": 7, "b": -5, "c": "hé"}, {"a": 2**64 - 1, "b": 9, "c": "llo"}]

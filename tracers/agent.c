@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
@@ -32,6 +33,7 @@
 
 #include "nestrace_records.h"
 #include "nestrace_bpf.h"
+#include "nestrace_arrow.h"
 #include "vfs.skel.h"
 #include "block.skel.h"
 #include "hostfs.skel.h"
@@ -45,6 +47,8 @@ static struct env {
 	bool verbose;
 	bool die_with_parent;
 	const char *output;
+	const char *arrow_dir;		/* records as Arrow IPC streams here */
+	bool tee;			/* ... and in the frame stream too */
 	const char *mode;		/* auto, tp_btf, raw_tp */
 	const char *families;		/* comma list */
 	const char *skip_hooks;		/* comma list of tracepoints */
@@ -79,7 +83,7 @@ static const char doc[] =
 "  nestrace-agent --families block --dev 253:0=block -d 10 > blk.ntr\n"
 "      only block events of one disk, for 10 seconds\n";
 
-enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP };
+enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -88,6 +92,8 @@ static const struct argp_option opts[] = {
 	{ "families", 'f', "LIST", 0, "Program families to load (default vfs,block,hostfs)" },
 	{ "skip-hooks", OPT_SKIP, "LIST", 0, "Tracepoints not to attach (comma list; those the host FS never yields)" },
 	{ "output", 'o', "FILE", 0, "Write the stream here (default stdout)" },
+	{ "arrow-dir", OPT_ARROW, "DIR", 0, "Write the records as Arrow IPC streams DIR/<table>.arrows, one batch per flush; the stream keeps the metadata frames" },
+	{ "tee", OPT_TEE, NULL, 0, "With --arrow-dir: keep the records in the stream too" },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this long (default: until SIGINT/SIGTERM)" },
 	{ "ringbuf-kb", 'r', "KB", 0, "Ring buffer size in KiB, a power of two >= 4 (default 16384)" },
 	{ "wakeup-kb", OPT_WAKEUP, "KB", 0, "Wake the agent when this much waits (default ringbuf/4)" },
@@ -159,6 +165,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	}
 	case OPT_WAKEUP: env.wakeup_bytes = strtoull(arg, NULL, 10) << 10; break;
 	case OPT_SKIP: env.skip_hooks = arg; break;
+	case OPT_ARROW: env.arrow_dir = arg; break;
+	case OPT_TEE: env.tee = true; break;
 	case OPT_FLUSH: env.flush_ms = strtol(arg, NULL, 10); break;
 	case OPT_MODE:
 		if (strcmp(arg, "auto") && strcmp(arg, "tp_btf") && strcmp(arg, "raw_tp"))
@@ -256,12 +264,195 @@ static void out__frame(__u16 kind, __u16 version, __u32 rec_size, __u32 count,
 	out__write(payload, len);
 }
 
+/* ---- output: Arrow IPC streams (--arrow-dir) --------------------------
+ * One stream per record table, in the layout schemas/ generates
+ * (nestrace_arrow.h): the Schema message when the first batch comes, then
+ * a RecordBatch message per flush, written with one writev, so a reader
+ * of a killed agent's file finds whole batches and at most a torn tail.
+ * Columns are the records' fields transposed; comm becomes Utf8. */
+
+_Static_assert(NT_ARROW_MAX_KIND <= MAX_KIND, "MAX_KIND");
+
+static struct arrow_out {
+	int fd[MAX_KIND];
+	char *body;
+	unsigned char meta[4096];
+} arrow;
+
+#define ARROW_BODY_BYTES (2 * BATCH_BYTES + 4096)
+#define PAD8(n) (((n) + 7) & ~(size_t)7)
+
+static bool arrow__write(int kind, struct iovec *iov, int n)
+{
+	while (n) {
+		ssize_t w = writev(arrow.fd[kind], iov, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			fprintf(stderr, "nestrace-agent: cannot write %s/%s.arrows: %s\n",
+				env.arrow_dir, nt_arrow_tables[kind].table, strerror(errno));
+			out.broken = true;
+			exit_reason = "arrow output failed";
+			exiting = 1;
+			return false;
+		}
+		while (n && (size_t)w >= iov->iov_len) {
+			w -= iov->iov_len;
+			iov++, n--;
+		}
+		if (n) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= w;
+		}
+	}
+	return true;
+}
+
+static bool arrow__open(int kind)
+{
+	const struct nt_arrow_table *t = &nt_arrow_tables[kind];
+	struct iovec iov = { (void *)t->schema, t->schema_len };
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s.arrows", env.arrow_dir, t->table);
+	arrow.fd[kind] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (arrow.fd[kind] < 0) {
+		fprintf(stderr, "nestrace-agent: cannot create %s: %s\n", path, strerror(errno));
+		out.broken = true;
+		exit_reason = "arrow output failed";
+		exiting = 1;
+		return false;
+	}
+	return arrow__write(kind, &iov, 1);
+}
+
+static void put64(unsigned char *p, __s64 v)
+{
+	memcpy(p, &v, 8);
+}
+
+/* Kernel task names are bytes: keep well-formed UTF-8 (RFC 3629: no
+ * overlong forms, surrogates or code points past U+10FFFF) and turn every
+ * other byte into '?', as the Python decoder does (stream.py). */
+static void utf8__fix(unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		unsigned char c = s[i], lo = 0x80, hi = 0xbf;
+		size_t len = 0;
+
+		if (c < 0x80)
+			len = 1;
+		else if (c >= 0xc2 && c <= 0xdf)
+			len = 2;
+		else if (c >= 0xe0 && c <= 0xef)
+			len = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+		else if (c >= 0xf0 && c <= 0xf4)
+			len = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+		bool ok = len && i + len <= n;
+
+		for (size_t k = 1; ok && k < len; k++)
+			ok = s[i + k] >= (k == 1 ? lo : 0x80) && s[i + k] <= (k == 1 ? hi : 0xbf);
+		if (!ok) {
+			s[i++] = '?';
+			continue;
+		}
+		i += len;
+	}
+}
+
+static void arrow__batch(int kind, const char *recs, __u32 n)
+{
+	const struct nt_arrow_table *t = &nt_arrow_tables[kind];
+	unsigned char *meta = arrow.meta;
+	unsigned char *bufs = meta + t->buffers_pos;
+	char *body = arrow.body;
+	size_t pos = 0, rs = t->rec_size;
+	unsigned b = 0;
+
+	if (out.broken || (arrow.fd[kind] < 0 && !arrow__open(kind)))
+		return;
+	memcpy(meta, t->batch, t->batch_len);
+	for (unsigned c = 0; c < t->ncols; c++) {
+		const struct nt_arrow_col *col = &t->cols[c];
+		const char *src = recs + col->offset;
+		size_t len;
+
+		put64(meta + t->nodes_pos + 16 * c, n);		/* null_count stays 0 */
+		put64(bufs + 16 * b, pos), put64(bufs + 16 * b + 8, 0), b++;	/* no validity */
+		if (col->is_string) {
+			__s32 *offs = (__s32 *)(body + pos), o = 0;
+			size_t data = pos + PAD8(4 * ((size_t)n + 1));
+			unsigned char *d = (unsigned char *)body + data;
+
+			offs[0] = 0;
+			for (__u32 i = 0; i < n; i++, src += rs) {
+				size_t l = strnlen(src, col->width);
+
+				memcpy(d + o, src, l);
+				for (size_t k = 0; k < l; k++)
+					if (d[o + k] & 0x80) {
+						utf8__fix(d + o, l);
+						break;
+					}
+				o += l;
+				offs[i + 1] = o;
+			}
+			len = 4 * ((size_t)n + 1);
+			memset(body + pos + len, 0, data - pos - len);
+			put64(bufs + 16 * b, pos), put64(bufs + 16 * b + 8, len), b++;
+			memset(d + o, 0, PAD8(o) - o);
+			put64(bufs + 16 * b, data), put64(bufs + 16 * b + 8, o), b++;
+			pos = data + PAD8(o);
+			continue;
+		}
+		len = (size_t)n * col->width;
+		switch (col->width) {
+		case 8: { __u64 *dst = (__u64 *)(body + pos);
+			for (__u32 i = 0; i < n; i++, src += rs) dst[i] = *(const __u64 *)src;
+			break; }
+		case 4: { __u32 *dst = (__u32 *)(body + pos);
+			for (__u32 i = 0; i < n; i++, src += rs) dst[i] = *(const __u32 *)src;
+			break; }
+		case 2: { __u16 *dst = (__u16 *)(body + pos);
+			for (__u32 i = 0; i < n; i++, src += rs) dst[i] = *(const __u16 *)src;
+			break; }
+		default: for (__u32 i = 0; i < n; i++, src += rs)
+				memcpy(body + pos + (size_t)i * col->width, src, col->width);
+		}
+		memset(body + pos + len, 0, PAD8(len) - len);
+		put64(bufs + 16 * b, pos), put64(bufs + 16 * b + 8, len), b++;
+		pos += PAD8(len);
+	}
+	put64(meta + t->length_pos, n);
+	put64(meta + t->body_length_pos, pos);
+	arrow__write(kind, (struct iovec[]){ { meta, t->batch_len }, { body, pos } }, 2);
+}
+
+/* Close every stream with the end-of-stream marker. */
+static void arrow__close(void)
+{
+	static const __u32 eos[2] = { 0xffffffffU, 0 };
+
+	for (int k = 0; k < MAX_KIND; k++) {
+		if (arrow.fd[k] < 0)
+			continue;
+		if (!out.broken)
+			arrow__write(k, (struct iovec[]){ { (void *)eos, sizeof(eos) } }, 1);
+		close(arrow.fd[k]);
+		arrow.fd[k] = -1;
+	}
+}
+
 static void out__flush_kind(int kind)
 {
 	if (!out.count[kind])
 		return;
-	out__frame(kind, rec_versions[kind], rec_sizes[kind], out.count[kind],
-		   out.buf[kind], (size_t)out.count[kind] * rec_sizes[kind]);
+	if (env.arrow_dir)
+		arrow__batch(kind, out.buf[kind], out.count[kind]);
+	if (!env.arrow_dir || env.tee)
+		out__frame(kind, rec_versions[kind], rec_sizes[kind], out.count[kind],
+			   out.buf[kind], (size_t)out.count[kind] * rec_sizes[kind]);
 	out.count[kind] = 0;
 }
 
@@ -708,6 +899,23 @@ int main(int argc, char **argv)
 		if (!out.buf[k])
 			return 1;
 	}
+	for (int k = 0; k < MAX_KIND; k++) {
+		arrow.fd[k] = -1;
+		if (k < NT_ARROW_MAX_KIND && nt_arrow_tables[k].batch_len > sizeof(arrow.meta))
+			return 1;	/* cannot happen with the generated tables */
+	}
+	if (env.arrow_dir) {
+		struct stat st;
+
+		if (stat(env.arrow_dir, &st) || !S_ISDIR(st.st_mode)) {
+			fprintf(stderr, "nestrace-agent: --arrow-dir %s: not a directory\n",
+				env.arrow_dir);
+			return 2;
+		}
+		arrow.body = malloc(ARROW_BODY_BYTES);
+		if (!arrow.body)
+			return 1;
+	}
 
 	btf__load_all();
 	if (!vmlinux_btf) {
@@ -800,6 +1008,7 @@ int main(int argc, char **argv)
 		  (unsigned long long)now_ns(), exit_reason,
 		  (unsigned long long)out.records, (unsigned long long)out.bad_records,
 		  (unsigned long long)drops);
+	arrow__close();
 	if (drops)
 		fprintf(stderr, "nestrace-agent: WARNING: %llu events lost (ring buffer full); "
 			"raise --ringbuf-kb\n", (unsigned long long)drops);
@@ -811,6 +1020,7 @@ cleanup:
 	for (size_t i = 0; i < NFAMILIES; i++)
 		if (families[i].skel)
 			families[i].destroy(families[i].skel);
+	arrow__close();
 	if (out.fd != STDOUT_FILENO)
 		close(out.fd);
 	return err ? 1 : 0;

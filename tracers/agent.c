@@ -361,68 +361,88 @@ static void utf8__fix(unsigned char *s, size_t n)
 	}
 }
 
+/* Copy rows [i, end) of one column out of the records into its buffer. */
+static void arrow__copy(const struct nt_arrow_col *col, const char *recs, size_t rs,
+			char *dst, const __s32 *offs, __u32 i, __u32 end)
+{
+	const char *src = recs + (size_t)i * rs + col->offset;
+
+	if (col->is_string) {
+		unsigned char *d = (unsigned char *)dst;
+
+		for (; i < end; i++, src += rs) {
+			size_t l = offs[i + 1] - offs[i];
+
+			memcpy(d + offs[i], src, l);
+			for (size_t k = 0; k < l; k++)
+				if (d[offs[i] + k] & 0x80) {
+					utf8__fix(d + offs[i], l);
+					break;
+				}
+		}
+		return;
+	}
+	switch (col->width) {
+	case 8: for (__u64 *o = (__u64 *)dst; i < end; i++, src += rs) o[i] = *(const __u64 *)src;
+		break;
+	case 4: for (__u32 *o = (__u32 *)dst; i < end; i++, src += rs) o[i] = *(const __u32 *)src;
+		break;
+	case 2: for (__u16 *o = (__u16 *)dst; i < end; i++, src += rs) o[i] = *(const __u16 *)src;
+		break;
+	default: for (; i < end; i++, src += rs)
+			memcpy(dst + (size_t)i * col->width, src, col->width);
+	}
+}
+
+#define ARROW_MAX_COLS 32
+#define ARROW_BLOCK 128		/* rows per pass: the block's records stay in L1 */
+
 static void arrow__batch(int kind, const char *recs, __u32 n)
 {
 	const struct nt_arrow_table *t = &nt_arrow_tables[kind];
 	unsigned char *meta = arrow.meta;
 	unsigned char *bufs = meta + t->buffers_pos;
-	char *body = arrow.body;
-	size_t pos = 0, rs = t->rec_size;
+	char *body = arrow.body, *dst[ARROW_MAX_COLS];
+	const __s32 *offs[ARROW_MAX_COLS];
+	size_t pos = 0, rs = t->rec_size, len;
 	unsigned b = 0;
 
 	if (out.broken || (arrow.fd[kind] < 0 && !arrow__open(kind)))
 		return;
 	memcpy(meta, t->batch, t->batch_len);
+	/* lay the buffers out; string offsets first, they size the data */
 	for (unsigned c = 0; c < t->ncols; c++) {
 		const struct nt_arrow_col *col = &t->cols[c];
-		const char *src = recs + col->offset;
-		size_t len;
 
 		put64(meta + t->nodes_pos + 16 * c, n);		/* null_count stays 0 */
 		put64(bufs + 16 * b, pos), put64(bufs + 16 * b + 8, 0), b++;	/* no validity */
+		offs[c] = NULL;
 		if (col->is_string) {
-			__s32 *offs = (__s32 *)(body + pos), o = 0;
-			size_t data = pos + PAD8(4 * ((size_t)n + 1));
-			unsigned char *d = (unsigned char *)body + data;
+			__s32 *o = (__s32 *)(body + pos), total = 0;
+			const char *src = recs + col->offset;
 
-			offs[0] = 0;
-			for (__u32 i = 0; i < n; i++, src += rs) {
-				size_t l = strnlen(src, col->width);
-
-				memcpy(d + o, src, l);
-				for (size_t k = 0; k < l; k++)
-					if (d[o + k] & 0x80) {
-						utf8__fix(d + o, l);
-						break;
-					}
-				o += l;
-				offs[i + 1] = o;
-			}
+			o[0] = 0;
+			for (__u32 i = 0; i < n; i++, src += rs)
+				o[i + 1] = total += strnlen(src, col->width);
 			len = 4 * ((size_t)n + 1);
-			memset(body + pos + len, 0, data - pos - len);
+			memset(body + pos + len, 0, PAD8(len) - len);
 			put64(bufs + 16 * b, pos), put64(bufs + 16 * b + 8, len), b++;
-			memset(d + o, 0, PAD8(o) - o);
-			put64(bufs + 16 * b, data), put64(bufs + 16 * b + 8, o), b++;
-			pos = data + PAD8(o);
-			continue;
+			pos += PAD8(len);
+			offs[c] = o;
+			len = total;
+		} else {
+			len = (size_t)n * col->width;
 		}
-		len = (size_t)n * col->width;
-		switch (col->width) {
-		case 8: { __u64 *dst = (__u64 *)(body + pos);
-			for (__u32 i = 0; i < n; i++, src += rs) dst[i] = *(const __u64 *)src;
-			break; }
-		case 4: { __u32 *dst = (__u32 *)(body + pos);
-			for (__u32 i = 0; i < n; i++, src += rs) dst[i] = *(const __u32 *)src;
-			break; }
-		case 2: { __u16 *dst = (__u16 *)(body + pos);
-			for (__u32 i = 0; i < n; i++, src += rs) dst[i] = *(const __u16 *)src;
-			break; }
-		default: for (__u32 i = 0; i < n; i++, src += rs)
-				memcpy(body + pos + (size_t)i * col->width, src, col->width);
-		}
+		dst[c] = body + pos;
 		memset(body + pos + len, 0, PAD8(len) - len);
 		put64(bufs + 16 * b, pos), put64(bufs + 16 * b + 8, len), b++;
 		pos += PAD8(len);
+	}
+	for (__u32 i = 0; i < n; i += ARROW_BLOCK) {
+		__u32 end = n - i < ARROW_BLOCK ? n : i + ARROW_BLOCK;
+
+		for (unsigned c = 0; c < t->ncols; c++)
+			arrow__copy(&t->cols[c], recs, rs, dst[c], offs[c], i, end);
 	}
 	put64(meta + t->length_pos, n);
 	put64(meta + t->body_length_pos, pos);
@@ -901,7 +921,8 @@ int main(int argc, char **argv)
 	}
 	for (int k = 0; k < MAX_KIND; k++) {
 		arrow.fd[k] = -1;
-		if (k < NT_ARROW_MAX_KIND && nt_arrow_tables[k].batch_len > sizeof(arrow.meta))
+		if (k < NT_ARROW_MAX_KIND && (nt_arrow_tables[k].batch_len > sizeof(arrow.meta) ||
+					      nt_arrow_tables[k].ncols > ARROW_MAX_COLS))
 			return 1;	/* cannot happen with the generated tables */
 	}
 	if (env.arrow_dir) {

@@ -1,6 +1,12 @@
 """Overhead benchmark (see bench/overhead).  Prints a Markdown table of IOPS
-per mode, the ratios (b)/(a) and (c)/(a) from the same run, and the events
-per second nestrace captured with the lost count."""
+per mode, the ratios (b)/(a) and (c)/(a) from the same run, the events
+per second nestrace captured with the lost count, and the machine's CPU
+time per I/O in each mode.
+
+The trace output of (b) and (c) goes to --out-dir (default /dev/shm), off
+the disk under test: the lab's disk image lives on the root disk, and a
+trace written there competes with the workload for that disk (blktrace's
+manual gives the same advice).  `--out-dir /var/tmp` measures that too."""
 from __future__ import annotations
 
 import argparse
@@ -25,14 +31,23 @@ def sh(*cmd, **kw):
 
 
 def fio_cmd(mount: str, depth: int, runtime: int, out: Path) -> list[str]:
-    engine = ["--ioengine=psync"] if depth == 1 else ["--ioengine=libaio", f"--iodepth={depth}"]
-    return ["fio", "--name=bench", f"--directory={mount}", "--rw=randwrite", "--bs=4k",
-            "--direct=1", "--size=256M", "--time_based", f"--runtime={runtime}",
-            "--ramp_time=1", "--output-format=json", f"--output={out}", *engine]
+    """fio between two /proc/stat snapshots (out.cpu0, out.cpu1), so that CPU
+    time is counted over the workload alone, not tracer start-up or seal."""
+    engine = "--ioengine=psync" if depth == 1 else f"--ioengine=libaio --iodepth={depth}"
+    fio = (f"fio --name=bench --directory={mount} --rw=randwrite --bs=4k --direct=1 "
+           f"--size=256M --time_based --runtime={runtime} --output-format=json "
+           f"--output={out} {engine}")
+    return ["sh", "-c", f"head -1 /proc/stat > {out}.cpu0 && {fio} && head -1 /proc/stat > {out}.cpu1"]
 
 
-def iops(out: Path) -> float:
-    return json.loads(out.read_text())["jobs"][0]["write"]["iops"]
+def fio_result(out: Path) -> dict:
+    """IOPS, and the machine's busy CPU time (user, nice, system, irq,
+    softirq: not idle, iowait or steal) per I/O over the fio run."""
+    job = json.loads(out.read_text())["jobs"][0]["write"]
+    snap = [[int(x) for x in Path(f"{out}.cpu{i}").read_text().split()[1:9]] for i in (0, 1)]
+    d = [b - a for a, b in zip(*snap)]
+    busy_s = (d[0] + d[1] + d[2] + d[5] + d[6]) / os.sysconf("SC_CLK_TCK")
+    return {"iops": job["iops"], "cpu_us_per_io": 1e6 * busy_s / max(job["total_ios"], 1)}
 
 
 def cpu_times() -> list[int]:
@@ -48,11 +63,11 @@ def steal_pct(before: list[int], after: list[int]) -> float:
 def run_plain(mount, depth, runtime, tmp) -> dict:
     out = tmp / "fio.json"
     sh(*fio_cmd(mount, depth, runtime, out))
-    return {"iops": iops(out)}
+    return fio_result(out)
 
 
-def run_nestrace(mount, depth, runtime, tmp) -> dict:
-    out, store = tmp / "fio.json", tmp / f"store-{time.monotonic_ns()}"
+def run_nestrace(mount, depth, runtime, tmp, out_dir: Path) -> dict:
+    out, store = tmp / "fio.json", out_dir / f"nestrace-bench-store-{time.monotonic_ns()}"
     t0 = time.monotonic()
     r = subprocess.run(NT + ["record", "-o", str(store), "--stack", mount, "--",
                              *fio_cmd(mount, depth, runtime, out)],
@@ -65,12 +80,12 @@ def run_nestrace(mount, depth, runtime, tmp) -> dict:
     m = s.rows("SELECT records_total, lost_total, (end_ns - start_ns) / 1e9 AS secs FROM capture_meta")[0]
     s.close()
     shutil.rmtree(store)
-    return {"iops": iops(out), "events": m["records_total"], "lost": m["lost_total"],
+    return {**fio_result(out), "events": m["records_total"], "lost": m["lost_total"],
             "events_per_s": m["records_total"] / max(m["secs"], 1e-9), "wall_s": wall}
 
 
-def run_ftrace(mount, depth, runtime, tmp, devs: list[str]) -> dict:
-    out, log = tmp / "fio.json", tmp / "blk.trace"
+def run_ftrace(mount, depth, runtime, tmp, out_dir: Path, devs: list[str]) -> dict:
+    out, log = tmp / "fio.json", out_dir / f"nestrace-bench-blk-{time.monotonic_ns()}.trace"
     (TRACING / "current_tracer").write_text("blk\n")
     for d in devs:
         (Path("/sys/block") / d / "trace" / "enable").write_text("1\n")
@@ -87,7 +102,7 @@ def run_ftrace(mount, depth, runtime, tmp, devs: list[str]) -> dict:
             (TRACING / "current_tracer").write_text("nop\n")  # EBUSY while a reader is open
     lines = sum(1 for _ in open(log, "rb"))
     log.unlink()
-    return {"iops": iops(out), "events": lines}
+    return {**fio_result(out), "events": lines}
 
 
 def main() -> int:
@@ -95,6 +110,8 @@ def main() -> int:
     ap.add_argument("--runtime", type=int, default=10, help="seconds per fio run")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of a/b/c")
     ap.add_argument("--depths", default="1,32")
+    ap.add_argument("--out-dir", default="/dev/shm",
+                    help="where (b) and (c) write their traces (default /dev/shm: off the disk under test)")
     args = ap.parse_args()
     if os.geteuid():
         print("bench/overhead: needs root", file=sys.stderr)
@@ -105,6 +122,8 @@ def main() -> int:
     lat = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
     os.write(lat, struct.pack("i", 0))
     lab = "bench"
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     subprocess.run(NT + ["lab", "down", "--name", lab], capture_output=True, cwd=ROOT)
     mount = sh(*NT, "lab", "up", "--name", lab, "--guest-fs", "ext4", "--host-fs", "xfs",
                "--image-size", "1G", cwd=ROOT).stdout.strip()
@@ -121,7 +140,7 @@ def main() -> int:
                 for rnd in range(args.rounds):
                     # rotate the order, so that no mode always follows another
                     for mode, fn in modes[rnd % 3:] + modes[:rnd % 3]:
-                        extra = (devs,) if mode == "c" else ()
+                        extra = {"a": (), "b": (out_dir,), "c": (out_dir, devs)}[mode]
                         t0 = cpu_times()
                         r = fn(mount, depth, args.runtime, tmp, *extra)
                         r["steal_pct"] = round(steal_pct(t0, cpu_times()), 1)
@@ -131,7 +150,8 @@ def main() -> int:
         subprocess.run(NT + ["lab", "down", "--name", lab], capture_output=True, cwd=ROOT)
         os.close(lat)
     print(f"\nfio 4k randwrite, ext4 on xfs lab stack (guest-dio on, host-dio on), "
-          f"{args.rounds} rounds of {args.runtime} s in rotating order, median IOPS\n")
+          f"{args.rounds} rounds of {args.runtime} s in rotating order, median IOPS; "
+          f"traces written to {out_dir}\n")
     print("| iodepth | (a) none IOPS | (b) nestrace IOPS | (c) ftrace blk IOPS | (b)/(a) | (c)/(a) "
           "| nestrace events/s | nestrace lost |")
     print("|---|---|---|---|---|---|---|---|")
@@ -145,8 +165,8 @@ def main() -> int:
     # The host is noisy: each round's own ratios show how far one run is
     # from the medians above.
     print("\n| iodepth | (b)/(a) per round: median [min, max] | (c)/(a) per round: median [min, max] "
-          "| steal % a / b / c (median) |")
-    print("|---|---|---|---|")
+          "| CPU µs per I/O a / b / c (median) | steal % a / b / c (median) |")
+    print("|---|---|---|---|---|")
     for depth in sorted({d for d, _ in results}):
         rs = {m: results[(depth, m)] for m in "abc"}
         cells = []
@@ -154,7 +174,8 @@ def main() -> int:
             q = [x["iops"] / a["iops"] for x, a in zip(rs[m], rs["a"])]
             cells.append(f"{statistics.median(q):.3f} [{min(q):.3f}, {max(q):.3f}]")
         steal = " / ".join(f"{statistics.median(r['steal_pct'] for r in rs[m]):.1f}" for m in "abc")
-        print(f"| {depth} | {cells[0]} | {cells[1]} | {steal} |")
+        cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[m]):.1f}" for m in "abc")
+        print(f"| {depth} | {cells[0]} | {cells[1]} | {cpu} | {steal} |")
     return 0
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 from ._paths import agent_path
 from .schema import table_schema
 from .stack import Stack, btrfs_chunks, extent_rows, kdev_str
-from .store import LiveCapture, SealResult, init_store, seal
+from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
 MAX_GUEST_FILES = 4096
@@ -175,6 +175,10 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                         live.update_facts(agent_start=fr.meta, start_ns=fr.meta["start_ns"])
                         started.set()
                     elif kind == "end":
+                        if fr.meta.get("reason") not in ("signal", "duration"):
+                            state.problems.append(StreamError(
+                                "agent stream", fr.offset, "the agent stopped early: "
+                                f"{fr.meta.get('reason')}; the capture ends there"))
                         live.update_facts(agent_end=fr.meta, end_ns=fr.meta["end_ns"])
                     continue
                 state.problems.append(StreamError(
@@ -224,14 +228,27 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             proc.wait()
         for t in threads:
             t.join(60)
+    keep = (f"the capture's live batches are kept in {live.dir}: make room, then run "
+            f"`nestrace seal {store_p}`")
     if reader_error:
-        live.close()
+        try:
+            live.close()
+        except StoreError:
+            pass                      # the reader's error says it first
+        if isinstance(reader_error[0], StoreError):
+            raise RecordError("; ".join([str(reader_error[0])] +
+                                        [str(p) for p in state.problems] + [keep]))
         raise RecordError(f"reading the agent stream failed: {reader_error[0]}")
     cap.stream_problems = [str(p) for p in state.problems]
-    touched = live.unique_values("vfs_events", "ino")
-    live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
-    live.close()
-    cap.seal = seal(store_p, cid)
+    try:
+        try:
+            touched = live.unique_values("vfs_events", "ino")
+            live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
+        finally:
+            live.close()
+        cap.seal = seal(store_p, cid)
+    except StoreError as e:
+        raise RecordError("; ".join([str(e)] + cap.stream_problems + [keep])) from None
     return cap
 
 

@@ -92,13 +92,17 @@ class LiveCapture:
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
-        w = self.writers.get(table)
-        if w is None:
-            sink = pa.OSFile(str(self.dir / f"{table}.arrows"), "wb")
-            w = (sink, pa.ipc.new_stream(sink, batch.schema))
-            self.writers[table] = w
-        w[1].write_batch(batch)
-        w[0].flush()
+        path = self.dir / f"{table}.arrows"
+        try:
+            w = self.writers.get(table)
+            if w is None:
+                sink = pa.OSFile(str(path), "wb")
+                w = (sink, pa.ipc.new_stream(sink, batch.schema))
+                self.writers[table] = w
+            w[1].write_batch(batch)
+            w[0].flush()
+        except OSError as e:
+            raise StoreError(f"{path}: cannot write: {e}") from None
 
     def write_table(self, table: str, t: pa.Table) -> None:
         for b in t.to_batches() or [pa.RecordBatch.from_pylist([], schema=t.schema)]:
@@ -110,7 +114,11 @@ class LiveCapture:
         cur = json.loads(p.read_text()) if p.exists() else {}
         cur.update(facts)
         tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cur, indent=1, default=str))
+        try:
+            tmp.write_text(json.dumps(cur, indent=1, default=str))
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"{tmp}: cannot write: {e}") from None
         os.replace(tmp, p)
 
     def unique_values(self, table: str, column: str) -> set:
@@ -125,10 +133,17 @@ class LiveCapture:
         return out
 
     def close(self) -> None:
-        for sink, w in self.writers.values():
-            w.close()
-            sink.close()
+        failed = []
+        for table, (sink, w) in self.writers.items():
+            try:
+                w.close()
+            except OSError as e:
+                failed.append(f"{self.dir / table}.arrows: cannot write: {e}")
+            finally:
+                sink.close()
         self.writers.clear()
+        if failed:
+            raise StoreError("; ".join(failed))
 
 
 def read_ipc_tolerant(path: Path) -> tuple[list[pa.RecordBatch], str | None]:
@@ -151,7 +166,11 @@ def _write_parquet(store: Path, table: str, capture_id: str, t: pa.Table) -> Non
     d = store / table / f"capture={capture_id}"
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / "data.parquet.tmp"
-    pq.write_table(t, tmp, compression="zstd")
+    try:
+        pq.write_table(t, tmp, compression="zstd")
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"{tmp}: cannot write: {e}") from None
     os.replace(tmp, d / "data.parquet")
 
 

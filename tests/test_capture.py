@@ -314,3 +314,40 @@ def test_agent_arrow_streams_equal_the_decoded_frame_stream(lab_factory, tmp_pat
     vfs = pa.Table.from_batches(decoded["vfs_events"])
     comms = set(vfs.column("comm").to_pylist())
     assert "nt?é??w??" in comms, comms
+
+
+def test_a_store_on_a_full_disk_fails_with_one_clear_error_and_keeps_the_batches(lab_factory, tmp_path):
+    """The agent's Arrow writer and the seal hit ENOSPC: `record` exits 2
+    naming the file, says the agent stopped early, leaves no traceback,
+    and keeps the live batches for `nestrace seal`."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
+    try:
+        store = small / "st"
+        r = run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "fio", "--name=t",
+                    f"--directory={lab.mount}", "--ioengine=psync", "--output=/dev/null",
+                    "--rw=randwrite", "--bs=4k", "--direct=1", "--size=64M", "--io_size=32M",
+                    check=False)
+        assert r.returncode == 2, r.stderr
+        assert "Traceback" not in r.stderr, r.stderr
+        assert "No space left on device" in r.stderr, r.stderr
+        assert ".arrows" in r.stderr, r.stderr            # the agent names its file
+        assert "the agent stopped early: arrow output failed" in r.stderr, r.stderr
+        assert "nestrace seal" in r.stderr, r.stderr
+        live = list((store / "_live").iterdir())
+        assert len(live) == 1 and (live[0] / "block_events.arrows").stat().st_size > 0
+        # room made: the seal finishes, and what the agent could not write
+        # is counted as lost, loudly
+        subprocess.run(["mount", "-o", "remount,size=256m", str(small)], check=True)
+        r = run_cli("seal", str(store))
+        assert "EVENTS LOST" in r.stderr, r.stderr
+        assert "no agent_stats" not in r.stderr, r.stderr   # its room was reserved
+        s = nestrace.open(store)
+        lost = s.rows("SELECT lost_total, records_total FROM capture_meta")[0]
+        assert lost["lost_total"] > 0 and lost["records_total"] > 0
+        s.close()
+    finally:
+        subprocess.run(["umount", str(small)], check=True)

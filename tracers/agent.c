@@ -9,9 +9,11 @@
  * Records are batched per kind and flushed every --flush-ms, so a reader
  * sees data within that time and a killed agent loses at most one batch.
  */
+#define _GNU_SOURCE
 #include <argp.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -275,6 +277,7 @@ _Static_assert(NT_ARROW_MAX_KIND <= MAX_KIND, "MAX_KIND");
 
 static struct arrow_out {
 	int fd[MAX_KIND];
+	bool failed[MAX_KIND];		/* a write failed: stop, say so at the end */
 	char *body;
 	unsigned char meta[4096];
 } arrow;
@@ -292,7 +295,7 @@ static bool arrow__write(int kind, struct iovec *iov, int n)
 				continue;
 			fprintf(stderr, "nestrace-agent: cannot write %s/%s.arrows: %s\n",
 				env.arrow_dir, nt_arrow_tables[kind].table, strerror(errno));
-			out.broken = true;
+			arrow.failed[kind] = true;
 			exit_reason = "arrow output failed";
 			exiting = 1;
 			return false;
@@ -319,7 +322,7 @@ static bool arrow__open(int kind)
 	arrow.fd[kind] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (arrow.fd[kind] < 0) {
 		fprintf(stderr, "nestrace-agent: cannot create %s: %s\n", path, strerror(errno));
-		out.broken = true;
+		arrow.failed[kind] = true;
 		exit_reason = "arrow output failed";
 		exiting = 1;
 		return false;
@@ -407,7 +410,7 @@ static void arrow__batch(int kind, const char *recs, __u32 n)
 	size_t pos = 0, rs = t->rec_size, len;
 	unsigned b = 0;
 
-	if (out.broken || (arrow.fd[kind] < 0 && !arrow__open(kind)))
+	if (arrow.failed[kind] || (arrow.fd[kind] < 0 && !arrow__open(kind)))
 		return;
 	memcpy(meta, t->batch, t->batch_len);
 	/* lay the buffers out; string offsets first, they size the data */
@@ -457,7 +460,7 @@ static void arrow__close(void)
 	for (int k = 0; k < MAX_KIND; k++) {
 		if (arrow.fd[k] < 0)
 			continue;
-		if (!out.broken)
+		if (!arrow.failed[k])
 			arrow__write(k, (struct iovec[]){ { (void *)eos, sizeof(eos) } }, 1);
 		close(arrow.fd[k]);
 		arrow.fd[k] = -1;
@@ -936,6 +939,14 @@ int main(int argc, char **argv)
 		arrow.body = malloc(ARROW_BODY_BYTES);
 		if (!arrow.body)
 			return 1;
+		/* Reserve room for the final per-CPU counters now: with the
+		 * store's disk full they still land, and the seal can count
+		 * every record the agent took but could not write as lost. */
+		if (!arrow__open(NT_KIND_CPU_STATS))
+			return 2;
+		if (fallocate(arrow.fd[NT_KIND_CPU_STATS], FALLOC_FL_KEEP_SIZE, 0, 256 << 10))
+			fprintf(stderr, "nestrace-agent: cannot reserve room for the counters in %s: %s\n",
+				env.arrow_dir, strerror(errno));
 	}
 
 	btf__load_all();
@@ -1024,12 +1035,12 @@ int main(int argc, char **argv)
 	}
 	out__flush();
 	stats__emit(first, &drops);
+	arrow__close();		/* before the end frame: it reports a failed write */
 	out__json("{\"type\":\"end\",\"end_ns\":%llu,\"reason\":\"%s\",\"records\":%llu,"
 		  "\"bad_records\":%llu,\"ringbuf_drops\":%llu}",
 		  (unsigned long long)now_ns(), exit_reason,
 		  (unsigned long long)out.records, (unsigned long long)out.bad_records,
 		  (unsigned long long)drops);
-	arrow__close();
 	if (drops)
 		fprintf(stderr, "nestrace-agent: WARNING: %llu events lost (ring buffer full); "
 			"raise --ringbuf-kb\n", (unsigned long long)drops);

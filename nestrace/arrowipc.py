@@ -127,9 +127,7 @@ def schema_message(columns: list[tuple[str, str, dict[str, str]]]) -> bytes:
             return lambda: b.table([(0, "off", lambda: b.string(k)), (1, "off", lambda: b.string(v))])
 
         def type_table():
-            if arrow == "string":
-                return b.table([])
-            if arrow == "bool":
+            if arrow in ("string", "bool"):        # Utf8 and Bool have no fields
                 return b.table([])
             width, signed = INT_TYPES[arrow]
             return b.table([(0, "i32", width), (1, "bool", int(signed))])

@@ -285,6 +285,17 @@ static struct arrow_out {
 #define ARROW_BODY_BYTES (2 * BATCH_BYTES + 4096)
 #define PAD8(n) (((n) + 7) & ~(size_t)7)
 
+/* Say which file failed and stop tracing; the end frame gives the reason. */
+static bool arrow__fail(int kind, const char *what)
+{
+	fprintf(stderr, "nestrace-agent: cannot %s %s/%s.arrows: %s\n", what,
+		env.arrow_dir, nt_arrow_tables[kind].table, strerror(errno));
+	arrow.failed[kind] = true;
+	exit_reason = "arrow output failed";
+	exiting = 1;
+	return false;
+}
+
 static bool arrow__write(int kind, struct iovec *iov, int n)
 {
 	while (n) {
@@ -293,12 +304,7 @@ static bool arrow__write(int kind, struct iovec *iov, int n)
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
-			fprintf(stderr, "nestrace-agent: cannot write %s/%s.arrows: %s\n",
-				env.arrow_dir, nt_arrow_tables[kind].table, strerror(errno));
-			arrow.failed[kind] = true;
-			exit_reason = "arrow output failed";
-			exiting = 1;
-			return false;
+			return arrow__fail(kind, "write");
 		}
 		while (n && (size_t)w >= iov->iov_len) {
 			w -= iov->iov_len;
@@ -321,11 +327,7 @@ static bool arrow__open(int kind)
 	snprintf(path, sizeof(path), "%s/%s.arrows", env.arrow_dir, t->table);
 	arrow.fd[kind] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (arrow.fd[kind] < 0) {
-		fprintf(stderr, "nestrace-agent: cannot create %s: %s\n", path, strerror(errno));
-		arrow.failed[kind] = true;
-		exit_reason = "arrow output failed";
-		exiting = 1;
-		return false;
+		return arrow__fail(kind, "create");
 	}
 	return arrow__write(kind, &iov, 1);
 }

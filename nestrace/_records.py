@@ -70,7 +70,7 @@ RECORDS = {
             ('dev', '<u4', 'uint32', '', 'kernel dev_t of the host file system', 56),
             ('pid', '<u4', 'uint32', '', 'process id (tgid) current at the event', 60),
             ('iocb_flags', '<u4', 'uint32', '', 'nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND', 64),
-            ('source', '<u2', 'uint16', '', 'hook: 1 xfs_file_buffered_read 2 xfs_file_buffered_write 3 xfs_file_direct_read 4 xfs_file_direct_write 5 iomap_dio_rw_begin 6 mm_filemap_get_pages 7 ext4_write_begin 8 ext4_da_write_begin 9 xfs_file_fsync 10 ext4_sync_file_enter 11 btrfs_sync_file', 68),
+            ('source', '<u2', 'uint16', '', 'tracepoint that produced the record (enum hostfs_source)', 68),
             ('op', '<u2', 'uint16', '', '0 read 1 write 2 sync', 70),
             ('comm', 'S16', 'string', '', 'task command name', 72),
         ],
@@ -183,5 +183,19 @@ TABLES = {
         ('records_total', 'uint64', '', 'kernel records stored'),
         ('tool_version', 'string', '', 'nestrace version'),
         ('schema_version', 'string', '', 'JSON: record name -> layout version'),
+    ]},
+}
+
+# name -> dict(field, doc, values=[(value, name, host file systems)])
+ENUMS = {
+    'hostfs_source': {'field': 'hostfs_event.source', 'doc': 'The host-FS tracepoint a hostfs_event comes from, and the host file systems whose image accesses it reports.', 'values': [
+        (1, 'xfs_file_buffered_read', ('xfs',)),
+        (2, 'xfs_file_buffered_write', ('xfs',)),
+        (3, 'xfs_file_direct_read', ('xfs',)),
+        (4, 'xfs_file_direct_write', ('xfs',)),
+        (5, 'iomap_dio_rw_begin', ('ext2', 'ext3', 'ext4', 'btrfs', '*')),
+        (6, 'mm_filemap_get_pages', ('ext2', 'ext3', 'ext4', 'btrfs', '*')),
+        (7, 'ext4_write_begin', ('ext2', 'ext3', 'ext4')),
+        (8, 'ext4_da_write_begin', ('ext2', 'ext3', 'ext4')),
     ]},
 }

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ._paths import agent_path
-from .schema import table_schema
+from .schema import ENUMS, table_schema
 from .stack import Stack, btrfs_chunks, extent_rows, kdev_str
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
@@ -52,24 +52,17 @@ def device_map_rows(stack: Stack, capture_id: str) -> list[dict]:
     ]
 
 
-# Access hooks whose events hostfs_io never uses for a host FS (it takes
-# xfs's own xfs_file_* events on xfs, and the generic ones elsewhere), so
-# they are not attached: iomap_dio_rw_begin alone fires on every direct
-# I/O of every file system on the machine, about 3 times per guest I/O.
-XFS_ACCESS_HOOKS = ("xfs_file_buffered_read", "xfs_file_buffered_write",
-                    "xfs_file_direct_read", "xfs_file_direct_write")
-EXT4_ACCESS_HOOKS = ("ext4_write_begin", "ext4_da_write_begin")
-GENERIC_ACCESS_HOOKS = ("iomap_dio_rw_begin", "mm_filemap_get_pages") + EXT4_ACCESS_HOOKS
-
-
 def unused_hooks(host_fs: str) -> tuple[str, ...]:
-    if host_fs == "xfs":
-        return GENERIC_ACCESS_HOOKS
-    if host_fs == "btrfs":
-        return XFS_ACCESS_HOOKS + EXT4_ACCESS_HOOKS
-    if host_fs in ("ext2", "ext3", "ext4"):
-        return XFS_ACCESS_HOOKS
-    return ()
+    """Access hooks whose events hostfs_io never uses for this host FS, so
+    they are not attached (iomap_dio_rw_begin alone fires on every direct
+    I/O of every file system on the machine, about 3 times per guest I/O).
+    One table decides for both: the hostfs_source enum in schemas/, which
+    the view reads as _hostfs_sources.  A file system without a hook list
+    of its own gets the "*" list."""
+    values = ENUMS["hostfs_source"]["values"]
+    named = {fs for _, _, fss in values for fs in fss if fs != "*"}
+    fs = host_fs if host_fs in named else "*"
+    return tuple(hook for _, hook, fss in values if fs not in fss)
 
 
 def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,

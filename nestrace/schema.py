@@ -6,9 +6,9 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 
-from ._records import RECORDS, STREAM_MAGIC, STREAM_VERSION, TABLES
+from ._records import ENUMS, RECORDS, STREAM_MAGIC, STREAM_VERSION, TABLES
 
-__all__ = ["RECORDS", "TABLES", "STREAM_MAGIC", "STREAM_VERSION", "BY_KIND",
+__all__ = ["RECORDS", "TABLES", "ENUMS", "STREAM_MAGIC", "STREAM_VERSION", "BY_KIND",
            "record_dtype", "record_schema", "table_schema", "kernel_tables"]
 
 BY_KIND = {spec["kind"]: name for name, spec in RECORDS.items()}

@@ -1,4 +1,5 @@
-"""Generate the C header, the Python record table and the docs from schemas/.
+"""Generate the C header, the Python record table, the docs and the SQL
+enum tables from schemas/.
 
 Usage: python -m nestrace.schemagen [--out DIR] [--check]
 
@@ -11,6 +12,7 @@ import argparse
 import difflib
 import sys
 import tempfile
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -22,7 +24,7 @@ C_SIZES = {"__u64": 8, "__s64": 8, "__u32": 4, "__s32": 4, "__u16": 2,
 NP_TYPES = {"__u64": "<u8", "__s64": "<i8", "__u32": "<u4", "__s32": "<i4",
             "__u16": "<u2", "__s16": "<i2", "__u8": "u1"}
 OUTPUTS = ("tracers/nestrace_records.h", "tracers/nestrace_arrow.h", "nestrace/_records.py",
-           "docs/records.md")
+           "docs/records.md", "correlate/sql/hostfs/sources.sql")
 
 
 class SchemaError(ValueError):
@@ -69,7 +71,20 @@ def load(path: Path = SCHEMA) -> dict:
                               "not a multiple of 8; add explicit padding")
         rec["layout"] = layout
         rec["size"] = offset
+    fields = {f"{r['name']}.{f[0]}" for r in spec["record"] for f in r["fields"]}
+    for en in spec.get("enum", []):
+        if en["field"] not in fields:
+            raise SchemaError(f"{path}: enum {en['name']} is for unknown field {en['field']}")
+        values = [v[0] for v in en["values"]]
+        names = [v[1] for v in en["values"]]
+        if len(set(values)) != len(values) or len(set(names)) != len(names) or min(values) < 1:
+            raise SchemaError(f"{path}: enum {en['name']}: values must be distinct and >= 1, "
+                              "names distinct")
     return spec
+
+
+def enum_const(en: dict, name: str) -> str:
+    return f"NT_{en['name'].upper()}_{name.upper()}"
 
 
 def gen_header(spec: dict) -> str:
@@ -108,6 +123,10 @@ def gen_header(spec: dict) -> str:
         for f in rec["fields"]:
             out.append(_c_field(f))
         out += ["};", ""]
+    for en in spec.get("enum", []):
+        out.append(f"/* {en['field']}: {en['doc']} */")
+        out += [f"#define {enum_const(en, v[1])} {v[0]}" for v in en["values"]]
+        out.append("")
     out += ["#endif /* NESTRACE_RECORDS_H */", ""]
     return "\n".join(out)
 
@@ -229,7 +248,36 @@ def gen_python(spec: dict) -> str:
         out.append("    ]},")
     out.append("}")
     out.append("")
+    out.append("# name -> dict(field, doc, values=[(value, name, host file systems)])")
+    out.append("ENUMS = {")
+    for en in spec.get("enum", []):
+        out.append(f"    {en['name']!r}: {{'field': {en['field']!r}, 'doc': {en['doc']!r}, 'values': [")
+        for v in en["values"]:
+            out.append(f"        ({v[0]}, {v[1]!r}, {tuple(v[2])!r}),")
+        out.append("    ]},")
+    out.append("}")
+    out.append("")
     return "\n".join(out)
+
+
+def gen_sql_sources(spec: dict) -> str:
+    """correlate/sql/hostfs/sources.sql: the hostfs_source enum as a view."""
+    (en,) = [e for e in spec.get("enum", []) if e["name"] == "hostfs_source"]
+    rows = [f"  ({v[0]}, '{v[1]}', '{fs}')" for v in en["values"] for fs in v[2]]
+    return "\n".join([
+        "-- Module hostfs.sources: GENERATED from schemas/records.toml by",
+        "-- nestrace.schemagen: do not edit.",
+        "",
+        *textwrap.wrap(en["doc"], 76, initial_indent="-- ", subsequent_indent="-- "),
+        "-- One row per (hook, host file system it is the access source for);",
+        "-- fs_type '*' stands for any file system without rows of its own.",
+        "-- `nestrace record` attaches no access hook unused for the stack's host",
+        "-- FS by the same table (nestrace.record.unused_hooks).",
+        "CREATE OR REPLACE VIEW _hostfs_sources AS",
+        "SELECT * FROM (VALUES",
+        ",\n".join(rows),
+        ") AS t(source, hook, fs_type);",
+        ""])
 
 
 def gen_docs(spec: dict) -> str:
@@ -248,6 +296,11 @@ def gen_docs(spec: dict) -> str:
             if f[0].startswith("_pad"):
                 continue
             out.append(f"| `{f[0]}` | `{f[1]}` | {f[2]} | {f[3]} | {offset} | {f[4]} |")
+    for en in spec.get("enum", []):
+        out += ["", f"## enum `{en['name']}` — `{en['field']}`", "", en["doc"], "",
+                "| value | name | host file systems |", "|---|---|---|"]
+        for v in en["values"]:
+            out.append(f"| {v[0]} | `{v[1]}` | {', '.join(v[2])} |")
     for t in spec["table"]:
         out += ["", f"## `{t['name']}` (store table)", "", t["doc"], "",
                 "| field | Arrow | unit | doc |", "|---|---|---|---|"]
@@ -260,7 +313,7 @@ def gen_docs(spec: dict) -> str:
 def generate(root: Path) -> list[Path]:
     spec = load()
     texts = dict(zip(OUTPUTS, (gen_header(spec), gen_arrow_header(spec), gen_python(spec),
-                               gen_docs(spec))))
+                               gen_docs(spec), gen_sql_sources(spec))))
     written = []
     for rel, text in texts.items():
         p = root / rel

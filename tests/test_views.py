@@ -119,6 +119,23 @@ def test_hostfs_io_uses_exact_xfs_events_and_generic_ones_elsewhere(host_fs, exp
     assert got == expected
 
 
+@pytest.mark.parametrize("host_fs", ["xfs", "ext2", "ext3", "ext4", "btrfs", "f2fs"])
+def test_hostfs_io_keeps_exactly_the_access_hooks_record_attaches(host_fs):
+    """One table (schemas/, enum hostfs_source) decides both what `record`
+    leaves unattached and which rows hostfs_io keeps: an event of every
+    source, and the view must keep those of the attached hooks only."""
+    from nestrace.record import unused_hooks
+    from nestrace.schema import ENUMS
+    values = ENUMS["hostfs_source"]["values"]
+    ev = [hostfs(10 * v, 4096 * v, 4096, source=v) for v, _, _ in values]
+    s = Session.from_tables({"capture_meta": capture_meta(),
+                             "device_map": device_map(host_fs=host_fs), "hostfs_events": ev})
+    kept = {r["source"] for r in s.rows("SELECT source FROM hostfs_io")}
+    skipped = set(unused_hooks(host_fs))
+    assert kept == {hook for _, hook, _ in values} - skipped
+    assert kept and skipped
+
+
 def test_session_query_returns_arrow_and_metric_methods_too():
     import pyarrow as pa
     ev = [vfs(100, 50, off=4096, syscall=3)]

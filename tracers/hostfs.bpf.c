@@ -13,9 +13,7 @@ struct nt_hostfs_event *unused_hostfs_event __attribute__((unused));
 struct nt_pagecache_event *unused_pagecache_event __attribute__((unused));
 struct nt_mapping_event *unused_mapping_event __attribute__((unused));
 
-enum { S_XFS_BUF_READ = 1, S_XFS_BUF_WRITE, S_XFS_DIO_READ, S_XFS_DIO_WRITE,
-       S_IOMAP_DIO, S_FILEMAP_GET_PAGES, S_EXT4_WRITE_BEGIN,
-       S_EXT4_DA_WRITE_BEGIN };
+/* hostfs_event.source values are NT_HOSTFS_SOURCE_<HOOK>, from schemas/ */
 enum { HOP_READ = 0, HOP_WRITE = 1 };
 enum { P_ADD = 1, P_DELETE, P_SYNC_RA, P_ASYNC_RA, P_RA_UNBOUNDED,
        P_RA_ORDER, P_DIRTY, P_WRITEBACK };
@@ -63,16 +61,16 @@ static __always_inline int kiocb__emit(struct kiocb *iocb, struct iov_iter *iter
 
 /* xfs: one event per read_iter/write_iter call, exact offset and count. */
 NT_TWIN(xfs_file_buffered_read)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_BUF_READ, HOP_READ, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_READ, HOP_READ, btf); }
 NT_TWIN(xfs_file_buffered_write)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_BUF_WRITE, HOP_WRITE, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_WRITE, HOP_WRITE, btf); }
 NT_TWIN(xfs_file_direct_read)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_DIO_READ, HOP_READ, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_READ, HOP_READ, btf); }
 NT_TWIN(xfs_file_direct_write)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_XFS_DIO_WRITE, HOP_WRITE, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_WRITE, HOP_WRITE, btf); }
 /* Every iomap file system's direct I/O (xfs, ext2/3/4, btrfs). */
 NT_TWIN(iomap_dio_rw_begin)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), S_IOMAP_DIO, 0xff, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_IOMAP_DIO_RW_BEGIN, 0xff, btf); }
 
 /* Buffered reads of every file system: filemap_read() asks for pages. */
 NT_TWIN(mm_filemap_get_pages)
@@ -81,14 +79,14 @@ NT_TWIN(mm_filemap_get_pages)
 	__u64 first = ctx[1], last = ctx[2];
 
 	return access__emit(RD1(btf, m, host), first << 12,
-			    (last - first + 1) << 12, 0, S_FILEMAP_GET_PAGES, HOP_READ, btf);
+			    (last - first + 1) << 12, 0, NT_HOSTFS_SOURCE_MM_FILEMAP_GET_PAGES, HOP_READ, btf);
 }
 
 /* ext2/3/4 buffered writes, one event per page-sized chunk. */
 NT_TWIN(ext4_write_begin)
-{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, S_EXT4_WRITE_BEGIN, HOP_WRITE, btf); }
+{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_WRITE_BEGIN, HOP_WRITE, btf); }
 NT_TWIN(ext4_da_write_begin)
-{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, S_EXT4_DA_WRITE_BEGIN, HOP_WRITE, btf); }
+{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_DA_WRITE_BEGIN, HOP_WRITE, btf); }
 
 static __always_inline int cache__emit(struct inode *inode, __u64 index,
 				       __u64 nr_pages, __u64 aux, __u16 event, const bool btf)

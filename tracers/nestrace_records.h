@@ -77,7 +77,7 @@ struct nt_hostfs_event {
 	__u32 dev; /* kernel dev_t of the host file system */
 	__u32 pid; /* process id (tgid) current at the event */
 	__u32 iocb_flags; /* nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND */
-	__u16 source; /* hook: 1 xfs_file_buffered_read 2 xfs_file_buffered_write 3 xfs_file_direct_read 4 xfs_file_direct_write 5 iomap_dio_rw_begin 6 mm_filemap_get_pages 7 ext4_write_begin 8 ext4_da_write_begin 9 xfs_file_fsync 10 ext4_sync_file_enter 11 btrfs_sync_file */
+	__u16 source; /* tracepoint that produced the record (enum hostfs_source) */
 	__u16 op; /* 0 read 1 write 2 sync */
 	char comm[16]; /* task command name */
 };
@@ -124,5 +124,15 @@ struct nt_cpu_stats {
 	__u64 ringbuf_drops; /* records lost because the ring buffer was full */
 	__u64 filtered; /* events rejected by the in-kernel filters */
 };
+
+/* hostfs_event.source: The host-FS tracepoint a hostfs_event comes from, and the host file systems whose image accesses it reports. */
+#define NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_READ 1
+#define NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_WRITE 2
+#define NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_READ 3
+#define NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_WRITE 4
+#define NT_HOSTFS_SOURCE_IOMAP_DIO_RW_BEGIN 5
+#define NT_HOSTFS_SOURCE_MM_FILEMAP_GET_PAGES 6
+#define NT_HOSTFS_SOURCE_EXT4_WRITE_BEGIN 7
+#define NT_HOSTFS_SOURCE_EXT4_DA_WRITE_BEGIN 8
 
 #endif /* NESTRACE_RECORDS_H */

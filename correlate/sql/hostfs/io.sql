@@ -1,10 +1,12 @@
 -- Module hostfs.io: the host file system's accesses to the image (level 3).
 -- INCLUDE base.levels
+-- INCLUDE hostfs.sources
 
 -- One row per access of the image file through the host file system.
 -- On xfs the exact xfs_file_* read/write events are used; on other file
 -- systems iomap direct I/O, filemap page lookups (buffered reads, in
--- batches of pages) and ext4 write_begin (buffered writes, per page).
+-- batches of pages) and ext4 write_begin (buffered writes, per page):
+-- the hostfs_source table in schemas/records.toml (_hostfs_sources).
 -- btrfs has no buffered-write tracepoint: its writes are the image pages
 -- it dirties (one row per folio, source writeback_dirty_folio); see
 -- docs/hostfs-hooks.md.
@@ -27,15 +29,14 @@ CREATE OR REPLACE VIEW hostfs_io AS
 SELECT e.capture_id, l.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns, e.dev, e.ino,
        e.offset_bytes, e.bytes,
        CASE e.op WHEN 0 THEN 'read' WHEN 1 THEN 'write' ELSE 'sync' END AS op,
-       (e.iocb_flags & 1) <> 0 AS direct,
-       ['xfs_file_buffered_read', 'xfs_file_buffered_write', 'xfs_file_direct_read',
-        'xfs_file_direct_write', 'iomap_dio_rw_begin', 'mm_filemap_get_pages',
-        'ext4_write_begin', 'ext4_da_write_begin'][e.source] AS source,
+       (e.iocb_flags & 1) <> 0 AS direct, s.hook AS source,
        l.fs_type, e.pid, e.comm
 FROM hostfs_events e
 JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
-WHERE CASE WHEN l.fs_type = 'xfs' THEN e.source BETWEEN 1 AND 4
-           ELSE e.source BETWEEN 5 AND 8 END
+-- the hooks listed for this FS, or for '*' if it has no list of its own
+JOIN _hostfs_sources s ON s.source = e.source
+ AND s.fs_type = CASE WHEN l.fs_type IN (SELECT fs_type FROM _hostfs_sources)
+                      THEN l.fs_type ELSE '*' END
 UNION ALL
 SELECT p.capture_id, l.machine, 'hostfs', (p.cpu::UBIGINT << 48) | p.seq, p.ts_ns, p.dev, p.ino,
        (p.index * 4096)::BIGINT, p.nr_pages * 4096, 'write', false, 'writeback_dirty_folio',

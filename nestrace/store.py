@@ -13,6 +13,7 @@ A capture killed mid-run leaves its `_live` directory; `seal()` (CLI
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import platform
 import shutil
@@ -146,20 +147,75 @@ class LiveCapture:
             raise StoreError("; ".join(failed))
 
 
+_CONTINUATION = b"\xff\xff\xff\xff"
+_IPC_ERRORS = (pa.ArrowInvalid, OSError, ValueError)
+
+
+def _read_batch(src: pa.BufferReader, schema: pa.Schema, check: bool) -> pa.RecordBatch:
+    """The record batch message at src's position (EOFError at a clean end)."""
+    m = pa.ipc.read_message(src)
+    if m.type != "record batch":
+        raise ValueError(f"a {m.type} message where a record batch belongs")
+    b = pa.ipc.read_record_batch(m, schema)
+    if check:
+        b.validate(full=True)
+    return b
+
+
+def _resync(data: mmap.mmap, src: pa.BufferReader, schema: pa.Schema, start: int) -> int | None:
+    """Offset of the first message after `start` that reads as a whole,
+    valid record batch of this schema; src is left after it.  Candidates
+    are Arrow's continuation markers (0xFFFFFFFF); one inside a damaged
+    batch's data fails to parse or to validate and is passed over."""
+    at = data.find(_CONTINUATION, start + 1)
+    while at >= 0:
+        src.seek(at)
+        try:
+            _read_batch(src, schema, check=True)
+        except (EOFError, *_IPC_ERRORS):
+            at = data.find(_CONTINUATION, at + 1)
+            continue
+        src.seek(at)
+        return at
+    return None
+
+
 def read_ipc_tolerant(path: Path) -> tuple[list[pa.RecordBatch], str | None]:
-    """Read every complete batch of an IPC stream; a torn tail (crash) is
-    reported, not fatal."""
+    """Read every readable batch of an IPC stream.  Damage is reported with
+    the file and the byte offset, never fatal: a torn tail (a writer killed
+    mid-batch) is dropped, and after a damaged message reading resumes at
+    the next whole batch, so no good batch behind it is lost."""
     batches: list[pa.RecordBatch] = []
+    problems: list[str] = []
     try:
-        reader = pa.ipc.open_stream(pa.memory_map(str(path)))
-    except (pa.ArrowInvalid, OSError) as e:
-        return batches, f"{path}: offset 0: unreadable stream: {e}"
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as e:     # ValueError: an empty file
+        return batches, f"{path}: offset 0: no Arrow IPC schema: {e}"
+    src = pa.BufferReader(pa.py_buffer(data))    # batches point into the map
     try:
-        for b in reader:
-            batches.append(b)
-    except (pa.ArrowInvalid, OSError) as e:
-        return batches, f"{path}: after batch {len(batches)}: torn tail ignored: {e}"
-    return batches, None
+        schema = pa.ipc.read_schema(pa.ipc.read_message(src))
+    except (EOFError, *_IPC_ERRORS) as e:
+        return batches, f"{path}: offset 0: no Arrow IPC schema: {e}"
+    while True:
+        off = src.tell()
+        try:
+            batches.append(_read_batch(src, schema, check=False))
+            continue
+        except EOFError:
+            if len(data) - off <= 8:       # the end, or the end-of-stream marker
+                break
+            why = "an end-of-stream marker with data after it"
+        except _IPC_ERRORS as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        nxt = _resync(data, src, schema, off)
+        if nxt is None:
+            problems.append(f"{path}: offset {off}: the last {len(data) - off} bytes hold no "
+                            f"whole batch (a writer killed mid-batch?), ignored: {why}")
+            break
+        problems.append(f"{path}: offset {off}: {nxt - off} bytes unreadable ({why}), "
+                        f"skipped; reading resumed at offset {nxt}")
+    return batches, "; ".join(problems) or None
 
 
 def _write_parquet(store: Path, table: str, capture_id: str, t: pa.Table) -> None:

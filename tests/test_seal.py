@@ -1,0 +1,96 @@
+"""Sealing a damaged live capture: every whole batch is kept, the damage is
+named by file and byte offset, and the records it held count as lost."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+import nestrace
+from nestrace.schema import RECORDS, record_schema
+from nestrace.store import LIVE, LiveCapture, init_store, read_ipc_tolerant
+
+from conftest import run_cli
+
+BATCH = 100
+
+
+def block_batch(first_seq: int) -> pa.RecordBatch:
+    spec = RECORDS["block_event"]
+    rows = [{"kind": spec["kind"], "version": spec["version"], "cpu": 0, "seq": s,
+             "ts_ns": 1000 + s, "sector": 8 * s, "rq_id": 0, "bio_id": s, "aux_sector": 0,
+             "dev": 7 << 20, "nr_sectors": 8, "pid": 1, "error": 0, "action": 1, "req_op": 1,
+             "req_flags": 0, "comm": "fio"}
+            for s in range(first_seq, first_seq + BATCH)]
+    return pa.RecordBatch.from_pylist(rows, schema=record_schema("block_event"))
+
+
+def message_offsets(path) -> list[int]:
+    """Byte offset of each message (schema first) of an IPC stream."""
+    src = pa.BufferReader(path.read_bytes())
+    offs = []
+    while True:
+        o = src.tell()
+        try:
+            pa.ipc.read_message(src)
+        except EOFError:
+            return offs
+        offs.append(o)
+
+
+def live_store(tmp_path, batches: int):
+    store = init_store(tmp_path / "s")
+    live = LiveCapture(store, "c1")
+    for i in range(batches):
+        live.write(RECORDS["block_event"]["table"], block_batch(1 + i * BATCH))
+    live.close()
+    return store, store / LIVE / "c1" / f"{RECORDS['block_event']['table']}.arrows"
+
+
+def seqs(store) -> list[int]:
+    return [r["seq"] for r in nestrace.open(store).rows("SELECT seq FROM block_events ORDER BY seq")]
+
+
+def test_seal_skips_a_damaged_batch_and_keeps_the_batches_after_it(tmp_path):
+    store, path = live_store(tmp_path, 3)
+    schema_at, b1, b2, b3 = message_offsets(path)
+    data = bytearray(path.read_bytes())
+    data[b2 + 8:b2 + 24] = b"not a flatbuffer"      # batch 2's metadata
+    path.write_bytes(bytes(data))
+
+    r = run_cli("seal", str(store))
+    assert f"{path}: offset {b2}: {b3 - b2} bytes unreadable" in r.stderr
+    assert f"reading resumed at offset {b3}" in r.stderr
+    assert seqs(store) == list(range(1, 101)) + list(range(201, 301))
+    # the damaged batch's records are lost, and said so
+    assert f"{BATCH} EVENTS LOST" in r.stderr
+    lost = nestrace.open(store).rows("SELECT sum(seq_gaps) AS n FROM lost_events")
+    assert lost[0]["n"] == BATCH
+
+
+def test_an_end_of_stream_marker_in_the_middle_does_not_end_the_read(tmp_path):
+    _, path = live_store(tmp_path, 3)
+    _, b1, b2, b3 = message_offsets(path)
+    data = bytearray(path.read_bytes())
+    data[b2 + 4:b2 + 8] = b"\0\0\0\0"                  # length 0: Arrow's end of stream
+    path.write_bytes(bytes(data))
+
+    batches, problem = read_ipc_tolerant(path)
+    assert [b.column("seq")[0].as_py() for b in batches] == [1, 201]
+    assert f"{path}: offset {b2}: {b3 - b2} bytes unreadable (an end-of-stream marker" in problem
+
+
+def test_a_torn_tail_is_named_by_offset_and_the_whole_batches_kept(tmp_path):
+    _, path = live_store(tmp_path, 2)
+    _, b1, b2 = message_offsets(path)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.truncate(size - 10)
+    batches, problem = read_ipc_tolerant(path)
+    assert [b.num_rows for b in batches] == [BATCH]
+    assert problem.startswith(f"{path}: offset {b2}: the last {size - 10 - b2} bytes hold no whole batch")
+
+
+def test_a_file_that_is_not_an_ipc_stream_is_named(tmp_path):
+    p = tmp_path / "x.arrows"
+    p.write_bytes(b"hello, not arrow")
+    batches, problem = read_ipc_tolerant(p)
+    assert batches == [] and problem.startswith(f"{p}: offset 0: no Arrow IPC schema")

@@ -267,3 +267,27 @@ def test_every_report_json_key_is_documented():
             continue
         missing.append(k)
     assert missing == []
+
+
+def test_write_straddling_two_host_pages_counts_both_reads():
+    # a 4 KiB virtual-disk write at image offset 1 KiB covers parts of two
+    # host pages; the host reads both (4 KiB each, different durations)
+    t = dict(block_events=request(100, 110, 900, VDISK, 4 * MiB + 1024, 4096, rq=1, bio=11, op=1)
+             + request(150, 160, 300, DISK, 104 * MiB, 4096, rq=2, bio=12)
+             + request(200, 210, 500, DISK, 104 * MiB + 4096, 4096, rq=3, bio=13))
+    s = session(**t)
+    assert s.rows("SELECT hop, write_bytes, reads, read_bytes, read_ns FROM rmw") == [
+        {"hop": "host", "write_bytes": 4096, "reads": 2, "read_bytes": 8192, "read_ns": 450}]
+
+
+def test_two_reads_of_equal_length_and_duration_are_both_counted():
+    # an app write of 1 KiB at 3584 straddles two 4 KiB guest blocks; the
+    # guest FS reads each block, in the same time
+    t = dict(vfs_events=[vfs(100, 800, off=3584, req=1024, ret=1024, syscall=4)],
+             block_events=request(200, 210, 400, VDISK, 4 * MiB, 4096, rq=1, bio=11)
+             + request(300, 310, 500, VDISK, 4 * MiB + 4096, 4096, rq=2, bio=12))
+    s = session(**t)
+    assert s.rows("SELECT hop, reads, read_bytes, read_ns FROM rmw") == [
+        {"hop": "guest", "reads": 2, "read_bytes": 8192, "read_ns": 400}]
+    assert s.rows("SELECT reads, read_bytes, extra_ns FROM rmw_summary") == [
+        {"reads": 2, "read_bytes": 8192, "extra_ns": 400}]

@@ -64,6 +64,7 @@ def test_1k_guest_blocks_buffered_random_writes_need_two_host_reads(lab_factory,
     assert app_writes == 512
     per_write = r["reads"] / app_writes       # ~2: both ends of the 4 KiB miss the host page
     assert 1.5 <= per_write <= 2.5, (per_write, r)
+    assert r["read_bytes"] >= 4096 * r["reads"], r   # each read at least the whole host page
 
 
 def test_readahead_amplifies_small_random_runs_at_both_levels(lab_factory, tmp_path):

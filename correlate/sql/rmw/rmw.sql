@@ -28,15 +28,19 @@ gw_partial AS (   -- the partial head and tail blocks, in vdisk bytes
   SELECT capture_id, io_id, ts_ns, end_ns, bs, (s // bs) * bs AS blk_s FROM gw WHERE s % bs <> 0
   UNION
   SELECT capture_id, io_id, ts_ns, end_ns, bs, ((t - 1) // bs) * bs FROM gw WHERE t % bs <> 0),
-g AS (
-  SELECT w.capture_id, 'guest' AS hop, w.io_id AS write_id, w.bs,
-         count(DISTINCT r.io_id) AS reads, coalesce(sum(DISTINCT r.bytes), 0) AS read_bytes,
-         coalesce(sum(DISTINCT r.c_ns - r.start_ns), 0) AS read_ns
+-- each read of a partial block while the write was in flight, once per
+-- write (a read of both partial blocks is one read)
+g_reads AS (
+  SELECT DISTINCT w.capture_id, w.io_id AS write_id, w.bs, r.io_id AS read_id,
+         r.bytes::BIGINT AS read_bytes, (r.c_ns - r.start_ns)::BIGINT AS read_ns
   FROM gw_partial w LEFT JOIN vdisk_io r
     ON r.capture_id = w.capture_id AND r.op = 'read'
    AND r.offset_bytes::BIGINT < w.blk_s + w.bs AND w.blk_s < (r.offset_bytes + r.bytes)::BIGINT
-   AND r.start_ns BETWEEN w.ts_ns AND w.end_ns
-  GROUP BY ALL),
+   AND r.start_ns BETWEEN w.ts_ns AND w.end_ns),
+g AS (
+  SELECT capture_id, 'guest' AS hop, write_id, bs, count(read_id) AS reads,
+         coalesce(sum(read_bytes), 0) AS read_bytes, coalesce(sum(read_ns), 0) AS read_ns
+  FROM g_reads GROUP BY ALL),
 -- host hop: virtual-disk writes on the image, 4 KiB host pages
 hw AS (
   SELECT capture_id, io_id, start_ns, c_ns, image_offset_bytes::BIGINT AS s,
@@ -46,15 +50,22 @@ hw_partial AS (
   SELECT capture_id, io_id, start_ns, c_ns, (s // 4096) * 4096 AS blk_s FROM hw WHERE s % 4096 <> 0
   UNION
   SELECT capture_id, io_id, start_ns, c_ns, ((t - 1) // 4096) * 4096 FROM hw WHERE t % 4096 <> 0),
-h AS (
-  SELECT w.capture_id, 'host' AS hop, w.io_id AS write_id, 4096 AS bs,
-         count(DISTINCT r.io_id) AS reads, coalesce(sum(DISTINCT r.bytes), 0) AS read_bytes,
-         coalesce(sum(DISTINCT r.c_ns - r.start_ns), 0) AS read_ns
+-- the same for the host hop; a disk read is cut into pieces by the image's
+-- extents: its bytes are the pieces' within the image, its time counted once
+h_pieces AS (
+  SELECT DISTINCT w.capture_id, w.io_id AS write_id, r.io_id AS read_id,
+         r.image_offset_bytes, r.bytes::BIGINT AS bytes, (r.c_ns - r.start_ns)::BIGINT AS ns
   FROM hw_partial w LEFT JOIN map_disk r
     ON r.capture_id = w.capture_id AND r.op = 'read'
    AND r.image_offset_bytes::BIGINT < w.blk_s + 4096 AND w.blk_s < (r.image_offset_bytes + r.bytes)::BIGINT
-   AND r.start_ns BETWEEN w.start_ns AND w.c_ns
-  GROUP BY ALL),
+   AND r.start_ns BETWEEN w.start_ns AND w.c_ns),
+h_reads AS (
+  SELECT capture_id, write_id, read_id, sum(bytes) AS read_bytes, any_value(ns) AS read_ns
+  FROM h_pieces GROUP BY ALL),
+h AS (
+  SELECT capture_id, 'host' AS hop, write_id, 4096 AS bs, count(read_id) AS reads,
+         coalesce(sum(read_bytes), 0) AS read_bytes, coalesce(sum(read_ns), 0) AS read_ns
+  FROM h_reads GROUP BY ALL),
 sizes AS (
   SELECT capture_id, 'guest' AS hop, io_id AS write_id, ret_bytes::BIGINT AS write_bytes FROM vfs_io
   UNION ALL SELECT capture_id, 'host', io_id, bytes::BIGINT FROM vdisk_io)

@@ -291,3 +291,84 @@ def test_two_reads_of_equal_length_and_duration_are_both_counted():
         {"hop": "guest", "reads": 2, "read_bytes": 8192, "read_ns": 400}]
     assert s.rows("SELECT reads, read_bytes, extra_ns FROM rmw_summary") == [
         {"reads": 2, "read_bytes": 8192, "extra_ns": 400}]
+
+
+SPARSE_IMAGE = extents(image=((0, 100 * MiB, 1 * MiB), (2 * MiB, 300 * MiB, 1 * MiB)))
+
+
+def test_map_vdisk_cuts_requests_at_extents_and_keeps_the_holes():
+    # image: [0, 1M) at disk 100M, a hole [1M, 2M), [2M, 3M) at disk 300M, a hole after
+    ev = (request(10, 11, 12, VDISK, 4096, 8192, rq=1, bio=1, op=1)               # inside one extent
+          + request(20, 21, 22, VDISK, 1 * MiB - 4096, 8192, rq=2, bio=2, op=1)   # extent, then hole
+          + request(30, 31, 32, VDISK, 2 * MiB - 4096, 8192, rq=3, bio=3)         # hole, then extent
+          + request(40, 41, 42, VDISK, 1 * MiB - 4096, MiB + 8192, rq=4, bio=4)   # extent, hole, extent
+          + request(50, 51, 52, VDISK, 5 * MiB, 4096, rq=5, bio=5))               # all hole
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),
+                             "extent_maps": SPARSE_IMAGE, "block_events": ev})
+    got = [(r["start_ns"], r["op"], r["image_offset_bytes"], r["bytes"], r["disk_offset_bytes"])
+           for r in s.rows("SELECT * FROM map_vdisk ORDER BY start_ns, image_offset_bytes")]
+    assert got == [
+        (10, "write", 4096, 8192, 100 * MiB + 4096),
+        (20, "write", MiB - 4096, 4096, 101 * MiB - 4096), (20, "write", MiB, 4096, None),
+        (30, "read", 2 * MiB - 4096, 4096, None), (30, "read", 2 * MiB, 4096, 300 * MiB),
+        (40, "read", MiB - 4096, 4096, 101 * MiB - 4096), (40, "read", MiB, MiB, None),
+        (40, "read", 2 * MiB, 4096, 300 * MiB),
+        (50, "read", 5 * MiB, 4096, None)]
+
+
+def test_map_vdisk_adds_the_loop_offset():
+    dm = device_map()
+    dm[1]["backing_offset_bytes"] = 1 * MiB
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                             "extent_maps": SPARSE_IMAGE,
+                             "block_events": request(10, 11, 12, VDISK, 4096, 4096, rq=1, bio=1)})
+    assert s.rows("SELECT image_offset_bytes, bytes, disk_offset_bytes FROM map_vdisk") == [
+        {"image_offset_bytes": MiB + 4096, "bytes": 4096, "disk_offset_bytes": None}]
+
+
+def test_map_disk_carries_disk_requests_back_into_the_image():
+    ev = (request(10, 11, 12, DISK, 100 * MiB + 4096, 4096, rq=1, bio=1)        # in the first extent
+          + request(20, 21, 22, DISK, 300 * MiB - 4096, 8192, rq=2, bio=2)      # half before the second
+          + request(30, 31, 32, DISK, 50 * MiB, 4096, rq=3, bio=3))             # not the image's
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),
+                             "extent_maps": SPARSE_IMAGE, "block_events": ev})
+    got = s.rows("SELECT start_ns, d_ns, c_ns, disk_offset_bytes, bytes, image_offset_bytes "
+                 "FROM map_disk ORDER BY start_ns")
+    assert got == [
+        {"start_ns": 10, "d_ns": 11, "c_ns": 12, "disk_offset_bytes": 100 * MiB + 4096, "bytes": 4096,
+         "image_offset_bytes": 4096},
+        {"start_ns": 20, "d_ns": 21, "c_ns": 22, "disk_offset_bytes": 300 * MiB, "bytes": 4096,
+         "image_offset_bytes": 2 * MiB}]
+
+
+def test_latency_breakdown_parts_add_up_to_the_syscall():
+    # direct read: syscall 100..1000; vdisk Q 200 D 210 C 900; disk Q 310 D 320 C 800
+    s = session(**direct_read_stack())
+    got = s.rows("SELECT op, class, total_ns, guest_service_ns, guest_queue_ns, host_fs_ns, "
+                 "host_queue_ns, device_ns FROM latency_breakdown")
+    assert got == [{"op": "read", "class": "read 4K", "total_ns": 900, "guest_service_ns": 200,
+                    "guest_queue_ns": 10, "host_fs_ns": 200, "host_queue_ns": 10, "device_ns": 480}]
+
+
+def test_latency_breakdown_of_a_cached_read_is_all_guest_and_summary_averages():
+    t = direct_read_stack()
+    t["vfs_events"] = t["vfs_events"] + [vfs(2000, 100, off=8192)]      # served from the page cache
+    s = session(**t)
+    assert s.rows("SELECT total_ns, guest_service_ns, guest_queue_ns, host_fs_ns, host_queue_ns, "
+                  "device_ns FROM latency_breakdown WHERE total_ns = 100") == [
+        {"total_ns": 100, "guest_service_ns": 100, "guest_queue_ns": 0, "host_fs_ns": 0,
+         "host_queue_ns": 0, "device_ns": 0}]
+    assert s.rows("SELECT class, n, total_ns, guest_service_ns, guest_queue_ns, host_fs_ns, "
+                  "host_queue_ns, device_ns FROM latency_breakdown_summary") == [
+        {"class": "read 4K", "n": 2, "total_ns": 500.0, "guest_service_ns": 150.0,
+         "guest_queue_ns": 5.0, "host_fs_ns": 100.0, "host_queue_ns": 5.0, "device_ns": 240.0}]
+
+
+def test_base_levels_names_each_traced_device_with_its_machine():
+    s = session()
+    got = s.rows("SELECT level, dev, fs_type, size_sectors, machine FROM base_levels ORDER BY level")
+    assert got == [
+        {"level": "disk", "dev": DISK, "fs_type": "", "size_sectors": 1 << 21, "machine": "m1"},
+        {"level": "hostfs", "dev": HOSTFS, "fs_type": "xfs", "size_sectors": 0, "machine": "m1"},
+        {"level": "vdisk", "dev": VDISK, "fs_type": "", "size_sectors": 1 << 20, "machine": "m1"},
+        {"level": "vfs", "dev": GUEST, "fs_type": "ext4", "size_sectors": 0, "machine": "m1"}]

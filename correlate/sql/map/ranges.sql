@@ -53,7 +53,8 @@ FROM v LEFT JOIN _map_image_extents ie
  AND v.image_offset_bytes < ie.logical_bytes + ie.length_bytes;
 
 -- Virtual-disk requests carried to the image and, piece by piece through
--- the image's extents, to the host disk.
+-- the image's extents, to the host disk; the parts no extent covers (holes
+-- of a sparse image) are pieces too, with no disk offset.
 -- @column capture_id VARCHAR     capture
 -- @column io_id UBIGINT          vdisk_io row
 -- @column start_ns UBIGINT       first seen (Q)
@@ -70,22 +71,32 @@ WITH r AS (
   FROM vdisk_io v LEFT JOIN _map_vdisk_image m USING (capture_id)
   WHERE v.bytes > 0),
 p AS (
-  SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op,
+  SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op, r.s, r.t,
          greatest(r.s, ie.logical_bytes::BIGINT) AS ps,
          least(r.t, (ie.logical_bytes + ie.length_bytes)::BIGINT) AS pt,
          ie.physical_bytes::BIGINT - ie.logical_bytes::BIGINT AS delta
   FROM r JOIN _map_image_extents ie
     ON ie.capture_id = r.capture_id AND ie.logical_bytes::BIGINT < r.t
-   AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT)
+   AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT),
+whole AS (SELECT capture_id, io_id FROM p WHERE ps = s AND pt = t),
+holey AS (   -- requests not inside one extent (few: the rest skip the window)
+  SELECT r.* FROM r ANTI JOIN whole USING (capture_id, io_id)),
+edges AS (   -- their mapped pieces, and an empty one at the end
+  SELECT h.capture_id, h.io_id, h.start_ns, h.c_ns, h.op, h.s, p.ps, p.pt
+  FROM holey h JOIN p USING (capture_id, io_id)
+  UNION ALL
+  SELECT capture_id, io_id, start_ns, c_ns, op, s, t, t FROM holey),
+holes AS (   -- from the end of what is mapped so far to the next piece
+  SELECT capture_id, io_id, start_ns, c_ns, op, ps AS he,
+         greatest(s, coalesce(max(pt) OVER (PARTITION BY capture_id, io_id ORDER BY ps, pt
+                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s)) AS hs
+  FROM edges)
 SELECT capture_id, io_id, start_ns, c_ns, op, ps::UBIGINT AS image_offset_bytes,
        (pt - ps)::UBIGINT AS bytes, (ps + delta)::UBIGINT AS disk_offset_bytes
 FROM p
 UNION ALL
--- requests (or parts) that fall in holes of the image
-SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op, r.s::UBIGINT, (r.t - r.s)::UBIGINT, NULL
-FROM r WHERE NOT EXISTS (
-  SELECT 1 FROM _map_image_extents ie WHERE ie.capture_id = r.capture_id
-   AND ie.logical_bytes::BIGINT < r.t AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT);
+SELECT capture_id, io_id, start_ns, c_ns, op, hs::UBIGINT, (he - hs)::UBIGINT, NULL
+FROM holes WHERE he > hs;
 
 -- Host disk requests carried back into the image file (inverse of the
 -- image's extent map); requests outside the image give no row.

@@ -372,3 +372,24 @@ def test_base_levels_names_each_traced_device_with_its_machine():
         {"level": "hostfs", "dev": HOSTFS, "fs_type": "xfs", "size_sectors": 0, "machine": "m1"},
         {"level": "vdisk", "dev": VDISK, "fs_type": "", "size_sectors": 1 << 20, "machine": "m1"},
         {"level": "vfs", "dev": GUEST, "fs_type": "ext4", "size_sectors": 0, "machine": "m1"}]
+
+
+def test_writeback_is_tied_to_the_write_even_when_a_read_of_the_range_came_between():
+    # write (buffered), read back from the page cache, then the writeback
+    t = dict(vfs_events=[vfs(100, 10, off=0, syscall=4), vfs(200, 5, off=0, syscall=3)],
+             block_events=request(5000, 5010, 6000, VDISK, 4 * MiB, 4096, rq=1, bio=11, op=1))
+    s = session(**t)
+    writes = s.rows("SELECT io_id FROM vfs_io WHERE op = 'write'")
+    assert s.rows("SELECT upper_id, kind, bytes, lag_ns FROM links") == [
+        {"upper_id": writes[0]["io_id"], "kind": "writeback", "bytes": 4096, "lag_ns": 4890}]
+
+
+def test_a_read_is_tied_to_the_read_waiting_for_it_not_to_a_later_write_of_the_block():
+    # app read 100..1000 in flight; an app write of the same block starts at
+    # 150 (also in flight); the virtual-disk read at 200 serves the read
+    t = dict(vfs_events=[vfs(100, 900, off=0), vfs(150, 900, off=0, syscall=4)],
+             block_events=request(200, 210, 800, VDISK, 4 * MiB, 4096, rq=1, bio=11))
+    s = session(**t)
+    reads = s.rows("SELECT io_id FROM vfs_io WHERE op = 'read'")
+    assert s.rows("SELECT upper_id, kind, bytes FROM links") == [
+        {"upper_id": reads[0]["io_id"], "kind": "sync", "bytes": 4096}]

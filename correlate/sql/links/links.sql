@@ -39,29 +39,48 @@ SELECT 'disk', capture_id, io_id, start_ns, op, req_flags, offset_bytes::BIGINT,
        unnest(_blocks(offset_bytes, bytes))
 FROM disk_io WHERE bytes > 0;
 
--- (capture, hop, block) as one integer: DuckDB's ASOF join is ~2.5x
--- faster on one integer key than on three columns.  Captures are numbered
--- in the store (at most 4096), hops 0-2, blocks below 2^50 (4 EiB; a block
--- beyond that matches nothing).
+-- (capture, hop, op, block) as one integer: DuckDB's ASOF join is ~2.5x
+-- faster on one integer key than on several columns.  Captures are
+-- numbered in the store (at most 4096), hops 0-2, ops 0 read 1 write
+-- 2 discard 3 other, blocks below 2^48 (1 EiB; beyond, no match).
 CREATE OR REPLACE VIEW _links_captures AS
 SELECT capture_id, (row_number() OVER (ORDER BY capture_id) - 1)::UBIGINT AS ck
 FROM (SELECT DISTINCT capture_id FROM device_map);
 
-CREATE OR REPLACE MACRO _links_key(ck, lvl, blk) AS
+CREATE OR REPLACE MACRO _links_key(ck, lvl, op, blk) AS
   (CASE WHEN ck < 4096 THEN ck ELSE error('links: more than 4096 captures in one store') END << 52)
   | ((CASE lvl WHEN 'vdisk' THEN 0 WHEN 'hostfs' THEN 1 ELSE 2 END)::UBIGINT << 50)
-  | CASE WHEN blk >= 0 AND blk < (1::BIGINT << 50) THEN blk::UBIGINT END;  -- else no match
+  | ((CASE op WHEN 'read' THEN 0 WHEN 'write' THEN 1 WHEN 'discard' THEN 2 ELSE 3 END)::UBIGINT << 48)
+  | CASE WHEN blk >= 0 AND blk < (1::BIGINT << 48) THEN blk::UBIGINT END;  -- else no match
 
--- Per lower block, the latest upper event on the same block that started
--- before it (ASOF), and what that makes the block.
+CREATE OR REPLACE VIEW _links_upper_keyed AS
+SELECT x.*, c.ck, _links_key(c.ck, x.lower_level, x.u_op, x.blk) AS k
+FROM _links_upper x JOIN _links_captures c USING (capture_id);
+
+-- Per lower block, the upper event that caused it: the latest upper event
+-- of the same op on the same block that started before it (ASOF) — a
+-- write is written back for the last write that dirtied the block, reads
+-- of it in between do not count — and, for a read that no upper read was
+-- waiting for, the write in flight whose partial block it reads (rmw).
 CREATE OR REPLACE VIEW _links_blocks AS
-WITH j AS (
+WITH up AS MATERIALIZED (SELECT * FROM _links_upper_keyed),
+same_op AS MATERIALIZED (
   SELECT l.*, u.upper_level, u.upper_id, u.u_start, u.u_end, u.u_op, u.u_off, u.u_len
-  FROM (SELECT x.*, _links_key(c.ck, x.lower_level, x.blk) AS k
+  FROM (SELECT x.*, c.ck, _links_key(c.ck, x.lower_level, x.l_op, x.blk) AS k
         FROM _links_lower x JOIN _links_captures c USING (capture_id)) l
-  ASOF LEFT JOIN (SELECT x.*, _links_key(c.ck, x.lower_level, x.blk) AS k
-                  FROM _links_upper x JOIN _links_captures c USING (capture_id)) u
+  ASOF LEFT JOIN up u ON u.k = l.k AND l.l_start >= u.u_start),
+unread AS (   -- reads no upper read was in flight for, keyed to upper writes
+  SELECT * EXCLUDE (k, upper_level, upper_id, u_start, u_end, u_op, u_off, u_len),
+         _links_key(ck, lower_level, 'write', blk) AS k
+  FROM same_op WHERE l_op = 'read' AND NOT coalesce(l_start <= u_end, false)),
+rmw AS (      -- (the writes of those blocks only: usually few, often none)
+  SELECT l.*, u.upper_level, u.upper_id, u.u_start, u.u_end, u.u_op, u.u_off, u.u_len
+  FROM unread l
+  ASOF LEFT JOIN (SELECT * FROM up WHERE k IN (SELECT k FROM unread)) u
     ON u.k = l.k AND l.l_start >= u.u_start),
+j AS (
+  SELECT * FROM same_op WHERE NOT (l_op = 'read' AND NOT coalesce(l_start <= u_end, false))
+  UNION ALL BY NAME SELECT * FROM rmw),
 k AS (
   SELECT *,
     _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,

@@ -19,7 +19,7 @@
 -- @column ino UBIGINT          inode of the image file
 -- @column offset_bytes BIGINT  image file offset
 -- @column bytes UBIGINT        length
--- @column op VARCHAR           read or write
+-- @column op VARCHAR           read, write or sync
 -- @column direct BOOLEAN       O_DIRECT access (bypasses the host page cache)
 -- @column source VARCHAR       tracepoint the row comes from
 -- @column fs_type VARCHAR      host file system type

@@ -22,7 +22,7 @@ FIO_RANDREAD = ["--rw=randread", "--bs=4k", "--direct=1", "--size=64M", "--io_si
 # through the image extent map to a host disk offset, and whether the level
 # below shows a request covering it while the read was in flight
 TRACE_THROUGH = """
-WITH r AS (SELECT * FROM vfs_io WHERE syscall = 'pread64' AND op = 'read'),
+WITH r AS (SELECT * FROM vfs_io WHERE syscall = $syscall AND op = 'read'),
 gm AS (SELECT * FROM extent_maps WHERE role = 'guest_file' AND phase = 'end'),
 im AS (SELECT * FROM extent_maps WHERE role = 'image' AND phase = 'end'),
 p1 AS (SELECT r.ts_ns, r.end_ns, r.offset_bytes, r.bytes,
@@ -66,12 +66,13 @@ def record_fio(lab, store: Path, tmp_path: Path, *fio_args: str, extra=()) -> tu
     return nestrace.open(store), fio_log_offsets(log), r
 
 
-def assert_traced_through(s, offsets: list[int]) -> None:
+def assert_traced_through(s, offsets: list[int], syscall: str = "pread64") -> None:
     assert len(offsets) == 4096
-    vfs = s.rows("SELECT offset_bytes, ret_bytes FROM vfs_io WHERE syscall = 'pread64'")
+    vfs = s.rows("SELECT offset_bytes, ret_bytes FROM vfs_io WHERE syscall = ?", [syscall])
     assert sorted(r["offset_bytes"] for r in vfs) == sorted(offsets)
     assert all(r["ret_bytes"] == 4096 for r in vfs)
-    got = s.rows(TRACE_THROUGH)[0]
+    got = s.con.execute(TRACE_THROUGH, {"syscall": syscall}).fetchone()
+    got = dict(zip(("mapped", "vdisk", "hostfs", "disk"), got))
     assert got == {"mapped": 4096, "vdisk": 4096, "hostfs": 4096, "disk": 4096}
     lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
     assert lost == {"drops": 0, "gaps": 0}
@@ -117,6 +118,74 @@ def test_ext4_on_xfs_every_fio_read_is_seen_at_all_four_levels(lab_factory, tmp_
     # on an xfs host the generic access hooks hostfs_io ignores are not attached
     assert hooks["xfs_file_direct_read"] == "tp_btf"
     assert hooks["iomap_dio_rw_begin"] == hooks["mm_filemap_get_pages"] == "skipped"
+
+
+def test_libaio_reads_at_queue_depth_16_are_seen_at_all_four_levels(lab_factory, tmp_path):
+    """Linux AIO: one vfs_io row per iocb (io_submit to the io_getevents
+    that reaped it), at fio's offset, and each traced down the stack."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    s, offsets, _ = record_fio(lab, tmp_path / "s", tmp_path, *FIO_RANDREAD,
+                               "--ioengine=libaio", "--iodepth=16")
+    assert_traced_through(s, offsets, syscall="aio_pread")
+    assert s.rows("SELECT count(*) AS n FROM vfs_io WHERE syscall NOT LIKE 'aio_%' "
+                  "AND op = 'read'") == [{"n": 0}]
+    # up to 16 in flight at once: the rows overlap in time
+    in_flight = s.rows("SELECT max(n) AS n FROM (SELECT count(*) AS n FROM vfs_io a JOIN vfs_io b "
+                       "ON b.ts_ns <= a.ts_ns AND a.ts_ns < b.end_ns GROUP BY a.io_id)")[0]["n"]
+    assert 2 <= in_flight <= 16, in_flight
+    assert s.rows("SELECT fraction FROM links_to_vfs ORDER BY level") == [
+        {"fraction": 1.0}, {"fraction": 1.0}]
+
+
+# Linux AIO without libaio: one iocb of each kind, submitted and reaped
+# one at a time (fio sends its fsyncs as plain fsync calls)
+AIO_EACH_KIND = r"""
+import ctypes, os, sys
+from ctypes import POINTER, addressof, byref, c_int16, c_int32, c_int64, c_uint16, c_uint32, c_uint64
+libc = ctypes.CDLL(None, use_errno=True)
+SETUP, SUBMIT, GETEVENTS = {"x86_64": (206, 209, 208), "aarch64": (0, 2, 4)}[os.uname().machine]
+class Iocb(ctypes.Structure):
+    _fields_ = [("data", c_uint64), ("key", c_uint32), ("rw_flags", c_int32), ("opcode", c_uint16),
+                ("reqprio", c_int16), ("fildes", c_uint32), ("buf", c_uint64), ("nbytes", c_uint64),
+                ("offset", c_int64), ("reserved2", c_uint64), ("flags", c_uint32), ("resfd", c_uint32)]
+class Event(ctypes.Structure):
+    _fields_ = [("data", c_uint64), ("obj", c_uint64), ("res", c_int64), ("res2", c_int64)]
+class Iovec(ctypes.Structure):
+    _fields_ = [("base", c_uint64), ("len", c_uint64)]
+ctx = ctypes.c_ulong(0)
+assert libc.syscall(SETUP, 8, byref(ctx)) == 0, ctypes.get_errno()
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+buf = ctypes.create_string_buffer(b"x" * 8192)
+iov = (Iovec * 2)(Iovec(addressof(buf), 1024), Iovec(addressof(buf) + 4096, 3072))
+for op, b, n, off in [(1, addressof(buf), 4096, 8192),       # IOCB_CMD_PWRITE
+                      (7, addressof(iov), 2, 8192),         # IOCB_CMD_PREADV, two iovecs
+                      (2, 0, 0, 0), (3, 0, 0, 0)]:          # FSYNC, FDSYNC
+    cb = Iocb(opcode=op, fildes=fd, buf=b, nbytes=n, offset=off)
+    arr = (POINTER(Iocb) * 1)(ctypes.pointer(cb))
+    assert libc.syscall(SUBMIT, ctx, ctypes.c_long(1), arr) == 1, ctypes.get_errno()
+    ev = (Event * 1)()
+    assert libc.syscall(GETEVENTS, ctx, ctypes.c_long(1), ctypes.c_long(1), ev, None) == 1
+    assert ev[0].res >= 0, ev[0].res
+"""
+
+
+def test_each_kind_of_aio_iocb_is_one_row(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", sys.executable,
+            "-c", AIO_EACH_KIND, f"{lab.mount}/aio")
+    s = nestrace.open(tmp_path / "s")
+    got = s.rows("SELECT syscall, op, offset_bytes, req_bytes, ret_bytes, end_ns > ts_ns AS timed "
+                 "FROM vfs_io WHERE syscall LIKE 'aio_%' ORDER BY ts_ns")
+    assert got == [
+        {"syscall": "aio_pwrite", "op": "write", "offset_bytes": 8192, "req_bytes": 4096,
+         "ret_bytes": 4096, "timed": True},
+        {"syscall": "aio_preadv", "op": "read", "offset_bytes": 8192, "req_bytes": 4096,
+         "ret_bytes": 4096, "timed": True},
+        {"syscall": "aio_fsync", "op": "sync", "offset_bytes": -1, "req_bytes": 0, "ret_bytes": 0,
+         "timed": True},
+        {"syscall": "aio_fdsync", "op": "sync", "offset_bytes": -1, "req_bytes": 0, "ret_bytes": 0,
+         "timed": True}]
+    assert s.rows("SELECT flushes FROM sync_transform WHERE level = 'vfs'") == [{"flushes": 2}]
 
 
 # each file system once as guest and once as host

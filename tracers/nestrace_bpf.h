@@ -6,6 +6,7 @@
 #define NT_MAX_DEVS 64
 #define NT_MAX_INOS 1024
 #define NT_MAX_TASKS 16384
+#define NT_MAX_AIO 32768	/* Linux AIO iocbs in flight */
 #define NT_FAST_FILTER 8	/* devices and inodes held as constants */
 
 /* Filter roles: which record families a device or inode is traced for. */

@@ -18,7 +18,18 @@ const volatile __u32 target_tgid = 0;
 
 enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        SC_PREADV, SC_PWRITEV, SC_PREADV2, SC_PWRITEV2, SC_FSYNC,
-       SC_FDATASYNC, SC_SYNC_FILE_RANGE };
+       SC_FDATASYNC, SC_SYNC_FILE_RANGE,
+       /* Linux AIO: one record per iocb, from io_submit to the
+        * io_getevents that reaped it */
+       SC_AIO_PREAD, SC_AIO_PWRITE, SC_AIO_FSYNC, SC_AIO_FDSYNC,
+       SC_AIO_PREADV, SC_AIO_PWRITEV,
+       /* internal: the system calls that carry them (never in a record) */
+       SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
+
+/* iocbs per io_submit, and events per io_getevents, followed (the
+ * kernel's own default limit, fs.aio-max-nr); beyond, each is counted as
+ * a lost record. */
+#define NT_MAX_AIO_BATCH 65536
 
 #define NT_MAX_IOV 8
 
@@ -43,6 +54,28 @@ struct {
 	__type(value, struct vfs_start);
 } starts SEC(".maps");
 
+/* An iocb in flight: (process, the iocb's user address) -> its start.  A
+ * plain hash, not LRU: an iocb that finds it full is counted as lost,
+ * where an LRU would silently evict one in flight. */
+struct aio_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 iocb;
+};
+
+struct aio_start {
+	struct vfs_start s;
+	__u32 tid;	/* the submitting thread */
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NT_MAX_AIO);
+	__type(key, struct aio_key);
+	__type(value, struct aio_start);
+} aio_inflight SEC(".maps");
+
 /* Syscall numbers are per architecture. */
 static __always_inline __u16 syscall__code(long id)
 {
@@ -61,6 +94,9 @@ static __always_inline __u16 syscall__code(long id)
 	case 296: return SC_PWRITEV;
 	case 327: return SC_PREADV2;
 	case 328: return SC_PWRITEV2;
+	case 208: return SC_IO_GETEVENTS;
+	case 209: return SC_IO_SUBMIT;
+	case 333: return SC_IO_GETEVENTS;	/* io_pgetevents */
 #elif defined(__TARGET_ARCH_arm64)
 	case 63: return SC_READ;
 	case 64: return SC_WRITE;
@@ -75,6 +111,9 @@ static __always_inline __u16 syscall__code(long id)
 	case 84: return SC_SYNC_FILE_RANGE;
 	case 286: return SC_PREADV2;
 	case 287: return SC_PWRITEV2;
+	case 2: return SC_IO_SUBMIT;
+	case 4: return SC_IO_GETEVENTS;
+	case 292: return SC_IO_GETEVENTS;	/* io_pgetevents */
 #else
 #error "nestrace vfs: add this architecture's syscall numbers"
 #endif
@@ -128,11 +167,174 @@ static __always_inline __u64 iov__sum(const struct iovec *iov, __u32 cnt)
 	return sum;
 }
 
+/* Take n sequence numbers and count them as dropped: records nestrace
+ * could not follow still show up as lost, never silently missing. */
+static __always_inline void records__lost(__u64 n)
+{
+	struct nt_cpu_counters *c = counters__get();
+
+	if (c && n) {
+		__sync_fetch_and_add(&c->seq, n);
+		__sync_fetch_and_add(&c->ringbuf_drops, n);
+	}
+}
+
+/* The file behind fd, if its file system is traced: fills dev, ino,
+ * f_flags and f_pos into s. */
+static __always_inline bool vfs__file(struct vfs_start *s, const bool btf)
+{
+	struct file *f = task__file(s->fd, btf);
+	struct inode *inode;
+
+	if (!f)
+		return false;
+	inode = BPF_CORE_READ(f, f_inode);
+	s->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	if (!dev__has(s->dev, NT_ROLE_VFS)) {
+		counters__filtered();
+		return false;
+	}
+	s->ino = BPF_CORE_READ(inode, i_ino);
+	s->f_flags = BPF_CORE_READ(f, f_flags);
+	s->offset = BPF_CORE_READ(f, f_pos);
+	return true;
+}
+
+struct aio_submit_ctx {
+	struct iocb **iocbpp;
+	__u64 ts;
+	__u64 id;
+};
+
+/* The i-th iocb of an io_submit: note its start if its file is traced. */
+static __always_inline long aio__submit_one(__u64 i, struct aio_submit_ctx *c, const bool btf)
+{
+	struct aio_start a = {};
+	struct aio_key k = {};
+	struct iocb *up = NULL;
+	struct iocb cb;
+
+	if (bpf_probe_read_user(&up, sizeof(up), &c->iocbpp[i]) ||
+	    bpf_probe_read_user(&cb, sizeof(cb), up))
+		return 0;	/* io_submit fails on it too */
+	switch (cb.aio_lio_opcode) {
+	case 0: a.s.syscall = SC_AIO_PREAD; break;	/* IOCB_CMD_PREAD */
+	case 1: a.s.syscall = SC_AIO_PWRITE; break;
+	case 2: a.s.syscall = SC_AIO_FSYNC; break;
+	case 3: a.s.syscall = SC_AIO_FDSYNC; break;
+	case 7: a.s.syscall = SC_AIO_PREADV; break;
+	case 8: a.s.syscall = SC_AIO_PWRITEV; break;
+	default: return 0;				/* poll, noop */
+	}
+	a.s.fd = cb.aio_fildes;
+	if (!vfs__file(&a.s, btf))
+		return 0;
+	a.s.ts = c->ts;
+	a.s.iov_count = 1;
+	a.s.offset = cb.aio_offset;
+	a.s.req_bytes = cb.aio_nbytes;
+	if (a.s.syscall == SC_AIO_PREADV || a.s.syscall == SC_AIO_PWRITEV) {
+		a.s.iov_count = cb.aio_nbytes;
+		a.s.req_bytes = iov__sum((void *)cb.aio_buf, a.s.iov_count);
+	} else if (a.s.syscall == SC_AIO_FSYNC || a.s.syscall == SC_AIO_FDSYNC) {
+		a.s.offset = -1;
+		a.s.req_bytes = 0;
+	}
+	a.tid = (__u32)c->id;
+	k.tgid = c->id >> 32;
+	k.iocb = (__u64)up;
+	if (bpf_map_update_elem(&aio_inflight, &k, &a, BPF_ANY))
+		records__lost(1);
+	return 0;
+}
+
+static long aio_submit_btf(__u64 i, void *c) { return aio__submit_one(i, c, true); }
+static long aio_submit_raw(__u64 i, void *c) { return aio__submit_one(i, c, false); }
+
+/* io_submit(ctx, nr, iocbpp): note each traced iocb's start (bpf_loop:
+ * one verified body for any batch size). */
+static __always_inline void aio__submit(struct pt_regs *regs, const bool btf)
+{
+	long nr = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	struct aio_submit_ctx c = {
+		.iocbpp = (void *)PT_REGS_PARM3_CORE_SYSCALL(regs),
+		.ts = bpf_ktime_get_ns(),
+		.id = bpf_get_current_pid_tgid(),
+	};
+
+	if (nr <= 0)
+		return;
+	if (nr > NT_MAX_AIO_BATCH) {
+		records__lost(nr - NT_MAX_AIO_BATCH);
+		nr = NT_MAX_AIO_BATCH;
+	}
+	bpf_loop(nr, btf ? aio_submit_btf : aio_submit_raw, &c, 0);
+}
+
+static __always_inline void vfs__emit(const struct vfs_start *s, __u64 now, __s64 ret, __u32 tid)
+{
+	struct nt_vfs_event *e = RESERVE_DIRECT(vfs_event, VFS_EVENT, s->ts);	/* may be preempted */
+
+	if (!e)
+		return;
+	e->duration_ns = now - s->ts;
+	e->ino = s->ino;
+	e->offset_bytes = s->offset;
+	e->req_bytes = s->req_bytes;
+	e->ret = ret;
+	e->dev = s->dev;
+	e->pid = task__tgid();
+	e->tid = tid;
+	e->f_flags = s->f_flags;
+	e->syscall = s->syscall;
+	e->iov_count = s->iov_count;
+	e->fd = s->fd;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	record__submit_direct(e);
+}
+
+struct aio_reap_ctx {
+	struct io_event *events;
+	__u64 now;
+	__u32 tgid;
+};
+
+/* The i-th reaped event: a record, if nestrace saw its iocb submitted. */
+static long aio_reap_one(__u64 i, void *ctx)
+{
+	struct aio_reap_ctx *c = ctx;
+	struct aio_key k = { .tgid = c->tgid };
+	struct io_event ev;
+	struct aio_start *a;
+
+	if (bpf_probe_read_user(&ev, sizeof(ev), &c->events[i]))
+		return 0;
+	k.iocb = ev.obj;
+	a = bpf_map_lookup_elem(&aio_inflight, &k);
+	if (!a)
+		return 0;	/* not a traced file, or submitted before the capture */
+	vfs__emit(&a->s, c->now, ev.res, a->tid);
+	bpf_map_delete_elem(&aio_inflight, &k);
+	return 0;
+}
+
+/* io_getevents returned n events at the user address events. */
+static __always_inline void aio__reap(struct io_event *events, long n, __u64 now)
+{
+	struct aio_reap_ctx c = { .events = events, .now = now, .tgid = task__tgid() };
+
+	if (n <= 0)
+		return;
+	if (n > NT_MAX_AIO_BATCH) {
+		records__lost(n - NT_MAX_AIO_BATCH);
+		n = NT_MAX_AIO_BATCH;
+	}
+	bpf_loop(n, aio_reap_one, &c, 0);
+}
+
 static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool btf)
 {
 	struct vfs_start s = {}, *slot;
-	struct file *f;
-	struct inode *inode;
 	__u16 code = syscall__code(id);
 	__u32 tid;
 
@@ -140,22 +342,20 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		return 0;
 	if (target_tgid && task__tgid() != target_tgid)
 		return 0;
-	s.fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
-	f = task__file(s.fd, btf);
-	if (!f)
-		return 0;
-	inode = BPF_CORE_READ(f, f_inode);
-	s.dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	if (!dev__has(s.dev, NT_ROLE_VFS)) {
-		counters__filtered();
+	if (code == SC_IO_SUBMIT) {
+		aio__submit(regs, btf);
 		return 0;
 	}
+	if (code == SC_IO_GETEVENTS) {	/* the events land at exit */
+		s.offset = PT_REGS_PARM4_CORE_SYSCALL(regs);
+	} else {
+		s.fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
+		if (!vfs__file(&s, btf))
+			return 0;
+	}
 	s.ts = bpf_ktime_get_ns();
-	s.ino = BPF_CORE_READ(inode, i_ino);
-	s.f_flags = BPF_CORE_READ(f, f_flags);
 	s.syscall = code;
 	s.iov_count = 1;
-	s.offset = BPF_CORE_READ(f, f_pos);
 	switch (code) {
 	case SC_READ:
 	case SC_WRITE:
@@ -185,6 +385,8 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		s.offset = PT_REGS_PARM2_CORE_SYSCALL(regs);
 		s.req_bytes = PT_REGS_PARM3_CORE_SYSCALL(regs);
 		break;
+	case SC_IO_GETEVENTS:
+		break;
 	default:	/* fsync, fdatasync: the whole file */
 		s.offset = -1;
 		s.req_bytes = 0;
@@ -200,37 +402,21 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 
 static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool btf)
 {
-	__u64 id;
 	__u32 tid;
 	struct vfs_start *s;
-	struct nt_vfs_event *e;
 	__u64 now;
 
 	if (!syscall__code(regs__syscall_nr(regs, btf)))
 		return 0;
-	id = bpf_get_current_pid_tgid();
-	tid = (__u32)id;
+	tid = (__u32)bpf_get_current_pid_tgid();
 	s = bpf_map_lookup_elem(&starts, &tid);
 	if (!s || !s->syscall)
 		return 0;
 	now = bpf_ktime_get_ns();
-	e = RESERVE_DIRECT(vfs_event, VFS_EVENT, s->ts);	/* may be preempted */
-	if (e) {
-		e->duration_ns = now - s->ts;
-		e->ino = s->ino;
-		e->offset_bytes = s->offset;
-		e->req_bytes = s->req_bytes;
-		e->ret = ret;
-		e->dev = s->dev;
-		e->pid = id >> 32;
-		e->tid = tid;
-		e->f_flags = s->f_flags;
-		e->syscall = s->syscall;
-		e->iov_count = s->iov_count;
-		e->fd = s->fd;
-		bpf_get_current_comm(e->comm, sizeof(e->comm));
-		record__submit_direct(e);
-	}
+	if (s->syscall == SC_IO_GETEVENTS)
+		aio__reap((void *)s->offset, ret, now);
+	else
+		vfs__emit(s, now, ret, tid);
 	s->syscall = 0;
 	return 0;
 }

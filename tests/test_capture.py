@@ -137,6 +137,38 @@ def test_libaio_reads_at_queue_depth_16_are_seen_at_all_four_levels(lab_factory,
         {"fraction": 1.0}, {"fraction": 1.0}]
 
 
+def test_io_uring_reads_are_seen_at_all_four_levels(lab_factory, tmp_path):
+    """io_uring: one vfs_io row per request, from submission to its CQE."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    s, offsets, _ = record_fio(lab, tmp_path / "s", tmp_path, *FIO_RANDREAD,
+                               "--ioengine=io_uring", "--iodepth=16")
+    assert_traced_through(s, offsets, syscall="uring_read")
+
+
+def test_io_uring_sqpoll_with_registered_files_and_fsyncs(lab_factory, tmp_path):
+    """SQPOLL (fio registers the files for it): requests are submitted by
+    the ring's kernel thread and name their file by index; fsyncs too."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=16M")
+    out = tmp_path / "fio.json"
+    run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", "fio", "--name=t",
+            f"--directory={lab.mount}", "--rw=randwrite", "--bs=4k", "--direct=1", "--size=16M",
+            "--io_size=4M", "--ioengine=io_uring", "--iodepth=16", "--sqthread_poll=1",
+            "--fsync=16", "--output-format=json", f"--output={out}")
+    syncs = json.loads(out.read_text())["jobs"][0]["sync"]["total_ios"]
+    s = nestrace.open(tmp_path / "s")
+    got = {r["syscall"]: r for r in s.rows(
+        "SELECT syscall, count(*) AS n, sum(ret_bytes) AS bytes, min(offset_bytes) AS min_off, "
+        "bool_and(comm LIKE 'iou-sqp-%') AS by_sq_thread FROM vfs_io GROUP BY ALL")}
+    assert set(got) == {"uring_write", "uring_fsync"}
+    assert got["uring_write"]["n"] == 1024 and got["uring_write"]["bytes"] == 4 * 1024 * 1024
+    assert got["uring_fsync"]["n"] == syncs > 0 and got["uring_fsync"]["min_off"] == -1
+    assert got["uring_write"]["by_sq_thread"]
+    assert s.rows("SELECT flushes FROM sync_transform WHERE level = 'vfs'") == [{"flushes": syncs}]
+    lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
+    assert lost == {"drops": 0, "gaps": 0}
+
+
 # Linux AIO without libaio: one iocb of each kind, submitted and reaped
 # one at a time (fio sends its fsyncs as plain fsync calls)
 AIO_EACH_KIND = r"""

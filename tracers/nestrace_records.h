@@ -30,16 +30,16 @@ struct nt_header {
 /* One completed file syscall (entry + exit) on a traced guest file system. (104 bytes) */
 struct nt_vfs_event {
 	struct nt_header hdr;
-	__u64 duration_ns; /* syscall exit time minus entry time (AIO: reaped minus submitted) */
+	__u64 duration_ns; /* syscall exit time minus entry time (AIO: reaped minus submitted; io_uring: CQE posted minus submitted) */
 	__u64 ino; /* inode number of the file */
 	__s64 offset_bytes; /* file offset of the I/O (f_pos at entry, or the pread/pwrite offset); -1 when none */
 	__u64 req_bytes; /* bytes asked for (count, or the sum of the iovec lengths) */
-	__s64 ret; /* syscall return value: bytes done, or -errno (AIO: the io_event's res) */
+	__s64 ret; /* syscall return value: bytes done, or -errno (AIO: the io_event's res; io_uring: the CQE's res) */
 	__u32 dev; /* kernel dev_t of the file's super block */
 	__u32 pid; /* process id (tgid) */
 	__u32 tid; /* thread id */
 	__u32 f_flags; /* open flags of the file (O_DIRECT, O_SYNC, ...) */
-	__u16 syscall; /* nestrace syscall code: 1 read 2 write 3 pread64 4 pwrite64 5 readv 6 writev 7 preadv 8 pwritev 9 preadv2 10 pwritev2 11 fsync 12 fdatasync 13 sync_file_range 14 aio_pread 15 aio_pwrite 16 aio_fsync 17 aio_fdsync 18 aio_preadv 19 aio_pwritev (Linux AIO: one record per iocb, from io_submit to the io_getevents that reaped it) */
+	__u16 syscall; /* nestrace syscall code: 1 read 2 write 3 pread64 4 pwrite64 5 readv 6 writev 7 preadv 8 pwritev 9 preadv2 10 pwritev2 11 fsync 12 fdatasync 13 sync_file_range 14 aio_pread 15 aio_pwrite 16 aio_fsync 17 aio_fdsync 18 aio_preadv 19 aio_pwritev (Linux AIO: one record per iocb, from io_submit to the io_getevents that reaped it) 20 uring_read 21 uring_write 22 uring_readv 23 uring_writev 24 uring_fsync (io_uring: one record per request, from submission to its CQE) */
 	__u16 iov_count; /* number of iovecs (1 for plain read/write) */
 	__s32 fd; /* file descriptor */
 	char comm[16]; /* task command name */

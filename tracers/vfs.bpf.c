@@ -23,6 +23,8 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
         * io_getevents that reaped it */
        SC_AIO_PREAD, SC_AIO_PWRITE, SC_AIO_FSYNC, SC_AIO_FDSYNC,
        SC_AIO_PREADV, SC_AIO_PWRITEV,
+       /* io_uring: one record per request, from submission to its CQE */
+       SC_URING_READ, SC_URING_WRITE, SC_URING_READV, SC_URING_WRITEV, SC_URING_FSYNC,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -66,7 +68,8 @@ struct aio_key {
 struct aio_start {
 	struct vfs_start s;
 	__u32 tid;	/* the submitting thread */
-	__u32 _pad;
+	__u32 tgid;
+	char comm[16];	/* io_uring: a CQE may be posted from another task */
 };
 
 struct {
@@ -179,11 +182,9 @@ static __always_inline void records__lost(__u64 n)
 	}
 }
 
-/* The file behind fd, if its file system is traced: fills dev, ino,
- * f_flags and f_pos into s. */
-static __always_inline bool vfs__file(struct vfs_start *s, const bool btf)
+/* If f's file system is traced: its dev, ino, f_flags and f_pos into s. */
+static __always_inline bool file__traced(struct vfs_start *s, struct file *f)
 {
-	struct file *f = task__file(s->fd, btf);
 	struct inode *inode;
 
 	if (!f)
@@ -198,6 +199,11 @@ static __always_inline bool vfs__file(struct vfs_start *s, const bool btf)
 	s->f_flags = BPF_CORE_READ(f, f_flags);
 	s->offset = BPF_CORE_READ(f, f_pos);
 	return true;
+}
+
+static __always_inline bool vfs__file(struct vfs_start *s, const bool btf)
+{
+	return file__traced(s, task__file(s->fd, btf));
 }
 
 struct aio_submit_ctx {
@@ -271,7 +277,9 @@ static __always_inline void aio__submit(struct pt_regs *regs, const bool btf)
 	bpf_loop(nr, btf ? aio_submit_btf : aio_submit_raw, &c, 0);
 }
 
-static __always_inline void vfs__emit(const struct vfs_start *s, __u64 now, __s64 ret, __u32 tid)
+/* One record.  comm NULL: the current task's (it is the caller's own). */
+static __always_inline void vfs__emit(const struct vfs_start *s, __u64 now, __s64 ret, __u32 tid,
+				      __u32 tgid, const char *comm)
 {
 	struct nt_vfs_event *e = RESERVE_DIRECT(vfs_event, VFS_EVENT, s->ts);	/* may be preempted */
 
@@ -283,13 +291,16 @@ static __always_inline void vfs__emit(const struct vfs_start *s, __u64 now, __s6
 	e->req_bytes = s->req_bytes;
 	e->ret = ret;
 	e->dev = s->dev;
-	e->pid = task__tgid();
+	e->pid = tgid;
 	e->tid = tid;
 	e->f_flags = s->f_flags;
 	e->syscall = s->syscall;
 	e->iov_count = s->iov_count;
 	e->fd = s->fd;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	if (comm)
+		__builtin_memcpy(e->comm, comm, sizeof(e->comm));
+	else
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
 	record__submit_direct(e);
 }
 
@@ -313,7 +324,7 @@ static long aio_reap_one(__u64 i, void *ctx)
 	a = bpf_map_lookup_elem(&aio_inflight, &k);
 	if (!a)
 		return 0;	/* not a traced file, or submitted before the capture */
-	vfs__emit(&a->s, c->now, ev.res, a->tid);
+	vfs__emit(&a->s, c->now, ev.res, a->tid, c->tgid, NULL);
 	bpf_map_delete_elem(&aio_inflight, &k);
 	return 0;
 }
@@ -416,9 +427,123 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 	if (s->syscall == SC_IO_GETEVENTS)
 		aio__reap((void *)s->offset, ret, now);
 	else
-		vfs__emit(s, now, ret, tid);
+		vfs__emit(s, now, ret, tid, task__tgid(), NULL);
 	s->syscall = 0;
 	return 0;
+}
+
+/* io_uring requests in flight: struct io_kiocb address -> start. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NT_MAX_AIO);
+	__type(key, __u64);
+	__type(value, struct aio_start);
+} uring_inflight SEC(".maps");
+
+/* IORING_OP_* (uapi numbers) nestrace follows */
+static __always_inline __u16 uring__code(__u8 opcode)
+{
+	switch (opcode) {
+	case 1: return SC_URING_READV;		/* IORING_OP_READV */
+	case 2: return SC_URING_WRITEV;		/* IORING_OP_WRITEV */
+	case 3: return SC_URING_FSYNC;		/* IORING_OP_FSYNC */
+	case 4: return SC_URING_READ;		/* IORING_OP_READ_FIXED */
+	case 5: return SC_URING_WRITE;		/* IORING_OP_WRITE_FIXED */
+	case 22: return SC_URING_READ;		/* IORING_OP_READ */
+	case 23: return SC_URING_WRITE;		/* IORING_OP_WRITE */
+	}
+	return 0;
+}
+
+/* The registered file at index idx of the request's ring (IOSQE_FIXED_FILE;
+ * fio's registerfiles, and always with sqthread_poll).  The ring's file
+ * table as of Linux 6.13; on other layouts none (the request is not
+ * followed). */
+static __always_inline struct file *uring__fixed_file(struct io_kiocb *req, int idx)
+{
+	struct io_ring_ctx *ctx = BPF_CORE_READ(req, ctx);
+	struct io_rsrc_node **nodes, *node = NULL;
+	unsigned long ptr;
+
+	if (!bpf_core_field_exists(struct io_rsrc_node, file_ptr) ||
+	    !bpf_core_field_exists(ctx->file_table.data.nodes))
+		return NULL;
+	if (idx < 0 || (unsigned int)idx >= BPF_CORE_READ(ctx, file_table.data.nr))
+		return NULL;
+	nodes = BPF_CORE_READ(ctx, file_table.data.nodes);
+	bpf_core_read(&node, sizeof(node), &nodes[idx]);
+	if (!node)
+		return NULL;
+	ptr = BPF_CORE_READ(node, file_ptr);
+	return (struct file *)(ptr & ~3UL);	/* FFS_NOWAIT, FFS_ISREG bits */
+}
+
+/* A request is submitted: its SQE has been read and prepared (file
+ * offset and length in the request's io_rw), its file not yet looked up,
+ * so the fd is resolved here, in the submitter (or the SQPOLL thread,
+ * which shares its files), or in the ring's registered files. */
+static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
+{
+	struct io_rw *rw = (void *)req;		/* io_kiocb_to_cmd(): the command data comes first */
+	struct aio_start a = {};
+	__u64 key = (__u64)req, id;
+
+	a.s.syscall = uring__code(RD1(btf, req, opcode));
+	if (!a.s.syscall)
+		return 0;
+	if (target_tgid && task__tgid() != target_tgid)
+		return 0;
+	a.s.fd = RD1(btf, req, cqe.fd);
+	if (RD1(btf, req, flags) & 1) {		/* REQ_F_FIXED_FILE = IOSQE_FIXED_FILE */
+		if (!file__traced(&a.s, uring__fixed_file(req, a.s.fd)))
+			return 0;
+	} else if (!vfs__file(&a.s, btf)) {
+		return 0;
+	}
+	a.s.ts = bpf_ktime_get_ns();
+	a.s.iov_count = 1;
+	if (a.s.syscall == SC_URING_FSYNC) {
+		a.s.offset = -1;
+		a.s.req_bytes = 0;
+	} else {
+		__s64 pos = BPF_CORE_READ(rw, kiocb.ki_pos);
+		__u32 len = BPF_CORE_READ(rw, len);
+
+		if (pos != -1)		/* -1: the file position, as read(2) */
+			a.s.offset = pos;
+		if (a.s.syscall == SC_URING_READV || a.s.syscall == SC_URING_WRITEV) {
+			a.s.iov_count = len;
+			a.s.req_bytes = iov__sum((void *)BPF_CORE_READ(rw, addr), len);
+		} else {
+			a.s.req_bytes = len;
+		}
+	}
+	id = bpf_get_current_pid_tgid();
+	a.tid = (__u32)id;
+	a.tgid = id >> 32;
+	bpf_get_current_comm(a.comm, sizeof(a.comm));
+	if (bpf_map_update_elem(&uring_inflight, &key, &a, BPF_ANY))
+		records__lost(1);
+	return 0;
+}
+
+/* Its CQE is posted (wherever that runs): the record. */
+static __always_inline int uring__complete(void *req, struct io_uring_cqe *cqe, const bool btf)
+{
+	__u64 key = (__u64)req;
+	struct aio_start *a = bpf_map_lookup_elem(&uring_inflight, &key);
+
+	if (!a)
+		return 0;
+	vfs__emit(&a->s, bpf_ktime_get_ns(), RD1(btf, cqe, res), a->tid, a->tgid, a->comm);
+	bpf_map_delete_elem(&uring_inflight, &key);
+	return 0;
+}
+
+NT_TWIN(io_uring_submit_req) { return uring__submit(ARG(0, struct io_kiocb *), btf); }
+NT_TWIN(io_uring_complete)
+{
+	return uring__complete(ARG(1, void *), ARG(2, struct io_uring_cqe *), btf);
 }
 
 NT_TWIN(sys_enter) { return vfs__enter(ARG(0, struct pt_regs *), (long)ctx[1], btf); }

@@ -5,7 +5,7 @@
 
 -- Per level: writes, how many are synchronous at this level (O_SYNC/O_DSYNC
 -- at vfs; FUA or PREFLUSH at block levels), explicit flushes (fsync and
--- fdatasync at vfs, also through AIO, flush requests at block levels), and how many writes
+-- fdatasync at vfs, also through AIO and io_uring, flush requests at block levels), and how many writes
 -- below fall inside an fsync of the level above ("fsync-bound").
 -- @column capture_id VARCHAR   capture
 -- @column level VARCHAR        vfs, vdisk or disk
@@ -15,7 +15,7 @@
 -- @column fsync_bound_writes BIGINT writes issued while an application fsync/fdatasync was in progress
 -- @column stable_fraction DOUBLE stable_writes / writes
 CREATE OR REPLACE VIEW sync_transform AS
-WITH f AS (SELECT capture_id, ts_ns, end_ns FROM vfs_io WHERE syscall IN ('fsync', 'fdatasync', 'aio_fsync', 'aio_fdsync')),
+WITH f AS (SELECT capture_id, ts_ns, end_ns FROM vfs_io WHERE syscall IN ('fsync', 'fdatasync', 'aio_fsync', 'aio_fdsync', 'uring_fsync')),
 blk AS (
   SELECT capture_id, level, op, start_ns AS ts, req_flags FROM vdisk_io
   UNION ALL SELECT capture_id, level, op, start_ns, req_flags FROM disk_io),
@@ -32,7 +32,7 @@ v AS (
   SELECT capture_id, 'vfs' AS level,
          count(*) FILTER (WHERE op = 'write') AS writes,
          count(*) FILTER (WHERE op = 'write' AND sync) AS stable_writes,
-         count(*) FILTER (WHERE syscall IN ('fsync', 'fdatasync', 'aio_fsync', 'aio_fdsync')) AS flushes,
+         count(*) FILTER (WHERE syscall IN ('fsync', 'fdatasync', 'aio_fsync', 'aio_fdsync', 'uring_fsync')) AS flushes,
          0::BIGINT AS fsync_bound_writes
   FROM vfs_io GROUP BY ALL)
 SELECT capture_id, level, writes, stable_writes, flushes, fsync_bound_writes,

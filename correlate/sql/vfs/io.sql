@@ -1,16 +1,17 @@
 -- Module vfs.io: application file syscalls (level 1).
 -- INCLUDE base.levels
 
--- One row per completed file syscall on the guest file system, and one
--- per Linux AIO iocb (io_submit ... io_getevents): its ts_ns is the
--- submission, its end_ns the io_getevents call that reaped it (when the
--- application learnt of the completion, which may be after the I/O ended).
+-- One row per completed file syscall on the guest file system, one per
+-- Linux AIO iocb (io_submit ... io_getevents: ts_ns is the submission,
+-- end_ns the io_getevents call that reaped it, when the application learnt
+-- of the completion, which may be after the I/O ended), and one per
+-- io_uring request (ts_ns its submission, end_ns the posting of its CQE).
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'vfs'
 -- @column io_id UBIGINT        row id, unique in a capture (cpu << 48 | seq)
--- @column ts_ns UBIGINT        syscall entry (AIO: io_submit), CLOCK_MONOTONIC ns
--- @column end_ns UBIGINT       syscall exit (AIO: the io_getevents that reaped it)
+-- @column ts_ns UBIGINT        syscall entry (AIO, io_uring: submission), CLOCK_MONOTONIC ns
+-- @column end_ns UBIGINT       syscall exit (AIO: the io_getevents that reaped it; io_uring: its CQE)
 -- @column duration_ns UBIGINT  exit - entry
 -- @column dev UINTEGER         kernel dev_t of the guest file system
 -- @column ino UBIGINT          inode number
@@ -19,7 +20,7 @@
 -- @column ret_bytes BIGINT     bytes done (0 on error)
 -- @column ret BIGINT           raw return value (bytes, or -errno)
 -- @column bytes BIGINT         alias of ret_bytes, for cross-level queries
--- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync; aio_pread, aio_pwrite, ... for AIO iocbs
+-- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ... for io_uring requests
 -- @column op VARCHAR           read, write or sync
 -- @column direct BOOLEAN       file opened with O_DIRECT
 -- @column sync BOOLEAN         file opened with O_SYNC or O_DSYNC
@@ -33,10 +34,11 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
        greatest(e.ret, 0) AS ret_bytes, e.ret, greatest(e.ret, 0) AS bytes,
        ['read', 'write', 'pread64', 'pwrite64', 'readv', 'writev', 'preadv', 'pwritev',
         'preadv2', 'pwritev2', 'fsync', 'fdatasync', 'sync_file_range',
-        'aio_pread', 'aio_pwrite', 'aio_fsync', 'aio_fdsync', 'aio_preadv', 'aio_pwritev'][e.syscall]
+        'aio_pread', 'aio_pwrite', 'aio_fsync', 'aio_fdsync', 'aio_preadv', 'aio_pwritev',
+        'uring_read', 'uring_write', 'uring_readv', 'uring_writev', 'uring_fsync'][e.syscall]
          AS syscall,
-       CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18) THEN 'read'
-            WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19) THEN 'write'
+       CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18, 20, 22) THEN 'read'
+            WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19, 21, 23) THEN 'write'
             ELSE 'sync' END AS op,
        (e.f_flags & 16384) <> 0 AS direct,          -- O_DIRECT (x86 040000)
        (e.f_flags & 1052672) <> 0 AS sync,          -- O_SYNC | O_DSYNC

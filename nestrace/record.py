@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import secrets
 import signal
 import socket
@@ -63,6 +64,66 @@ def unused_hooks(host_fs: str) -> tuple[str, ...]:
     named = {fs for _, _, fss in values for fs in fss if fs != "*"}
     fs = host_fs if host_fs in named else "*"
     return tuple(hook for _, hook, fss in values if fs not in fss)
+
+
+# interrupt lines of block devices in /proc/interrupts: virtio-blk queues
+# (virtioN-req.M), NVMe queues, AHCI
+_BLOCK_IRQ = re.compile(r"virtio\d+-req|\bnvme\d+q\d+|\bahci")
+
+
+def quiet_cpus(interrupts: str, cpus: set[int]) -> set[int] | None:
+    """CPUs of `cpus` that take (almost) no block-device interrupts, from
+    the text of /proc/interrupts; None when there is no such split (one
+    CPU, no block interrupts seen, or every CPU takes them)."""
+    lines = interrupts.splitlines()
+    if not lines:
+        return None
+    cols = [int(c[3:]) for c in lines[0].split() if c.startswith("CPU")]
+    per_cpu = dict.fromkeys(cols, 0)
+    for line in lines[1:]:
+        if not _BLOCK_IRQ.search(line):
+            continue
+        counts = line.split(":", 1)[1].split()[:len(cols)]
+        for cpu, n in zip(cols, counts):
+            if n.isdigit():
+                per_cpu[cpu] += int(n)
+    total = sum(per_cpu.get(c, 0) for c in cpus)
+    if len(cpus) < 2 or total == 0:
+        return None
+    quiet = {c for c in cpus if per_cpu.get(c, 0) <= total // 100}   # under 1 % of them
+    return quiet if quiet and quiet != cpus else None
+
+
+def parse_cpus(spec: str) -> set[int]:
+    """'0,2-3' -> {0, 2, 3}."""
+    out: set[int] = set()
+    try:
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise RecordError(f"--agent-cpus: {spec!r} is not a CPU list like 0,2-3") from None
+    return out
+
+
+def agent_cpus(spec: str) -> set[int] | None:
+    """Where the agent may run: `all` (anywhere), a CPU list, or `auto`: the
+    CPUs that take no block-device interrupts, when there are such.  On a
+    small VM one CPU takes the disk's interrupts and runs the completions;
+    the agent's work there is taken from the workload's I/O path."""
+    allowed = os.sched_getaffinity(0)
+    if spec == "all":
+        return None
+    if spec == "auto":
+        try:
+            return quiet_cpus(Path("/proc/interrupts").read_text(), allowed)
+        except OSError:
+            return None
+    cpus = parse_cpus(spec)
+    if not cpus <= allowed:
+        raise RecordError(f"--agent-cpus {spec}: CPUs {sorted(cpus - allowed)} are not online "
+                          f"(online: {sorted(allowed)})")
+    return cpus
 
 
 def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
@@ -134,10 +195,14 @@ class Capture:
 def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = None,
            command: list[str] | None = None, ringbuf_kb: int | None = None,
            flush_ms: int | None = None, all_hooks: bool = False,
-           mode: str = "auto", families: str = "vfs,block,hostfs",
+           mode: str = "auto", families: str = "vfs,block,hostfs", cpus: str = "auto",
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`."""
+    pin = agent_cpus(cpus)
+    if pin and cpus == "auto":
+        log(f"nestrace: agent on CPU {','.join(map(str, sorted(pin)))}, away from the disk "
+            "interrupts (--agent-cpus all: anywhere)")
     store_p = init_store(store)
     cid = new_capture_id()
     live = LiveCapture(store_p, cid)
@@ -154,7 +219,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     # end metadata.  No Python touches a record while the workload runs.
     args = agent_args(stack, ringbuf_kb, mode, families, flush_ms, all_hooks,
                       arrow_dir=live.dir)
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
     started = threading.Event()
     state = DecodeState("agent stream")
     reader_error: list[BaseException] = []

@@ -452,3 +452,28 @@ def test_a_store_on_a_full_disk_fails_with_one_clear_error_and_keeps_the_batches
         s.close()
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+def test_agent_cpus_pins_the_agent(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    p = subprocess.Popen(NESTRACE + ["record", "-o", str(tmp_path / "s"), "--stack", lab.mount,
+                                     "--agent-cpus", "0", "--duration", "4"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        allowed = None
+        for _ in range(60):
+            pids = subprocess.run(["pgrep", "-f", f"nestrace-agent.*{tmp_path}"],
+                                  capture_output=True, text=True).stdout.split()
+            if pids:
+                status = Path(f"/proc/{pids[0]}/status").read_text()
+                allowed = [l.split()[1] for l in status.splitlines()
+                           if l.startswith("Cpus_allowed_list")][0]
+                break
+            time.sleep(0.1)
+    finally:
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert allowed == "0"
+    r = run_cli("record", "-o", str(tmp_path / "s2"), "--stack", lab.mount, "--agent-cpus", "x",
+                "--duration", "1", check=False)
+    assert r.returncode == 2 and "--agent-cpus: 'x' is not a CPU list" in r.stderr

@@ -116,3 +116,23 @@ def test_sql_csv_and_interactive_shell(tmp_path):
     assert r.returncode == 0
     assert "answer" in r.stdout and "42" in r.stdout
     assert "error: " in r.stderr            # a bad query does not end the shell
+
+
+INTERRUPTS = """\
+           CPU0       CPU1       CPU2
+ 31:          0       1982          0 PCI-MSIX-0000:00:01.0   3-edge      virtio0-stats
+ 36:          3    5538575     120000 PCI-MSIX-0000:00:02.0   1-edge      virtio1-req.0
+ 41:     900000          0          0 PCI-MSIX-0000:00:03.0   1-edge      virtio3-rx
+ 50:          0          0     300000 PCI-MSIX-0000:00:04.0   2-edge      nvme0q1
+LOC:   19482340   20311562   10000000   Local timer interrupts
+"""
+
+
+def test_quiet_cpus_are_those_the_disk_interrupts_spare():
+    from nestrace.record import quiet_cpus
+    # virtio-blk on CPU 1, NVMe on CPU 2; the network and timers do not count
+    assert quiet_cpus(INTERRUPTS, {0, 1, 2}) == {0}
+    assert quiet_cpus(INTERRUPTS, {1, 2}) is None       # both take disk interrupts
+    assert quiet_cpus(INTERRUPTS, {0}) is None          # one CPU: nothing to choose
+    assert quiet_cpus(INTERRUPTS.replace("virtio1-req.0", "virtio1-cfg").replace(
+        "nvme0q1", "eth0"), {0, 1, 2}) is None          # no disk interrupts seen

@@ -86,6 +86,10 @@ def run_nestrace(mount, depth, runtime, tmp, out_dir: Path) -> dict:
 
 def run_ftrace(mount, depth, runtime, tmp, out_dir: Path, devs: list[str]) -> dict:
     out, log = tmp / "fio.json", out_dir / f"nestrace-bench-blk-{time.monotonic_ns()}.trace"
+    if (TRACING / "tracing_on").read_text().strip() != "1":
+        # with tracing off the blk tracer records nothing and costs nothing
+        raise SystemExit(f"bench/overhead: {TRACING}/tracing_on is 0: the blk tracer would "
+                         "record nothing; echo 1 > tracing_on and run again")
     (TRACING / "current_tracer").write_text("blk\n")
     for d in devs:
         (Path("/sys/block") / d / "trace" / "enable").write_text("1\n")
@@ -102,6 +106,8 @@ def run_ftrace(mount, depth, runtime, tmp, out_dir: Path, devs: list[str]) -> di
             (TRACING / "current_tracer").write_text("nop\n")  # EBUSY while a reader is open
     lines = sum(1 for _ in open(log, "rb"))
     log.unlink()
+    if lines == 0:
+        raise SystemExit(f"bench/overhead: the blk tracer recorded nothing on {', '.join(devs)}")
     return {**fio_result(out), "events": lines}
 
 

@@ -413,16 +413,21 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 
 static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool btf)
 {
+	__u16 code = syscall__code(regs__syscall_nr(regs, btf));
 	__u32 tid;
 	struct vfs_start *s;
 	__u64 now;
 
-	if (!syscall__code(regs__syscall_nr(regs, btf)))
+	if (!code || code == SC_IO_SUBMIT)	/* io_submit: all done at entry */
 		return 0;
 	tid = (__u32)bpf_get_current_pid_tgid();
 	s = bpf_map_lookup_elem(&starts, &tid);
 	if (!s || !s->syscall)
 		return 0;
+	if (s->syscall != code) {	/* a start whose exit was never seen */
+		s->syscall = 0;
+		return 0;
+	}
 	now = bpf_ktime_get_ns();
 	if (s->syscall == SC_IO_GETEVENTS)
 		aio__reap((void *)s->offset, ret, now);

@@ -41,21 +41,34 @@ FROM disk_io WHERE bytes > 0;
 
 -- (capture, hop, op, block) as one integer: DuckDB's ASOF join is ~2.5x
 -- faster on one integer key than on several columns.  Captures are
--- numbered in the store (at most 4096), hops 0-2, ops 0 read 1 write
--- 2 discard 3 other, blocks below 2^48 (1 EiB; beyond, no match).
+-- numbered in the store (at most 4096), hops 0 vdisk 1 hostfs 2 disk (by
+-- the lower level), ops 0 read 1 write 2 discard 3 other, blocks below
+-- 2^48 (1 EiB; beyond, no match).
 CREATE OR REPLACE VIEW _links_captures AS
 SELECT capture_id, (row_number() OVER (ORDER BY capture_id) - 1)::UBIGINT AS ck
 FROM (SELECT DISTINCT capture_id FROM device_map);
 
-CREATE OR REPLACE MACRO _links_key(ck, lvl, op, blk) AS
+CREATE OR REPLACE MACRO _links_hop(lvl) AS
+  (CASE lvl WHEN 'vdisk' THEN 0 WHEN 'hostfs' THEN 1 ELSE 2 END)::UTINYINT;
+CREATE OR REPLACE MACRO _links_op(op) AS
+  (CASE op WHEN 'read' THEN 0 WHEN 'write' THEN 1 WHEN 'discard' THEN 2 ELSE 3 END)::UTINYINT;
+CREATE OR REPLACE MACRO _links_key(ck, hop, op, blk) AS
   (CASE WHEN ck < 4096 THEN ck ELSE error('links: more than 4096 captures in one store') END << 52)
-  | ((CASE lvl WHEN 'vdisk' THEN 0 WHEN 'hostfs' THEN 1 ELSE 2 END)::UBIGINT << 50)
-  | ((CASE op WHEN 'read' THEN 0 WHEN 'write' THEN 1 WHEN 'discard' THEN 2 ELSE 3 END)::UBIGINT << 48)
+  | (hop::UBIGINT << 50) | (op::UBIGINT << 48)
   | CASE WHEN blk >= 0 AND blk < (1::BIGINT << 48) THEN blk::UBIGINT END;  -- else no match
 
+-- Both sides keyed, with small codes for the strings: the rows between
+-- the two joins below are held in memory, 3 per 4 KiB block.
 CREATE OR REPLACE VIEW _links_upper_keyed AS
-SELECT x.*, c.ck, _links_key(c.ck, x.lower_level, x.u_op, x.blk) AS k
+SELECT _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.u_op), x.blk) AS k,
+       x.upper_id, x.u_start, x.u_end, _links_op(x.u_op) AS uop, x.u_off, x.u_len
 FROM _links_upper x JOIN _links_captures c USING (capture_id);
+
+CREATE OR REPLACE VIEW _links_lower_keyed AS
+SELECT c.ck, _links_hop(x.lower_level) AS hop, _links_op(x.l_op) AS lop, x.lower_id, x.l_start,
+       x.l_flags, x.l_off, x.l_len, x.blk,
+       _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.l_op), x.blk) AS k
+FROM _links_lower x JOIN _links_captures c USING (capture_id);
 
 -- Per lower block, the upper event that caused it: the latest upper event
 -- of the same op on the same block that started before it (ASOF) — a
@@ -63,31 +76,29 @@ FROM _links_upper x JOIN _links_captures c USING (capture_id);
 -- of it in between do not count — and, for a read that no upper read was
 -- waiting for, the write in flight whose partial block it reads (rmw).
 CREATE OR REPLACE VIEW _links_blocks AS
-WITH up AS MATERIALIZED (SELECT * FROM _links_upper_keyed),
-same_op AS MATERIALIZED (
-  SELECT l.*, u.upper_level, u.upper_id, u.u_start, u.u_end, u.u_op, u.u_off, u.u_len
-  FROM (SELECT x.*, c.ck, _links_key(c.ck, x.lower_level, x.l_op, x.blk) AS k
-        FROM _links_lower x JOIN _links_captures c USING (capture_id)) l
-  ASOF LEFT JOIN up u ON u.k = l.k AND l.l_start >= u.u_start),
+WITH same_op AS MATERIALIZED (
+  SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
+  FROM _links_lower_keyed l
+  ASOF LEFT JOIN _links_upper_keyed u ON u.k = l.k AND l.l_start >= u.u_start),
 unread AS (   -- reads no upper read was in flight for, keyed to upper writes
-  SELECT * EXCLUDE (k, upper_level, upper_id, u_start, u_end, u_op, u_off, u_len),
-         _links_key(ck, lower_level, 'write', blk) AS k
-  FROM same_op WHERE l_op = 'read' AND NOT coalesce(l_start <= u_end, false)),
+  SELECT * EXCLUDE (upper_id, u_start, u_end, uop, u_off, u_len),
+         _links_key(ck, hop, 1, blk) AS k
+  FROM same_op WHERE lop = 0 AND NOT coalesce(l_start <= u_end, false)),
 rmw AS (      -- (the writes of those blocks only: usually few, often none)
-  SELECT l.*, u.upper_level, u.upper_id, u.u_start, u.u_end, u.u_op, u.u_off, u.u_len
+  SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM unread l
-  ASOF LEFT JOIN (SELECT * FROM up WHERE k IN (SELECT k FROM unread)) u
+  ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed WHERE k IN (SELECT k FROM unread)) u
     ON u.k = l.k AND l.l_start >= u.u_start),
 j AS (
-  SELECT * FROM same_op WHERE NOT (l_op = 'read' AND NOT coalesce(l_start <= u_end, false))
-  UNION ALL BY NAME SELECT * FROM rmw),
+  SELECT * FROM same_op WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end, false))
+  UNION ALL SELECT * FROM rmw),
 k AS (
   SELECT *,
     _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,
     CASE WHEN upper_id IS NULL THEN NULL
-         WHEN l_start <= u_end AND l_op = u_op THEN 'sync'
-         WHEN l_start <= u_end AND u_op = 'write' AND l_op = 'read' THEN 'rmw'
-         WHEN u_op = 'write' AND l_op = 'write' THEN 'writeback'
+         WHEN l_start <= u_end AND lop = uop THEN 'sync'
+         WHEN l_start <= u_end AND uop = 1 AND lop = 0 THEN 'rmw'
+         WHEN uop = 1 AND lop = 1 THEN 'writeback'
     END AS kind0
   FROM j),
 m AS (
@@ -97,16 +108,21 @@ m AS (
                  ELSE _overlap(greatest(l_off, blk * 4096),
                                least(l_off + l_len, blk * 4096 + 4096) - greatest(l_off, blk * 4096),
                                u_off, u_len) END AS attributed
-  FROM k)
-SELECT capture_id, coalesce(upper_level, CASE lower_level WHEN 'vdisk' THEN 'vfs' ELSE 'vdisk' END)
-         AS upper_level, lower_level, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
-       CASE kind0 WHEN 'writeback' THEN l_start::BIGINT - u_end::BIGINT
-                  ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
-FROM m WHERE kind0 IS NOT NULL AND attributed > 0
-UNION ALL
-SELECT capture_id, CASE lower_level WHEN 'vdisk' THEN 'vfs' ELSE 'vdisk' END, lower_level,
-       lower_id, NULL, _unattributed_kind(l_op, l_flags), block_bytes - attributed, NULL
-FROM m WHERE block_bytes - attributed > 0;
+  FROM k),
+out AS (
+  SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
+         CASE kind0 WHEN 'writeback' THEN l_start::BIGINT - u_end::BIGINT
+                    ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
+  FROM m WHERE kind0 IS NOT NULL AND attributed > 0
+  UNION ALL
+  SELECT ck, hop, lower_id, NULL, _unattributed_kind(['read', 'write', 'discard', 'other'][lop + 1],
+                                                     l_flags),
+         block_bytes - attributed, NULL
+  FROM m WHERE block_bytes - attributed > 0)
+SELECT c.capture_id, CASE o.hop WHEN 0 THEN 'vfs' ELSE 'vdisk' END AS upper_level,
+       ['vdisk', 'hostfs', 'disk'][o.hop + 1] AS lower_level, o.lower_id, o.upper_id, o.kind,
+       o.bytes, o.lag_ns
+FROM out o JOIN _links_captures c USING (ck);
 
 -- Links as computed (`links` reads the rows `nestrace correlate` stored,
 -- where it has been run).

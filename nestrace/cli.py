@@ -158,12 +158,14 @@ def lab_list() -> None:
 @click.option("--agent-cpus", default="auto", show_default=True,
               help="CPUs the agent runs on: a list (0,2-3), 'all', or 'auto': those that "
                    "take no block-device interrupts, if some CPUs do and others not.")
+@click.option("--pid", type=int, default=None,
+              help="vfs level: only this process (and its threads); lower levels: all I/O.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @user_errors
 @needs_root
 @needs_btf
 def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mode,
-           all_hooks, agent_cpus, command) -> None:
+           all_hooks, agent_cpus, pid, command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until Ctrl-C)."""
     from . import record as rec
     from .stack import block_dev_of_path, discover, from_devices, mount_of
@@ -182,7 +184,7 @@ def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mod
         stack = discover(mount)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
-                     all_hooks=all_hooks, cpus=agent_cpus)
+                     all_hooks=all_hooks, cpus=agent_cpus, pid=pid)
     _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)

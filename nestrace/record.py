@@ -128,7 +128,7 @@ def agent_cpus(spec: str) -> set[int] | None:
 
 def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
                flush_ms: int | None = None, all_hooks: bool = False,
-               arrow_dir: Path | None = None) -> list[str]:
+               arrow_dir: Path | None = None, pid: int | None = None) -> list[str]:
     args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families,
             "--dev", f"{kdev_str(stack.guest_kdev)}=vfs,cache,map",
             "--dev", f"{kdev_str(stack.vdisk.kdev)}=block",
@@ -143,6 +143,8 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
         args += ["--flush-ms", str(flush_ms)]
     if arrow_dir:
         args += ["--arrow-dir", str(arrow_dir)]
+    if pid:
+        args += ["--pid", str(pid)]
     return args
 
 
@@ -196,9 +198,14 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            command: list[str] | None = None, ringbuf_kb: int | None = None,
            flush_ms: int | None = None, all_hooks: bool = False,
            mode: str = "auto", families: str = "vfs,block,hostfs", cpus: str = "auto",
+           pid: int | None = None,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
-    until SIGINT), into a new capture of `store`."""
+    until SIGINT), into a new capture of `store`.  `pid`: the vfs level
+    sees only that process (its threads included); the lower levels see
+    every I/O on the stack."""
+    if pid is not None and not Path(f"/proc/{pid}").is_dir():
+        raise RecordError(f"--pid {pid}: no such process")
     pin = agent_cpus(cpus)
     if pin and cpus == "auto":
         log(f"nestrace: agent on CPU {','.join(map(str, sorted(pin)))}, away from the disk "
@@ -218,7 +225,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     # (Arrow IPC, one batch per flush); its stdout carries the start and
     # end metadata.  No Python touches a record while the workload runs.
     args = agent_args(stack, ringbuf_kb, mode, families, flush_ms, all_hooks,
-                      arrow_dir=live.dir)
+                      arrow_dir=live.dir, pid=pid)
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
     started = threading.Event()

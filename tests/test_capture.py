@@ -477,3 +477,48 @@ def test_agent_cpus_pins_the_agent(lab_factory, tmp_path):
     r = run_cli("record", "-o", str(tmp_path / "s2"), "--stack", lab.mount, "--agent-cpus", "x",
                 "--duration", "1", check=False)
     assert r.returncode == 2 and "--agent-cpus: 'x' is not a CPU list" in r.stderr
+
+
+# reads 100 x 4 KiB once the go file exists
+PREADER = r"""
+import os, sys, time
+path, go = sys.argv[1], sys.argv[2]
+while not os.path.exists(go):
+    time.sleep(0.05)
+fd = os.open(path, os.O_RDONLY)
+for i in range(100):
+    os.pread(fd, 4096, i * 8192)
+"""
+
+
+def test_pid_filter_keeps_one_process_at_the_vfs_level(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=16M")
+    target = f"{lab.mount}/t.0.0"
+    go = tmp_path / "go"
+    reader = subprocess.Popen([sys.executable, "-c", PREADER, target, str(go)])
+    rec = subprocess.Popen(NESTRACE + ["record", "-o", str(tmp_path / "s"), "--stack", lab.mount,
+                                       "--pid", str(reader.pid), "--duration", "4"],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):       # the agent is up
+            if subprocess.run(["pgrep", "-f", f"nestrace-agent.*{tmp_path}"],
+                              capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        time.sleep(1)
+        lab.fio("--rw=randread", "--bs=4k", "--direct=1", "--size=16M", "--io_size=2M")
+        go.touch()
+        assert reader.wait(timeout=30) == 0
+    finally:
+        reader.kill()
+        out, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    s = nestrace.open(tmp_path / "s")
+    assert s.rows("SELECT pid, count(*) AS n FROM vfs_io WHERE op = 'read' GROUP BY pid") == [
+        {"pid": reader.pid, "n": 100}]
+    # fio's 512 O_DIRECT reads still reach the disk, untraced at the vfs level
+    assert s.rows("SELECT count(*) AS n FROM disk_io WHERE op = 'read'")[0]["n"] > 512
+    r = run_cli("record", "-o", str(tmp_path / "s2"), "--stack", lab.mount, "--pid", "999999999",
+                "--duration", "1", check=False)
+    assert r.returncode == 2 and "--pid 999999999: no such process" in r.stderr

@@ -58,8 +58,9 @@ class Session:
             files = sorted(self.store.glob(f"{table}/capture=*/*.parquet")) if self.store else []
             if files:
                 glob = str(self.store / table / "capture=*" / "*.parquet").replace("'", "''")
-                self.con.execute(f"CREATE VIEW {table} WITH (DEFER_BINDING) AS SELECT * FROM "
-                                 f"read_parquet('{glob}', hive_partitioning = false, union_by_name = true)")
+                self.con.execute(sqlmod.deferred(
+                    f"CREATE VIEW {table} AS SELECT * FROM "
+                    f"read_parquet('{glob}', hive_partitioning = false, union_by_name = true)"))
             else:
                 self._empties[table] = schema.empty_table()
                 self.con.register(table, self._empties[table])
@@ -80,16 +81,19 @@ class Session:
                 continue
             stored = {f.parent.name.split("=", 1)[1] for f in files}
             glob = str(self.store / view / "capture=*" / "data.parquet").replace("'", "''")
-            self.con.execute(f"CREATE OR REPLACE VIEW _{view}_stored WITH (DEFER_BINDING) AS SELECT * FROM "
-                             f"read_parquet('{glob}', hive_partitioning = false)")
+            self.con.execute(sqlmod.deferred(
+                f"CREATE OR REPLACE VIEW _{view}_stored AS SELECT * FROM "
+                f"read_parquet('{glob}', hive_partitioning = false)"))
             missing = sorted(caps - stored)
             if not missing:         # the common case: never plan the computation
-                self.con.execute(f"CREATE OR REPLACE VIEW {view} WITH (DEFER_BINDING) AS SELECT * FROM _{view}_stored")
+                self.con.execute(sqlmod.deferred(
+                    f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _{view}_stored"))
                 continue
             ids = ", ".join("'" + c.replace("'", "''") + "'" for c in missing)
-            self.con.execute(f"CREATE OR REPLACE VIEW {view} WITH (DEFER_BINDING) AS SELECT * FROM _{view}_stored "
-                             f"UNION ALL BY NAME SELECT * FROM _{view}_computed "
-                             f"WHERE capture_id IN ({ids})")
+            self.con.execute(sqlmod.deferred(
+                f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _{view}_stored "
+                f"UNION ALL BY NAME SELECT * FROM _{view}_computed "
+                f"WHERE capture_id IN ({ids})"))
 
     @classmethod
     def from_tables(cls, tables: dict[str, pa.Table]) -> "Session":

@@ -206,6 +206,30 @@ static __always_inline bool vfs__file(struct vfs_start *s, const bool btf)
 	return file__traced(s, task__file(s->fd, btf));
 }
 
+enum { ASYNC_RW, ASYNC_RWV, ASYNC_SYNC };
+
+/* An AIO or io_uring request's range into s: an offset (-1: the file
+ * position, already in s) and a length, or for the vectored kinds an
+ * iovec array (addr, count); none for a sync. */
+static __always_inline void async__range(struct vfs_start *s, int kind, __s64 off,
+					 __u64 addr, __u64 len)
+{
+	s->iov_count = 1;
+	if (kind == ASYNC_SYNC) {
+		s->offset = -1;
+		s->req_bytes = 0;
+		return;
+	}
+	if (off != -1)
+		s->offset = off;
+	if (kind == ASYNC_RWV) {
+		s->iov_count = len;
+		s->req_bytes = iov__sum((void *)addr, len);
+	} else {
+		s->req_bytes = len;
+	}
+}
+
 struct aio_submit_ctx {
 	struct iocb **iocbpp;
 	__u64 ts;
@@ -236,16 +260,9 @@ static __always_inline long aio__submit_one(__u64 i, struct aio_submit_ctx *c, c
 	if (!vfs__file(&a.s, btf))
 		return 0;
 	a.s.ts = c->ts;
-	a.s.iov_count = 1;
-	a.s.offset = cb.aio_offset;
-	a.s.req_bytes = cb.aio_nbytes;
-	if (a.s.syscall == SC_AIO_PREADV || a.s.syscall == SC_AIO_PWRITEV) {
-		a.s.iov_count = cb.aio_nbytes;
-		a.s.req_bytes = iov__sum((void *)cb.aio_buf, a.s.iov_count);
-	} else if (a.s.syscall == SC_AIO_FSYNC || a.s.syscall == SC_AIO_FDSYNC) {
-		a.s.offset = -1;
-		a.s.req_bytes = 0;
-	}
+	async__range(&a.s, a.s.syscall >= SC_AIO_PREADV ? ASYNC_RWV :
+			   a.s.syscall >= SC_AIO_FSYNC ? ASYNC_SYNC : ASYNC_RW,
+		     cb.aio_offset, cb.aio_buf, cb.aio_nbytes);
 	a.tid = (__u32)c->id;
 	k.tgid = c->id >> 32;
 	k.iocb = (__u64)up;
@@ -506,23 +523,9 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 		return 0;
 	}
 	a.s.ts = bpf_ktime_get_ns();
-	a.s.iov_count = 1;
-	if (a.s.syscall == SC_URING_FSYNC) {
-		a.s.offset = -1;
-		a.s.req_bytes = 0;
-	} else {
-		__s64 pos = BPF_CORE_READ(rw, kiocb.ki_pos);
-		__u32 len = BPF_CORE_READ(rw, len);
-
-		if (pos != -1)		/* -1: the file position, as read(2) */
-			a.s.offset = pos;
-		if (a.s.syscall == SC_URING_READV || a.s.syscall == SC_URING_WRITEV) {
-			a.s.iov_count = len;
-			a.s.req_bytes = iov__sum((void *)BPF_CORE_READ(rw, addr), len);
-		} else {
-			a.s.req_bytes = len;
-		}
-	}
+	async__range(&a.s, a.s.syscall == SC_URING_FSYNC ? ASYNC_SYNC :
+			   a.s.syscall >= SC_URING_READV ? ASYNC_RWV : ASYNC_RW,
+		     BPF_CORE_READ(rw, kiocb.ki_pos), BPF_CORE_READ(rw, addr), BPF_CORE_READ(rw, len));
 	id = bpf_get_current_pid_tgid();
 	a.tid = (__u32)id;
 	a.tgid = id >> 32;

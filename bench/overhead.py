@@ -111,6 +111,54 @@ def run_ftrace(mount, depth, runtime, tmp, out_dir: Path, devs: list[str]) -> di
     return {**fio_result(out), "events": lines}
 
 
+def program_families() -> dict[str, str]:
+    """BPF program name -> the family (vfs, block, hostfs) whose source
+    declares it: each NT_TWIN(tp) is loaded as tp_btf or tp_raw."""
+    import re
+    out = {"nt_flush": "flush"}
+    for src in sorted((ROOT / "tracers").glob("*.bpf.c")):
+        fam = src.name.split(".")[0]
+        for tp in re.findall(r"NT_TWIN\((\w+)\)", src.read_text()):
+            out[f"{tp}_btf"] = out[f"{tp}_raw"] = fam
+    return out
+
+
+def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path) -> dict:
+    """One more (b) run with kernel.bpf_stats_enabled=1, outside the timed
+    rounds (the kernel then reads the clock twice around every program
+    run): the CPU time nestrace's programs spent, per family, per I/O.
+    bpftool reads the counters while fio's last I/Os are still traced."""
+    knob = Path("/proc/sys/kernel/bpf_stats_enabled")
+    old = knob.read_text().strip()
+    out, snap = tmp / "fio.json", tmp / "progs.json"
+    store = out_dir / f"nestrace-bench-store-{time.monotonic_ns()}"
+    cmd = fio_cmd(mount, depth, runtime, out)
+    cmd[-1] += f" && bpftool prog show -j > {snap}"
+    knob.write_text("1\n")
+    try:
+        r = subprocess.run(NT + ["record", "-o", str(store), "--stack", mount, "--", *cmd],
+                           capture_output=True, text=True, cwd=ROOT)
+    finally:
+        knob.write_text(old + "\n")
+        shutil.rmtree(store, ignore_errors=True)
+    if r.returncode:
+        raise RuntimeError(r.stderr)
+    fams = program_families()
+    ios = json.loads(out.read_text())["jobs"][0]["write"]["total_ios"]
+    cost: dict[str, list[int]] = {}
+    for p in json.loads(snap.read_text()):
+        fam = fams.get(p.get("name"))
+        if fam and p.get("run_cnt"):
+            c = cost.setdefault(fam, [0, 0])
+            c[0] += p["run_cnt"]
+            c[1] += p["run_time_ns"]
+    if not cost:
+        raise SystemExit("bench/overhead: bpftool showed no nestrace program with run counts")
+    return {"ios": ios, **fio_result(out),
+            "families": {f: {"runs_per_io": n / ios, "ns_per_run": t / n, "ns_per_io": t / ios}
+                         for f, (n, t) in sorted(cost.items())}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runtime", type=int, default=10, help="seconds per fio run")
@@ -118,6 +166,8 @@ def main() -> int:
     ap.add_argument("--depths", default="1,32")
     ap.add_argument("--out-dir", default="/dev/shm",
                     help="where (b) and (c) write their traces (default /dev/shm: off the disk under test)")
+    ap.add_argument("--no-bpf-stats", dest="bpf_stats", action="store_false",
+                    help="skip the extra capture that measures the BPF programs' own CPU time")
     args = ap.parse_args()
     if os.geteuid():
         print("bench/overhead: needs root", file=sys.stderr)
@@ -152,6 +202,10 @@ def main() -> int:
                         r["steal_pct"] = round(steal_pct(t0, cpu_times()), 1)
                         results.setdefault((depth, mode), []).append(r)
                         print(f"depth {depth} round {rnd} mode {mode}: {r}", file=sys.stderr)
+                if args.bpf_stats:
+                    r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir)
+                    results[(depth, "stats")] = r
+                    print(f"depth {depth} bpf stats: {r}", file=sys.stderr)
     finally:
         subprocess.run(NT + ["lab", "down", "--name", lab], capture_output=True, cwd=ROOT)
         os.close(lat)
@@ -161,7 +215,8 @@ def main() -> int:
     print("| iodepth | (a) none IOPS | (b) nestrace IOPS | (c) ftrace blk IOPS | (b)/(a) | (c)/(a) "
           "| nestrace events/s | nestrace lost |")
     print("|---|---|---|---|---|---|---|---|")
-    for depth in sorted({d for d, _ in results}):
+    depths = sorted({d for d, _ in results})
+    for depth in depths:
         med = {m: statistics.median(r["iops"] for r in results[(depth, m)]) for m in "abc"}
         b = results[(depth, "b")]
         evs = statistics.median(r["events_per_s"] for r in b)
@@ -173,7 +228,7 @@ def main() -> int:
     print("\n| iodepth | (b)/(a) per round: median [min, max] | (c)/(a) per round: median [min, max] "
           "| CPU µs per I/O a / b / c (median) | steal % a / b / c (median) |")
     print("|---|---|---|---|---|")
-    for depth in sorted({d for d, _ in results}):
+    for depth in depths:
         rs = {m: results[(depth, m)] for m in "abc"}
         cells = []
         for m in "bc":
@@ -182,6 +237,20 @@ def main() -> int:
         steal = " / ".join(f"{statistics.median(r['steal_pct'] for r in rs[m]):.1f}" for m in "abc")
         cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[m]):.1f}" for m in "abc")
         print(f"| {depth} | {cells[0]} | {cells[1]} | {cpu} | {steal} |")
+    if args.bpf_stats:
+        # kernel.bpf_stats_enabled adds two clock reads to every run: an
+        # upper bound on what the programs cost in the rounds above.
+        print("\nBPF programs' own CPU time in one extra (b) run with kernel.bpf_stats_enabled=1 "
+              "(upper bound: the stats add two clock reads per run)\n")
+        print("| iodepth | family | runs per I/O | ns per run | ns per I/O |")
+        print("|---|---|---|---|---|")
+        for depth in depths:
+            fams = results[(depth, "stats")]["families"]
+            for f, c in fams.items():
+                print(f"| {depth} | {f} | {c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | "
+                      f"{c['ns_per_io']:.0f} |")
+            total = sum(c["ns_per_io"] for c in fams.values())
+            print(f"| {depth} | all | | | {total:.0f} |")
     return 0
 
 

@@ -1,0 +1,137 @@
+"""nestrace's block levels against the kernel's own blktrace: the ftrace
+`blk` tracer runs on both loop devices during a nestrace capture, writing
+real blktrace records (bin mode) on the same clock (trace_clock mono, what
+bpf_ktime_get_ns reads).  Every Q, G, I, D and C must be in both, at the
+same time, and btt's D2C and Q2C, paired blkparse-style from the blktrace
+records, must equal block_requests' phases."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+import nestrace
+from conftest import run_cli
+from nestrace import blktrace
+
+pytestmark = pytest.mark.root
+
+TRACING = Path("/sys/kernel/tracing")
+# nestrace's block actions -> blktrace's letters (the ones both record)
+ACTIONS = {1: "Q", 2: "M", 3: "F", 4: "G", 5: "I", 6: "D", 7: "C", 8: "X", 10: "R"}
+
+
+def kdev(path: str) -> int:
+    rdev = os.stat(path).st_rdev
+    return (os.major(rdev) << 20) | os.minor(rdev)
+
+
+@contextlib.contextmanager
+def blk_tracer(devs: list[str], out: Path):
+    """The ftrace blk tracer on devs, in bin mode, read from trace_pipe into
+    out; every ftrace setting it touches is put back, whatever happens."""
+    knobs = {TRACING / "trace_clock": "mono", TRACING / "options" / "bin": "1",
+             TRACING / "options" / "context-info": "0"}
+    old = {k: k.read_text().strip() for k in knobs}
+    old[TRACING / "trace_clock"] = old[TRACING / "trace_clock"].split("[")[1].split("]")[0]
+    if (TRACING / "tracing_on").read_text().strip() != "1":
+        pytest.fail(f"{TRACING}/tracing_on is 0: the blk tracer would record nothing")
+    if (TRACING / "current_tracer").read_text().strip() != "nop":
+        pytest.fail("another ftrace tracer is in use")
+    reader = None
+    enabled: list[Path] = []
+    try:
+        for k, v in knobs.items():
+            k.write_text(v + "\n")
+        (TRACING / "current_tracer").write_text("blk\n")
+        with open(out, "wb") as f:
+            reader = subprocess.Popen(["cat", str(TRACING / "trace_pipe")], stdout=f)
+        for d in devs:
+            e = Path("/sys/block") / Path(d).name / "trace" / "enable"
+            e.write_text("1\n")
+            enabled.append(e)
+        yield
+    finally:
+        for e in enabled:
+            e.write_text("0\n")
+        if reader:
+            time.sleep(0.5)     # let the reader drain the buffer
+            reader.terminate()
+            reader.wait()
+        (TRACING / "current_tracer").write_text("nop\n")   # EBUSY while a reader is open
+        for k, v in old.items():
+            k.write_text(v + "\n")
+
+
+def test_block_events_and_phases_match_the_kernels_blktrace(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    state = json.loads(Path(f"/run/nestrace/labs/{lab.name}/state.json").read_text())
+    devs = {kdev(state["vdisk"]): "vdisk", kdev(state["disk"]): "disk"}
+    store, trace = tmp_path / "s", tmp_path / "blk.trace"
+    with blk_tracer([state["vdisk"], state["disk"]], trace):
+        run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "fio", "--name=t",
+                f"--directory={lab.mount}", "--rw=randrw", "--bs=4k", "--direct=1",
+                "--size=64M", "--io_size=8M", "--ioengine=libaio", "--iodepth=8",
+                "--output=/dev/null")
+    blk = blktrace.read(trace).to_pylist()
+    s = nestrace.open(store)
+    start, end = s.rows("SELECT start_ns, end_ns FROM capture_meta")[0].values()
+    # the blk tracer ran before and after the capture: compare what both saw
+    kernel = [r for r in blk if start <= r["time_ns"] <= end and r["action"] in ACTIONS.values()]
+    ours = s.rows("SELECT dev, action, ts_ns, sector, nr_sectors FROM block_events")
+    assert {r["dev"] for r in kernel} == set(devs) == {r["dev"] for r in ours}
+
+    # blktrace gives a request without a position sector 0; nestrace keeps (sector_t)-1
+    def key(dev, action, sector, nbytes):
+        return dev, action, sector if sector < 1 << 54 else 0, nbytes
+
+    k_ts, o_ts = defaultdict(list), defaultdict(list)
+    for r in kernel:
+        k_ts[key(r["dev"], r["action"], r["sector"], r["bytes"])].append(r["time_ns"])
+    for r in ours:
+        o_ts[key(r["dev"], ACTIONS[r["action"]], r["sector"], r["nr_sectors"] * 512)].append(r["ts_ns"])
+    assert Counter({k: len(v) for k, v in o_ts.items()}) == Counter({k: len(v) for k, v in k_ts.items()})
+    per_action = Counter(k[1] for k, v in o_ts.items() for _ in v)
+    assert per_action["Q"] >= 2 * 2048 and per_action["D"] >= 2 * 2048 and per_action["C"] >= 2 * 2048
+    # each event at the same moment: both probes run on the same tracepoint hit
+    skew = [abs(a - b) for k in o_ts for a, b in zip(sorted(o_ts[k]), sorted(k_ts[k]))]
+    assert statistics.median(skew) < 5_000
+    assert sorted(skew)[int(len(skew) * 0.99)] < 500_000   # an interrupt between the two probes
+
+    # btt's D2C and Q2C, paired blkparse-style: a D with the next C at its
+    # (dev, sector), a D with the last Q at its sector before it
+    last_q, open_d, btt = {}, {}, {}
+    for r in sorted(kernel, key=lambda r: r["time_ns"]):
+        at = (r["dev"], r["sector"])
+        if r["action"] == "Q":
+            last_q[at] = r["time_ns"]
+        elif r["action"] == "D":
+            open_d[at] = (r["time_ns"], last_q.get(at))
+        elif r["action"] == "C" and at in open_d:
+            d, q = open_d.pop(at)
+            btt[at + (d,)] = (r["time_ns"] - d, None if q is None else r["time_ns"] - q)
+    reqs = s.rows("SELECT dev, sector, d_ns, d2c_ns, q2c_ns FROM block_requests "
+                  "WHERE op IN ('read', 'write')")
+    assert len(reqs) >= 2 * 2048
+    by_at = defaultdict(list)
+    for (dev, sector, d), v in btt.items():
+        by_at[(dev, sector)].append((d, v))
+    diffs = []
+    for r in reqs:
+        near = [v for d, v in by_at[(r["dev"], r["sector"])] if abs(d - r["d_ns"]) < 1_000_000]
+        assert len(near) == 1, r
+        d2c, q2c = near[0]
+        assert (r["q2c_ns"] is None) == (q2c is None), r
+        diffs.append(abs(r["d2c_ns"] - d2c))
+        if q2c is not None:
+            diffs.append(abs(r["q2c_ns"] - q2c))
+    assert statistics.median(diffs) < 5_000
+    assert sorted(diffs)[int(len(diffs) * 0.99)] < 500_000

@@ -9,6 +9,7 @@ import csv
 import functools
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -202,6 +203,55 @@ def _report_capture(store: Path, capture_id: str, result, stream_problems=()) ->
                     "(see the lost_events table); raise --ringbuf-kb or narrow the filters "
                     "(Linux AIO: iocbs beyond 65536 per io_submit or io_getevents count here too)",
                     err=True, fg="red", bold=True)
+
+
+def kdev_arg(spec: str) -> int:
+    """A device as the kernel's dev_t (major << 20 | minor): MAJ:MIN or a
+    block device path."""
+    if ":" in spec and not spec.startswith("/"):
+        try:
+            major, minor = (int(x) for x in spec.split(":"))
+        except ValueError:
+            raise UserError(f"{spec}: not MAJ:MIN") from None
+        return (major << 20) | minor
+    st = os.stat(spec)
+    if not stat.S_ISBLK(st.st_mode):
+        raise UserError(f"{spec}: not a block device (give MAJ:MIN for a device not on this machine)")
+    return (os.major(st.st_rdev) << 20) | os.minor(st.st_rdev)
+
+
+@cli.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Store directory (created, or an existing store).")
+@click.option("--vdisk", "vdisks", multiple=True, metavar="DEV",
+              help="A device at the virtual-disk level (MAJ:MIN or /dev path); the others are disk.")
+@click.option("--capture-id", default=None, help="Default: blktrace-<first file name>.")
+@click.option("--machine", default="", help="Machine the trace was recorded on.")
+@user_errors
+def import_cmd(files, output, vdisks, capture_id, machine) -> None:
+    """Import blktrace binary files (blktrace's DEV.blktrace.N, or the ftrace
+    blk tracer's trace_pipe in bin mode) as a capture of block events:
+    block_requests, phases, seeks, sizes and the report work on it."""
+    from .blktrace import import_files
+    for f in files:
+        if not Path(f).is_file():
+            raise UserError(f"{f}: no such file")
+    levels = {kdev_arg(v): "vdisk" for v in vdisks}
+    cid = capture_id or "blktrace-" + Path(files[0]).name.split(".")[0]
+    r = import_files(list(files), output, levels, cid, machine)
+    for p in r["problems"]:
+        click.secho(f"nestrace: warning: {p}", err=True, fg="red", bold=True)
+    skipped = ", ".join(f"{n} {a}" for a, n in sorted(r["not_imported"].items()))
+    click.echo(f"capture {cid}: {r['block_events']} block events of {r['records']} records "
+               f"({', '.join(f'{d}={lv}' for d, lv in r['devices'].items())})"
+               + (f"; not request events, left out: {skipped}" if skipped else ""))
+    if r["lost"]:
+        click.secho(f"nestrace: warning: {r['lost']} records missing by blktrace's sequence numbers",
+                    err=True, fg="red", bold=True)
+    elif not r["sequence_numbers"]:
+        click.echo("note: the records carry no sequence numbers (the ftrace blk tracer's do not): "
+                   "losses cannot be counted", err=True)
 
 
 @cli.command("seal")

@@ -63,6 +63,13 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     links = s.rows("SELECT upper_level, lower_level, kind, attributed, requests, bytes, fraction "
                    "FROM links_summary WHERE capture_id = ? ORDER BY lower_level, bytes DESC", p)
     to_app = s.rows("SELECT level, bytes, app_bytes, fraction FROM links_to_vfs WHERE capture_id = ?", p)
+    # Attribution needs the stack's offset maps and an upper level that saw
+    # something: an imported blktrace has neither, and its hops would only
+    # list every byte as unattributed.
+    mapped = _one(s, "SELECT count(*) AS n FROM extent_maps WHERE capture_id = ?", p)["n"]
+    seen = {lv["level"] for lv in levels if lv["requests"]} if mapped else set()
+    links = [r for r in links if r["upper_level"] in seen]
+    to_app = [r for r in to_app if "vfs" in seen]
     rmw = s.rows("SELECT hop, partial_writes, rmw_writes, reads, read_bytes, write_bytes, "
                  "read_per_write, extra_ns FROM rmw_summary WHERE capture_id = ? ORDER BY hop", p)
     ra = s.rows("SELECT level, filled_bytes, readahead_bytes, used_bytes, unused_bytes, "
@@ -159,7 +166,11 @@ def render(rep: dict, console=None) -> None:
     for r in rep["attribution"]["to_app"]:
         t.add_row(f"app->{r['level']}", "traced to an app syscall", "", _fmt_bytes(r["app_bytes"]),
                   _fmt(r["fraction"], 3))
-    con.print(t)
+    if t.row_count:
+        con.print(t)
+    else:
+        con.print("Attribution: none (it needs two traced levels and the stack's offset maps, "
+                  "which `nestrace record` stores)")
     t = Table(title="Read-modify-write, readahead, sync")
     t.add_column("what")
     t.add_column("numbers")

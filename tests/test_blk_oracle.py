@@ -135,3 +135,30 @@ def test_block_events_and_phases_match_the_kernels_blktrace(lab_factory, tmp_pat
             diffs.append(abs(r["q2c_ns"] - q2c))
     assert statistics.median(diffs) < 5_000
     assert sorted(diffs)[int(len(diffs) * 0.99)] < 500_000
+
+    # The same blktrace records imported into a store of their own: btt-style
+    # ids give the same requests, the same phases, and a report.
+    imp = tmp_path / "imported"
+    r = run_cli("import", "-o", str(imp), "--vdisk", state["vdisk"], str(trace))
+    assert "block events" in r.stdout and "vdisk" in r.stdout
+    t = nestrace.open(imp)
+    q = ("SELECT level, dev, sector, nr_sectors, op, d_ns, d2c_ns, q2c_ns FROM block_requests "
+         "WHERE d_ns BETWEEN ? AND ?")
+    mine, theirs = s.rows(q, [start, end]), t.rows(q, [start, end])
+    assert len(mine) >= 2 * 2048
+
+    def shape(rows):
+        return Counter((r["level"], r["dev"], r["sector"], r["nr_sectors"], r["op"]) for r in rows)
+    assert shape(theirs) == shape(mine)
+    by_at = defaultdict(list)
+    for r in theirs:
+        by_at[(r["dev"], r["sector"])].append(r)
+    diffs = []
+    for r in mine:
+        (o,) = [x for x in by_at[(r["dev"], r["sector"])] if abs(x["d_ns"] - r["d_ns"]) < 1_000_000]
+        diffs += [abs(o["d2c_ns"] - r["d2c_ns"]), abs(o["q2c_ns"] - r["q2c_ns"])]
+    assert statistics.median(diffs) < 5_000
+    assert sorted(diffs)[int(len(diffs) * 0.99)] < 500_000
+    rep = json.loads(run_cli("report", "--json", str(imp)).stdout)
+    got = {lv["level"]: lv["requests"] for lv in rep["levels"] if lv.get("requests")}
+    assert got["vdisk"] >= 2 * 2048 // 2 and got["disk"] >= 2 * 2048 // 2

@@ -71,3 +71,59 @@ def test_bad_input_names_file_and_offset_and_keeps_the_good_records(tmp_path, ta
         blktrace.read(f)
     assert str(e.value).startswith(f"{f}: {problem}")
     assert e.value.good.column("time_ns").to_pylist() == [1, 2]
+
+
+def test_imported_records_pair_into_requests_like_btt(tmp_path):
+    """Q G I D C, Q G D C (no insert), and a requeue (D R I D C) at three
+    sectors, with plug/unplug records between: block_requests gives the
+    exact phases, and what is not a request event is counted, not stored."""
+    import nestrace
+    W, R = TC_WRITE | TC_SYNC, 0x1
+    f = tmp_path / "vda.blktrace.0"
+    f.write_bytes(
+        rec(1, W, 2048, 4096, 100) + rec(4, W, 2048, 4096, 110) + rec(9, 0, 0, 0, 115)
+        + rec(12, W, 2048, 4096, 120) + rec(10, 0, 0, 0, 125)
+        + rec(7, W, 2048, 4096, 150) + rec(1, R, 4096, 8192, 200) + rec(4, R, 4096, 8192, 205)
+        + rec(7, R, 4096, 8192, 210) + rec(8, R, 4096, 8192, 300) + rec(8, W, 2048, 4096, 400)
+        + rec(1, R, 8192, 512, 500) + rec(4, R, 8192, 512, 505) + rec(12, R, 8192, 512, 510)
+        + rec(7, R, 8192, 512, 520) + rec(6, R, 8192, 512, 530) + rec(12, R, 8192, 512, 540)
+        + rec(7, R, 8192, 512, 550) + rec(8, R, 8192, 512, 700))
+    r = blktrace.import_files([f], tmp_path / "s", {}, "imp", "m1")
+    assert r["not_imported"] == {"P": 1, "U": 1} and r["block_events"] == 17
+    s = nestrace.open(tmp_path / "s")
+    got = s.rows("SELECT level, sector, bytes, op, rwbs, q_ns, g_ns, i_ns, d_ns, c_ns, q2g_ns, "
+                 "g2i_ns, i2d_ns, d2c_ns, q2c_ns FROM block_requests ORDER BY d_ns")
+    n = None
+    assert [tuple(x.values()) for x in got] == [
+        ("disk", 2048, 4096, "write", "WS", 100, 110, 120, 150, 400, 10, 10, 30, 250, 300),
+        ("disk", 4096, 8192, "read", "R", 200, 205, n, 210, 300, 5, n, n, 90, 100),
+        ("disk", 8192, 512, "read", "R", 500, 505, 510, 520, n, 5, 5, 10, n, n),
+        ("disk", 8192, 512, "read", "R", n, n, 540, 550, 700, n, n, 10, 150, n),
+    ]
+    # the requeued request keeps its id through R, I and D; its bio id is the Q's
+    ids = s.rows("SELECT action, rq_id, bio_id FROM block_events WHERE sector = 8192 ORDER BY ts_ns")
+    assert len({r["rq_id"] for r in ids if r["action"] in (5, 6, 7, 10)}) == 1
+    assert len({r["bio_id"] for r in ids if r["action"] in (1, 4, 5, 6)}) == 1
+    assert s.rows("SELECT machine, records_total, lost_total FROM capture_meta") == [
+        {"machine": "m1", "records_total": 17, "lost_total": 0}]
+
+
+def test_import_counts_records_missing_by_sequence_number(tmp_path):
+    """relay blktrace numbers each CPU's records from 1: a gap is a loss."""
+    def numbered(n, *a):
+        b = bytearray(rec(*a))
+        struct.pack_into("=I", b, 4, n)
+        return bytes(b)
+    f = tmp_path / "vda.blktrace.1"
+    f.write_bytes(numbered(1, 1, TC_WRITE, 8, 4096, 1) + numbered(2, 7, TC_WRITE, 8, 4096, 2)
+                  + numbered(5, 8, TC_WRITE, 8, 4096, 3))
+    r = blktrace.import_files([f], tmp_path / "s", {}, "imp")
+    assert r["lost"] == 2 and r["sequence_numbers"]
+
+
+def test_import_of_a_file_that_is_not_blktrace_names_it(tmp_path):
+    from nestrace.store import StoreError
+    f = tmp_path / "notes.txt"
+    f.write_text("not a trace at all, just some words" * 3)
+    with pytest.raises(StoreError, match=f"{f}: byte 0: bad magic"):
+        blktrace.import_files([f], tmp_path / "s", {}, "imp")

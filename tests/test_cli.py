@@ -50,6 +50,23 @@ def test_sql_on_empty_store_answers_from_the_views(tmp_path):
     assert '"n": 0' in r.stdout
 
 
+def test_import_of_a_file_that_is_not_blktrace(tmp_path):
+    f = tmp_path / "trace.txt"
+    f.write_text("  fio-123  [001] ....  12.345: block_rq_issue: 7,1 W 4096 () 8 + 8\n")
+    line = one_error_line(run_cli("import", "-o", str(tmp_path / "s"), str(f), check=False))
+    assert line == f"nestrace: error: {f}: byte 0: bad magic 0x69662020 (not a blktrace record)"
+
+
+def test_import_of_a_missing_file_and_a_bad_device(tmp_path):
+    line = one_error_line(run_cli("import", "-o", str(tmp_path / "s"), str(tmp_path / "nope"),
+                                  check=False))
+    assert line == f"nestrace: error: {tmp_path / 'nope'}: no such file"
+    (tmp_path / "t").write_bytes(b"")
+    line = one_error_line(run_cli("import", "-o", str(tmp_path / "s"), "--vdisk", "7:x",
+                                  str(tmp_path / "t"), check=False))
+    assert line == "nestrace: error: 7:x: not MAJ:MIN"
+
+
 @pytest.mark.root
 def test_unknown_file_system(nothing_left):
     line = one_error_line(run_cli("lab", "up", "--name", "tbad", "--guest-fs", "zfs", check=False))

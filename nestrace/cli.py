@@ -254,6 +254,33 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
                    "losses cannot be counted", err=True)
 
 
+@cli.command("export")
+@click.argument("store", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), help="FILE.json")
+@click.option("--capture", default=None, help="Capture id (default: the latest).")
+@click.option("--window", default=None, metavar="FROM:TO",
+              help="Only I/Os in this span, seconds from the capture's start (e.g. 2:2.5).")
+@user_errors
+def export_cmd(store, output, capture, window) -> None:
+    """A Chrome/Perfetto JSON timeline: a process per level, a slice per I/O,
+    a flow arrow per cross-level link (open in ui.perfetto.dev)."""
+    from .export import ExportError, export
+    span = None
+    if window:
+        try:
+            a, b = (float(x) for x in window.split(":"))
+        except ValueError:
+            raise UserError(f"--window {window!r}: not FROM:TO in seconds") from None
+        if b <= a:
+            raise UserError(f"--window {window!r}: TO must be after FROM")
+        span = (a, b)
+    try:
+        info = export(store, output, capture, span)
+    except ExportError as e:
+        raise UserError(f"{store}: {e}") from None
+    click.echo(f"{output}: {info['slices']} I/Os, {info['flows']} links (capture {info['capture_id']})")
+
+
 @cli.command("seal")
 @click.argument("store", type=click.Path())
 @user_errors

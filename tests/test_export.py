@@ -1,0 +1,118 @@
+"""The Chrome/Perfetto JSON timeline: exact events for a hand-built stack,
+and a real capture laid out so that a JSON trace viewer can load it
+(slices on a lane never overlap, every flow end sits inside a slice)."""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+import pytest
+
+import nestrace
+from conftest import run_cli
+from nestrace import export
+from nestrace.session import Session
+from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
+from test_cli import one_error_line
+
+MiB = 1 << 20
+
+
+def stack() -> Session:
+    """A 4 KiB O_DIRECT pread seen at all four levels, a second read in
+    flight with it, and a third after both."""
+    t = dict(vfs_events=[vfs(100, 900, off=8192, f_flags=0o40000),
+                         vfs(150, 100, off=0, f_flags=0o40000),
+                         vfs(1000, 50, off=4096, f_flags=0o40000)],
+             block_events=request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+             + request(310, 320, 800, DISK, 104 * MiB + 8192, 4096, rq=2, bio=12),
+             hostfs_events=[hostfs(300, 4 * MiB + 8192, 4096, source=3, flags=1)])
+    return Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),
+                                "extent_maps": extents()} | t)
+
+
+def test_timeline_of_a_hand_built_stack():
+    tl = export.timeline(stack())
+    ev = tl["traceEvents"]
+    slices = [(e["pid"], e["tid"], e["name"], e["ts"], e["dur"], e["args"]["offset_bytes"])
+              for e in ev if e["ph"] == "X"]
+    assert slices == [
+        (1, 1, "pread64 4 KiB", 0.1, 0.9, 8192),
+        (1, 2, "pread64 4 KiB", 0.15, 0.1, 0),      # in flight with the first: a lane of its own
+        (1, 2, "pread64 4 KiB", 1.0, 0.05, 4096),   # lane 1 ends at 1.0 itself: not free yet
+        (2, 1, "R 4 KiB", 0.2, 0.7, 4 * MiB + 8192),                    # Q to C
+        (3, 1, "xfs_file_direct_read 4 KiB", 0.3, 0.0, 4 * MiB + 8192),
+        (4, 1, "R 4 KiB", 0.31, 0.49, 104 * MiB + 8192),
+    ]
+    vd = next(e for e in ev if e["ph"] == "X" and e["pid"] == 2)
+    assert vd["args"] | {"io_id": 0} == {"io_id": 0, "op": "read", "rwbs": "R", "bytes": 4096,
+                               "offset_bytes": 4 * MiB + 8192, "sector": (4 * MiB + 8192) // 512,
+                               "q2g_ns": 1, "d2c_ns": 690, "q2c_ns": 700}
+    # a flow per link, from the middle of the upper slice to the lower one
+    flows = [(e["ph"], e["pid"], e["tid"], e["ts"]) for e in ev if e["ph"] in "sf"]
+    assert flows == [("s", 2, 1, 0.55), ("f", 4, 1, 0.555),     # vdisk -> disk
+                     ("s", 2, 1, 0.55), ("f", 3, 1, 0.3),       # vdisk -> hostfs
+                     ("s", 1, 1, 0.55), ("f", 2, 1, 0.55)]      # vfs -> vdisk
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in ev
+             if e["ph"] == "M" and e["name"] in ("process_name", "thread_name")}
+    assert names[(1, None)] == "1 vfs" and names[(4, None)] == "4 disk"
+    assert names[(1, 2)] == "slot 2"
+    assert tl["otherData"] | {} == {"capture_id": "c1", "machine": "m1", "slices": 6, "flows": 3,
+                                    "start_ns": 0}
+
+
+def test_window_keeps_the_ios_that_overlap_it_and_their_links():
+    tl = export.timeline(stack(), window=(900e-9, 2000e-9))
+    got = [(e["pid"], e["args"]["offset_bytes"]) for e in tl["traceEvents"] if e["ph"] == "X"]
+    assert got == [(1, 8192), (1, 4096), (2, 4 * MiB + 8192)]
+    assert tl["otherData"]["flows"] == 1     # vfs -> vdisk; disk and hostfs are outside
+
+
+def test_export_errors_are_one_line(tmp_path):
+    from nestrace.store import init_store
+    init_store(tmp_path / "s")
+    line = one_error_line(run_cli("export", str(tmp_path / "s"), "-o", str(tmp_path / "t.json"),
+                                  check=False))
+    assert line == f"nestrace: error: {tmp_path / 's'}: the store holds no capture"
+    line = one_error_line(run_cli("export", str(tmp_path / "s"), "-o", str(tmp_path / "t.json"),
+                                  "--window", "2:1", check=False))
+    assert line == "nestrace: error: --window '2:1': TO must be after FROM"
+
+
+@pytest.mark.root
+def test_real_capture_exports_a_loadable_timeline(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
+    store, out = tmp_path / "s", tmp_path / "t.json"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "fio", "--name=t",
+            f"--directory={lab.mount}", "--rw=randrw", "--bs=4k", "--direct=1", "--size=32M",
+            "--io_size=2M", "--ioengine=libaio", "--iodepth=8", "--output=/dev/null")
+    r = run_cli("export", str(store), "-o", str(out))
+    ev = json.loads(out.read_text())["traceEvents"]
+    s = nestrace.open(store)
+    per_level = Counter(e["cat"] for e in ev if e["ph"] == "X")
+    for lv in ("vfs", "vdisk", "hostfs", "disk"):
+        assert per_level[lv] == s.rows(f"SELECT count(*) AS n FROM {lv}_io")[0]["n"], lv
+    assert per_level["vfs"] == 512 and per_level["disk"] >= 512
+    # a JSON trace viewer needs the slices of one thread to nest: on a lane they never overlap
+    lanes = defaultdict(list)
+    for e in ev:
+        if e["ph"] == "X":
+            lanes[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    for sl in lanes.values():
+        sl.sort()
+        assert all(b[0] > a[1] for a, b in zip(sl, sl[1:]))
+    assert max(tid for _, tid in lanes) >= 2          # QD8: requests in flight together
+
+    def inside(e):
+        return any(t0 <= e["ts"] <= t1 for t0, t1 in lanes[(e["pid"], e["tid"])])
+    ends = defaultdict(list)
+    for e in ev:
+        if e["ph"] in "sf":
+            assert inside(e), e
+            ends[e["id"]].append(e["ph"])
+    assert all(sorted(v) == ["f", "s"] for v in ends.values())
+    links = s.rows("SELECT count(*) AS n FROM (SELECT DISTINCT upper_level, upper_id, lower_level, "
+                   "lower_id, kind FROM links WHERE upper_id IS NOT NULL)")[0]["n"]
+    assert len(ends) == links >= 3 * 512
+    assert f"{len(ends)} links" in r.stdout

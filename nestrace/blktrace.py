@@ -27,14 +27,21 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 MAGIC = 0x65617400
 VERSION = 7
 HEADER = struct.Struct("=IIQQIIIIIHH")
 assert HEADER.size == 48
+DTYPE = np.dtype([("magic", "=u4"), ("sequence", "=u4"), ("time", "=u8"), ("sector", "=u8"),
+                  ("bytes", "=u4"), ("action", "=u4"), ("pid", "=u4"), ("device", "=u4"),
+                  ("cpu", "=u4"), ("error", "=u2"), ("pdu_len", "=u2")])
+assert DTYPE.itemsize == HEADER.size
+_MAGIC_PDU = struct.Struct("=I42xH")        # magic and pdu_len of a header
 
 # __BLK_TA_* (the action's low 16 bits) -> blkparse's letter
 ACTIONS = {1: "Q", 2: "M", 3: "F", 4: "G", 5: "S", 6: "R", 7: "D", 8: "C", 9: "P", 10: "U",
@@ -46,7 +53,7 @@ TC_WRITE, TC_FLUSH, TC_SYNC = 0x2, 0x4, 0x8
 TC_AHEAD, TC_META, TC_DISCARD, TC_FUA = 0x800, 0x1000, 0x2000, 0x8000
 
 SCHEMA = pa.schema([
-    ("file", pa.string()),
+    ("file", pa.dictionary(pa.int32(), pa.string())),
     ("file_offset", pa.uint64()),
     ("sequence", pa.uint32()),
     ("time_ns", pa.uint64()),
@@ -116,12 +123,11 @@ def _problem(path: Path, data, off: int) -> str | None:
     end = len(data)
     if end - off < HEADER.size:
         return f"{path}: byte {off}: record cut short ({end - off} of {HEADER.size} header bytes)"
-    magic = HEADER.unpack_from(data, off)[0]
+    magic, pdu_len = _MAGIC_PDU.unpack_from(data, off)
     if magic & 0xFFFFFF00 != MAGIC:
         return f"{path}: byte {off}: bad magic 0x{magic:08x} (not a blktrace record)"
     if magic & 0xFF != VERSION:
         return f"{path}: byte {off}: blktrace version {magic & 0xFF} (this reader knows {VERSION})"
-    pdu_len = HEADER.unpack_from(data, off)[-1]
     if off + HEADER.size + pdu_len > end:
         return (f"{path}: byte {off}: payload cut short "
                 f"({end - off - HEADER.size} of {pdu_len} bytes)")
@@ -137,36 +143,77 @@ def _resync(data, off: int) -> int | None:
     return None if at == -1 else at
 
 
-def _records(path: Path, data: bytes, cols: dict[str, list], resync: bool) -> list[str]:
-    """Append path's records to cols; the problems met (without resync,
-    the first one stops the file)."""
-    off, end, name, problems = 0, len(data), str(path), []
+def _walk(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[str]]:
+    """The byte offsets of path's whole records, and the problems met
+    (without resync, the first one ends the file)."""
+    offs, problems = array("q"), []
+    off, end, want = 0, len(data), MAGIC | VERSION
+    unpack, size = _MAGIC_PDU.unpack_from, HEADER.size
     while off < end:
+        if end - off >= size:
+            magic, pdu_len = unpack(data, off)
+            if magic == want and off + size + pdu_len <= end:
+                offs.append(off)
+                off += size + pdu_len
+                continue
         problem = _problem(path, data, off)
-        if problem:
-            nxt = _resync(data, off) if resync else None
-            problems.append(problem + ("" if nxt is None else f"; resumed at byte {nxt}"))
-            if nxt is None:
-                break
-            off = nxt
-            continue
-        (_, seq, t, sector, nbytes, action, pid, dev, cpu, err,
-         pdu_len) = HEADER.unpack_from(data, off)
-        body = off + HEADER.size
-        pdu = data[body:body + pdu_len]
-        code, cats = action & 0xFFFF, action >> 16
-        if code & TA_CGROUP:
-            pdu = pdu[8:]
-            code &= ~TA_CGROUP
-        for k, v in (("file", name), ("file_offset", off), ("sequence", seq), ("time_ns", t),
-                     ("sector", sector), ("bytes", nbytes),
-                     ("action", ACTIONS.get(code, f"0x{code:x}")), ("action_code", code),
-                     ("categories", cats), ("rwbs", rwbs(cats, nbytes)),
-                     ("op", op_name(cats, nbytes)), ("pid", pid), ("dev", dev), ("cpu", cpu),
-                     ("error", err), ("pdu", pdu)):
-            cols[k].append(v)
-        off = body + pdu_len
-    return problems
+        nxt = _resync(data, off) if resync else None
+        problems.append(problem + ("" if nxt is None else f"; resumed at byte {nxt}"))
+        if nxt is None:
+            break
+        off = nxt
+    return np.frombuffer(offs, dtype=np.int64) if offs else np.zeros(0, np.int64), problems
+
+
+def _strings(values: np.ndarray, name) -> pa.Array:
+    """A string column from small integer keys, naming each distinct key once."""
+    keys, inverse = np.unique(values, return_inverse=True)
+    d = pa.array([name(int(k)) for k in keys], pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32)), d).cast(pa.string())
+
+
+def _table(path: Path, data: bytes, offs: np.ndarray) -> pa.Table:
+    """The records at offs, as columns (no Python work per record)."""
+    n = len(offs)
+    if not n:
+        return SCHEMA.empty_table()
+    buf = np.frombuffer(data, dtype=np.uint8)
+    h = np.empty(n, dtype=DTYPE)
+    lanes = np.arange(HEADER.size)
+    for i in range(0, n, 1 << 18):
+        h[i:i + (1 << 18)] = buf[offs[i:i + (1 << 18), None] + lanes].view(DTYPE).ravel()
+    code, cats, nbytes = h["action"] & 0xFFFF, (h["action"] >> 16).astype(np.uint16), h["bytes"]
+    cgroup = (code & TA_CGROUP) != 0
+    code = (code & ~np.uint32(TA_CGROUP)).astype(np.uint16)
+    # payloads, without the cgroup id that leads them when TA_CGROUP is set
+    starts = offs + HEADER.size + np.where(cgroup, 8, 0)
+    lens = np.maximum(h["pdu_len"].astype(np.int64) - np.where(cgroup, 8, 0), 0)
+    ends = np.cumsum(lens)
+    pos = np.zeros(n + 1, np.int32)
+    pos[1:] = ends
+    total = int(ends[-1])
+    if total:
+        body = buf[np.repeat(starts - pos[:-1], lens) + np.arange(total)]
+    else:
+        body = np.zeros(0, np.uint8)
+    pdu = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(pos), pa.py_buffer(body)])
+    kind = cats.astype(np.int64) * 2 + (nbytes > 0)      # what rwbs and op depend on
+    cols = {
+        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([str(path)])),
+        "file_offset": pa.array(offs.astype(np.uint64)), "sequence": pa.array(h["sequence"]),
+        "time_ns": pa.array(h["time"]), "sector": pa.array(h["sector"]), "bytes": pa.array(nbytes),
+        "action": _strings(code, lambda c: ACTIONS.get(c, f"0x{c:x}")),
+        "action_code": pa.array(code), "categories": pa.array(cats),
+        "rwbs": _strings(kind, lambda k: rwbs(k >> 1, k & 1)),
+        "op": _strings(kind, lambda k: op_name(k >> 1, k & 1)),
+        "pid": pa.array(h["pid"]), "dev": pa.array(h["device"]), "cpu": pa.array(h["cpu"]),
+        "error": pa.array(h["error"]), "pdu": pdu,
+    }
+    return pa.Table.from_pydict(cols, schema=SCHEMA)
+
+
+def _concat(parts: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
 
 
 def read(*paths: str | os.PathLike) -> pa.Table:
@@ -174,23 +221,27 @@ def read(*paths: str | os.PathLike) -> pa.Table:
     ftrace blk tracer in bin mode), file after file.  The first record
     that is not whole raises BlktraceError (the records before it on
     `.good`)."""
-    cols: dict[str, list] = {f.name: [] for f in SCHEMA}
+    parts = []
     for p in map(Path, paths):
-        problems = _records(p, p.read_bytes(), cols, resync=False)
+        data = p.read_bytes()
+        offs, problems = _walk(p, data, resync=False)
+        parts.append(_table(p, data, offs))
         if problems:
-            raise BlktraceError(problems[0], pa.Table.from_pydict(cols, schema=SCHEMA))
-    return pa.Table.from_pydict(cols, schema=SCHEMA)
+            raise BlktraceError(problems[0], _concat(parts))
+    return _concat(parts)
 
 
 def read_tolerant(*paths: str | os.PathLike) -> tuple[pa.Table, list[str]]:
     """Like read, but past damage: a record that is not whole is named (file
     and byte offset) in the problems returned, and reading resumes at the
     next whole record, so that no good record is lost."""
-    cols: dict[str, list] = {f.name: [] for f in SCHEMA}
-    problems: list[str] = []
+    parts, problems = [], []
     for p in map(Path, paths):
-        problems += _records(p, p.read_bytes(), cols, resync=True)
-    return pa.Table.from_pydict(cols, schema=SCHEMA), problems
+        data = p.read_bytes()
+        offs, pr = _walk(p, data, resync=True)
+        parts.append(_table(p, data, offs))
+        problems += pr
+    return _concat(parts), problems
 
 
 # ---- import into a store ------------------------------------------------------
@@ -221,56 +272,83 @@ def dev_name(dev: int) -> str:
 
 def block_events(t: pa.Table) -> tuple[pa.Table, dict]:
     """blktrace records as nestrace block_events rows (without capture_id),
-    and counts of what was left out.
+    in time order, and counts of what was left out.
 
     blktrace has no request or bio addresses; they are given the way btt
     pairs events, by device and sector in time order: a Q starts a bio,
-    the G, M/F, X and D at its sector carry it; an I or D starts a
+    the G, M/F, X, I and D at its sector carry it; an I or D starts a
     request at its sector unless one is open there, and the C at that
     sector closes it.  A requeued request (R, then I and D again) keeps
     its id."""
     schema = pa.schema([f for f in _record_schema() if f.name != "capture_id"])
-    order = sorted(range(t.num_rows), key=t.column("time_ns").to_pylist().__getitem__)
-    recs = t.to_pylist()
-    comms = {r["pid"]: r["pdu"].split(b"\0", 1)[0].decode(errors="replace") for r in recs
-             if r["categories"] & TC_NOTIFY and r["action_code"] == TN_PROCESS}
-    bio_at: dict[tuple[int, int], int] = {}
-    rq_at: dict[tuple[int, int], int] = {}
-    seq: dict[int, int] = {}
-    ids = iter(range(1, 1 << 62))
-    rows = {f.name: [] for f in schema}
-    skipped: dict[str, int] = {}
-    for i in order:
-        r = recs[i]
-        if r["categories"] & TC_NOTIFY:
-            continue
-        a = NT_ACTIONS.get(r["action"])
-        if a is None:
-            skipped[r["action"]] = skipped.get(r["action"], 0) + 1
-            continue
-        at = (r["dev"], r["sector"])
-        bio = rq = aux = 0
-        if r["action"] == "Q":
-            bio = bio_at[at] = next(ids)
-        elif r["action"] in "GMFX":
-            bio = bio_at.get(at, 0)
-            if r["action"] == "X" and len(r["pdu"]) >= 8:
-                aux = int.from_bytes(r["pdu"][:8], "big")
-        elif r["action"] in "ID":
-            rq = rq_at.get(at) or rq_at.setdefault(at, next(ids))
-            bio = bio_at.get(at, 0)
-        else:   # C, R
-            rq = rq_at.pop(at, 0) if r["action"] == "C" else rq_at.get(at, 0)
-        seq[r["cpu"]] = seq.get(r["cpu"], 0) + 1
-        for k, v in (("kind", 2), ("version", 1), ("cpu", r["cpu"]), ("seq", seq[r["cpu"]]),
-                     ("ts_ns", r["time_ns"]), ("sector", r["sector"]), ("rq_id", rq),
-                     ("bio_id", bio), ("aux_sector", aux), ("dev", r["dev"]),
-                     ("nr_sectors", r["bytes"] >> 9), ("pid", r["pid"]), ("error", r["error"]),
-                     ("action", a), ("req_op", _nt_op(r["categories"], r["bytes"])),
-                     ("req_flags", _nt_flags(r["categories"])),
-                     ("comm", comms.get(r["pid"], ""))):
-            rows[k].append(v)
-    return pa.Table.from_pydict(rows, schema=schema), skipped
+    col = {c: t.column(c).to_numpy() for c in ("action_code", "categories", "time_ns", "sector",
+                                               "bytes", "pid", "dev", "cpu", "error")}
+    notify = (col["categories"] & TC_NOTIFY) != 0
+    lut = np.zeros(1 << 16, np.uint16)
+    for letter, a in NT_ACTIONS.items():
+        lut[next(c for c, x in ACTIONS.items() if x == letter)] = a
+    nt = np.where(notify, 0, lut[col["action_code"]])
+    keep = nt > 0
+    left = col["action_code"][~keep & ~notify]
+    skipped = {ACTIONS.get(int(c), f"0x{int(c):x}"): int(k)
+               for c, k in zip(*np.unique(left, return_counts=True))}
+    pdu = t.column("pdu")
+    comms = {int(col["pid"][i]): pdu[int(i)].as_py().split(b"\0", 1)[0].decode(errors="replace")
+             for i in np.flatnonzero(notify & (col["action_code"] == TN_PROCESS))}
+    rows = np.flatnonzero(keep)
+    m = len(rows)
+    a, ts, sec, dev, cpu = (nt[rows], col["time_ns"][rows], col["sector"][rows],
+                            col["dev"][rows], col["cpu"][rows])
+    order = np.lexsort((rows, ts))                  # time order, file order within a tie
+    k = np.empty(m, np.int64)
+    k[order] = np.arange(m)
+    # streams: (dev, sector) in time order
+    g = np.lexsort((k, sec, dev))
+    new = np.ones(m, bool)
+    new[1:] = (dev[g][1:] != dev[g][:-1]) | (sec[g][1:] != sec[g][:-1])
+    gid = np.cumsum(new) - 1
+    ag = a[g]
+    # the last Q at or before each event of the stream (k + 1; 0: none), by
+    # a running maximum that a stream's own base keeps inside the stream
+    base = gid * (m + 1)
+    lastq = np.maximum.accumulate(np.where(ag == 1, base + k[g] + 1, base)) - base
+    # a stream's requests end at each C: the Cs before an event number it
+    is_c = (ag == 7).astype(np.int64)
+    before = np.cumsum(is_c) - is_c
+    seg = before - before[np.flatnonzero(new)][gid]
+    rq_g = (gid + 1) * (int(seg.max(initial=0)) + 1) + seg + 1
+    bio = np.zeros(m, np.uint64)
+    rq = np.zeros(m, np.uint64)
+    bio[g] = np.where(np.isin(ag, (1, 2, 3, 4, 5, 6, 8)), lastq, 0)
+    rq[g] = np.where(np.isin(ag, (5, 6, 7, 10)), rq_g, 0)
+    # X carries the sector where the bio was split (big-endian, in its payload)
+    aux = np.zeros(m, np.uint64)
+    for i in np.flatnonzero(a == 8):
+        b = pdu[int(rows[i])].as_py()
+        if len(b) >= 8:
+            aux[i] = int.from_bytes(b[:8], "big")
+    # per-CPU sequence numbers in time order
+    c = np.lexsort((k, cpu))
+    first = np.ones(m, bool)
+    first[1:] = cpu[c][1:] != cpu[c][:-1]
+    idx = np.arange(m)
+    seq = np.empty(m, np.uint64)
+    seq[c] = idx - np.maximum.accumulate(np.where(first, idx, 0)) + 1
+    cats, nbytes = col["categories"][rows], col["bytes"][rows]
+    op = np.select([cats & TC_DISCARD != 0, cats & TC_WRITE != 0,
+                    (cats & TC_FLUSH != 0) & (nbytes == 0)], [3, 1, 2], 0).astype(np.uint16)
+    flags = np.zeros(m, np.uint16)
+    for tc, f in ((TC_SYNC, 1), (TC_META, 2), (TC_FUA, 8), (TC_FLUSH, 16), (TC_AHEAD, 32)):
+        flags |= np.where(cats & tc != 0, f, 0).astype(np.uint16)
+    pids = col["pid"][rows]
+    out = {"kind": np.full(m, 2, np.uint16), "version": np.ones(m, np.uint16), "cpu": cpu,
+           "seq": seq, "ts_ns": ts, "sector": sec, "rq_id": rq, "bio_id": bio,
+           "aux_sector": aux, "dev": dev, "nr_sectors": (nbytes >> 9).astype(np.uint32),
+           "pid": pids, "error": col["error"][rows].astype(np.int32), "action": a,
+           "req_op": op, "req_flags": flags}
+    arrays = {n: pa.array(v[order]) for n, v in out.items()}
+    arrays["comm"] = _strings(pids[order], lambda p: comms.get(p, ""))
+    return pa.Table.from_pydict(arrays, schema=schema), skipped
 
 
 def _record_schema() -> pa.Schema:

@@ -281,6 +281,29 @@ def export_cmd(store, output, capture, window) -> None:
     click.echo(f"{output}: {info['slices']} I/Os, {info['flows']} links (capture {info['capture_id']})")
 
 
+@cli.command("verify")
+@click.argument("store", type=click.Path())
+@user_errors
+def verify_cmd(store) -> None:
+    """Read back every Parquet file of STORE, checking page checksums: a
+    damaged file is named with the byte range, row group and column."""
+    from .store import verify
+    files, unsealed = verify(store)
+    bad = [f for f in files if f.problem]
+    for f in bad:
+        click.secho(f"damaged: {f.problem}", fg="red", bold=True)
+    crc = sum(1 for f in files if f.checksummed and not f.problem)
+    plain = [f for f in files if not f.checksummed and not f.problem]
+    click.echo(f"{len(files)} files, {sum(f.rows for f in files)} rows: {crc} with page checksums "
+               f"verified, {len(plain)} read back without checksums"
+               + (f" (written by DuckDB or an older nestrace: {', '.join(sorted({f.path.parent.parent.name for f in plain}))})"
+                  if plain else ""))
+    for cid in unsealed:
+        click.echo(f"capture {cid} is not sealed: nestrace seal {store}")
+    if bad:
+        raise UserError(f"{store}: {len(bad)} damaged file{'s' if len(bad) > 1 else ''}")
+
+
 @cli.command("seal")
 @click.argument("store", type=click.Path())
 @user_errors

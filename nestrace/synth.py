@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .schema import kernel_tables
-from .store import check_store, init_store
+from .store import PARQUET_OPTIONS, check_store, init_store, with_crc_marker, write_parquet_file
 
 STORE_TABLES = ("device_map", "extent_maps", "capture_meta", "lost_events", "agent_stats")
 
@@ -42,7 +42,8 @@ def replicate(src: str | Path, dst: str | Path, copies: int, capture_id: str | N
     for table, t in ev.items():
         out_dir = dst_p / table / f"capture={new_id}"
         out_dir.mkdir(parents=True, exist_ok=True)
-        with pq.ParquetWriter(out_dir / "data.parquet", t.schema, compression="zstd") as w:
+        with pq.ParquetWriter(out_dir / "data.parquet", with_crc_marker(t.schema),
+                              **PARQUET_OPTIONS) as w:
             for k in range(copies):
                 if not t.num_rows:
                     break
@@ -66,5 +67,5 @@ def replicate(src: str | Path, dst: str | Path, copies: int, capture_id: str | N
                                      schema=t.schema)
         out_dir = dst_p / table / f"capture={new_id}"
         out_dir.mkdir(parents=True, exist_ok=True)
-        pq.write_table(t, out_dir / "data.parquet")
+        write_parquet_file(t, out_dir / "data.parquet")
     return total

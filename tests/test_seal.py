@@ -94,3 +94,35 @@ def test_a_file_that_is_not_an_ipc_stream_is_named(tmp_path):
     p.write_bytes(b"hello, not arrow")
     batches, problem = read_ipc_tolerant(p)
     assert batches == [] and problem.startswith(f"{p}: offset 0: no Arrow IPC schema")
+
+
+def test_verify_names_a_damaged_page(tmp_path):
+    """Sealed files carry page CRCs: a few flipped bytes inside the ts_ns
+    column are found and named by byte range, row group and column."""
+    import pyarrow.parquet as pq
+    store, _ = live_store(tmp_path, 3)
+    run_cli("seal", str(store))
+    r = run_cli("verify", str(store))
+    assert "0 read back without checksums" in r.stdout and "damaged" not in r.stdout
+    f = next(store.glob("block_events/capture=c1/data.parquet"))
+    cc = next(pq.ParquetFile(f).metadata.row_group(0).column(i) for i in range(17)
+              if pq.ParquetFile(f).metadata.row_group(0).column(i).path_in_schema == "ts_ns")
+    start = cc.dictionary_page_offset if cc.has_dictionary_page else cc.data_page_offset
+    end = start + cc.total_compressed_size
+    data = bytearray(f.read_bytes())
+    data[end - 6:end - 2] = bytes(b ^ 0x01 for b in data[end - 6:end - 2])   # the chunk's last page
+    f.write_bytes(bytes(data))
+    r = run_cli("verify", str(store), check=False)
+    assert r.returncode == 2
+    assert f"damaged: {f}: byte {start}..{end}: row group 0, column ts_ns: " in r.stdout
+    assert "CRC checksum verification failed" in r.stdout
+    assert r.stderr.strip() == f"nestrace: error: {store}: 1 damaged file"
+
+
+def test_verify_names_a_truncated_file(tmp_path):
+    store, _ = live_store(tmp_path, 1)
+    run_cli("seal", str(store))
+    f = next(store.glob("capture_meta/capture=c1/data.parquet"))
+    f.write_bytes(f.read_bytes()[:-20])
+    r = run_cli("verify", str(store), check=False)
+    assert r.returncode == 2 and f"damaged: {f}: unreadable: " in r.stdout

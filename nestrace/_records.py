@@ -159,6 +159,7 @@ TABLES = {
         ('dio', 'bool', '', 'loop devices: backing file accessed with O_DIRECT'),
         ('fs_type', 'string', '', 'file system type (vfs, hostfs levels)'),
         ('block_size_bytes', 'uint32', 'bytes', 'file system block size (vfs, hostfs) or logical block size (disks)'),
+        ('part_start_bytes', 'uint64', 'bytes', "vfs, hostfs: where the file system starts on the disk below it (its partition's start; 0 on a whole disk)"),
     ]},
     'lost_events': {'doc': 'Lost-event accounting per CPU: ring-buffer drops counted in BPF and sequence gaps found by the reader.', 'fields': [
         ('capture_id', 'string', '', 'capture'),

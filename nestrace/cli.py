@@ -104,16 +104,18 @@ def _onoff(_ctx, _param, value: str) -> bool:
 @click.option("--host-block-size", type=int, default=None, help="Host FS block size in bytes.")
 @click.option("--fragment-image", is_flag=True, help="Write the image in random 64 KiB pieces "
               "(no preallocation) before the guest mkfs, so its extents are scattered.")
+@click.option("--partitions", is_flag=True, help="Put both file systems on a partition "
+              "(one per disk, 1 MiB in), as in a real VM image, not on the whole disk.")
 @user_errors
 @needs_root
 def lab_up(name, guest_fs, host_fs, image_size, disk_size, guest_dio, host_dio,
-           guest_block_size, host_block_size, fragment_image) -> None:
+           guest_block_size, host_block_size, fragment_image, partitions) -> None:
     """Build a nested stack; print the guest mount point."""
     cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, image_size=parse_size(image_size),
                     disk_size=parse_size(disk_size) if disk_size else 0,
                     guest_dio=guest_dio, host_dio=host_dio,
                     guest_block_size=guest_block_size, host_block_size=host_block_size,
-                    fragment_image=fragment_image, name=name)
+                    fragment_image=fragment_image, partitions=partitions, name=name)
     st = Lab(name).up(cfg)
     click.echo(st["guest_mount"])
 

@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 STATE_ROOT = Path(os.environ.get("NESTRACE_LAB_STATE", "/run/nestrace/labs"))
 DATA_ROOT = Path(os.environ.get("NESTRACE_LAB_DATA", "/var/tmp/nestrace-labs"))
+# where --partitions puts each file system: 1 MiB in, as partitioning tools do
+PART_START = 1 << 20
 # mkfs.xfs refuses file systems under 300 MiB
 MIN_FS_BYTES = {"xfs": 300 << 20, "btrfs": 128 << 20}
 
@@ -81,6 +85,7 @@ class LabConfig:
     guest_block_size: int | None = None
     host_block_size: int | None = None
     fragment_image: bool = False    # fill the image with random 64 KiB writes before mkfs
+    partitions: bool = False        # each file system on a partition at PART_START, not a whole disk
     name: str = "default"
 
     def validate(self) -> None:
@@ -142,10 +147,11 @@ class Lab:
             with open(disk_file, "wb") as f:
                 f.truncate(disk_size)
             self._step(st, "file", path=str(disk_file))
-            disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio")
-            _run(mkfs_cmd(cfg.host_fs, disk, cfg.host_block_size), f"mkfs.{cfg.host_fs} (host)")
+            disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
+            host_dev = _partition(disk, disk_size) if cfg.partitions else disk
+            _run(mkfs_cmd(cfg.host_fs, host_dev, cfg.host_block_size), f"mkfs.{cfg.host_fs} (host)")
             self.host_mount.mkdir(parents=True, exist_ok=True)
-            _run(["mount", "-t", cfg.host_fs, disk, str(self.host_mount)], "mounting the host FS")
+            _run(["mount", "-t", cfg.host_fs, host_dev, str(self.host_mount)], "mounting the host FS")
             self._step(st, "mount", path=str(self.host_mount), role="host")
             image = self.host_mount / "image.raw"
             with open(image, "wb") as f:
@@ -157,10 +163,11 @@ class Lab:
                 _run(["fio", "--name=fragment", f"--filename={image}", "--rw=randwrite",
                       "--bs=64k", f"--size={cfg.image_size}", "--fallocate=none", "--direct=1",
                       "--ioengine=psync", "--output=/dev/null"], "fragmenting the image")
-            vdisk = self._attach(st, image, cfg.guest_dio, "vdisk", "--guest-dio")
-            _run(mkfs_cmd(cfg.guest_fs, vdisk, cfg.guest_block_size), f"mkfs.{cfg.guest_fs} (guest)")
+            vdisk = self._attach(st, image, cfg.guest_dio, "vdisk", "--guest-dio", cfg.partitions)
+            guest_dev = _partition(vdisk, cfg.image_size) if cfg.partitions else vdisk
+            _run(mkfs_cmd(cfg.guest_fs, guest_dev, cfg.guest_block_size), f"mkfs.{cfg.guest_fs} (guest)")
             self.guest_mount.mkdir(parents=True, exist_ok=True)
-            _run(["mount", "-t", cfg.guest_fs, vdisk, str(self.guest_mount)], "mounting the guest FS")
+            _run(["mount", "-t", cfg.guest_fs, guest_dev, str(self.guest_mount)], "mounting the guest FS")
             self._step(st, "mount", path=str(self.guest_mount), role="guest")
             st.update(guest_mount=str(self.guest_mount), host_mount=str(self.host_mount),
                       vdisk=vdisk, disk=disk, image=str(image), disk_file=str(disk_file))
@@ -171,10 +178,16 @@ class Lab:
             self.down()
             raise
 
-    def _attach(self, st: dict, backing: Path, dio: bool, role: str, flag: str) -> str:
-        """Attach a loop device to `backing`, record it, check its dio mode."""
+    def _attach(self, st: dict, backing: Path, dio: bool, role: str, flag: str,
+                partitioned: bool = False) -> str:
+        """Attach a loop device to `backing`, record it, check its dio mode.
+        partitioned: first write a partition table with one partition at
+        PART_START, and have the kernel scan it."""
+        if partitioned:
+            write_mbr(backing, PART_START, backing.stat().st_size - PART_START)
         dev = _run(["losetup", "--find", "--show", f"--direct-io={'on' if dio else 'off'}",
-                    str(backing)], f"attaching the {role} loop device")
+                    *(["--partscan"] if partitioned else []), str(backing)],
+                   f"attaching the {role} loop device")
         self._step(st, "loop", dev=dev, role=role)
         _check_dio(dev, dio, flag)
         return dev
@@ -209,6 +222,31 @@ class Lab:
             made.pop()
         shutil.rmtree(self.state_dir, ignore_errors=True)
         return undone
+
+
+def write_mbr(path: Path, start: int, length: int) -> None:
+    """A DOS partition table with one Linux partition (type 0x83) of
+    `length` bytes at byte `start` (both multiples of 512)."""
+    entry = struct.pack("<B3sB3sII", 0, b"\xfe\xff\xff", 0x83, b"\xfe\xff\xff",
+                        start // 512, length // 512)
+    with open(path, "r+b") as f:
+        f.seek(446)
+        f.write(entry + bytes(48) + b"\x55\xaa")
+
+
+def _partition(disk: str, size: int) -> str:
+    """The first partition of a loop device attached with --partscan: the
+    kernel's own scan of the table write_mbr wrote, or, on a kernel built
+    without partition table parsers, one added by BLKPG (addpart)."""
+    part = f"{disk}p1"
+    for i in range(100):
+        if Path(part).exists():
+            return part
+        if i == 5:
+            _run(["addpart", disk, "1", str(PART_START // 512), str((size - PART_START) // 512)],
+                 f"adding partition 1 to {disk}")
+        time.sleep(0.02)
+    raise LabError(f"{part}: the partition did not appear")
 
 
 def _check_dio(dev: str, want: bool, flag: str) -> None:

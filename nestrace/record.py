@@ -36,19 +36,22 @@ def new_capture_id() -> str:
 
 
 def device_map_rows(stack: Stack, capture_id: str) -> list[dict]:
-    def row(level, dev, name, size=0, bd=None, fs="", bs=0):
+    def row(level, dev, name, size=0, bd=None, fs="", bs=0, part=0):
         return {"capture_id": capture_id, "level": level, "dev": dev, "name": name,
                 "size_sectors": size,
                 "backing_dev": bd.backing_kdev if bd else 0,
                 "backing_ino": bd.backing_ino if bd else 0,
                 "backing_path": bd.backing_file if bd else "",
                 "backing_offset_bytes": bd.backing_offset_bytes if bd else 0,
-                "dio": bd.dio if bd else False, "fs_type": fs, "block_size_bytes": bs}
+                "dio": bd.dio if bd else False, "fs_type": fs, "block_size_bytes": bs,
+                "part_start_bytes": part}
     v, d = stack.vdisk, stack.disk
     return [
-        row("vfs", stack.guest_kdev, stack.guest_mount, fs=stack.guest_fs, bs=stack.guest_block_bytes),
+        row("vfs", stack.guest_kdev, stack.guest_mount, fs=stack.guest_fs, bs=stack.guest_block_bytes,
+            part=stack.guest_part_start_bytes),
         row("vdisk", v.kdev, v.name, v.size_sectors, v if v.is_loop else None, bs=v.logical_block_bytes),
-        row("hostfs", stack.host_kdev, stack.host_mount, fs=stack.host_fs, bs=stack.host_block_bytes),
+        row("hostfs", stack.host_kdev, stack.host_mount, fs=stack.host_fs, bs=stack.host_block_bytes,
+            part=stack.host_part_start_bytes),
         row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None, bs=d.logical_block_bytes),
     ]
 

@@ -25,6 +25,8 @@ def _raw_tables() -> dict[str, pa.Schema]:
 
 # views `nestrace correlate` stores, each with a `_<view>_computed` twin
 MATERIALIZED = ("block_requests", "links")
+# small store tables that gained columns after stores were first written
+GROWN = ("device_map",)
 
 
 def _quiet(con) -> None:
@@ -58,9 +60,13 @@ class Session:
             files = sorted(self.store.glob(f"{table}/capture=*/*.parquet")) if self.store else []
             if files:
                 glob = str(self.store / table / "capture=*" / "*.parquet").replace("'", "''")
-                self.con.execute(sqlmod.deferred(
-                    f"CREATE VIEW {table} AS SELECT * FROM "
-                    f"read_parquet('{glob}', hive_partitioning = false, union_by_name = true)"))
+                src = f"read_parquet('{glob}', hive_partitioning = false, union_by_name = true)"
+                if table in GROWN:
+                    # a store written before a column was added: NULL there
+                    self._empties[table] = schema.empty_table()
+                    self.con.register(f"_{table}_now", self._empties[table])
+                    src = f"(SELECT * FROM _{table}_now UNION ALL BY NAME SELECT * FROM {src})"
+                self.con.execute(sqlmod.deferred(f"CREATE VIEW {table} AS SELECT * FROM {src}"))
             else:
                 self._empties[table] = schema.empty_table()
                 self.con.register(table, self._empties[table])

@@ -109,6 +109,10 @@ class BlockDev:
     dio: bool = False
     backing_kdev: int = 0
     backing_ino: int = 0
+    # the partition a file system was found on, when it is on one: the disk
+    # above is the whole disk, where the requests are
+    part_name: str = ""
+    part_start_bytes: int = 0
 
     @property
     def kdev(self) -> int:
@@ -127,9 +131,18 @@ def _sysfs(path: Path, default: str = "") -> str:
 
 
 def block_dev(major: int, minor: int) -> BlockDev:
+    """The block device major:minor; for a partition, its whole disk, with
+    the partition's name and start."""
     sys = Path(f"/sys/dev/block/{major}:{minor}")
     if not sys.exists():
         raise StackError(f"{major}:{minor}: not a block device")
+    if (sys / "partition").exists():
+        disk = sys.resolve().parent
+        dmaj, dmin = (int(x) for x in _sysfs(disk / "dev").split(":"))
+        bd = block_dev(dmaj, dmin)
+        bd.part_name = sys.resolve().name
+        bd.part_start_bytes = int(_sysfs(sys / "start", "0")) * 512
+        return bd
     name = sys.resolve().name
     queue = sys / "queue" if (sys / "queue").exists() else sys / ".." / "queue"
     bd = BlockDev(name, major, minor, int(_sysfs(sys / "size", "0")),
@@ -173,6 +186,9 @@ class Stack:
     below: list[dict] = field(default_factory=list)   # further loop levels under disk
     guest_block_bytes: int = 0
     host_block_bytes: int = 0
+    # where each file system starts on its disk: a partition's start, else 0
+    guest_part_start_bytes: int = 0
+    host_part_start_bytes: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -187,6 +203,14 @@ def discover(mount_point: str) -> Stack:
             f"{mount_point}: on {vdisk.name}, which is not a loop device: not a nested "
             "stack on this machine (in a VM, run the guest agent and pass --vdisk)")
     return from_devices(gm, vdisk)
+
+
+def _part_start(m: Mount) -> int:
+    """Byte offset of a mount's file system on its disk (a partition's start)."""
+    try:
+        return mount_block_dev(m).part_start_bytes
+    except StackError:
+        return 0
 
 
 def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
@@ -215,7 +239,8 @@ def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
         image_path=image_path, image_ino=st.st_ino, host_mount=hm.mount_point,
         host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk, below=below,
         guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
-        host_block_bytes=os.statvfs(hm.mount_point).f_bsize)
+        host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
+        guest_part_start_bytes=_part_start(gm), host_part_start_bytes=_part_start(hm))
 
 
 # ---- FIEMAP ----------------------------------------------------------------

@@ -33,6 +33,34 @@ def test_map_vfs_carries_a_file_offset_to_vdisk_image_and_disk():
                     "disk_offset_bytes": 104 * MiB + 8192}]
 
 
+def test_map_vfs_splits_a_piece_at_the_end_of_an_image_extent():
+    """1 KiB guest blocks: a 4 KiB read can cross an image extent's end,
+    and its two parts lie in different places on the disk."""
+    ext = extents(image=((0, 100 * MiB, 4 * MiB + 1024), (4 * MiB + 1024, 200 * MiB, 60 * MiB)))
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),
+                             "extent_maps": ext, "vfs_events": [vfs(1, 2, off=0)]})
+    got = s.rows("SELECT file_offset_bytes, bytes, vdisk_offset_bytes, image_offset_bytes, "
+                 "disk_offset_bytes FROM map_vfs ORDER BY 1")
+    assert got == [{"file_offset_bytes": 0, "bytes": 1024, "vdisk_offset_bytes": 4 * MiB,
+                    "image_offset_bytes": 4 * MiB, "disk_offset_bytes": 104 * MiB},
+                   {"file_offset_bytes": 1024, "bytes": 3072, "vdisk_offset_bytes": 4 * MiB + 1024,
+                    "image_offset_bytes": 4 * MiB + 1024, "disk_offset_bytes": 200 * MiB}]
+
+
+def test_file_systems_on_partitions_map_through_the_partition_starts():
+    """FIEMAP gives addresses on the file system's own (partition) device;
+    the partition's start carries them to the whole disk."""
+    dm = device_map()
+    for r in dm:
+        r["part_start_bytes"] = {"vfs": 1 * MiB, "hostfs": 2 * MiB}.get(r["level"], 0)
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                             "extent_maps": extents(), "vfs_events": [vfs(1, 2, off=8192)]})
+    assert s.rows("SELECT role, physical_bytes FROM map_extents ORDER BY role") == [
+        {"role": "guest_file", "physical_bytes": 5 * MiB}, {"role": "image", "physical_bytes": 102 * MiB}]
+    assert s.rows("SELECT vdisk_offset_bytes, disk_offset_bytes FROM map_vfs") == [
+        {"vdisk_offset_bytes": 5 * MiB + 8192, "disk_offset_bytes": 107 * MiB + 8192}]
+
+
 def test_map_vfs_splits_a_range_that_spans_two_extents():
     ext = extents(guest=((0, 4 * MiB, 4096), (4096, 9 * MiB, 4096)))
     s = Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),

@@ -27,10 +27,14 @@ static __always_inline __u32 disk__devt(struct gendisk *disk, const bool btf)
 	return (major << 20) | minor;	/* kernel MKDEV */
 }
 
+/* The whole disk a bio is queued on: a bio submitted to a partition keeps
+ * the partition in bi_bdev, with its sector already remapped to the whole
+ * disk, and its request is the whole disk's.  So the bio events of a
+ * partition carry the disk's dev_t, like its requests (and blktrace). */
 static __always_inline __u32 bio__dev(struct bio *bio, const bool btf)
 {
 	if (bpf_core_field_exists(bio->bi_bdev))
-		return RD2(btf, bio, bi_bdev, bd_dev);
+		return disk__devt(RD2(btf, bio, bi_bdev, bd_disk), btf);
 	/* flavour structs are not BTF-typed: always probe-read them */
 	return disk__devt(BPF_CORE_READ((struct bio___old *)bio, bi_disk), false);
 }

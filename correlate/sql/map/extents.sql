@@ -11,7 +11,7 @@
 -- @column dev UINTEGER            kernel dev_t of the file system holding the file
 -- @column ino UBIGINT             inode number
 -- @column logical_bytes UBIGINT   file offset where the extent starts
--- @column physical_bytes UBIGINT  device byte offset where it starts
+-- @column physical_bytes UBIGINT  byte offset on the disk below where it starts (a partition's start added)
 -- @column length_bytes UBIGINT    extent length
 -- @column source VARCHAR          fiemap_end, fiemap_start or mapping_events
 CREATE OR REPLACE VIEW map_extents AS
@@ -34,6 +34,11 @@ ev AS (
 ),
 allx AS (SELECT * FROM snap UNION ALL SELECT * FROM ev),
 best AS (SELECT capture_id, dev, ino, min(prio) AS prio FROM allx GROUP BY ALL)
-SELECT a.capture_id, a.role, a.dev, a.ino, a.logical_bytes, a.physical_bytes,
+SELECT a.capture_id, a.role, a.dev, a.ino, a.logical_bytes,
+       a.physical_bytes + coalesce(p.part_start_bytes, 0) AS physical_bytes,
        a.length_bytes, a.source
-FROM allx a JOIN best b USING (capture_id, dev, ino, prio);
+FROM allx a JOIN best b USING (capture_id, dev, ino, prio)
+-- FIEMAP and iomap give addresses on the file system's own device: on a
+-- partition, its start carries them to the disk the requests are on
+LEFT JOIN device_map p ON p.capture_id = a.capture_id AND p.dev = a.dev
+                      AND p.level = CASE a.role WHEN 'guest_file' THEN 'vfs' ELSE 'hostfs' END;

@@ -16,8 +16,10 @@ SELECT capture_id, logical_bytes, physical_bytes, length_bytes FROM map_extents 
 
 -- Pieces of each file syscall's byte range, mapped through the guest file's
 -- extents to the virtual disk and through the image's extents to the host
--- disk.  A range that spans extents gives several pieces; bytes with no
--- known mapping (holes, delayed allocation) give none.
+-- disk.  A range that spans extents (of the file or of the image) gives
+-- several pieces; bytes with no known guest mapping (holes, delayed
+-- allocation) give none; a piece wholly in a hole of the image has no disk
+-- offset (one partly in a hole keeps only its mapped parts).
 -- @column capture_id VARCHAR     capture
 -- @column io_id UBIGINT          vfs_io row
 -- @column ts_ns UBIGINT          syscall entry
@@ -46,11 +48,25 @@ v AS (
   SELECT g.capture_id, g.io_id, g.ts_ns, g.end_ns, g.op, g.s AS file_offset_bytes,
          (g.t - g.s)::UBIGINT AS bytes, (g.s + g.delta)::UBIGINT AS vdisk_offset_bytes,
          (g.s + g.delta + coalesce(m.backing_offset_bytes, 0))::UBIGINT AS image_offset_bytes
-  FROM g LEFT JOIN _map_vdisk_image m USING (capture_id))
-SELECT v.*, (ie.physical_bytes + (v.image_offset_bytes - ie.logical_bytes))::UBIGINT AS disk_offset_bytes
-FROM v LEFT JOIN _map_image_extents ie
-  ON ie.capture_id = v.capture_id AND v.image_offset_bytes >= ie.logical_bytes
- AND v.image_offset_bytes < ie.logical_bytes + ie.length_bytes;
+  FROM g LEFT JOIN _map_vdisk_image m USING (capture_id)),
+-- a piece that crosses an image extent's end (a guest block smaller than
+-- the host's, or an image offset not aligned to it) splits there too
+w AS (
+  SELECT v.*, ie.logical_bytes AS il, ie.physical_bytes AS ip,
+         greatest(v.image_offset_bytes::BIGINT, ie.logical_bytes::BIGINT) AS ps,
+         least((v.image_offset_bytes + v.bytes)::BIGINT,
+               (ie.logical_bytes + ie.length_bytes)::BIGINT) AS pt
+  FROM v LEFT JOIN _map_image_extents ie
+    ON ie.capture_id = v.capture_id
+   AND ie.logical_bytes < v.image_offset_bytes + v.bytes
+   AND v.image_offset_bytes < ie.logical_bytes + ie.length_bytes)
+SELECT capture_id, io_id, ts_ns, end_ns, op,
+       file_offset_bytes + coalesce(ps - image_offset_bytes::BIGINT, 0) AS file_offset_bytes,
+       coalesce((pt - ps)::UBIGINT, bytes) AS bytes,
+       (vdisk_offset_bytes + coalesce(ps - image_offset_bytes::BIGINT, 0))::UBIGINT AS vdisk_offset_bytes,
+       coalesce(ps::UBIGINT, image_offset_bytes) AS image_offset_bytes,
+       (ip + (ps - il))::UBIGINT AS disk_offset_bytes
+FROM w;
 
 -- Virtual-disk requests carried to the image and, piece by piece through
 -- the image's extents, to the host disk; the parts no extent covers (holes

@@ -375,13 +375,18 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
     if not ev.num_rows:
         raise StoreError(problems[0] if problems else
                          f"{', '.join(map(str, paths))}: no block request events to import")
+    devs = sorted(set(ev.column("dev").to_pylist()))
+    unknown = sorted(set(levels) - set(devs))
+    if unknown:
+        raise StoreError(f"{', '.join(dev_name(d) for d in unknown)}: no request events of this "
+                         f"device in {', '.join(map(str, paths))} (it has "
+                         f"{', '.join(dev_name(d) for d in devs)})")
     p = init_store(store)
     if capture_id in captures(p):
         raise StoreError(f"{p}: already holds a capture {capture_id!r}")
     for table, rec in kernel_tables().items():
         out = ev if table == "block_events" else record_schema(rec).empty_table()
         _write_parquet(p, table, capture_id, _with_capture(out, capture_id))
-    devs = sorted(set(ev.column("dev").to_pylist()))
     dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
            "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
     _write_parquet(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))

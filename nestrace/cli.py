@@ -237,8 +237,10 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
     block_requests, phases, seeks, sizes and the report work on it."""
     from .blktrace import import_files
     for f in files:
-        if not Path(f).is_file():
+        if not Path(f).exists():
             raise UserError(f"{f}: no such file")
+        if not Path(f).is_file():
+            raise UserError(f"{f}: not a regular file")
     levels = {kdev_arg(v): "vdisk" for v in vdisks}
     cid = capture_id or "blktrace-" + Path(files[0]).name.split(".")[0]
     r = import_files(list(files), output, levels, cid, machine)

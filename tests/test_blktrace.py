@@ -127,3 +127,12 @@ def test_import_of_a_file_that_is_not_blktrace_names_it(tmp_path):
     f.write_text("not a trace at all, just some words" * 3)
     with pytest.raises(StoreError, match=f"{f}: byte 0: bad magic"):
         blktrace.import_files([f], tmp_path / "s", {}, "imp")
+
+
+def test_import_refuses_a_vdisk_the_files_do_not_have(tmp_path):
+    from nestrace.store import StoreError
+    f = tmp_path / "vda.blktrace.0"
+    f.write_bytes(rec(1, TC_WRITE, 8, 4096, 1))
+    with pytest.raises(StoreError, match=r"^7:5: no request events of this device in .* \(it has 7:1\)"):
+        blktrace.import_files([f], tmp_path / "s", {(7 << 20) | 5: "vdisk"}, "imp")
+    assert not (tmp_path / "s").exists()

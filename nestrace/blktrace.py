@@ -216,18 +216,26 @@ def _concat(parts: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
 
 
+def _read(paths, resync: bool) -> tuple[list[pa.Table], list[str]]:
+    parts, problems = [], []
+    for p in map(Path, paths):
+        data = p.read_bytes()
+        offs, pr = _walk(p, data, resync)
+        parts.append(_table(p, data, offs))
+        problems += pr
+        if pr and not resync:
+            break
+    return parts, problems
+
+
 def read(*paths: str | os.PathLike) -> pa.Table:
     """The records of blktrace binary files (or a saved trace_pipe of the
     ftrace blk tracer in bin mode), file after file.  The first record
     that is not whole raises BlktraceError (the records before it on
     `.good`)."""
-    parts = []
-    for p in map(Path, paths):
-        data = p.read_bytes()
-        offs, problems = _walk(p, data, resync=False)
-        parts.append(_table(p, data, offs))
-        if problems:
-            raise BlktraceError(problems[0], _concat(parts))
+    parts, problems = _read(paths, resync=False)
+    if problems:
+        raise BlktraceError(problems[0], _concat(parts))
     return _concat(parts)
 
 
@@ -235,12 +243,7 @@ def read_tolerant(*paths: str | os.PathLike) -> tuple[pa.Table, list[str]]:
     """Like read, but past damage: a record that is not whole is named (file
     and byte offset) in the problems returned, and reading resumes at the
     next whole record, so that no good record is lost."""
-    parts, problems = [], []
-    for p in map(Path, paths):
-        data = p.read_bytes()
-        offs, pr = _walk(p, data, resync=True)
-        parts.append(_table(p, data, offs))
-        problems += pr
+    parts, problems = _read(paths, resync=True)
     return _concat(parts), problems
 
 
@@ -252,18 +255,9 @@ TC_NOTIFY = 0x400
 TN_PROCESS = 0          # notify record: pdu = the task's comm
 
 
-def _nt_op(cats: int, nbytes: int) -> int:
-    """The kernel REQ_OP nestrace stores, from blktrace's categories."""
-    return {"read": 0, "write": 1, "flush": 2, "discard": 3}.get(op_name(cats, nbytes), 0)
-
-
-def _nt_flags(cats: int) -> int:
-    """nestrace's flag bits (1 SYNC 2 META 8 FUA 16 PREFLUSH 32 RAHEAD)."""
-    f = 0
-    for tc, nt in ((TC_SYNC, 1), (TC_META, 2), (TC_FUA, 8), (TC_FLUSH, 16), (TC_AHEAD, 32)):
-        if cats & tc:
-            f |= nt
-    return f
+# nestrace's req_op per op name, and its flag bits per BLK_TC_* category
+NT_OPS = {"read": 0, "write": 1, "flush": 2, "discard": 3}
+NT_FLAGS = ((TC_SYNC, 1), (TC_META, 2), (TC_FUA, 8), (TC_FLUSH, 16), (TC_AHEAD, 32))
 
 
 def dev_name(dev: int) -> str:
@@ -280,7 +274,8 @@ def block_events(t: pa.Table) -> tuple[pa.Table, dict]:
     request at its sector unless one is open there, and the C at that
     sector closes it.  A requeued request (R, then I and D again) keeps
     its id."""
-    schema = pa.schema([f for f in _record_schema() if f.name != "capture_id"])
+    from .schema import record_schema
+    schema = record_schema("block_event")
     col = {c: t.column(c).to_numpy() for c in ("action_code", "categories", "time_ns", "sector",
                                                "bytes", "pid", "dev", "cpu", "error")}
     notify = (col["categories"] & TC_NOTIFY) != 0
@@ -335,10 +330,12 @@ def block_events(t: pa.Table) -> tuple[pa.Table, dict]:
     seq = np.empty(m, np.uint64)
     seq[c] = idx - np.maximum.accumulate(np.where(first, idx, 0)) + 1
     cats, nbytes = col["categories"][rows], col["bytes"][rows]
-    op = np.select([cats & TC_DISCARD != 0, cats & TC_WRITE != 0,
-                    (cats & TC_FLUSH != 0) & (nbytes == 0)], [3, 1, 2], 0).astype(np.uint16)
+    # req_op by op_name, once per distinct (categories, has bytes)
+    kinds, inverse = np.unique(cats.astype(np.int64) * 2 + (nbytes > 0), return_inverse=True)
+    op = np.array([NT_OPS.get(op_name(int(k) >> 1, int(k) & 1), 0) for k in kinds],
+                  np.uint16)[inverse] if m else np.zeros(0, np.uint16)
     flags = np.zeros(m, np.uint16)
-    for tc, f in ((TC_SYNC, 1), (TC_META, 2), (TC_FUA, 8), (TC_FLUSH, 16), (TC_AHEAD, 32)):
+    for tc, f in NT_FLAGS:
         flags |= np.where(cats & tc != 0, f, 0).astype(np.uint16)
     pids = col["pid"][rows]
     out = {"kind": np.full(m, 2, np.uint16), "version": np.ones(m, np.uint16), "cpu": cpu,
@@ -349,11 +346,6 @@ def block_events(t: pa.Table) -> tuple[pa.Table, dict]:
     arrays = {n: pa.array(v[order]) for n, v in out.items()}
     arrays["comm"] = _strings(pids[order], lambda p: comms.get(p, ""))
     return pa.Table.from_pydict(arrays, schema=schema), skipped
-
-
-def _record_schema() -> pa.Schema:
-    from .schema import record_schema
-    return record_schema("block_event")
 
 
 def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,

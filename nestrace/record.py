@@ -35,7 +35,8 @@ def new_capture_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def device_map_rows(stack: Stack, capture_id: str) -> list[dict]:
+def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
+    """The levels this machine sees of the stack (all four, or one side's two)."""
     def row(level, dev, name, size=0, bd=None, fs="", bs=0, part=0):
         return {"capture_id": capture_id, "level": level, "dev": dev, "name": name,
                 "size_sectors": size,
@@ -44,16 +45,27 @@ def device_map_rows(stack: Stack, capture_id: str) -> list[dict]:
                 "backing_path": bd.backing_file if bd else "",
                 "backing_offset_bytes": bd.backing_offset_bytes if bd else 0,
                 "dio": bd.dio if bd else False, "fs_type": fs, "block_size_bytes": bs,
-                "part_start_bytes": part}
+                "part_start_bytes": part, "machine": machine}
     v, d = stack.vdisk, stack.disk
-    return [
-        row("vfs", stack.guest_kdev, stack.guest_mount, fs=stack.guest_fs, bs=stack.guest_block_bytes,
-            part=stack.guest_part_start_bytes),
-        row("vdisk", v.kdev, v.name, v.size_sectors, v if v.is_loop else None, bs=v.logical_block_bytes),
-        row("hostfs", stack.host_kdev, stack.host_mount, fs=stack.host_fs, bs=stack.host_block_bytes,
-            part=stack.host_part_start_bytes),
-        row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None, bs=d.logical_block_bytes),
-    ]
+    rows = []
+    if stack.has_guest:
+        # a guest's loop device is the lab's virtual disk: its backing file
+        # is the image only when this kernel also sees the host side
+        vb = v if v.is_loop and stack.has_host else None
+        rows += [row("vfs", stack.guest_kdev, stack.guest_mount, fs=stack.guest_fs,
+                     bs=stack.guest_block_bytes, part=stack.guest_part_start_bytes),
+                 row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
+    if stack.has_host:
+        rows += [row("hostfs", stack.host_kdev, stack.host_mount, fs=stack.host_fs,
+                     bs=stack.host_block_bytes, part=stack.host_part_start_bytes),
+                 row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None,
+                     bs=d.logical_block_bytes)]
+    return rows
+
+
+def side_families(stack: Stack) -> str:
+    """The BPF program families a side needs."""
+    return {"both": "vfs,block,hostfs", "guest": "vfs,block", "host": "block,hostfs"}[stack.side]
 
 
 def unused_hooks(host_fs: str) -> tuple[str, ...]:
@@ -132,12 +144,14 @@ def agent_cpus(spec: str) -> set[int] | None:
 def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
                flush_ms: int | None = None, all_hooks: bool = False,
                arrow_dir: Path | None = None, pid: int | None = None) -> list[str]:
-    args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families,
-            "--dev", f"{kdev_str(stack.guest_kdev)}=vfs,cache,map",
-            "--dev", f"{kdev_str(stack.vdisk.kdev)}=block",
-            "--dev", f"{kdev_str(stack.disk.kdev)}=block",
-            "--ino", f"{kdev_str(stack.host_kdev)}:{stack.image_ino}=file,cache,map"]
-    skip = () if all_hooks else unused_hooks(stack.host_fs)
+    args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families]
+    if stack.has_guest:
+        args += ["--dev", f"{kdev_str(stack.guest_kdev)}=vfs,cache,map",
+                 "--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
+    if stack.has_host:
+        args += ["--dev", f"{kdev_str(stack.disk.kdev)}=block",
+                 "--ino", f"{kdev_str(stack.host_kdev)}:{stack.image_ino}=file,cache,map"]
+    skip = () if all_hooks or not stack.has_host else unused_hooks(stack.host_fs)
     if skip:
         args += ["--skip-hooks", ",".join(skip)]
     if ringbuf_kb:
@@ -154,8 +168,12 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
 def guest_files(stack: Stack, inos: set[int] | None = None) -> list[str]:
     """Regular files of the guest FS (those with inode in `inos`, if given)."""
     out = []
+    top = os.stat(stack.guest_mount).st_dev
     for root, dirs, files in os.walk(stack.guest_mount):
-        dirs[:] = [d for d in dirs if d != "lost+found"]
+        # this file system only: not the ones mounted on it (a root file
+        # system's /proc, /sys, /run, ...)
+        dirs[:] = [d for d in dirs if d != "lost+found" and not os.path.ismount(os.path.join(root, d))
+                   and _same_dev(os.path.join(root, d), top)]
         for f in files:
             p = os.path.join(root, f)
             try:
@@ -171,14 +189,25 @@ def guest_files(stack: Stack, inos: set[int] | None = None) -> list[str]:
     return out
 
 
+def _same_dev(path: str, dev: int) -> bool:
+    try:
+        return os.lstat(path).st_dev == dev
+    except OSError:
+        return False
+
+
 def snapshot_extents(stack: Stack, capture_id: str, phase: str,
                      inos: set[int] | None = None) -> pa.Table:
     """FIEMAP of the image and of the guest files (btrfs addresses mapped
     through the chunk tree to device offsets)."""
+    rows = []
+    if stack.has_host:
+        host_chunks = btrfs_chunks(f"/dev/{stack.disk.name}") if stack.host_fs == "btrfs" else None
+        rows += extent_rows(stack.image_path, "image", phase, capture_id, host_chunks)
+    if not stack.has_guest:
+        return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
     subprocess.run(["sync", "-f", stack.guest_mount], check=False)
-    host_chunks = btrfs_chunks(f"/dev/{stack.disk.name}") if stack.host_fs == "btrfs" else None
     guest_chunks = btrfs_chunks(f"/dev/{stack.vdisk.name}") if stack.guest_fs == "btrfs" else None
-    rows = extent_rows(stack.image_path, "image", phase, capture_id, host_chunks)
     for p in guest_files(stack, inos):
         try:
             rows += extent_rows(p, "guest_file", phase, capture_id, guest_chunks)
@@ -200,7 +229,7 @@ class Capture:
 def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = None,
            command: list[str] | None = None, ringbuf_kb: int | None = None,
            flush_ms: int | None = None, all_hooks: bool = False,
-           mode: str = "auto", families: str = "vfs,block,hostfs", cpus: str = "auto",
+           mode: str = "auto", families: str | None = None, cpus: str = "auto",
            pid: int | None = None,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
@@ -217,17 +246,18 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     cid = new_capture_id()
     live = LiveCapture(store_p, cid)
     cap = Capture(store_p, cid)
-    live.update_facts(machine=socket.gethostname(), kernel=platform.release(),
+    machine = socket.gethostname()
+    live.update_facts(machine=machine, kernel=platform.release(),
                       start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
                       command=" ".join(command or []), stack=stack.to_json())
-    live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid),
+    live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
                                                          schema=table_schema("device_map")))
     live.write_table("extent_maps", snapshot_extents(stack, cid, "start"))
 
     # The agent writes the record tables into the live directory itself
     # (Arrow IPC, one batch per flush); its stdout carries the start and
     # end metadata.  No Python touches a record while the workload runs.
-    args = agent_args(stack, ringbuf_kb, mode, families, flush_ms, all_hooks,
+    args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms, all_hooks,
                       arrow_dir=live.dir, pid=pid)
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)

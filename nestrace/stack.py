@@ -169,26 +169,41 @@ def block_dev_of_path(dev_path: str) -> BlockDev:
     return block_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
 
 
+SIDES = ("both", "guest", "host")
+
+
 @dataclass
 class Stack:
     """One nested stack: guest FS (vfs) on vdisk, whose image is a file on
-    the host FS (hostfs) on disk."""
-    guest_mount: str
-    guest_fs: str
-    guest_kdev: int
-    vdisk: BlockDev
-    image_path: str
-    image_ino: int
-    host_mount: str
-    host_fs: str
-    host_kdev: int
-    disk: BlockDev
+    the host FS (hostfs) on disk.  `side` is what one machine sees of it:
+    both (one kernel, the lab), guest (vfs and vdisk, in a VM) or host
+    (hostfs and disk: the hypervisor's accesses to the image); the other
+    side's fields are empty."""
+    guest_mount: str = ""
+    guest_fs: str = ""
+    guest_kdev: int = 0
+    vdisk: BlockDev | None = None
+    image_path: str = ""
+    image_ino: int = 0
+    host_mount: str = ""
+    host_fs: str = ""
+    host_kdev: int = 0
+    disk: BlockDev | None = None
     below: list[dict] = field(default_factory=list)   # further loop levels under disk
     guest_block_bytes: int = 0
     host_block_bytes: int = 0
     # where each file system starts on its disk: a partition's start, else 0
     guest_part_start_bytes: int = 0
     host_part_start_bytes: int = 0
+    side: str = "both"
+
+    @property
+    def has_guest(self) -> bool:
+        return self.side in ("both", "guest")
+
+    @property
+    def has_host(self) -> bool:
+        return self.side in ("both", "host")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -201,7 +216,8 @@ def discover(mount_point: str) -> Stack:
     if not vdisk.is_loop:
         raise StackError(
             f"{mount_point}: on {vdisk.name}, which is not a loop device: not a nested "
-            "stack on this machine (in a VM, run the guest agent and pass --vdisk)")
+            "stack on this machine (in a VM: `nestrace record --side guest` here, "
+            "`--side host --image FILE` on the host, then `nestrace merge`)")
     return from_devices(gm, vdisk)
 
 
@@ -213,14 +229,8 @@ def _part_start(m: Mount) -> int:
         return 0
 
 
-def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
-                 disk_path: str | None = None) -> Stack:
-    image_path = image or vdisk.backing_file
-    st = os.stat(image_path)
-    hm = mount_containing(image_path)
-    if hm is None:
-        raise StackError(f"{image_path}: its file system is not mounted")
-    disk = block_dev_of_path(disk_path) if disk_path else mount_block_dev(hm)
+def _host_below(disk: BlockDev) -> list[dict]:
+    """Further loop levels under the host disk (the lab's own backing files)."""
     below = []
     cur = disk
     while cur.is_loop and len(below) < 8:
@@ -234,13 +244,50 @@ def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
             break
         below[-1]["fs"] = bm.fs_type
         below[-1]["dev"] = cur.name
+    return below
+
+
+def guest_side(mount_point: str, vdisk_path: str | None = None) -> Stack:
+    """The guest's half of a stack in a VM: the file system at `mount_point`
+    and the virtual disk under it (a virtio disk, or any block device)."""
+    gm = mount_of(mount_point)
+    vdisk = block_dev_of_path(vdisk_path) if vdisk_path else mount_block_dev(gm)
+    return Stack(guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev,
+                 vdisk=vdisk, guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
+                 guest_part_start_bytes=_part_start(gm), side="guest")
+
+
+def host_side(image: str, disk_path: str | None = None) -> Stack:
+    """The host's half: the disk image file, the file system it is on and
+    that file system's disk."""
+    try:
+        st = os.stat(image)
+    except OSError as e:
+        raise StackError(f"{image}: {e.strerror}") from None
+    import stat as _stat
+    if not _stat.S_ISREG(st.st_mode):
+        raise StackError(f"{image}: not a regular file (the disk image)")
+    hm = mount_containing(image)
+    if hm is None:
+        raise StackError(f"{image}: its file system is not mounted")
+    disk = block_dev_of_path(disk_path) if disk_path else mount_block_dev(hm)
+    return Stack(image_path=os.path.realpath(image), image_ino=st.st_ino,
+                 host_mount=hm.mount_point, host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk,
+                 below=_host_below(disk), host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
+                 host_part_start_bytes=_part_start(hm), side="host")
+
+
+def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
+                 disk_path: str | None = None) -> Stack:
+    image_path = image or vdisk.backing_file
+    host = host_side(image_path, disk_path)
     return Stack(
         guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev, vdisk=vdisk,
-        image_path=image_path, image_ino=st.st_ino, host_mount=hm.mount_point,
-        host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk, below=below,
+        image_path=image_path, image_ino=host.image_ino, host_mount=host.host_mount,
+        host_fs=host.host_fs, host_kdev=host.host_kdev, disk=host.disk, below=host.below,
         guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
-        host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
-        guest_part_start_bytes=_part_start(gm), host_part_start_bytes=_part_start(hm))
+        host_block_bytes=host.host_block_bytes,
+        guest_part_start_bytes=_part_start(gm), host_part_start_bytes=host.host_part_start_bytes)
 
 
 # ---- FIEMAP ----------------------------------------------------------------

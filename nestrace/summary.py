@@ -14,8 +14,13 @@ def level_summary(store: Path, capture_id: str | None = None) -> dict:
         if not caps:
             return {"capture_id": None, "levels": [], "lost": 0}
         cid = capture_id or caps[-1]
+        # the levels the capture traced (one side of a VM has two)
+        traced = {r["level"] for r in s.rows(
+            "SELECT DISTINCT level FROM device_map WHERE capture_id = ?", [cid])}
         levels = []
         for level, view in LEVELS:
+            if traced and level not in traced:
+                continue
             r = s.rows(f"""
                 SELECT count(*) AS n,
                        count(*) FILTER (WHERE op = 'read') AS reads,

@@ -160,6 +160,7 @@ TABLES = {
         ('fs_type', 'string', '', 'file system type (vfs, hostfs levels)'),
         ('block_size_bytes', 'uint32', 'bytes', 'file system block size (vfs, hostfs) or logical block size (disks)'),
         ('part_start_bytes', 'uint64', 'bytes', "vfs, hostfs: where the file system starts on the disk below it (its partition's start; 0 on a whole disk)"),
+        ('machine', 'string', '', "machine this level was recorded on (in a merged guest + host capture, the side's own; NULL in stores written before: capture_meta's)"),
     ]},
     'lost_events': {'doc': 'Lost-event accounting per CPU: ring-buffer drops counted in BPF and sequence gaps found by the reader.', 'fields': [
         ('capture_id', 'string', '', 'capture'),
@@ -184,6 +185,9 @@ TABLES = {
         ('records_total', 'uint64', '', 'kernel records stored'),
         ('tool_version', 'string', '', 'nestrace version'),
         ('schema_version', 'string', '', 'JSON: record name -> layout version'),
+        ('clock_offset_ns', 'int64', 'ns', "merged guest + host capture: the host's CLOCK_MONOTONIC minus the guest's, as `nestrace merge` estimated it; the host's times in this capture are already moved onto the guest's clock by it.  NULL for a one-machine capture"),
+        ('clock_offset_err_ns', 'uint64', 'ns', 'half-width of the interval the offset is known to lie in: every time compared across the two machines carries this error'),
+        ('clock_offset_pairs', 'uint64', '', 'guest requests and host accesses that agree on the offset (matched by image offset; each bounds it)'),
     ]},
 }
 

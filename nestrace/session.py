@@ -26,7 +26,7 @@ def _raw_tables() -> dict[str, pa.Schema]:
 # views `nestrace correlate` stores, each with a `_<view>_computed` twin
 MATERIALIZED = ("block_requests", "links")
 # small store tables that gained columns after stores were first written
-GROWN = ("device_map",)
+GROWN = ("device_map", "capture_meta")
 
 
 def _quiet(con) -> None:

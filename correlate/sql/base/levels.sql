@@ -8,10 +8,10 @@
 -- @column size_sectors UBIGINT device size in 512-byte sectors (block levels)
 -- @column fs_type VARCHAR     file system type (vfs, hostfs)
 -- @column block_size_bytes UINTEGER file system block size, or the disk's logical block size
--- @column machine VARCHAR     machine that recorded the capture
+-- @column machine VARCHAR     machine that recorded the level (guest or host in a merged capture)
 CREATE OR REPLACE VIEW base_levels AS
 SELECT m.capture_id, m.level, m.dev, m.name, m.size_sectors, m.fs_type,
-       m.block_size_bytes, c.machine
+       m.block_size_bytes, coalesce(m.machine, c.machine) AS machine
 FROM device_map m JOIN capture_meta c USING (capture_id);
 
 -- op name of a block request from the kernel's REQ_OP.

@@ -163,18 +163,25 @@ def lab_list() -> None:
                    "take no block-device interrupts, if some CPUs do and others not.")
 @click.option("--pid", type=int, default=None,
               help="vfs level: only this process (and its threads); lower levels: all I/O.")
+@click.option("--side", type=click.Choice(["both", "guest", "host"]), default="both",
+              show_default=True,
+              help="both: all four levels on this kernel (the lab).  In a VM: guest (vfs and "
+                   "vdisk: --stack MOUNT [--vdisk DEV]) in the guest, host (hostfs and disk: "
+                   "--image FILE [--disk DEV]) on the host; then `nestrace merge`.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @user_errors
 @needs_root
 @needs_btf
 def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mode,
-           all_hooks, agent_cpus, pid, command) -> None:
+           all_hooks, agent_cpus, pid, side, command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until Ctrl-C)."""
     from . import record as rec
     from .stack import block_dev_of_path, discover, from_devices, mount_of
-    if not mount:
+    if side != "both":
+        stack = _side_stack(side, mount, vdisk, image, disk)
+    elif not mount:
         raise UserError("--stack MOUNTPOINT is required (the guest file system)")
-    if vdisk or image or disk:
+    elif vdisk or image or disk:
         gm = mount_of(mount)
         vd = block_dev_of_path(vdisk) if vdisk else None
         if vd is None:
@@ -192,6 +199,21 @@ def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mod
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)
         sys.exit(cap.command_rc)
+
+
+def _side_stack(side: str, mount, vdisk, image, disk):
+    """One side of a VM's stack, from the options that side takes."""
+    from .stack import guest_side, host_side
+    usage, foreign, foreign_names, needed, what = {
+        "guest": ("--stack MOUNT [--vdisk DEV]", (image, disk), "--image or --disk", mount,
+                  "--stack MOUNTPOINT (the guest file system)"),
+        "host": ("--image FILE [--disk DEV]", (mount, vdisk), "--stack or --vdisk", image,
+                 "--image FILE (the VM's disk image)")}[side]
+    if any(foreign):
+        raise UserError(f"--side {side} traces the {side}'s side: give {usage}, not {foreign_names}")
+    if not needed:
+        raise UserError(f"--side {side} needs {what}")
+    return guest_side(mount, vdisk) if side == "guest" else host_side(image, disk)
 
 
 def _report_capture(store: Path, capture_id: str, result, stream_problems=()) -> None:
@@ -256,6 +278,39 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
     elif not r["sequence_numbers"]:
         click.echo("note: the records carry no sequence numbers (the ftrace blk tracer's do not): "
                    "losses cannot be counted", err=True)
+
+
+@cli.command("merge")
+@click.argument("guest_store", type=click.Path())
+@click.argument("host_store", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Store directory for the merged capture (created, or an existing store).")
+@click.option("--guest-capture", default=None, help="Capture id in GUEST_STORE (if it has several).")
+@click.option("--host-capture", default=None, help="Capture id in HOST_STORE (if it has several).")
+@click.option("--image-offset", type=int, default=0, show_default=True,
+              help="Byte offset of the virtual disk's first sector in the image file (raw: 0).")
+@click.option("--offset-ns", type=int, default=None,
+              help="Host clock minus guest clock, if known; default: estimated from the I/Os.")
+@user_errors
+def merge_cmd(guest_store, host_store, output, guest_capture, host_capture, image_offset,
+              offset_ns) -> None:
+    """Merge a guest capture (record --side guest) and a host capture
+    (record --side host) of one VM into one four-level capture, with the
+    host's times moved onto the guest's clock by an estimated offset."""
+    from .merge import MergeError, merge
+    try:
+        r = merge(guest_store, host_store, output, guest_capture=guest_capture,
+                  host_capture=host_capture, image_offset=image_offset, offset_ns=offset_ns)
+    except MergeError as e:
+        raise UserError(str(e)) from None
+    if r.offset:
+        click.echo(f"clock: {r.offset.describe()}")
+    else:
+        click.echo(f"clock: host clock - guest clock = {r.offset_ns} ns (given)")
+    for old, new in r.remapped.items():
+        click.echo(f"host device {old >> 20}:{old & 0xFFFFF} is {new >> 20}:{new & 0xFFFFF} in the "
+                   "merged capture (the guest has a device of that number)")
+    click.echo(f"capture {r.capture_id}: {r.records} records -> {output}")
 
 
 @cli.command("export")

@@ -32,8 +32,14 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         raise ValueError(f"no capture {cid!r} in the store (have: {', '.join(caps)})")
     p = [cid]
     s.cache(CACHED)
-    meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total "
+    meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, "
+                   "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs "
                    "FROM capture_meta WHERE capture_id = ?", p)
+    clock = None
+    if meta.get("clock_offset_ns") is not None:
+        host = _one(s, "SELECT machine FROM base_levels WHERE capture_id = ? AND level = 'disk'", p)
+        clock = {"host_machine": host.get("machine"), "offset_ns": meta["clock_offset_ns"],
+                 "err_ns": meta["clock_offset_err_ns"], "pairs": meta["clock_offset_pairs"]}
     seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ?", p)}
     phases: dict = {}
     for r in s.rows("SELECT level, phase, n, min_ns, avg_ns, median_ns, p99_ns, max_ns "
@@ -86,6 +92,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "kernel": meta.get("kernel"),
         "duration_s": ((meta.get("end_ns") or 0) - (meta.get("start_ns") or 0)) / 1e9,
         "records": meta.get("records_total"),
+        "clock": clock,
         "lost": {"total": meta.get("lost_total"), **lost},
         "levels": levels,
         "amplification": amp,
@@ -126,6 +133,11 @@ def render(rep: dict, console=None) -> None:
     con = console or Console()
     con.print(f"[bold]capture {rep['capture_id']}[/] on {rep['machine']} ({rep['kernel']}), "
               f"{rep['duration_s']:.1f} s, {rep['records']} records")
+    ck = rep.get("clock")
+    if ck:
+        con.print(f"hostfs and disk recorded on {ck['host_machine']}, moved onto this clock: "
+                  f"host - guest = {ck['offset_ns']} ns ± {ck['err_ns']} ns "
+                  f"({ck['pairs']} I/Os agree); times across the two carry ± {ck['err_ns']} ns")
     t = Table(title="Per level")
     for c in ("level", "I/Os", "read", "written", "median size", "sequential", "seek median", "seek p90"):
         t.add_column(c, justify="left" if c == "level" else "right")

@@ -44,9 +44,16 @@ FROM disk_io WHERE bytes > 0;
 -- numbered in the store (at most 4096), hops 0 vdisk 1 hostfs 2 disk (by
 -- the lower level), ops 0 read 1 write 2 discard 3 other, blocks below
 -- 2^48 (1 EiB; beyond, no match).
+-- err: a merged guest + host capture's clock error (nestrace merge): a
+-- host-side time may be off by this much against a guest-side one, so the
+-- hops down to hostfs and disk widen their time windows by it (DESIGN:
+-- [start - err, end + err]).
 CREATE OR REPLACE VIEW _links_captures AS
-SELECT capture_id, (row_number() OVER (ORDER BY capture_id) - 1)::UBIGINT AS ck
-FROM (SELECT DISTINCT capture_id FROM device_map);
+SELECT d.capture_id, (row_number() OVER (ORDER BY d.capture_id) - 1)::UBIGINT AS ck,
+       coalesce(m.clock_offset_err_ns, 0)::UBIGINT AS err
+FROM (SELECT DISTINCT capture_id FROM device_map) d
+LEFT JOIN (SELECT capture_id, max(clock_offset_err_ns) AS clock_offset_err_ns
+           FROM capture_meta GROUP BY capture_id) m USING (capture_id);
 
 CREATE OR REPLACE MACRO _links_hop(lvl) AS
   (CASE lvl WHEN 'vdisk' THEN 0 WHEN 'hostfs' THEN 1 ELSE 2 END)::UTINYINT;
@@ -66,6 +73,8 @@ FROM _links_upper x JOIN _links_captures c USING (capture_id);
 
 CREATE OR REPLACE VIEW _links_lower_keyed AS
 SELECT c.ck, _links_hop(x.lower_level) AS hop, _links_op(x.l_op) AS lop, x.lower_id, x.l_start,
+       CASE WHEN x.lower_level = 'vdisk' THEN 0 ELSE c.err END AS l_err,
+       x.l_start + CASE WHEN x.lower_level = 'vdisk' THEN 0 ELSE c.err END AS l_asof,
        x.l_flags, x.l_off, x.l_len, x.blk,
        _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.l_op), x.blk) AS k
 FROM _links_lower x JOIN _links_captures c USING (capture_id);
@@ -79,25 +88,25 @@ CREATE OR REPLACE VIEW _links_blocks AS
 WITH same_op AS MATERIALIZED (
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM _links_lower_keyed l
-  ASOF LEFT JOIN _links_upper_keyed u ON u.k = l.k AND l.l_start >= u.u_start),
+  ASOF LEFT JOIN _links_upper_keyed u ON u.k = l.k AND l.l_asof >= u.u_start),
 unread AS (   -- reads no upper read was in flight for, keyed to upper writes
   SELECT * EXCLUDE (upper_id, u_start, u_end, uop, u_off, u_len),
          _links_key(ck, hop, 1, blk) AS k
-  FROM same_op WHERE lop = 0 AND NOT coalesce(l_start <= u_end, false)),
+  FROM same_op WHERE lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false)),
 rmw AS (      -- (the writes of those blocks only: usually few, often none)
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM unread l
   ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed WHERE k IN (SELECT k FROM unread)) u
-    ON u.k = l.k AND l.l_start >= u.u_start),
+    ON u.k = l.k AND l.l_asof >= u.u_start),
 j AS (
-  SELECT * FROM same_op WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end, false))
+  SELECT * FROM same_op WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
   UNION ALL SELECT * FROM rmw),
 k AS (
   SELECT *,
     _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,
     CASE WHEN upper_id IS NULL THEN NULL
-         WHEN l_start <= u_end AND lop = uop THEN 'sync'
-         WHEN l_start <= u_end AND uop = 1 AND lop = 0 THEN 'rmw'
+         WHEN l_start <= u_end + l_err AND lop = uop THEN 'sync'
+         WHEN l_start <= u_end + l_err AND uop = 1 AND lop = 0 THEN 'rmw'
          WHEN uop = 1 AND lop = 1 THEN 'writeback'
     END AS kind0
   FROM j),

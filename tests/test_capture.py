@@ -20,7 +20,8 @@ FIO_RANDREAD = ["--rw=randread", "--bs=4k", "--direct=1", "--size=64M", "--io_si
 
 # every fio read, mapped through the guest extent map to an image offset and
 # through the image extent map to a host disk offset, and whether the level
-# below shows a request covering it while the read was in flight
+# below shows a request covering it while the read was in flight ($err:
+# a merged two-machine capture's clock error, for the host's levels)
 TRACE_THROUGH = """
 WITH r AS (SELECT * FROM vfs_io WHERE syscall = $syscall AND op = 'read'),
 gm AS (SELECT * FROM extent_maps WHERE role = 'guest_file' AND phase = 'end'),
@@ -38,10 +39,10 @@ SELECT count(*) AS mapped,
      AND v.ts_ns BETWEEN p.ts_ns AND p.end_ns)) AS vdisk,
   count(*) FILTER (WHERE EXISTS (SELECT 1 FROM hostfs_io h WHERE h.op = 'read'
      AND h.offset_bytes <= p.image_off AND p.image_off + p.bytes <= h.offset_bytes + h.bytes
-     AND h.ts_ns BETWEEN p.ts_ns AND p.end_ns)) AS hostfs,
+     AND h.ts_ns BETWEEN p.ts_ns - $err AND p.end_ns + $err)) AS hostfs,
   count(*) FILTER (WHERE EXISTS (SELECT 1 FROM disk_io d WHERE d.op = 'read'
      AND d.offset_bytes <= p.disk_off AND p.disk_off + p.bytes <= d.offset_bytes + d.bytes
-     AND d.ts_ns BETWEEN p.ts_ns AND p.end_ns)) AS disk
+     AND d.ts_ns BETWEEN p.ts_ns - $err AND p.end_ns + $err)) AS disk
 FROM p
 """
 
@@ -71,7 +72,7 @@ def assert_traced_through(s, offsets: list[int], syscall: str = "pread64") -> No
     vfs = s.rows("SELECT offset_bytes, ret_bytes FROM vfs_io WHERE syscall = ?", [syscall])
     assert sorted(r["offset_bytes"] for r in vfs) == sorted(offsets)
     assert all(r["ret_bytes"] == 4096 for r in vfs)
-    got = s.con.execute(TRACE_THROUGH, {"syscall": syscall}).fetchone()
+    got = s.con.execute(TRACE_THROUGH, {"syscall": syscall, "err": 0}).fetchone()
     got = dict(zip(("mapped", "vdisk", "hostfs", "disk"), got))
     assert got == {"mapped": 4096, "vdisk": 4096, "hostfs": 4096, "disk": 4096}
     lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]

@@ -1,0 +1,243 @@
+"""Two-machine captures: a guest side and a host side, recorded apart and
+merged onto one clock (`record --side`, `nestrace merge`)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import nestrace
+from conftest import NESTRACE, ROOT, drop_caches, run_cli
+from nestrace.merge import MergeError, estimate_offset
+from nestrace.session import Session
+from nestrace.store import write_parquet_file
+from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
+from test_capture import FIO_RANDREAD, TRACE_THROUGH, fio_log_offsets
+
+MiB = 1 << 20
+O = 5_000_000_000
+
+
+def _g(*rows):
+    return pa.Table.from_pylist([dict(zip(("d_ns", "c_ns", "offset_bytes", "op"), r)) for r in rows])
+
+
+def _h(*rows):
+    return pa.Table.from_pylist([dict(zip(("ts_ns", "offset_bytes", "op"), r)) for r in rows])
+
+
+def test_offset_is_where_the_pairs_intervals_agree():
+    """Each pair bounds host - guest to [h - c, h - d]; a later access of
+    the same offset (a false pair) and an access of another op do not
+    move the estimate: [O-10, O+5] -> O-3 ± 8."""
+    g = _g((1000, 1100, 0, "read"), (2000, 2050, 4096, "read"), (3000, 3300, 8192, "read"))
+    h = _h((O + 1010, 0, "read"), (O + 2040, 4096, "read"), (O + 3005, 8192, "read"),
+           (O + 9000, 0, "read"), (O + 2020, 4096, "write"))
+    est = estimate_offset(g, h)
+    assert (est.offset_ns, est.err_ns, est.pairs, est.candidates, est.requests) == (O - 3, 8, 3, 3, 3)
+    # the disk starts 1 MiB into the image: the host offsets say so
+    h2 = _h((O + 1010, MiB, "read"), (O + 2040, MiB + 4096, "read"), (O + 3005, MiB + 8192, "read"))
+    assert estimate_offset(g, h2, image_offset=MiB).offset_ns == O - 3
+
+
+def test_offset_drops_a_few_outlying_bounds():
+    """With outliers=0.2 of 10 pairs, the two tightest bounds are left
+    out: the interval ends where the third tightest does."""
+    g = _g(*[(1000 * i, 1000 * i + 100 + i, 4096 * i, "read") for i in range(1, 11)])
+    h = _h(*[(O + 1000 * i + i, 4096 * i, "read") for i in range(1, 11)])
+    # pair i: [O + i - 100 - i, O + i] = [O - 100, O + i]
+    assert estimate_offset(g, h).offset_ns == O + (-100 + 1) // 2
+    est = estimate_offset(g, h, outliers=0.2)
+    assert (est.offset_ns, est.err_ns) == (O + (-100 + 3) // 2, 52)
+
+
+def test_offset_needs_pairs_that_agree():
+    g = _g((1000, 1100, 0, "read"))
+    with pytest.raises(MergeError, match="no host access"):
+        estimate_offset(g, _h((O, 4096, "read")))
+    with pytest.raises(MergeError, match="only 1 guest requests agree"):
+        estimate_offset(g, _h((O, 0, "read")))
+
+
+def test_links_widen_cross_machine_windows_by_the_clock_error():
+    """A host access and disk request seen 50 ns before the guest request
+    started: outside its window on one clock, inside once the merged
+    capture's clock error (60 ns) is allowed for."""
+    def links(err):
+        t = dict(capture_meta=capture_meta(clock_offset_ns=0 if err else None,
+                                           clock_offset_err_ns=err),
+                 device_map=device_map(), extent_maps=extents(),
+                 vfs_events=[vfs(100, 900, off=8192, f_flags=0o40000)],
+                 block_events=request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+                 + request(150, 160, 800, DISK, 104 * MiB + 8192, 4096, rq=2, bio=12),
+                 hostfs_events=[hostfs(150, 4 * MiB + 8192, 4096, source=3, flags=1)])
+        return Session.from_tables(t).rows(
+            "SELECT lower_level, kind FROM links WHERE upper_level = 'vdisk' ORDER BY 1")
+    assert links(None) == [{"lower_level": "disk", "kind": "other"},
+                           {"lower_level": "hostfs", "kind": "other"}]
+    assert links(60) == [{"lower_level": "disk", "kind": "sync"},
+                         {"lower_level": "hostfs", "kind": "sync"}]
+
+
+# ---- real captures ----------------------------------------------------------
+
+SHIFT = 3_141_592_653_589   # the "host" booted ~52 minutes before the "guest"
+
+
+def shift_store(store: Path, shift_ns: int, machine: str) -> None:
+    """Make a capture look recorded on another machine: every time moved
+    by shift_ns, another host name."""
+    for f in store.glob("*/capture=*/*.parquet"):
+        t = pq.read_table(f)
+        table = f.parent.parent.name
+        for col in ("ts_ns", "start_ns", "end_ns"):
+            if col in t.column_names:
+                i = t.schema.get_field_index(col)
+                t = t.set_column(i, t.schema.field(i),
+                                 pa.array([v + shift_ns for v in t.column(col).to_pylist()],
+                                          t.schema.field(i).type))
+        if table in ("capture_meta", "device_map") and "machine" in t.column_names:
+            i = t.schema.get_field_index("machine")
+            t = t.set_column(i, t.schema.field(i), pa.array([machine] * t.num_rows, pa.string()))
+        write_parquet_file(t, f)
+
+
+def record_both_sides(lab, tmp_path: Path) -> tuple[Path, Path, list[int], str]:
+    """The host side records in the background (until SIGINT) while the
+    guest side records an fio job: two agents, two stores."""
+    from nestrace.stack import discover
+    image = discover(lab.mount).image_path
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    drop_caches()
+    gstore, hstore, log = tmp_path / "guest", tmp_path / "host", tmp_path / "fio.iolog"
+    host = subprocess.Popen(NESTRACE + ["record", "-o", str(hstore), "--side", "host",
+                                        "--image", image], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for line in host.stderr:
+            if "recording; Ctrl-C to stop" in line:
+                break
+        else:
+            raise AssertionError(f"host side did not start: {host.stdout.read()}")
+        run_cli("record", "-o", str(gstore), "--side", "guest", "--stack", lab.mount, "--",
+                "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
+                "--output=/dev/null", f"--write_iolog={log}", *FIO_RANDREAD)
+    finally:
+        host.send_signal(signal.SIGINT)
+        out, err = host.communicate(timeout=120)
+    assert host.returncode == 0, err
+    return gstore, hstore, fio_log_offsets(log), out
+
+
+@pytest.mark.root
+def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_factory, tmp_path):
+    """ext4 on xfs, direct I/O: the guest side (vfs, vdisk) and the host
+    side (hostfs, disk) recorded by two agents; the host store's clock
+    moved by SHIFT as if recorded on another machine.  merge finds SHIFT
+    within its error bound, and in the merged capture every fio read is
+    followed to a vdisk request, a host access and a disk request."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    gstore, hstore, offsets, host_out = record_both_sides(lab, tmp_path)
+    assert "lost events: 0" in host_out
+    with nestrace.open(gstore) as s:
+        assert {r["level"] for r in s.rows("SELECT level FROM device_map")} == {"vfs", "vdisk"}
+        assert s.rows("SELECT count(*) AS n FROM hostfs_events")[0]["n"] == 0
+    with nestrace.open(hstore) as s:
+        assert {r["level"] for r in s.rows("SELECT level FROM device_map")} == {"hostfs", "disk"}
+        assert s.rows("SELECT count(*) AS n FROM vfs_events")[0]["n"] == 0
+    shift_store(hstore, SHIFT, "hostbox")
+
+    merged = tmp_path / "merged"
+    r = run_cli("merge", str(gstore), str(hstore), "-o", str(merged))
+    assert "clock: host clock - guest clock =" in r.stdout
+    s = nestrace.open(merged)
+    m = s.rows("SELECT clock_offset_ns AS o, clock_offset_err_ns AS e, clock_offset_pairs AS n "
+               "FROM capture_meta")[0]
+    assert abs(m["o"] - SHIFT) <= m["e"] < 100_000, m
+    assert m["n"] >= 4096
+    assert {r["level"]: r["machine"] for r in s.rows("SELECT level, machine FROM base_levels")} == \
+        {"vfs": os.uname().nodename, "vdisk": os.uname().nodename, "hostfs": "hostbox", "disk": "hostbox"}
+
+    assert sorted(r["offset_bytes"] for r in s.rows(
+        "SELECT offset_bytes FROM vfs_io WHERE syscall = 'pread64'")) == sorted(offsets)
+    got = s.con.execute(TRACE_THROUGH, {"syscall": "pread64", "err": m["e"]}).fetchone()
+    assert dict(zip(("mapped", "vdisk", "hostfs", "disk"), got)) == \
+        {"mapped": 4096, "vdisk": 4096, "hostfs": 4096, "disk": 4096}
+    # each read tied across the machines; the host side also saw what the
+    # guest wrote after its agent stopped (the end snapshot's sync) and its
+    # own journal: classified, not attributed
+    assert {(r["upper_level"], r["lower_level"]): r["requests"] for r in s.rows(
+        "SELECT * FROM links_summary WHERE kind = 'sync'")} == \
+        {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): 4096, ("vdisk", "disk"): 4096}
+    to_app = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
+    assert to_app["vdisk"] == 1.0 and to_app["disk"] >= 0.99
+    lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
+    assert lost == {"drops": 0, "gaps": 0}
+    # (cpu, seq) stay unique: the host's CPUs are renumbered
+    assert s.rows("SELECT count(*) AS n FROM (SELECT cpu, seq FROM block_events "
+                  "GROUP BY ALL HAVING count(*) > 1)")[0]["n"] == 0
+    rep = json.loads(run_cli("report", "--json", str(merged)).stdout)
+    assert rep["clock"]["host_machine"] == "hostbox" and rep["clock"]["err_ns"] == m["e"]
+    run_cli("verify", str(merged))
+    # the same capture merged twice into one store is refused, and a
+    # guest capture is not taken for a host one
+    again = run_cli("merge", str(gstore), str(hstore), "-o", str(merged), check=False)
+    assert again.returncode == 2 and "already has capture" in again.stderr
+    wrong = run_cli("merge", str(hstore), str(gstore), "-o", str(tmp_path / "x"), check=False)
+    assert wrong.returncode == 2 and "a guest capture has vfs and vdisk only" in wrong.stderr
+
+
+@pytest.mark.root
+def test_guest_side_on_this_machines_own_virtio_disk(tmp_path):
+    """This machine is a VM: its root file system is on virtio-blk.  The
+    guest side traces fio's O_DIRECT reads there, each to a vda request at
+    the sector the file's extent map gives, in flight with the read."""
+    d = Path("/var/tmp") / f"nestrace-virtio-{os.getpid()}"
+    d.mkdir()
+    try:
+        subprocess.run(["fio", "--name=t", f"--directory={d}", "--rw=write", "--bs=1M",
+                        "--size=16M", "--direct=1", "--output=/dev/null"], check=True)
+        ino = next(d.iterdir()).stat().st_ino
+        store = tmp_path / "s"
+        r = run_cli("record", "-o", str(store), "--side", "guest", "--stack", "/", "--",
+                    "fio", "--name=t", f"--directory={d}", "--rw=randread", "--bs=4k",
+                    "--size=16M", "--io_size=4M", "--direct=1", "--ioengine=psync",
+                    "--output=/dev/null")
+        assert "lost events: 0" in r.stdout
+    finally:
+        subprocess.run(["rm", "-rf", str(d)], check=True)
+    s = nestrace.open(store)
+    vd = s.rows("SELECT name FROM device_map WHERE level = 'vdisk'")[0]["name"]
+    assert vd.startswith("vd"), f"root is on {vd}, not a virtio disk"
+    got = s.rows(f"""
+        WITH r AS (SELECT * FROM vfs_io WHERE ino = {ino} AND syscall = 'pread64'),
+        gm AS (SELECT * FROM map_extents WHERE role = 'guest_file' AND ino = {ino}),
+        p AS (SELECT r.ts_ns, r.end_ns, r.bytes,
+                     gm.physical_bytes + (r.offset_bytes - gm.logical_bytes) AS off
+              FROM r JOIN gm ON r.offset_bytes >= gm.logical_bytes
+                            AND r.offset_bytes + r.bytes <= gm.logical_bytes + gm.length_bytes)
+        SELECT (SELECT count(*) FROM r) AS reads, count(*) AS mapped,
+          count(*) FILTER (WHERE EXISTS (SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
+            AND v.offset_bytes <= p.off AND p.off + p.bytes <= v.offset_bytes + v.bytes
+            AND v.ts_ns BETWEEN p.ts_ns AND p.end_ns)) AS vdisk
+        FROM p""")
+    assert got == [{"reads": 1024, "mapped": 1024, "vdisk": 1024}]
+
+
+@pytest.mark.root
+def test_side_options_are_checked(tmp_path):
+    r = run_cli("record", "-o", str(tmp_path / "s"), "--side", "host", "--duration", "1",
+                check=False)
+    assert r.returncode == 2 and "--side host needs --image FILE" in r.stderr
+    r = run_cli("record", "-o", str(tmp_path / "s"), "--side", "host", "--image", "/dev/null",
+                "--duration", "1", check=False)
+    assert r.returncode == 2 and "/dev/null: not a regular file" in r.stderr
+    r = run_cli("record", "-o", str(tmp_path / "s"), "--side", "guest", "--image", "/x",
+                "--stack", "/", "--duration", "1", check=False)
+    assert r.returncode == 2 and "not --image or --disk" in r.stderr

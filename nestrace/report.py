@@ -45,6 +45,10 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     for r in s.rows("SELECT level, phase, n, min_ns, avg_ns, median_ns, p99_ns, max_ns "
                     "FROM phases_stats WHERE capture_id = ?", p):
         phases.setdefault(r.pop("level"), {})[r.pop("phase")] = r
+    # one side of a VM (record --side) traces two levels; an older store
+    # without a device map is taken to have traced all four
+    traced = {r["level"] for r in s.rows(
+        "SELECT DISTINCT level FROM device_map WHERE capture_id = ?", p)} or set(LEVELS)
     levels = []
     for lv in LEVELS:
         size = "ret_bytes" if lv == "vfs" else "bytes"
@@ -58,14 +62,15 @@ def build(s: Session, capture_id: str | None = None) -> dict:
             FROM {VIEW[lv]} WHERE capture_id = ?""", p)
         sk = seek.get(lv, {})
         levels.append({
-            "level": lv, **r,
+            "level": lv, "traced": lv in traced, **r,
             "sequential_fraction": sk.get("sequential_fraction"),
             "seek_median": sk.get("median_abs"), "seek_p90": sk.get("p90_abs"),
             "seek_unit": "sectors" if lv in ("vdisk", "disk") else "bytes",
             "phases": phases.get(lv, {}),
         })
-    amp = s.rows("SELECT level, op, requests, bytes, ratio_to_above, ratio_to_app FROM amplification "
-                 "WHERE capture_id = ? ORDER BY op, depth", p)
+    amp = [r for r in s.rows("SELECT level, op, requests, bytes, ratio_to_above, ratio_to_app "
+                             "FROM amplification WHERE capture_id = ? ORDER BY op, depth", p)
+           if r["level"] in traced]
     links = s.rows("SELECT upper_level, lower_level, kind, attributed, requests, bytes, fraction "
                    "FROM links_summary WHERE capture_id = ? ORDER BY lower_level, bytes DESC", p)
     to_app = s.rows("SELECT level, bytes, app_bytes, fraction FROM links_to_vfs WHERE capture_id = ?", p)
@@ -142,6 +147,8 @@ def render(rep: dict, console=None) -> None:
     for c in ("level", "I/Os", "read", "written", "median size", "sequential", "seek median", "seek p90"):
         t.add_column(c, justify="left" if c == "level" else "right")
     for lv in rep["levels"]:
+        if not lv.get("traced", True):
+            continue
         unit = "sect" if lv["seek_unit"] == "sectors" else "B"
         t.add_row(lv["level"], str(lv["requests"]), _fmt_bytes(lv["read_bytes"]),
                   _fmt_bytes(lv["write_bytes"]), _fmt_bytes(lv["median_size_bytes"]),

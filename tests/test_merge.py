@@ -151,6 +151,11 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     with nestrace.open(hstore) as s:
         assert {r["level"] for r in s.rows("SELECT level FROM device_map")} == {"hostfs", "disk"}
         assert s.rows("SELECT count(*) AS n FROM vfs_events")[0]["n"] == 0
+    # each side's report is of its own two levels
+    rep = json.loads(run_cli("report", "--json", str(gstore)).stdout)
+    assert {lv["level"]: lv["traced"] for lv in rep["levels"]} == \
+        {"vfs": True, "vdisk": True, "hostfs": False, "disk": False}
+    assert {r["level"] for r in rep["amplification"]} == {"vfs", "vdisk"}
     shift_store(hstore, SHIFT, "hostbox")
 
     merged = tmp_path / "merged"

@@ -47,31 +47,39 @@ class MergeError(ValueError):
 class ClockOffset:
     offset_ns: int        # host - guest
     err_ns: int           # half-width of the interval it lies in
-    pairs: int            # pairs whose intervals contain the estimate
+    pairs: int            # bounds (intervals) that contain the estimate
     candidates: int       # guest requests that had a host access at the same offset
     requests: int         # guest requests considered
 
     def describe(self) -> str:
         return (f"host clock - guest clock = {self.offset_ns} ns ± {self.err_ns} ns "
-                f"({self.pairs} of {self.candidates} matched guest requests agree)")
+                f"({self.pairs} bounds from {self.candidates} matched guest requests agree)")
 
 
 def estimate_offset(guest: pa.Table, host: pa.Table, *, image_offset: int = 0,
                     outliers: float = 0.001) -> ClockOffset:
     """Offset host - guest from guest vdisk requests (columns d_ns, c_ns,
     offset_bytes, op) and host accesses to the image (ts_ns, offset_bytes,
-    op).  A pair shares the image offset and the op; its interval is
-    [h - c, h - d].  The estimate is the stretch covered by the most
-    intervals (m), widened to where all but floor(m * outliers) of them
-    agree: the tightest few bounds are taken for outliers.  Its midpoint
-    and half-width are returned."""
+    op, and optionally done_ns: when the host disk request that served a
+    direct access completed).  A pair shares the image offset and the op.
+    Its access bounds the offset to [h - c, h - d]; a completed disk
+    request adds [done - c, h - d] (the guest's completion follows the
+    host disk's), which is much tighter.  The estimate is the stretch
+    covered by the most intervals (m), widened to where all but
+    floor(m * outliers) of them agree: the tightest few bounds are taken
+    for outliers.  Its midpoint and half-width are returned."""
+    if "done_ns" not in host.column_names:
+        host = host.append_column("done_ns", pa.nulls(host.num_rows, pa.uint64()))
     con = duckdb.connect()
     con.register("g", guest)
     con.register("h", host)
-    n_req = guest.num_rows
+    con.execute("""
+        CREATE TEMP TABLE j AS
+        SELECT g.d_ns::HUGEINT AS d, g.c_ns::HUGEINT AS c, g.offset_bytes AS off,
+               h.ts_ns::HUGEINT AS ts, h.done_ns::HUGEINT AS done
+        FROM g JOIN h ON h.offset_bytes = g.offset_bytes + ? AND h.op = g.op""", [image_offset])
     (pairs, cands), = con.execute(
-        "SELECT count(*), count(DISTINCT (g.d_ns, g.offset_bytes)) FROM g JOIN h "
-        "ON h.offset_bytes = g.offset_bytes + ? AND h.op = g.op", [image_offset]).fetchall()
+        "SELECT count(*), count(DISTINCT (d, off)) FROM j").fetchall()
     if not pairs:
         raise MergeError("no host access to the image is at the offset of a guest request: "
                          "are these captures of the same disk image, recorded at the same time?")
@@ -79,8 +87,8 @@ def estimate_offset(guest: pa.Table, host: pa.Table, *, image_offset: int = 0,
     # after one ends (closed intervals: at one x, starts count first)
     rows = con.execute("""
         WITH p AS (
-          SELECT h.ts_ns::HUGEINT - g.c_ns::HUGEINT AS lo, h.ts_ns::HUGEINT - g.d_ns::HUGEINT AS hi
-          FROM g JOIN h ON h.offset_bytes = g.offset_bytes + ? AND h.op = g.op),
+          SELECT ts - c AS lo, ts - d AS hi FROM j
+          UNION ALL SELECT done - c, ts - d FROM j WHERE done >= ts),
         ev AS (SELECT lo AS x, 1 AS d FROM p UNION ALL SELECT hi AS x, -1 AS d FROM p),
         cov AS (SELECT x, d, sum(d) OVER (ORDER BY x, d DESC ROWS UNBOUNDED PRECEDING) AS c,
                        lead(x) OVER (ORDER BY x, d DESC) AS nx FROM ev),
@@ -88,14 +96,34 @@ def estimate_offset(guest: pa.Table, host: pa.Table, *, image_offset: int = 0,
         SELECT (SELECT m FROM best) AS m, min(x) AS lo, max(nx) AS hi
         FROM cov, best
         WHERE c >= best.m - floor(best.m * ?)::BIGINT
-        """, [image_offset, outliers]).fetchall()
+        """, [outliers]).fetchall()
     m, lo, hi = rows[0]
     if m is None or m < 3:
-        raise MergeError(f"only {m or 0} guest requests agree on a clock offset: the captures "
+        raise MergeError(f"only {m or 0} bounds agree on a clock offset: the captures "
                          "do not overlap in time, or are not of the same image; give --offset-ns")
     lo, hi = int(lo), int(hi)
     return ClockOffset(offset_ns=(lo + hi) // 2, err_ns=math.ceil((hi - lo) / 2),
-                       pairs=int(m), candidates=int(cands), requests=n_req)
+                       pairs=int(m), candidates=int(cands), requests=guest.num_rows)
+
+
+# the host's direct accesses to the image, each with the completion of the
+# host disk request that served it (the first one at its mapped disk
+# offset dispatched after it)
+HOST_ACCESSES = """
+WITH a AS (SELECT io_id, ts_ns, offset_bytes, op, direct FROM hostfs_io
+           WHERE capture_id = $cid AND ino = $ino AND op IN ('read', 'write')),
+m AS (SELECT a.io_id, a.ts_ns, a.offset_bytes, a.op,
+             CASE WHEN a.direct THEN min(e.physical_bytes + (a.offset_bytes - e.logical_bytes)) END
+               AS disk_off
+      FROM a LEFT JOIN map_extents e
+        ON e.capture_id = $cid AND e.role = 'image' AND e.ino = $ino
+       AND a.offset_bytes >= e.logical_bytes AND a.offset_bytes < e.logical_bytes + e.length_bytes
+      GROUP BY a.io_id, a.ts_ns, a.offset_bytes, a.op, a.direct)
+SELECT m.ts_ns, m.offset_bytes, m.op, d.c_ns AS done_ns
+FROM m ASOF LEFT JOIN (SELECT offset_bytes::BIGINT AS off, op, start_ns, c_ns FROM disk_io
+                       WHERE capture_id = $cid AND c_ns IS NOT NULL) d
+  ON d.off = m.disk_off AND d.op = m.op AND d.start_ns >= m.ts_ns
+"""
 
 
 # ---- reading one capture --------------------------------------------------
@@ -219,8 +247,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
                            "WHERE capture_id = ? AND level = 'vdisk' AND c_ns IS NOT NULL "
                            "AND offset_bytes IS NOT NULL AND op IN ('read', 'write')", [gid])
         with Session(hs) as s:
-            hacc = s.query("SELECT ts_ns, offset_bytes, op FROM hostfs_io WHERE capture_id = ? "
-                           "AND ino = ? AND op IN ('read', 'write')", [hid, image_ino])
+            hacc = s.query(HOST_ACCESSES, {"cid": hid, "ino": image_ino})
         est = estimate_offset(greq, hacc, image_offset=image_offset, outliers=outliers)
         offset_ns = est.offset_ns
 

@@ -224,7 +224,8 @@ def _report_capture(store: Path, capture_id: str, result, stream_problems=()) ->
     click.echo(format_summary(level_summary(store, capture_id)))
     if result.lost_total:
         click.secho(f"nestrace: WARNING: {result.lost_total} EVENTS LOST in capture {capture_id} "
-                    "(see the lost_events table); raise --ringbuf-kb or narrow the filters "
+                    "(see the lost_events table and capture_meta.hook_misses); raise --ringbuf-kb "
+                    "or narrow the filters "
                     "(Linux AIO: iocbs beyond 65536 per io_submit or io_getevents count here too)",
                     err=True, fg="red", bold=True)
 

@@ -306,6 +306,10 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
                      "remapped_devs": {str(k): v for k, v in remapped.items()}},
             "image_offset_bytes": image_offset}),
         "lost_total": (gmeta["lost_total"] or 0) + (hmeta["lost_total"] or 0),
+        "hook_misses": None if gmeta["hook_misses"] is None and hmeta["hook_misses"] is None
+        else (gmeta["hook_misses"] or 0) + (hmeta["hook_misses"] or 0),
+        "hook_misses_json": json.dumps({"guest": json.loads(gmeta["hook_misses_json"] or "{}"),
+                                        "host": json.loads(hmeta["hook_misses_json"] or "{}")}),
         "records_total": records,
         "tool_version": __version__,
         "clock_offset_ns": offset_ns,

@@ -32,7 +32,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         raise ValueError(f"no capture {cid!r} in the store (have: {', '.join(caps)})")
     p = [cid]
     s.cache(CACHED)
-    meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, "
+    meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, hook_misses, "
                    "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs "
                    "FROM capture_meta WHERE capture_id = ?", p)
     clock = None
@@ -98,7 +98,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "duration_s": ((meta.get("end_ns") or 0) - (meta.get("start_ns") or 0)) / 1e9,
         "records": meta.get("records_total"),
         "clock": clock,
-        "lost": {"total": meta.get("lost_total"), **lost},
+        "lost": {"total": meta.get("lost_total"), **lost, "hook_misses": meta.get("hook_misses")},
         "levels": levels,
         "amplification": amp,
         "attribution": {"to_app": to_app, "links": links},
@@ -206,8 +206,10 @@ def render(rep: dict, console=None) -> None:
     con.print(t)
     lost = rep["lost"]
     style = "bold red" if lost["total"] else "green"
+    misses = "" if lost.get("hook_misses") is None else \
+        f", tracepoint hits missed {lost['hook_misses']}"
     con.print(f"[{style}]lost events: {lost['total']} (ring-buffer drops {lost['ringbuf_drops']}, "
-              f"sequence gaps {lost['seq_gaps']})[/]")
+              f"sequence gaps {lost['seq_gaps']}{misses})[/]")
 
 
 def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict[str, int]:

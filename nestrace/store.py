@@ -315,7 +315,9 @@ def seal(store: Path, capture_id: str) -> SealResult:
                           "seq_gaps": max(last - cnt, 0)})
     lost = pa.Table.from_pylist(lost_rows, schema=table_schema("lost_events"))
     _write_parquet(store, "lost_events", capture_id, lost)
-    lost_total = sum(r["seq_gaps"] for r in lost_rows)
+    end_meta = facts.get("agent_end", {})
+    hook_misses = end_meta.get("hook_misses")
+    lost_total = sum(r["seq_gaps"] for r in lost_rows) + (hook_misses or 0)
 
     for name in ("extent_maps", "device_map"):
         schema = table_schema(name)
@@ -336,6 +338,8 @@ def seal(store: Path, capture_id: str) -> SealResult:
         "hooks_json": json.dumps(start_meta.get("hooks", {})),
         "stack_json": json.dumps(facts.get("stack", {})),
         "lost_total": lost_total,
+        "hook_misses": hook_misses,
+        "hook_misses_json": json.dumps(end_meta.get("hook_misses_by_hook", {})),
         "records_total": records,
         "tool_version": __version__,
         "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()}),

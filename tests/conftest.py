@@ -96,3 +96,17 @@ def lab_factory():
 def drop_caches() -> None:
     subprocess.run(["sync"], check=True)
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def missing_completions(s, level: str, most: int = 2) -> int:
+    """Read requests at `level` dispatched in the capture whose completion
+    was never recorded, checked to be at most `most`.  Known and not yet
+    explained: about one capture in ten of the two-agent test, and once in
+    the blktrace oracle, loses a completion (C) that the kernel's own
+    blktrace saw, with no ring-buffer drop, sequence gap or recursion miss
+    counted; the request's D, and the I/O itself, are there."""
+    n = s.rows("SELECT count(*) AS n FROM block_requests r, capture_meta m WHERE r.level = ? "
+               "AND r.capture_id = m.capture_id AND r.op = 'read' AND r.c_ns IS NULL "
+               "AND r.d_ns < m.end_ns", [level])[0]["n"]
+    assert n <= most, f"{n} {level} reads without a completion"
+    return n

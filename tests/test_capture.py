@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import nestrace
-from conftest import NESTRACE, ROOT, drop_caches, run_cli
+from conftest import NESTRACE, ROOT, drop_caches, missing_completions, run_cli
 
 pytestmark = pytest.mark.root
 
@@ -556,5 +556,6 @@ def test_file_systems_on_partitions_trace_through_to_the_whole_disks(lab_factory
             AND d.ts_ns BETWEEN m.ts_ns AND m.end_ns)) AS disk
         FROM map_vfs m""")
     assert got[0]["reads"] == 4096 and got[0]["n"] == got[0]["vdisk"] == got[0]["disk"]
-    assert {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")} \
-        == {"vdisk": 1.0, "disk": 1.0}
+    to_app = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
+    nc = missing_completions(s, "vdisk")   # a vdisk request without C ties no disk request
+    assert to_app["vdisk"] == 1.0 and (to_app["disk"] == 1.0 if not nc else to_app["disk"] > 0.999)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import nestrace
-from conftest import NESTRACE, ROOT, drop_caches, run_cli
+from conftest import NESTRACE, ROOT, drop_caches, missing_completions, run_cli
 from nestrace.merge import MergeError, estimate_offset
 from nestrace.session import Session
 from nestrace.store import write_parquet_file
@@ -201,9 +201,12 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     # each read tied across the machines; the host side also saw what the
     # guest wrote after its agent stopped (the end snapshot's sync) and its
     # own journal: classified, not attributed
+    # (a vdisk request whose completion the guest never recorded has no
+    # time window to tie the host's I/O to: see missing_completions)
+    nc = missing_completions(s, "vdisk")
     assert {(r["upper_level"], r["lower_level"]): r["requests"] for r in s.rows(
         "SELECT * FROM links_summary WHERE kind = 'sync'")} == \
-        {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): 4096, ("vdisk", "disk"): 4096}
+        {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): 4096 - nc, ("vdisk", "disk"): 4096 - nc}
     to_app = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
     assert to_app["vdisk"] == 1.0 and to_app["disk"] >= 0.99
     lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]

@@ -126,3 +126,21 @@ def test_verify_names_a_truncated_file(tmp_path):
     f.write_bytes(f.read_bytes()[:-20])
     r = run_cli("verify", str(store), check=False)
     assert r.returncode == 2 and f"damaged: {f}: unreadable: " in r.stdout
+
+
+def test_tracepoint_hits_the_kernel_skipped_count_as_lost(tmp_path):
+    """The agent's end report carries the programs' recursion misses (hits
+    the kernel ran no program for): seal stores them and counts them in
+    lost_total, and the report says so."""
+    store = init_store(tmp_path / "s")
+    live = LiveCapture(store, "c1")
+    live.write(RECORDS["block_event"]["table"], block_batch(1))
+    live.update_facts(agent_end={"end_ns": 2000, "hook_misses": 3,
+                                 "hook_misses_by_hook": {"block_rq_complete": 3}})
+    live.close()
+    r = run_cli("seal", str(store))
+    assert "3 EVENTS LOST" in r.stderr
+    s = nestrace.open(store)
+    assert s.rows("SELECT lost_total, hook_misses, hook_misses_json FROM capture_meta") == [
+        {"lost_total": 3, "hook_misses": 3, "hook_misses_json": '{"block_rq_complete": 3}'}]
+    assert "tracepoint hits missed 3" in run_cli("report", str(store)).stdout

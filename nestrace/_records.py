@@ -189,7 +189,7 @@ TABLES = {
         ('hook_misses_json', 'string', '', 'JSON: tracepoint -> misses, for the hooks that missed any'),
         ('clock_offset_ns', 'int64', 'ns', "merged guest + host capture: the host's CLOCK_MONOTONIC minus the guest's, as `nestrace merge` estimated it; the host's times in this capture are already moved onto the guest's clock by it.  NULL for a one-machine capture"),
         ('clock_offset_err_ns', 'uint64', 'ns', 'half-width of the interval the offset is known to lie in: every time compared across the two machines carries this error'),
-        ('clock_offset_pairs', 'uint64', '', 'guest requests and host accesses that agree on the offset (matched by image offset; each bounds it)'),
+        ('clock_offset_pairs', 'uint64', '', 'bounds that agree on the offset: one per guest request and host access at the same image offset, and one more when the host disk request serving a direct access completed'),
     ]},
 }
 

@@ -28,9 +28,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import __version__
-from .schema import RECORDS, TABLES, kernel_tables, record_schema, table_schema
+from .schema import kernel_tables, table_schema
 from .stack import kdev
-from .store import StoreError, _write_parquet, captures, check_store, init_store
+from .store import _write_parquet, captures, check_store, init_store
 
 # CPUs of the host side are renumbered from here in a merged capture, so
 # that (cpu, seq), and the io_ids made of it, stay unique across machines.
@@ -128,13 +128,6 @@ FROM m ASOF LEFT JOIN (SELECT offset_bytes::BIGINT AS off, op, start_ns, c_ns FR
 
 # ---- reading one capture --------------------------------------------------
 
-def _schemas() -> dict[str, pa.Schema]:
-    out = {spec["table"]: record_schema(name).append(pa.field("capture_id", pa.string()))
-           for name, spec in RECORDS.items()}
-    out.update({name: table_schema(name) for name in TABLES})
-    return out
-
-
 def read_capture_table(store: Path, table: str, capture_id: str, schema: pa.Schema) -> pa.Table:
     """One capture's rows of a table, in the current schema (columns added
     since the store was written are NULL)."""
@@ -217,11 +210,11 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
           host_capture: str | None = None, image_offset: int = 0,
           offset_ns: int | None = None, outliers: float = 0.001) -> MergeResult:
     """Write the guest and host captures as one capture of `out_store`."""
-    from .session import Session
+    from .session import Session, raw_tables
     gs, hs = check_store(guest_store), check_store(host_store)
     gid = _one_capture(gs, guest_capture, "guest")
     hid = _one_capture(hs, host_capture, "host")
-    schemas = _schemas()
+    schemas = raw_tables()
     g = {t: read_capture_table(gs, t, gid, s) for t, s in schemas.items()}
     h = {t: read_capture_table(hs, t, hid, s) for t, s in schemas.items()}
     gl, hl = _levels(g["device_map"]), _levels(h["device_map"])
@@ -279,7 +272,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
         for col in ("dev", "backing_dev"):
             ht = _remap(ht, col, remapped)
         if table == "device_map":
-            gt = _vdisk_backing(gt, ht, image_ino, image_path, image_offset, gmeta, hmeta)
+            gt = _vdisk_backing(gt, ht, image_ino, image_path, image_offset, gmeta)
             ht = _fill(ht, "machine", hmeta["machine"])
         t = pa.concat_tables([gt, ht])
         t = _set_column(t, "capture_id", [cid] * t.num_rows)
@@ -328,7 +321,7 @@ def _fill(t: pa.Table, name: str, value) -> pa.Table:
 
 
 def _vdisk_backing(gdm: pa.Table, hdm: pa.Table, image_ino: int, image_path: str,
-                   image_offset: int, gmeta: dict, hmeta: dict) -> pa.Table:
+                   image_offset: int, gmeta: dict) -> pa.Table:
     """The guest's virtual disk is backed by the host's image: what a loop
     device's row says in a one-kernel capture (dio: unknown, NULL)."""
     hostfs_dev = [r["dev"] for r in hdm.to_pylist() if r["level"] == "hostfs"][0]

@@ -142,7 +142,7 @@ def render(rep: dict, console=None) -> None:
     if ck:
         con.print(f"hostfs and disk recorded on {ck['host_machine']}, moved onto this clock: "
                   f"host - guest = {ck['offset_ns']} ns ± {ck['err_ns']} ns "
-                  f"({ck['pairs']} I/Os agree); times across the two carry ± {ck['err_ns']} ns")
+                  f"({ck['pairs']} bounds agree); times across the two carry ± {ck['err_ns']} ns")
     t = Table(title="Per level")
     for c in ("level", "I/Os", "read", "written", "median size", "sequential", "seek median", "seek p90"):
         t.add_column(c, justify="left" if c == "level" else "right")

@@ -13,7 +13,9 @@ from .schema import RECORDS, TABLES, record_schema, table_schema
 from .store import check_store, captures
 
 
-def _raw_tables() -> dict[str, pa.Schema]:
+def raw_tables() -> dict[str, pa.Schema]:
+    """Every table a store holds (kernel records with capture_id, and the
+    store-only tables) -> its current schema."""
     out = {}
     for name, spec in RECORDS.items():
         s = record_schema(name)
@@ -56,7 +58,7 @@ class Session:
         if memory_limit:
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
         self._empties: dict[str, pa.Table] = {}
-        for table, schema in _raw_tables().items():
+        for table, schema in raw_tables().items():
             files = sorted(self.store.glob(f"{table}/capture=*/*.parquet")) if self.store else []
             if files:
                 glob = str(self.store / table / "capture=*" / "*.parquet").replace("'", "''")
@@ -109,7 +111,7 @@ class Session:
         s.con = duckdb.connect()
         _quiet(s.con)
         s._empties = {}
-        for table, schema in _raw_tables().items():
+        for table, schema in raw_tables().items():
             t = tables.get(table)
             if t is None:
                 t = schema.empty_table()

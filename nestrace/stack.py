@@ -169,9 +169,6 @@ def block_dev_of_path(dev_path: str) -> BlockDev:
     return block_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
 
 
-SIDES = ("both", "guest", "host")
-
-
 @dataclass
 class Stack:
     """One nested stack: guest FS (vfs) on vdisk, whose image is a file on

@@ -901,9 +901,9 @@ static void hooks__misses_json(char *buf, size_t len, __u64 *total)
 			continue;
 		if (!info.recursion_misses)
 			continue;
-		*total += info.recursion_misses;
-		n += snprintf(buf + n, len - n, "%s\"%s\":%llu", *total == info.recursion_misses ? "" : ",",
+		n += snprintf(buf + n, len - n, "%s\"%s\":%llu", *total ? "," : "",
 			      hooks[i].name, (unsigned long long)info.recursion_misses);
+		*total += info.recursion_misses;
 	}
 	if (n < len)
 		snprintf(buf + n, len - n, "}");

@@ -222,11 +222,17 @@ def _report_capture(store: Path, capture_id: str, result, stream_problems=()) ->
         click.echo(f"nestrace: error: {p}", err=True)
     click.echo(f"capture {capture_id}: {result.records} records -> {store}")
     click.echo(format_summary(level_summary(store, capture_id)))
-    if result.lost_total:
+    missed = result.completions_unseen
+    if result.lost_total > missed:
         click.secho(f"nestrace: WARNING: {result.lost_total} EVENTS LOST in capture {capture_id} "
                     "(see the lost_events table and capture_meta.hook_misses); raise --ringbuf-kb "
                     "or narrow the filters "
                     "(Linux AIO: iocbs beyond 65536 per io_submit or io_getevents count here too)",
+                    err=True, fg="red", bold=True)
+    if missed:
+        click.secho(f"nestrace: WARNING: {missed} block request completions in capture {capture_id} "
+                    "happened without a record: the kernel ran no program for them and counted "
+                    "no miss (capture_meta.completions_missed; they are in the lost total)",
                     err=True, fg="red", bold=True)
 
 

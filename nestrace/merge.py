@@ -206,6 +206,12 @@ class MergeResult:
     records: int
 
 
+def _both(gmeta: dict, hmeta: dict, col: str) -> int | None:
+    """A count over both sides; NULL if neither side counted it."""
+    g, h = gmeta.get(col), hmeta.get(col)
+    return None if g is None and h is None else (g or 0) + (h or 0)
+
+
 def merge(guest_store, host_store, out_store, *, guest_capture: str | None = None,
           host_capture: str | None = None, image_offset: int = 0,
           offset_ns: int | None = None, outliers: float = 0.001) -> MergeResult:
@@ -299,8 +305,9 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
                      "remapped_devs": {str(k): v for k, v in remapped.items()}},
             "image_offset_bytes": image_offset}),
         "lost_total": (gmeta["lost_total"] or 0) + (hmeta["lost_total"] or 0),
-        "hook_misses": None if gmeta["hook_misses"] is None and hmeta["hook_misses"] is None
-        else (gmeta["hook_misses"] or 0) + (hmeta["hook_misses"] or 0),
+        "hook_misses": _both(gmeta, hmeta, "hook_misses"),
+        "completions_missed": _both(gmeta, hmeta, "completions_missed"),
+        "requests_unfinished": _both(gmeta, hmeta, "requests_unfinished"),
         "hook_misses_json": json.dumps({"guest": json.loads(gmeta["hook_misses_json"] or "{}"),
                                         "host": json.loads(hmeta["hook_misses_json"] or "{}")}),
         "records_total": records,

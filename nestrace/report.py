@@ -33,6 +33,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     p = [cid]
     s.cache(CACHED)
     meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, hook_misses, "
+                   "completions_missed, requests_unfinished, "
                    "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs "
                    "FROM capture_meta WHERE capture_id = ?", p)
     clock = None
@@ -98,7 +99,9 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "duration_s": ((meta.get("end_ns") or 0) - (meta.get("start_ns") or 0)) / 1e9,
         "records": meta.get("records_total"),
         "clock": clock,
-        "lost": {"total": meta.get("lost_total"), **lost, "hook_misses": meta.get("hook_misses")},
+        "lost": {"total": meta.get("lost_total"), **lost, "hook_misses": meta.get("hook_misses"),
+                 "completions_missed": meta.get("completions_missed"),
+                 "requests_unfinished": meta.get("requests_unfinished")},
         "levels": levels,
         "amplification": amp,
         "attribution": {"to_app": to_app, "links": links},
@@ -208,8 +211,13 @@ def render(rep: dict, console=None) -> None:
     style = "bold red" if lost["total"] else "green"
     misses = "" if lost.get("hook_misses") is None else \
         f", tracepoint hits missed {lost['hook_misses']}"
+    if lost.get("completions_missed") is not None:
+        misses += f", completions missed {lost['completions_missed']}"
     con.print(f"[{style}]lost events: {lost['total']} (ring-buffer drops {lost['ringbuf_drops']}, "
               f"sequence gaps {lost['seq_gaps']}{misses})[/]")
+    if lost.get("requests_unfinished"):
+        con.print(f"{lost['requests_unfinished']} block requests dispatched without a completion "
+                  "before the end: in flight at the end, or completions missed")
 
 
 def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict[str, int]:

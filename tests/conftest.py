@@ -98,15 +98,33 @@ def drop_caches() -> None:
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
-def missing_completions(s, level: str, most: int = 2) -> int:
-    """Read requests at `level` dispatched in the capture whose completion
-    was never recorded, checked to be at most `most`.  Known and not yet
-    explained: about one capture in ten of the two-agent test, and once in
-    the blktrace oracle, loses a completion (C) that the kernel's own
-    blktrace saw, with no ring-buffer drop, sequence gap or recursion miss
-    counted; the request's D, and the I/O itself, are there."""
-    n = s.rows("SELECT count(*) AS n FROM block_requests r, capture_meta m WHERE r.level = ? "
-               "AND r.capture_id = m.capture_id AND r.op = 'read' AND r.c_ns IS NULL "
-               "AND r.d_ns < m.end_ns", [level])[0]["n"]
-    assert n <= most, f"{n} {level} reads without a completion"
+def requests_without_completion(s, level: str, op: str = "read") -> int:
+    """`op` requests at `level` dispatched before the capture's end whose
+    completion was never recorded (see assert_losses_counted)."""
+    return s.rows("SELECT count(*) AS n FROM block_requests r, capture_meta m WHERE r.level = ? "
+                  "AND r.capture_id = m.capture_id AND r.op = ? AND r.c_ns IS NULL "
+                  "AND r.d_ns <= m.end_ns", [level, op])[0]["n"]
+
+
+def assert_losses_counted(s, output: str | None = None) -> int:
+    """Nothing lost in the ring buffer, the stream or to recursion, and
+    every block request without a completion record counted in
+    capture_meta (completions_missed, or requests_unfinished at the end),
+    the missed ones in lost_total and in `output`'s "lost events".  On this
+    machine the kernel now and then runs no program for a block_rq_complete
+    hit and counts no miss (README, "Design choices and limits"): such
+    completions must be counted, and few.  Returns how many there were."""
+    lost = s.rows("SELECT coalesce(sum(ringbuf_drops), 0) AS drops, "
+                  "coalesce(sum(seq_gaps), 0) AS gaps FROM lost_events")[0]
+    assert lost == {"drops": 0, "gaps": 0}, lost
+    m = s.rows("SELECT lost_total, hook_misses, completions_missed AS missed, "
+               "requests_unfinished AS unfinished FROM capture_meta")[0]
+    assert m["hook_misses"] == 0 and m["lost_total"] == m["missed"], m
+    n, total = s.rows("SELECT count(*) FILTER (WHERE r.c_ns IS NULL AND r.d_ns <= m.end_ns) AS n, "
+                      "count(*) AS total FROM block_requests r, capture_meta m "
+                      "WHERE r.capture_id = m.capture_id")[0].values()
+    assert n == m["missed"] + m["unfinished"], (n, m)
+    assert n <= max(2, total // 100), f"{n} of {total} block requests without a completion"
+    if output is not None:
+        assert f"lost events: {m['missed']}" in output, output
     return n

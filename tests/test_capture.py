@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import nestrace
-from conftest import NESTRACE, ROOT, drop_caches, missing_completions, run_cli
+from conftest import (NESTRACE, ROOT, assert_losses_counted, drop_caches,
+                      requests_without_completion, run_cli)
 
 pytestmark = pytest.mark.root
 
@@ -113,7 +114,7 @@ def test_ext4_on_xfs_every_fio_read_is_seen_at_all_four_levels(lab_factory, tmp_
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     s, offsets, r = record_fio(lab, tmp_path / "s", tmp_path, *FIO_RANDREAD)
     assert_traced_through(s, offsets)
-    assert "lost events: 0" in r.stdout
+    assert_losses_counted(s, r.stdout)
     hooks = json.loads(s.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"])
     assert hooks["block_rq_issue"] == "tp_btf"
     # on an xfs host the generic access hooks hostfs_io ignores are not attached
@@ -557,5 +558,6 @@ def test_file_systems_on_partitions_trace_through_to_the_whole_disks(lab_factory
         FROM map_vfs m""")
     assert got[0]["reads"] == 4096 and got[0]["n"] == got[0]["vdisk"] == got[0]["disk"]
     to_app = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
-    nc = missing_completions(s, "vdisk")   # a vdisk request without C ties no disk request
+    nc = requests_without_completion(s, "vdisk")   # a vdisk request without C ties no disk request
+    assert_losses_counted(s)
     assert to_app["vdisk"] == 1.0 and (to_app["disk"] == 1.0 if not nc else to_app["disk"] > 0.999)

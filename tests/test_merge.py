@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import nestrace
-from conftest import NESTRACE, ROOT, drop_caches, missing_completions, run_cli
+from conftest import (NESTRACE, ROOT, assert_losses_counted, drop_caches,
+                      requests_without_completion, run_cli)
 from nestrace.merge import MergeError, estimate_offset
 from nestrace.session import Session
 from nestrace.store import write_parquet_file
@@ -166,11 +167,12 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     followed to a vdisk request, a host access and a disk request."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     gstore, hstore, offsets, host_out = record_both_sides(lab, tmp_path)
-    assert "lost events: 0" in host_out
     with nestrace.open(gstore) as s:
+        assert_losses_counted(s)
         assert {r["level"] for r in s.rows("SELECT level FROM device_map")} == {"vfs", "vdisk"}
         assert s.rows("SELECT count(*) AS n FROM hostfs_events")[0]["n"] == 0
     with nestrace.open(hstore) as s:
+        assert_losses_counted(s, host_out)
         assert {r["level"] for r in s.rows("SELECT level FROM device_map")} == {"hostfs", "disk"}
         assert s.rows("SELECT count(*) AS n FROM vfs_events")[0]["n"] == 0
     # each side's report is of its own two levels
@@ -202,8 +204,8 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     # guest wrote after its agent stopped (the end snapshot's sync) and its
     # own journal: classified, not attributed
     # (a vdisk request whose completion the guest never recorded has no
-    # time window to tie the host's I/O to: see missing_completions)
-    nc = missing_completions(s, "vdisk")
+    # time window to tie the host's I/O to: see assert_losses_counted)
+    nc = requests_without_completion(s, "vdisk")
     assert {(r["upper_level"], r["lower_level"]): r["requests"] for r in s.rows(
         "SELECT * FROM links_summary WHERE kind = 'sync'")} == \
         {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): 4096 - nc, ("vdisk", "disk"): 4096 - nc}
@@ -241,10 +243,10 @@ def test_guest_side_on_this_machines_own_virtio_disk(tmp_path):
                     "fio", "--name=t", f"--directory={d}", "--rw=randread", "--bs=4k",
                     "--size=16M", "--io_size=4M", "--direct=1", "--ioengine=psync",
                     "--output=/dev/null")
-        assert "lost events: 0" in r.stdout
     finally:
         subprocess.run(["rm", "-rf", str(d)], check=True)
     s = nestrace.open(store)
+    assert_losses_counted(s, r.stdout)
     vd = s.rows("SELECT name FROM device_map WHERE level = 'vdisk'")[0]["name"]
     assert vd.startswith("vd"), f"root is on {vd}, not a virtio disk"
     got = s.rows(f"""

@@ -144,3 +144,40 @@ def test_tracepoint_hits_the_kernel_skipped_count_as_lost(tmp_path):
     assert s.rows("SELECT lost_total, hook_misses, hook_misses_json FROM capture_meta") == [
         {"lost_total": 3, "hook_misses": 3, "hook_misses_json": '{"block_rq_complete": 3}'}]
     assert "tracepoint hits missed 3" in run_cli("report", str(store)).stdout
+
+
+def rq_events(events) -> pa.RecordBatch:
+    """Block events (action, ts_ns, rq_id) on one CPU, seq in order."""
+    spec = RECORDS["block_event"]
+    rows = [{"kind": spec["kind"], "version": spec["version"], "cpu": 0, "seq": i + 1,
+             "ts_ns": ts, "sector": 8, "rq_id": rq, "bio_id": 0, "aux_sector": 0,
+             "dev": 7 << 20, "nr_sectors": 8, "pid": 0, "error": 0, "action": a, "req_op": 0,
+             "req_flags": 0, "comm": ""}
+            for i, (a, ts, rq) in enumerate(events)]
+    return pa.RecordBatch.from_pylist(rows, schema=record_schema("block_event"))
+
+
+def test_completions_that_happened_unseen_count_as_lost(tmp_path):
+    """A request address dispatched (D=6) and then inserted (I=5) or
+    dispatched again with no completion (C=7) between completed without a
+    record: counted as lost.  A requeue (10) between two dispatches is no
+    loss, and a D with nothing after it before the end was in flight (or
+    missed): counted apart, not as lost.  D events after end_ns are not."""
+    store = init_store(tmp_path / "s")
+    live = LiveCapture(store, "c1")
+    live.write(RECORDS["block_event"]["table"], rq_events([
+        (6, 100, 0xA), (7, 150, 0xA), (6, 200, 0xA), (6, 300, 0xA), (7, 350, 0xA),  # one missed
+        (6, 110, 0xB), (10, 160, 0xB), (6, 210, 0xB), (7, 260, 0xB),              # requeued: fine
+        (6, 120, 0xC), (5, 400, 0xC), (6, 410, 0xC),                              # missed; then unfinished
+        (6, 130, 0xD), (7, 180, 0xD), (6, 2500, 0xD),                             # after the end
+    ]))
+    live.update_facts(agent_end={"end_ns": 2000, "hook_misses": 0, "hook_misses_by_hook": {}})
+    live.close()
+    r = run_cli("seal", str(store))
+    assert "2 block request completions in capture c1 happened without a record" in r.stderr
+    assert "EVENTS LOST" not in r.stderr        # nothing else was lost
+    s = nestrace.open(store)
+    assert s.rows("SELECT lost_total, completions_missed, requests_unfinished FROM capture_meta") == [
+        {"lost_total": 2, "completions_missed": 2, "requests_unfinished": 1}]
+    rep = run_cli("report", str(store)).stdout
+    assert "completions missed 2" in rep and "1 block requests dispatched without a completion" in rep

@@ -174,7 +174,8 @@ def lab_list() -> None:
 @needs_btf
 def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mode,
            all_hooks, agent_cpus, pid, side, command) -> None:
-    """Trace a nested stack while CMD runs (or for --duration, or until Ctrl-C)."""
+    """Trace a nested stack while CMD runs (or for --duration, or until
+    Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from . import record as rec
     from .stack import block_dev_of_path, discover, from_devices, mount_of
     if side != "both":

@@ -2,6 +2,7 @@
 into the store, snapshot extent maps at start and end, seal."""
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import platform
@@ -226,6 +227,42 @@ class Capture:
     command_rc: int | None = None
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _signal(signum: int, handler):
+    """`handler` for `signum` meanwhile (where Python lets us: in the main
+    thread)."""
+    try:
+        prev = signal.signal(signum, handler)
+    except ValueError:                       # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signum, prev)
+
+
+def _run_workload(command: list[str]) -> int:
+    """Run the traced command; the capture ends when it does.  A SIGTERM
+    to nestrace is passed on to it, and Ctrl-C (which the terminal sends
+    it too) gives it 5 s to exit.  Its exit code, 128 + N for signal N."""
+    child = subprocess.Popen(command)
+    with _signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum)):
+        try:
+            rc = child.wait()
+        except KeyboardInterrupt:
+            try:
+                rc = child.wait(5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                rc = child.wait()
+    return 128 - rc if rc < 0 else rc
+
+
 def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = None,
            command: list[str] | None = None, ringbuf_kb: int | None = None,
            flush_ms: int | None = None, all_hooks: bool = False,
@@ -307,16 +344,18 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                           (" | ".join(cap.agent_stderr[-3:]) or f"exit code {proc.returncode}"))
     try:
         if command:
-            cap.command_rc = subprocess.run(command).returncode
-        elif duration:
-            time.sleep(duration)
+            cap.command_rc = _run_workload(command)
         else:
-            log("nestrace: recording; Ctrl-C to stop")
-            try:
-                while proc.poll() is None:
-                    time.sleep(0.2)
-            except KeyboardInterrupt:
-                pass
+            with _signal(signal.SIGTERM, _interrupt):
+                try:
+                    if duration:
+                        time.sleep(duration)
+                    else:
+                        log("nestrace: recording; Ctrl-C to stop (or SIGTERM)")
+                        while proc.poll() is None:
+                            time.sleep(0.2)
+                except KeyboardInterrupt:
+                    pass
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -316,6 +316,41 @@ def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_fac
     assert not list(store.glob("_live/*"))
 
 
+def test_sigterm_ends_a_recording_cleanly(lab_factory, tmp_path):
+    """SIGTERM (a service manager's stop, `kill`) ends `record` like
+    Ctrl-C: the capture is sealed.  With a workload, the workload gets
+    the SIGTERM, and nestrace exits with its code."""
+    lab = lab_factory("ext4", "xfs")
+    a, b = tmp_path / "a", tmp_path / "b"
+    proc = subprocess.Popen(NESTRACE + ["record", "-o", str(a), "--stack", lab.mount], cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for line in proc.stderr:
+        if "recording; Ctrl-C to stop" in line:
+            break
+    lab.fio("--rw=read", "--bs=64k", "--direct=1", "--size=4M")
+    proc.terminate()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "capture " in out and not list(a.glob("_live/*"))
+    assert nestrace.open(a).rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'read'")[0]["n"] >= 64
+
+    proc = subprocess.Popen(NESTRACE + ["record", "-o", str(b), "--stack", lab.mount, "--",
+                                        "sleep", "60"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for _ in range(300):
+        if subprocess.run(["pgrep", "-P", str(proc.pid), "-x", "sleep"],
+                          capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    proc.terminate()
+    out, err = proc.communicate(timeout=120)
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "the workload exited with code 143" in err
+    assert nestrace.open(b).rows("SELECT count(*) AS n FROM capture_meta")[0]["n"] == 1
+
+
 def test_explicit_devices_give_the_same_stack_as_discovery(lab_factory, tmp_path):
     import json
     lab = lab_factory("ext4", "xfs")

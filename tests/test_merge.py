@@ -167,12 +167,17 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     followed to a vdisk request, a host access and a disk request."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     gstore, hstore, offsets, host_out = record_both_sides(lab, tmp_path)
+    counted = {}
     with nestrace.open(gstore) as s:
         assert_losses_counted(s)
+        counted["guest"] = s.rows("SELECT lost_total, completions_missed AS c, "
+                                  "requests_unfinished AS u FROM capture_meta")[0]
         assert {r["level"] for r in s.rows("SELECT level FROM device_map")} == {"vfs", "vdisk"}
         assert s.rows("SELECT count(*) AS n FROM hostfs_events")[0]["n"] == 0
     with nestrace.open(hstore) as s:
         assert_losses_counted(s, host_out)
+        counted["host"] = s.rows("SELECT lost_total, completions_missed AS c, "
+                                 "requests_unfinished AS u FROM capture_meta")[0]
         assert {r["level"] for r in s.rows("SELECT level FROM device_map")} == {"hostfs", "disk"}
         assert s.rows("SELECT count(*) AS n FROM vfs_events")[0]["n"] == 0
     # each side's report is of its own two levels
@@ -206,6 +211,10 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     # (a vdisk request whose completion the guest never recorded has no
     # time window to tie the host's I/O to: see assert_losses_counted)
     nc = requests_without_completion(s, "vdisk")
+    # and the merged capture's loss counts are both sides'
+    assert s.rows("SELECT lost_total, completions_missed AS c, requests_unfinished AS u "
+                  "FROM capture_meta")[0] == {k: counted["guest"][k] + counted["host"][k]
+                                               for k in ("lost_total", "c", "u")}
     assert {(r["upper_level"], r["lower_level"]): r["requests"] for r in s.rows(
         "SELECT * FROM links_summary WHERE kind = 'sync'")} == \
         {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): 4096 - nc, ("vdisk", "disk"): 4096 - nc}

@@ -28,8 +28,8 @@ def ftrace(on: bool) -> None:
 
 
 def unrecorded(store: Path, tasks: dict) -> Counter:
-    """The ftrace completions of the store's read requests that have no C,
-    by the task they ran on (a request is (dev, sector) in its D..next D)."""
+    """The store's requests dispatched before the end that have no C,
+    counted by the task ftrace saw a completion at their (dev, sector) on."""
     import nestrace
     s = nestrace.open(store)
     rows = s.rows("SELECT r.dev, r.sector FROM block_requests r, capture_meta m "

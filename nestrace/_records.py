@@ -69,7 +69,7 @@ RECORDS = {
             ('isize_bytes', '<u8', 'uint64', 'bytes', 'file size at the access', 48),
             ('dev', '<u4', 'uint32', '', 'kernel dev_t of the host file system', 56),
             ('pid', '<u4', 'uint32', '', 'process id (tgid) current at the event', 60),
-            ('iocb_flags', '<u4', 'uint32', '', 'nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND', 64),
+            ('iocb_flags', '<u4', 'uint32', '', 'nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND 32 IOLOCK_EXCL (xfs direct write under the exclusive inode lock)', 64),
             ('source', '<u2', 'uint16', '', 'tracepoint that produced the record (enum hostfs_source)', 68),
             ('op', '<u2', 'uint16', '', '0 read 1 write 2 sync', 70),
             ('comm', 'S16', 'string', '', 'task command name', 72),

@@ -122,6 +122,34 @@ def test_ext4_on_xfs_every_fio_read_is_seen_at_all_four_levels(lab_factory, tmp_
     assert hooks["iomap_dio_rw_begin"] == hooks["mm_filemap_get_pages"] == "skipped"
 
 
+def test_unaligned_direct_writes_into_a_sparse_xfs_image_are_one_access_each(lab_factory, tmp_path):
+    """Guest ext4 with 1 KiB blocks on a sparse image on xfs (4 KiB blocks),
+    the guest's loop writing the image with O_DIRECT: its writes are not
+    aligned to xfs's block, and where the image has holes xfs tries each
+    twice (shared iolock, then exclusive).  The capture must show both
+    tries, and hostfs_io one access per vdisk write, at its image offset."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on", guest_block_size=1024)
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "fio", "--name=w",
+            f"--directory={lab.mount}", "--rw=randwrite", "--bs=4k", "--size=16M",
+            "--io_size=4M", "--direct=1", "--output=/dev/null")
+    s = nestrace.open(store)
+    tries = s.rows("SELECT iocb_flags & 32 <> 0 AS excl, count(*) AS n FROM hostfs_events "
+                   "WHERE source = 4 GROUP BY ALL ORDER BY ALL")
+    retried = {r["excl"]: r["n"] for r in tries}
+    assert retried.get(True, 0) >= 100, tries       # the kernel did retry: the case is real
+    writes = s.rows("""
+        SELECT count(*) AS vdisk,
+               count(*) FILTER (WHERE (SELECT count(*) FROM hostfs_io h WHERE h.op = 'write'
+                   AND h.offset_bytes = v.offset_bytes AND h.bytes = v.bytes
+                   AND h.ts_ns BETWEEN v.d_ns AND v.c_ns) = 1) AS one_access
+        FROM vdisk_io v WHERE v.op = 'write' AND v.c_ns IS NOT NULL""")[0]
+    assert writes["vdisk"] >= 1024 and writes["one_access"] == writes["vdisk"], writes
+    n = s.rows("SELECT count(*) AS n FROM hostfs_io WHERE op = 'write'")[0]["n"]
+    assert n == s.rows("SELECT count(*) AS n FROM vdisk_io WHERE op = 'write'")[0]["n"]
+    assert_losses_counted(s)
+
+
 def test_libaio_reads_at_queue_depth_16_are_seen_at_all_four_levels(lab_factory, tmp_path):
     """Linux AIO: one vfs_io row per iocb (io_submit to the io_getevents
     that reaped it), at fio's offset, and each traced down the stack."""

@@ -154,3 +154,24 @@ def test_flush_request_without_a_position_has_no_offset():
     assert s.rows("SELECT op, offset_bytes, bytes, rwbs FROM disk_io") == [
         {"op": "flush", "offset_bytes": None, "bytes": 0, "rwbs": "FF"}]
     assert s.rows("SELECT count(*) AS n FROM seek_distances") == [{"n": 0}]
+
+
+def test_hostfs_io_leaves_out_an_xfs_direct_write_tried_again_under_the_exclusive_lock():
+    """xfs tries an unaligned direct write under the shared iolock first
+    (iocb_flags without 32) and, where it needs allocation, again under
+    the exclusive lock (32): one write, two events.  An aligned write, a
+    shared-lock write that was not tried again, and a rewrite of the same
+    range much later are each kept."""
+    W, D, X = 4, 1, 1 | 32        # source xfs_file_direct_write; direct; direct + exclusive
+    ev = [hostfs(100, 1024, 4096, source=W, op=1, flags=D),      # failed try...
+          hostfs(105, 1024, 4096, source=W, op=1, flags=X),      # ...and the write
+          hostfs(200, 8192, 4096, source=W, op=1, flags=D),      # aligned: one try
+          hostfs(300, 9216, 1024, source=W, op=1, flags=D),      # overwrite, done at once
+          hostfs(400, 20480, 1024, source=W, op=1, flags=D),     # failed try...
+          hostfs(410, 20480, 1024, source=W, op=1, flags=X),     # ...the write
+          hostfs(50_000_000, 20480, 1024, source=W, op=1, flags=X),   # written again, later
+          hostfs(60_000_000, 9216, 1024, source=W, op=1, flags=D),
+          hostfs(80_000_000, 9216, 1024, source=W, op=1, flags=X)]    # 20 ms on: not a retry
+    s = session(hostfs_events=ev)
+    got = s.rows("SELECT ts_ns, offset_bytes, bytes FROM hostfs_io ORDER BY ts_ns")
+    assert [r["ts_ns"] for r in got] == [105, 200, 300, 410, 50_000_000, 60_000_000, 80_000_000]

@@ -97,6 +97,19 @@ static __always_inline __u32 iocb__nt_flags(int ki_flags)
 	return f;
 }
 
+/* Whether the inode's i_rwsem is write-locked (its count's writer bit,
+ * RWSEM_WRITER_LOCKED, since v5.3).  PREEMPT_RT kernels build rwsems
+ * differently (no count): false there. */
+static __always_inline bool inode__write_locked(struct inode *inode)
+{
+	long count = 0;
+
+	if (!bpf_core_field_exists(inode->i_rwsem.count))
+		return false;
+	bpf_core_read(&count, sizeof(count), &inode->i_rwsem.count.counter);
+	return count & 1;
+}
+
 /* v6.0 introduced large folios in the page cache: a folio's page count is
  * 1 << order, order kept in the low byte of _flags_1 when PG_head is set
  * (v6.4+ also keeps _nr_pages on 64-bit).  v6.18 wrapped folio->flags in

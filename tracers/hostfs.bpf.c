@@ -46,8 +46,11 @@ static __always_inline int access__emit(struct inode *inode, __s64 offset,
 	return 0;
 }
 
+/* nestrace iocb_flags bit: the file's lock was held exclusively */
+#define NT_IOCB_IOLOCK_EXCL 32
+
 static __always_inline int kiocb__emit(struct kiocb *iocb, struct iov_iter *iter,
-				       __u16 source, __u16 op, const bool btf)
+				       __u16 source, __u16 op, __u32 extra, const bool btf)
 {
 	struct inode *inode = RD2(btf, iocb, ki_filp, f_inode);
 	int ki_flags = RD1(btf, iocb, ki_flags);
@@ -55,22 +58,33 @@ static __always_inline int kiocb__emit(struct kiocb *iocb, struct iov_iter *iter
 	if (op > HOP_WRITE)	/* iomap dio: direction from the iocb */
 		op = (ki_flags & NT_IOCB_WRITE) ? HOP_WRITE : HOP_READ;
 	return access__emit(inode, RD1(btf, iocb, ki_pos),
-			    RD1(btf, iter, count), iocb__nt_flags(ki_flags),
+			    RD1(btf, iter, count), iocb__nt_flags(ki_flags) | extra,
 			    source, op, btf);
 }
 
 /* xfs: one event per read_iter/write_iter call, exact offset and count. */
 NT_TWIN(xfs_file_buffered_read)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_READ, HOP_READ, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_READ, HOP_READ, 0, btf); }
 NT_TWIN(xfs_file_buffered_write)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_WRITE, HOP_WRITE, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_WRITE, HOP_WRITE, 0, btf); }
 NT_TWIN(xfs_file_direct_read)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_READ, HOP_READ, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_READ, HOP_READ, 0, btf); }
+/* A direct write not aligned to the FS block is first tried under the
+ * shared iolock, for overwrites only; one that needs allocation fails
+ * (-EAGAIN) and is tried again under the exclusive lock: a second event
+ * for the same write.  Which lock is held tells the two apart (hostfs_io
+ * drops the failed try). */
 NT_TWIN(xfs_file_direct_write)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_WRITE, HOP_WRITE, btf); }
+{
+	struct kiocb *iocb = ARG(0, struct kiocb *);
+	struct inode *inode = RD2(btf, iocb, ki_filp, f_inode);
+
+	return kiocb__emit(iocb, ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_WRITE,
+			   HOP_WRITE, inode__write_locked(inode) ? NT_IOCB_IOLOCK_EXCL : 0, btf);
+}
 /* Every iomap file system's direct I/O (xfs, ext2/3/4, btrfs). */
 NT_TWIN(iomap_dio_rw_begin)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_IOMAP_DIO_RW_BEGIN, 0xff, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_IOMAP_DIO_RW_BEGIN, 0xff, 0, btf); }
 
 /* Buffered reads of every file system: filemap_read() asks for pages. */
 NT_TWIN(mm_filemap_get_pages)

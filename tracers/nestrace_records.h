@@ -76,7 +76,7 @@ struct nt_hostfs_event {
 	__u64 isize_bytes; /* file size at the access */
 	__u32 dev; /* kernel dev_t of the host file system */
 	__u32 pid; /* process id (tgid) current at the event */
-	__u32 iocb_flags; /* nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND */
+	__u32 iocb_flags; /* nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND 32 IOLOCK_EXCL (xfs direct write under the exclusive inode lock) */
 	__u16 source; /* tracepoint that produced the record (enum hostfs_source) */
 	__u16 op; /* 0 read 1 write 2 sync */
 	char comm[16]; /* task command name */

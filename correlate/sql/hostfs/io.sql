@@ -10,6 +10,11 @@
 -- btrfs has no buffered-write tracepoint: its writes are the image pages
 -- it dirties (one row per folio, source writeback_dirty_folio); see
 -- docs/hostfs-hooks.md.
+-- An xfs direct write not aligned to the FS block is tried first under the
+-- shared inode lock, for overwrites only; where it needs allocation, xfs
+-- tries it again under the exclusive lock, and the tracepoint fires twice.
+-- The failed try (shared lock, then the same process's same range under
+-- the exclusive lock within 10 ms) is left out: it did no I/O.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'hostfs'
@@ -26,17 +31,33 @@
 -- @column pid UINTEGER         process (the loop worker, or the hypervisor)
 -- @column comm VARCHAR         task command name
 CREATE OR REPLACE VIEW hostfs_io AS
-SELECT e.capture_id, l.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns, e.dev, e.ino,
-       e.offset_bytes, e.bytes,
+WITH ev AS (
+  SELECT e.*, l.machine, l.fs_type, l.block_size_bytes, s.hook
+  FROM hostfs_events e
+  JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
+  -- the hooks listed for this FS, or for '*' if it has no list of its own
+  JOIN _hostfs_sources s ON s.source = e.source
+   AND s.fs_type = CASE WHEN l.fs_type IN (SELECT fs_type FROM _hostfs_sources)
+                        THEN l.fs_type ELSE '*' END),
+unaligned AS (   -- xfs direct writes not aligned to the FS block, with the
+                 -- process's next write of the same range
+  SELECT capture_id, cpu, seq, ts_ns, iocb_flags,
+         lead(ts_ns) OVER w AS next_ns, lead(iocb_flags) OVER w AS next_flags
+  FROM ev
+  WHERE hook = 'xfs_file_direct_write'
+    AND (offset_bytes % block_size_bytes <> 0 OR bytes % block_size_bytes <> 0)
+  WINDOW w AS (PARTITION BY capture_id, dev, ino, pid, offset_bytes, bytes
+               ORDER BY ts_ns, cpu, seq)),
+failed AS (   -- a try under the shared iolock (overwrites only) that xfs
+              -- gave up and made again under the exclusive one
+  SELECT capture_id, cpu, seq FROM unaligned
+  WHERE iocb_flags & 32 = 0 AND next_flags & 32 <> 0 AND next_ns - ts_ns < 10000000)
+SELECT e.capture_id, e.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,
+       e.dev, e.ino, e.offset_bytes, e.bytes,
        CASE e.op WHEN 0 THEN 'read' WHEN 1 THEN 'write' ELSE 'sync' END AS op,
-       (e.iocb_flags & 1) <> 0 AS direct, s.hook AS source,
-       l.fs_type, e.pid, e.comm
-FROM hostfs_events e
-JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
--- the hooks listed for this FS, or for '*' if it has no list of its own
-JOIN _hostfs_sources s ON s.source = e.source
- AND s.fs_type = CASE WHEN l.fs_type IN (SELECT fs_type FROM _hostfs_sources)
-                      THEN l.fs_type ELSE '*' END
+       (e.iocb_flags & 1) <> 0 AS direct, e.hook AS source,
+       e.fs_type, e.pid, e.comm
+FROM ev e ANTI JOIN failed f ON f.capture_id = e.capture_id AND f.cpu = e.cpu AND f.seq = e.seq
 UNION ALL
 SELECT p.capture_id, l.machine, 'hostfs', (p.cpu::UBIGINT << 48) | p.seq, p.ts_ns, p.dev, p.ino,
        (p.index * 4096)::BIGINT, p.nr_pages * 4096, 'write', false, 'writeback_dirty_folio',

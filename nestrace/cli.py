@@ -318,6 +318,10 @@ def merge_cmd(guest_store, host_store, output, guest_capture, host_capture, imag
     for old, new in r.remapped.items():
         click.echo(f"host device {old >> 20}:{old & 0xFFFFF} is {new >> 20}:{new & 0xFFFFF} in the "
                    "merged capture (the guest has a device of that number)")
+    if r.before_guest:
+        n = ", ".join(f"{v} {k}" for k, v in sorted(r.before_guest.items()))
+        click.echo(f"left out host events from before the guest's clock started (before the VM "
+                   f"booted; the host store keeps them): {n}")
     click.echo(f"capture {r.capture_id}: {r.records} records -> {output}")
 
 

@@ -10,8 +10,9 @@ host time h.  Causality puts h - offset inside [d, c], so each such pair
 bounds the offset to [h - c, h - d].  Pairs are matched by image offset
 alone, so some are wrong (an offset accessed again later); the estimate is
 where the most intervals agree, widened by dropping a few of the tightest
-bounds (outliers).  The host's times are then moved onto the guest's clock,
-and the result is an ordinary capture that every view and `correlate` read
+bounds (outliers).  The host's times are then moved onto the guest's clock
+(host events from before it started, i.e. before the VM booted, are left
+out and counted), and the result is an ordinary capture that every view and `correlate` read
 as they read a lab capture; capture_meta keeps the offset and its error.
 """
 from __future__ import annotations
@@ -178,16 +179,22 @@ def _remap(t: pa.Table, name: str, mapping: dict[int, int]) -> pa.Table:
     return _set_column(t, name, a)
 
 
-def _shift_ts(t: pa.Table, offset_ns: int, where: str) -> pa.Table:
-    """Host times onto the guest's clock: ts - offset."""
+def _shift_ts(t: pa.Table, offset_ns: int, clamp: bool) -> tuple[pa.Table, int]:
+    """Host times onto the guest's clock: ts - offset.  An event from
+    before the guest's clock started (before the VM booted: QEMU opening
+    the image, the host's own I/O) has no time there and no guest I/O to
+    belong to: it is left out and counted (the host store keeps it).  With
+    `clamp` (the agent's end-of-capture counters) it is kept at time 0."""
     if "ts_ns" not in t.column_names or not t.num_rows:
-        return t
+        return t, 0
     ts = t.column("ts_ns").to_numpy().astype(np.int64)
     out = ts - np.int64(offset_ns)
-    if (out < 0).any():
-        raise MergeError(f"{where}: host events before the guest's clock started "
-                         f"(offset {offset_ns} ns): the offset is wrong or the captures differ")
-    return _set_column(t, "ts_ns", out.astype(np.uint64))
+    before = out < 0
+    if clamp:
+        return _set_column(t, "ts_ns", np.maximum(out, 0).astype(np.uint64)), 0
+    if before.any():
+        t, out = t.filter(pa.array(~before)), out[~before]
+    return _set_column(t, "ts_ns", out.astype(np.uint64)), int(before.sum())
 
 
 def _hooks(meta: dict) -> dict:
@@ -204,6 +211,7 @@ class MergeResult:
     offset_ns: int
     remapped: dict[int, int]
     records: int
+    before_guest: dict[str, int]   # host events from before the guest's clock started, left out
 
 
 def _both(gmeta: dict, hmeta: dict, col: str) -> int | None:
@@ -265,13 +273,19 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     out = init_store(out_store)
     if cid in captures(out):
         raise MergeError(f"{out}: already has capture {cid}")
-    records = 0
+    records, before_guest = 0, {}
     cpu_tables = set(kernel_tables()) | {"lost_events"}
     for table, schema in schemas.items():
         if table == "capture_meta":
             continue
         gt, ht = g[table], h[table]
-        ht = _shift_ts(ht, offset_ns, f"{hs} {table}")
+        ht, n_before = _shift_ts(ht, offset_ns, clamp=table == "agent_stats")
+        if n_before:
+            before_guest[table] = n_before
+            if not ht.num_rows:
+                raise MergeError(f"{hs}: every host event of {table} is from before the guest's "
+                                 f"clock started (offset {offset_ns} ns): the offset is wrong "
+                                 "or the captures are of different runs")
         if table in cpu_tables:
             ht = _set_column(ht, "cpu", ht.column("cpu").to_numpy().astype(np.uint32) + HOST_CPU_BASE) \
                 if ht.num_rows else ht
@@ -302,7 +316,8 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
             "host": {"capture_id": hid, "store": str(hs), "machine": hmeta["machine"],
                      "kernel": hmeta["kernel"], "stack": host_stack,
                      "cpu_base": HOST_CPU_BASE,
-                     "remapped_devs": {str(k): v for k, v in remapped.items()}},
+                     "remapped_devs": {str(k): v for k, v in remapped.items()},
+                     "events_before_guest_clock": before_guest},
             "image_offset_bytes": image_offset}),
         "lost_total": (gmeta["lost_total"] or 0) + (hmeta["lost_total"] or 0),
         "hook_misses": _both(gmeta, hmeta, "hook_misses"),
@@ -318,7 +333,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     })
     _write_parquet(out, "capture_meta", cid,
                    pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
-    return MergeResult(cid, est, offset_ns, remapped, records)
+    return MergeResult(cid, est, offset_ns, remapped, records, before_guest)
 
 
 def _fill(t: pa.Table, name: str, value) -> pa.Table:

@@ -1,8 +1,10 @@
 """Shared fixtures: lab stacks that are always torn down, fio, the CLI."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -43,6 +45,28 @@ def loop_devices() -> set[str]:
 def our_mounts() -> set[str]:
     return {line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
             if "/run/nestrace" in line.split()[1] or line.split()[1].startswith("/tmp/")}
+
+
+@contextlib.contextmanager
+def host_side_recording(store, image, stop=signal.SIGINT):
+    """`nestrace record --side host --image IMAGE` in the background while
+    the block runs, stopped by `stop`; the dict it yields gets the host
+    side's stdout once it has stopped and sealed."""
+    host = subprocess.Popen(NESTRACE + ["record", "-o", str(store), "--side", "host",
+                                        "--image", str(image)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    result: dict[str, str] = {}
+    try:
+        for line in host.stderr:
+            if "recording; Ctrl-C to stop" in line:
+                break
+        else:
+            raise AssertionError(f"host side did not start: {host.stdout.read()}")
+        yield result
+    finally:
+        host.send_signal(stop)
+        result["stdout"], err = host.communicate(timeout=120)
+    assert host.returncode == 0, err
 
 
 def run_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:

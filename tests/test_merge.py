@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import nestrace
-from conftest import (NESTRACE, ROOT, assert_losses_counted, drop_caches,
+from conftest import (assert_losses_counted, drop_caches, host_side_recording,
                       requests_without_completion, run_cli)
 from nestrace.merge import MergeError, estimate_offset
 from nestrace.session import Session
@@ -139,22 +138,11 @@ def record_both_sides(lab, tmp_path: Path) -> tuple[Path, Path, list[int], str]:
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
     drop_caches()
     gstore, hstore, log = tmp_path / "guest", tmp_path / "host", tmp_path / "fio.iolog"
-    host = subprocess.Popen(NESTRACE + ["record", "-o", str(hstore), "--side", "host",
-                                        "--image", image], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        for line in host.stderr:
-            if "recording; Ctrl-C to stop" in line:
-                break
-        else:
-            raise AssertionError(f"host side did not start: {host.stdout.read()}")
+    with host_side_recording(hstore, image) as host:
         run_cli("record", "-o", str(gstore), "--side", "guest", "--stack", lab.mount, "--",
                 "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
                 "--output=/dev/null", f"--write_iolog={log}", *FIO_RANDREAD)
-    finally:
-        host.send_signal(signal.SIGINT)
-        out, err = host.communicate(timeout=120)
-    assert host.returncode == 0, err
+    out = host["stdout"]
     return gstore, hstore, fio_log_offsets(log), out
 
 

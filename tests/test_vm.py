@@ -1,0 +1,125 @@
+"""A real VM: QEMU runs a Debian guest (its own kernel, 6.1) whose virtio-blk
+disk is a raw image on an xfs host file system; nestrace records inside
+the guest (vfs, vdisk) and on the host (hostfs, disk), and `merge` puts
+the two captures on one clock.  The static agent copied into the guest
+runs, CO-RE-relocated, on a kernel it was not built on."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import guestvm
+import nestrace
+from conftest import ROOT, assert_losses_counted, host_side_recording, loop_devices, run_cli
+from test_capture import TRACE_THROUGH, fio_log_offsets
+
+pytestmark = pytest.mark.root
+
+READS = 512
+
+
+@pytest.fixture
+def host_image(tmp_path):
+    """An xfs host file system on a loop device (direct I/O: the host disk
+    is uncached) holding a sparse 256 MiB raw image with ext4 on it (1 KiB
+    blocks, mkfs's choice for so small a disk).  Torn down whatever happens."""
+    if why := guestvm.missing():
+        pytest.fail(f"cannot boot a guest: {why}; ci/setup installs what is needed")
+    backing, mnt = tmp_path / "host.img", tmp_path / "host"
+    mnt.mkdir()
+    before = loop_devices()
+    loop = None
+    try:
+        subprocess.run(["truncate", "-s", "1G", str(backing)], check=True)
+        loop = subprocess.run(["losetup", "--direct-io=on", "--find", "--show", str(backing)],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        subprocess.run(["mkfs.xfs", "-q", "-f", loop], check=True)
+        subprocess.run(["mount", loop, str(mnt)], check=True)
+        image = mnt / "vm.raw"
+        subprocess.run(["truncate", "-s", "256M", str(image)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+        yield image
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["umount", str(mnt)], check=True)
+        if loop:
+            subprocess.run(["losetup", "-d", loop], check=True)
+        assert loop_devices() <= before, "a loop device was left attached"
+
+
+GUEST_SCRIPT = """set -e
+mkdir -p /run/data
+mount /dev/vda /run/data
+cd {root}
+fio --name=t --directory=/run/data --rw=write --bs=1M --size=16M --direct=1 --output=/dev/null
+.venv/bin/python -m nestrace record -o /run/tmp/guest.store --side guest --stack /run/data -- \\
+    fio --name=t --directory=/run/data --ioengine=psync --rw=randread --bs=4k --direct=1 \\
+        --size=16M --io_size={io_size} --output=/dev/null --write_iolog=/run/out/fio.iolog
+cp -a /run/tmp/guest.store /run/out/
+umount /run/data
+"""
+
+
+def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_image, tmp_path):
+    """fio in the guest reads 512 x 4 KiB with O_DIRECT; QEMU reads the
+    image with O_DIRECT (cache=none).  The merged capture follows every
+    read from the guest syscall to the guest's virtio request, QEMU's read
+    of the image and the host disk request, across two kernels' clocks."""
+    hstore = tmp_path / "host.store"
+    with host_side_recording(hstore, host_image, stop=signal.SIGTERM) as host:
+        booted_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        rc, log, console = guestvm.boot(tmp_path / "vm", GUEST_SCRIPT.format(
+            root=ROOT, io_size=READS * 4096), host_image)
+        assert rc == 0, f"guest script failed ({rc}):\n{log}\n{console[-3000:]}"
+    hout = host["stdout"]
+    gstore = tmp_path / "vm" / "out" / "guest.store"
+    offsets = fio_log_offsets(tmp_path / "vm" / "out" / "fio.iolog")
+    assert len(offsets) == READS
+
+    with nestrace.open(gstore) as s:
+        meta = s.rows("SELECT machine, kernel FROM capture_meta")[0]
+        hooks = s.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"]
+        assert_losses_counted(s)
+        devs = s.rows("SELECT level, name FROM device_map ORDER BY level")
+    # the guest's own kernel, and its virtio disk as the vdisk level
+    assert meta["machine"] == guestvm.HOSTNAME and meta["kernel"] != os.uname().release
+    assert meta["kernel"] == (guestvm.KERNEL_DIR / "release").read_text().strip()
+    assert '"block_rq_issue": "tp_btf"' in hooks
+    assert {d["level"]: d["name"] for d in devs}["vdisk"] == "vda"
+    with nestrace.open(hstore) as s:
+        assert_losses_counted(s, hout)
+
+    merged = tmp_path / "vm.store"
+    r = run_cli("merge", str(gstore), str(hstore), "-o", str(merged))
+    s = nestrace.open(merged)
+    m = s.rows("SELECT clock_offset_ns AS o, clock_offset_err_ns AS e, clock_offset_pairs AS n "
+               "FROM capture_meta")[0]
+    # the guest's CLOCK_MONOTONIC starts when its kernel boots, after QEMU
+    # started (booted_ns, on this clock) and its firmware ran
+    assert booted_ns < m["o"] < booted_ns + 120_000_000_000, (m, booted_ns)
+    assert m["e"] < 1_000_000 and m["n"] >= READS, m
+    # the host recorded from before QEMU started: its I/O from before the
+    # guest's clock began (the firmware reading the disk) has no guest time
+    # and is left out, counted
+    assert "left out host events from before the guest's clock started" in r.stdout
+    left = json.loads(s.rows("SELECT stack_json FROM capture_meta")[0]["stack_json"])
+    assert sum(left["host"]["events_before_guest_clock"].values()) > 0
+    assert {r["level"]: r["machine"] for r in s.rows("SELECT level, machine FROM base_levels")} == \
+        {"vfs": guestvm.HOSTNAME, "vdisk": guestvm.HOSTNAME,
+         "hostfs": os.uname().nodename, "disk": os.uname().nodename}
+    assert sorted(r["offset_bytes"] for r in s.rows(
+        "SELECT offset_bytes FROM vfs_io WHERE syscall = 'pread64'")) == sorted(offsets)
+    got = s.con.execute(TRACE_THROUGH, {"syscall": "pread64", "err": m["e"]}).fetchone()
+    assert dict(zip(("mapped", "vdisk", "hostfs", "disk"), got)) == \
+        {"mapped": READS, "vdisk": READS, "hostfs": READS, "disk": READS}
+    # QEMU is the host process that reads the image
+    assert {r["comm"] for r in s.rows("SELECT DISTINCT comm FROM hostfs_io WHERE op = 'read'")} \
+        <= {"qemu-system-x86"}
+    to_app = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
+    assert to_app["vdisk"] == 1.0
+    run_cli("verify", str(merged))

@@ -214,7 +214,14 @@ def _side_stack(side: str, mount, vdisk, image, disk):
         raise UserError(f"--side {side} traces the {side}'s side: give {usage}, not {foreign_names}")
     if not needed:
         raise UserError(f"--side {side} needs {what}")
-    return guest_side(mount, vdisk) if side == "guest" else host_side(image, disk)
+    if side == "guest":
+        return guest_side(mount, vdisk)
+    stack = host_side(image, disk)
+    if stack.image_format != "raw":
+        click.secho(f"nestrace: warning: {image} is a {stack.image_format} image: the host's "
+                    "levels are recorded, but `merge` maps raw images only and will refuse it",
+                    err=True, fg="yellow")
+    return stack
 
 
 def _report_capture(store: Path, capture_id: str, result, stream_problems=()) -> None:

@@ -246,6 +246,11 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     image_ino, image_path = host_stack.get("image_ino"), host_stack.get("image_path", "")
     if not image_ino:
         raise MergeError(f"{hs}: capture {hid} names no image file in its stack_json")
+    fmt = host_stack.get("image_format", "raw")
+    if fmt != "raw":
+        raise MergeError(f"{hs}: capture {hid}: the image {image_path} is {fmt}, and a {fmt} "
+                         "image puts guest offsets where its own tables say: nestrace maps "
+                         "raw images only")
 
     est = None
     if offset_ns is None:

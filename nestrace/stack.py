@@ -193,6 +193,9 @@ class Stack:
     guest_part_start_bytes: int = 0
     host_part_start_bytes: int = 0
     side: str = "both"
+    # the image file's format, by its first bytes (a loop device reads any
+    # file as raw; a hypervisor reads the format it is told)
+    image_format: str = "raw"
 
     @property
     def has_guest(self) -> bool:
@@ -254,6 +257,23 @@ def guest_side(mount_point: str, vdisk_path: str | None = None) -> Stack:
                  guest_part_start_bytes=_part_start(gm), side="guest")
 
 
+# image formats a hypervisor maps guest offsets through, by their first
+# bytes; a file starting otherwise is taken for a raw image
+IMAGE_MAGIC = ((b"QFI\xfb", "qcow2"), (b"KDMV", "vmdk"), (b"# Disk DescriptorFile", "vmdk"),
+               (b"vhdxfile", "vhdx"), (b"conectix", "vpc"),
+               (b"<<< Oracle VM VirtualBox Disk Image >>>", "vdi"), (b"QED\0", "qed"))
+
+
+def image_format(path: str) -> str:
+    """The disk image format of a file, from its first bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise StackError(f"{path}: {e.strerror}") from None
+    return next((fmt for magic, fmt in IMAGE_MAGIC if head.startswith(magic)), "raw")
+
+
 def host_side(image: str, disk_path: str | None = None) -> Stack:
     """The host's half: the disk image file, the file system it is on and
     that file system's disk."""
@@ -271,7 +291,8 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
     return Stack(image_path=os.path.realpath(image), image_ino=st.st_ino,
                  host_mount=hm.mount_point, host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk,
                  below=_host_below(disk), host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
-                 host_part_start_bytes=_part_start(hm), side="host")
+                 host_part_start_bytes=_part_start(hm), side="host",
+                 image_format=image_format(image))
 
 
 def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,

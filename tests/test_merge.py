@@ -272,3 +272,23 @@ def test_side_options_are_checked(tmp_path):
     r = run_cli("record", "-o", str(tmp_path / "s"), "--side", "guest", "--image", "/x",
                 "--stack", "/", "--duration", "1", check=False)
     assert r.returncode == 2 and "not --image or --disk" in r.stderr
+
+
+@pytest.mark.root
+def test_a_qcow2_image_is_recorded_but_not_merged(tmp_path):
+    """The host side of a VM whose image is qcow2 records (its levels are
+    real), says that merge cannot map it, and merge refuses it: a guest
+    offset is not the image offset there."""
+    image = tmp_path / "vm.qcow2"
+    image.write_bytes(b"QFI\xfb\0\0\0\3" + bytes(4096))
+    r = run_cli("record", "-o", str(tmp_path / "h"), "--side", "host", "--image", str(image),
+                "--duration", "0.5")
+    assert f"{image} is a qcow2 image" in r.stderr
+    st = json.loads(nestrace.open(tmp_path / "h").rows("SELECT stack_json FROM capture_meta")[0]
+                    ["stack_json"])
+    assert st["image_format"] == "qcow2"
+    run_cli("record", "-o", str(tmp_path / "g"), "--side", "guest", "--stack", "/",
+            "--duration", "0.5")
+    r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h"), "-o", str(tmp_path / "m"),
+                check=False)
+    assert r.returncode == 2 and "is qcow2" in r.stderr and "raw images only" in r.stderr

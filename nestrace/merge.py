@@ -316,10 +316,14 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
         "stack_json": json.dumps({
             "side": "merged",
             "guest": {"capture_id": gid, "store": str(gs), "machine": gmeta["machine"],
-                      "kernel": gmeta["kernel"],
+                      "kernel": gmeta["kernel"], "start_ns": gmeta["start_ns"],
+                      "end_ns": gmeta["end_ns"],
                       "stack": json.loads(gmeta.get("stack_json") or "{}")},
             "host": {"capture_id": hid, "store": str(hs), "machine": hmeta["machine"],
                      "kernel": hmeta["kernel"], "stack": host_stack,
+                     # on the guest's clock
+                     "start_ns": max(hmeta["start_ns"] - offset_ns, 0),
+                     "end_ns": max(hmeta["end_ns"] - offset_ns, 0),
                      "cpu_base": HOST_CPU_BASE,
                      "remapped_devs": {str(k): v for k, v in remapped.items()},
                      "events_before_guest_clock": before_guest},

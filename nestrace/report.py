@@ -3,6 +3,7 @@ one JSON document (a stable interface, keys in docs/report.md) or as
 terminal tables."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +17,17 @@ REPORT_VERSION = 1
 CACHED = ["block_requests", "map_extents", "map_vfs", "map_vdisk", "map_disk", "links"]
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
 VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "hostfs": "hostfs_io", "disk": "disk_io"}
+
+
+def _side_span(meta: dict, side: str) -> list[float] | None:
+    """[from, to] seconds of the merged capture one side recorded (NULL
+    for stores merged before merge kept them)."""
+    try:
+        st = json.loads(meta.get("stack_json") or "{}")[side]
+        return [round((st["start_ns"] - meta["start_ns"]) / 1e9, 3),
+                round((st["end_ns"] - meta["start_ns"]) / 1e9, 3)]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _one(s: Session, sql: str, params: list) -> dict:
@@ -34,13 +46,14 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     s.cache(CACHED)
     meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, hook_misses, "
                    "completions_missed, requests_unfinished, "
-                   "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs "
+                   "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs, stack_json "
                    "FROM capture_meta WHERE capture_id = ?", p)
     clock = None
     if meta.get("clock_offset_ns") is not None:
         host = _one(s, "SELECT machine FROM base_levels WHERE capture_id = ? AND level = 'disk'", p)
         clock = {"host_machine": host.get("machine"), "offset_ns": meta["clock_offset_ns"],
-                 "err_ns": meta["clock_offset_err_ns"], "pairs": meta["clock_offset_pairs"]}
+                 "err_ns": meta["clock_offset_err_ns"], "pairs": meta["clock_offset_pairs"],
+                 "guest_s": _side_span(meta, "guest"), "host_s": _side_span(meta, "host")}
     seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ?", p)}
     phases: dict = {}
     for r in s.rows("SELECT level, phase, n, min_ns, avg_ns, median_ns, p99_ns, max_ns "
@@ -146,6 +159,11 @@ def render(rep: dict, console=None) -> None:
         con.print(f"hostfs and disk recorded on {ck['host_machine']}, moved onto this clock: "
                   f"host - guest = {ck['offset_ns']} ns ± {ck['err_ns']} ns "
                   f"({ck['pairs']} bounds agree); times across the two carry ± {ck['err_ns']} ns")
+        g, h = ck.get("guest_s"), ck.get("host_s")
+        if g and h and (abs(g[0] - h[0]) > 1 or abs(g[1] - h[1]) > 1):
+            con.print(f"[yellow]the guest recorded {g[0]:.1f}–{g[1]:.1f} s and the host "
+                      f"{h[0]:.1f}–{h[1]:.1f} s of this capture: each level's totals are over its "
+                      "own side's span[/]")
     t = Table(title="Per level")
     for c in ("level", "I/Os", "read", "written", "median size", "sequential", "seek median", "seek p90"):
         t.add_column(c, justify="left" if c == "level" else "right")

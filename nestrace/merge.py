@@ -12,8 +12,9 @@ alone, so some are wrong (an offset accessed again later); the estimate is
 where the most intervals agree, widened by dropping a few of the tightest
 bounds (outliers).  The host's times are then moved onto the guest's clock
 (host events from before it started, i.e. before the VM booted, are left
-out and counted), and the result is an ordinary capture that every view and `correlate` read
-as they read a lab capture; capture_meta keeps the offset and its error.
+out and counted), and the result is an ordinary capture that every view
+and `correlate` read as they read a lab capture; capture_meta keeps the
+offset and its error.
 """
 from __future__ import annotations
 
@@ -287,7 +288,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
         ht, n_before = _shift_ts(ht, offset_ns, clamp=table == "agent_stats")
         if n_before:
             before_guest[table] = n_before
-            if not ht.num_rows:
+            if table == "hostfs_events" and not ht.num_rows:
                 raise MergeError(f"{hs}: every host event of {table} is from before the guest's "
                                  f"clock started (offset {offset_ns} ns): the offset is wrong "
                                  "or the captures are of different runs")

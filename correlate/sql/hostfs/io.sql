@@ -32,7 +32,7 @@
 -- @column comm VARCHAR         task command name
 CREATE OR REPLACE VIEW hostfs_io AS
 WITH ev AS (
-  SELECT e.*, l.machine, l.fs_type, l.block_size_bytes, s.hook
+  SELECT e.*, l.machine, l.fs_type, s.hook
   FROM hostfs_events e
   JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
   -- the hooks listed for this FS, or for '*' if it has no list of its own
@@ -40,14 +40,16 @@ WITH ev AS (
    AND s.fs_type = CASE WHEN l.fs_type IN (SELECT fs_type FROM _hostfs_sources)
                         THEN l.fs_type ELSE '*' END),
 unaligned AS (   -- xfs direct writes not aligned to the FS block, with the
-                 -- process's next write of the same range
-  SELECT capture_id, cpu, seq, ts_ns, iocb_flags,
-         lead(ts_ns) OVER w AS next_ns, lead(iocb_flags) OVER w AS next_flags
-  FROM ev
-  WHERE hook = 'xfs_file_direct_write'
-    AND (offset_bytes % block_size_bytes <> 0 OR bytes % block_size_bytes <> 0)
-  WINDOW w AS (PARTITION BY capture_id, dev, ino, pid, offset_bytes, bytes
-               ORDER BY ts_ns, cpu, seq)),
+                 -- process's next write of the same range (read apart from
+                 -- ev: only these rows, and ev is not scanned twice)
+  SELECT e.capture_id, e.cpu, e.seq, e.ts_ns, e.iocb_flags,
+         lead(e.ts_ns) OVER w AS next_ns, lead(e.iocb_flags) OVER w AS next_flags
+  FROM hostfs_events e
+  JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
+  WHERE e.source = 4 AND l.fs_type = 'xfs'   -- xfs_file_direct_write
+    AND (e.offset_bytes % l.block_size_bytes <> 0 OR e.bytes % l.block_size_bytes <> 0)
+  WINDOW w AS (PARTITION BY e.capture_id, e.dev, e.ino, e.pid, e.offset_bytes, e.bytes
+               ORDER BY e.ts_ns, e.cpu, e.seq)),
 failed AS (   -- a try under the shared iolock (overwrites only) that xfs
               -- gave up and made again under the exclusive one
   SELECT capture_id, cpu, seq FROM unaligned

@@ -217,10 +217,22 @@ def _side_stack(side: str, mount, vdisk, image, disk):
     if side == "guest":
         return guest_side(mount, vdisk)
     stack = host_side(image, disk)
-    if stack.image_format != "raw":
+    if stack.image_format not in ("raw", "qcow2"):
         click.secho(f"nestrace: warning: {image} is a {stack.image_format} image: the host's "
-                    "levels are recorded, but `merge` maps raw images only and will refuse it",
-                    err=True, fg="yellow")
+                    "levels are recorded, but `merge` maps raw and qcow2 images only and will "
+                    "refuse it", err=True, fg="yellow")
+    elif stack.image_format == "qcow2":
+        from .qcow2 import Qcow2Error, cluster_map
+        try:
+            backing = cluster_map(stack.image_path).backing_file
+        except Qcow2Error as e:
+            click.secho(f"nestrace: warning: {e}: the host's levels are recorded, but `merge` "
+                        "cannot map guest offsets into this image", err=True, fg="yellow")
+            return stack
+        if backing:
+            click.secho(f"nestrace: warning: {image} has a backing file ({backing}): guest "
+                        "reads of clusters the image has not allocated go to that file, "
+                        "which is not traced", err=True, fg="yellow")
     return stack
 
 

@@ -248,10 +248,19 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     if not image_ino:
         raise MergeError(f"{hs}: capture {hid} names no image file in its stack_json")
     fmt = host_stack.get("image_format", "raw")
-    if fmt != "raw":
+    clusters = None
+    if fmt == "qcow2":
+        clusters = _cluster_map(h["extent_maps"])
+        if clusters is None:
+            raise MergeError(f"{hs}: capture {hid}: the qcow2 image {image_path} has no cluster "
+                             "map stored (`record --side host` could not read it, and said why)")
+        if image_offset:
+            raise MergeError("--image-offset is for a raw image's partition or loop offset; "
+                             f"{image_path} is qcow2, whose cluster map places the guest's bytes")
+    elif fmt != "raw":
         raise MergeError(f"{hs}: capture {hid}: the image {image_path} is {fmt}, and a {fmt} "
                          "image puts guest offsets where its own tables say: nestrace maps "
-                         "raw images only")
+                         "raw and qcow2 images only")
 
     est = None
     if offset_ns is None:
@@ -261,6 +270,8 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
                            "AND offset_bytes IS NOT NULL AND op IN ('read', 'write')", [gid])
         with Session(hs) as s:
             hacc = s.query(HOST_ACCESSES, {"cid": hid, "ino": image_ino})
+        if clusters is not None:
+            greq = _through_clusters(greq, clusters)
         est = estimate_offset(greq, hacc, image_offset=image_offset, outliers=outliers)
         offset_ns = est.offset_ns
 
@@ -298,7 +309,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
         for col in ("dev", "backing_dev"):
             ht = _remap(ht, col, remapped)
         if table == "device_map":
-            gt = _vdisk_backing(gt, ht, image_ino, image_path, image_offset, gmeta)
+            gt = _vdisk_backing(gt, ht, image_ino, image_path, image_offset, fmt, gmeta)
             ht = _fill(ht, "machine", hmeta["machine"])
         t = pa.concat_tables([gt, ht])
         t = _set_column(t, "capture_id", [cid] * t.num_rows)
@@ -346,6 +357,31 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     return MergeResult(cid, est, offset_ns, remapped, records, before_guest)
 
 
+def _cluster_map(extent_maps: pa.Table) -> pa.Table | None:
+    """The host capture's qcow2 cluster map (the snapshot at end, else at
+    start) as (lo, ph, len), or None when it has none."""
+    rows = [r for r in extent_maps.to_pylist() if r["role"] == "vdisk_image"]
+    phase = "end" if any(r["phase"] == "end" for r in rows) else "start"
+    rows = [r for r in rows if r["phase"] == phase]
+    if not rows:
+        return None
+    return pa.table({"lo": [r["logical_bytes"] for r in rows],
+                     "ph": [r["physical_bytes"] for r in rows],
+                     "len": [r["length_bytes"] for r in rows]})
+
+
+def _through_clusters(greq: pa.Table, clusters: pa.Table) -> pa.Table:
+    """Guest requests with their start offset carried into the qcow2 image
+    (requests starting in a cluster with no place in the image dropped)."""
+    con = duckdb.connect()
+    con.register("g", greq)
+    con.register("m", clusters)
+    from .session import arrow_of
+    return arrow_of(con.sql("""
+        SELECT g.d_ns, g.c_ns, (m.ph + (g.offset_bytes - m.lo))::UBIGINT AS offset_bytes, g.op
+        FROM g JOIN m ON g.offset_bytes >= m.lo AND g.offset_bytes < m.lo + m.len"""))
+
+
 def _fill(t: pa.Table, name: str, value) -> pa.Table:
     """Fill NULLs of a column with value."""
     col = pc.fill_null(t.column(name), pa.scalar(value, t.schema.field(name).type))
@@ -353,7 +389,7 @@ def _fill(t: pa.Table, name: str, value) -> pa.Table:
 
 
 def _vdisk_backing(gdm: pa.Table, hdm: pa.Table, image_ino: int, image_path: str,
-                   image_offset: int, gmeta: dict) -> pa.Table:
+                   image_offset: int, image_format: str, gmeta: dict) -> pa.Table:
     """The guest's virtual disk is backed by the host's image: what a loop
     device's row says in a one-kernel capture (dio: unknown, NULL)."""
     hostfs_dev = [r["dev"] for r in hdm.to_pylist() if r["level"] == "hostfs"][0]
@@ -362,5 +398,5 @@ def _vdisk_backing(gdm: pa.Table, hdm: pa.Table, image_ino: int, image_path: str
         r["machine"] = r["machine"] or gmeta["machine"]
         if r["level"] == "vdisk":
             r.update(backing_dev=hostfs_dev, backing_ino=image_ino, backing_path=image_path,
-                     backing_offset_bytes=image_offset, dio=None)
+                     backing_offset_bytes=image_offset, dio=None, backing_format=image_format)
     return pa.Table.from_pylist(rows, schema=gdm.schema)

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ._paths import agent_path
 from .schema import ENUMS, table_schema
-from .stack import Stack, btrfs_chunks, extent_rows, kdev_str
+from .stack import Stack, btrfs_chunks, extent_rows, file_id, kdev_str
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
@@ -45,8 +45,11 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
                 "backing_ino": bd.backing_ino if bd else 0,
                 "backing_path": bd.backing_file if bd else "",
                 "backing_offset_bytes": bd.backing_offset_bytes if bd else 0,
-                "dio": bd.dio if bd else False, "fs_type": fs, "block_size_bytes": bs,
-                "part_start_bytes": part, "machine": machine}
+                "dio": bd.dio if bd else False,
+                # a loop device reads its backing file as a raw image
+                "backing_format": "raw" if bd and level == "vdisk" else None,
+                "fs_type": fs, "block_size_bytes": bs, "part_start_bytes": part,
+                "machine": machine}
     v, d = stack.vdisk, stack.disk
     rows = []
     if stack.has_guest:
@@ -197,6 +200,24 @@ def _same_dev(path: str, dev: int) -> bool:
         return False
 
 
+def cluster_rows(image: str, phase: str, capture_id: str) -> list[dict]:
+    """A qcow2 image's cluster map as extent rows of role vdisk_image
+    (logical: virtual-disk offset, physical: offset in the image file).
+    An image that cannot be read as qcow2 gives none, with a warning:
+    `merge` then refuses to map it."""
+    from .qcow2 import Qcow2Error, cluster_map
+    try:
+        m = cluster_map(image)
+    except Qcow2Error as e:
+        print(f"nestrace: warning: {e}: its cluster map is not stored, and `merge` will not "
+              "map guest offsets into it", file=sys.stderr)
+        return []
+    dev, ino = file_id(image)
+    return [{"capture_id": capture_id, "phase": phase, "role": "vdisk_image", "path": image,
+             "dev": dev, "ino": ino, "logical_bytes": lo, "physical_bytes": ph,
+             "length_bytes": ln, "flags": 0} for lo, ph, ln in m.extents]
+
+
 def snapshot_extents(stack: Stack, capture_id: str, phase: str,
                      inos: set[int] | None = None) -> pa.Table:
     """FIEMAP of the image and of the guest files (btrfs addresses mapped
@@ -205,6 +226,8 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
     if stack.has_host:
         host_chunks = btrfs_chunks(f"/dev/{stack.disk.name}") if stack.host_fs == "btrfs" else None
         rows += extent_rows(stack.image_path, "image", phase, capture_id, host_chunks)
+        if stack.image_format == "qcow2":
+            rows += cluster_rows(stack.image_path, phase, capture_id)
     if not stack.has_guest:
         return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
     subprocess.run(["sync", "-f", stack.guest_mount], check=False)

@@ -41,6 +41,13 @@ def _quiet(con) -> None:
         pass
 
 
+
+def arrow_of(rel) -> pa.Table:
+    """A DuckDB relation's rows as an Arrow table (DuckDB 2 calls it
+    to_arrow_table; older versions arrow())."""
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
+    return fetch()
+
 class Session:
     """Query a nestrace store with DuckDB SQL.
 
@@ -129,9 +136,7 @@ class Session:
         rel = self.con.sql(sql, params=params or None)
         if rel is None:                     # a statement with no result
             return pa.table({})
-        # DuckDB 2 calls it to_arrow_table; older versions arrow()
-        fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
-        return fetch()
+        return arrow_of(rel)
 
     def df(self, sql: str, params: list | None = None):
         """Run SQL and return a pandas DataFrame."""

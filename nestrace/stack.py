@@ -385,17 +385,23 @@ def btrfs_to_physical(chunks: list[Chunk], logical: int) -> int | None:
     return None
 
 
-def extent_rows(path: str, role: str, phase: str, capture_id: str,
-                chunks: list[Chunk] | None = None) -> list[dict]:
+def file_id(path: str) -> tuple[int, int]:
+    """(dev, ino) of a file as the kernel's tracepoints name it: the dev_t
+    of its mount's device (btrfs's stat gives an anonymous one)."""
     st = os.stat(path)
     m = mount_containing(path)
-    dev = m.kdev if m else kdev_of(st.st_dev)
+    return (m.kdev if m else kdev_of(st.st_dev)), st.st_ino
+
+
+def extent_rows(path: str, role: str, phase: str, capture_id: str,
+                chunks: list[Chunk] | None = None) -> list[dict]:
+    dev, ino = file_id(path)
     rows = []
     for lo, ph, ln, fl in fiemap(path):
         if chunks is not None:
             mapped = btrfs_to_physical(chunks, ph)
             ph = mapped if mapped is not None else ph
         rows.append({"capture_id": capture_id, "phase": phase, "role": role, "path": path,
-                     "dev": dev, "ino": st.st_ino, "logical_bytes": lo,
+                     "dev": dev, "ino": ino, "logical_bytes": lo,
                      "physical_bytes": ph, "length_bytes": ln, "flags": fl})
     return rows

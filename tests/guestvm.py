@@ -62,6 +62,8 @@ def missing() -> str | None:
         return f"no {QEMU} (Debian package qemu-system-x86)"
     if not BUSYBOX.is_file():
         return f"no {BUSYBOX} (Debian package busybox-static)"
+    if not shutil.which("qemu-img"):
+        return "no qemu-img (Debian package qemu-utils)"
     return None
 
 
@@ -145,10 +147,10 @@ def initramfs(path: Path) -> Path:
 
 
 def boot(workdir: Path, script: str, disk: Path, *, timeout: float = 900,
-         memory_mb: int = 2048) -> tuple[int, str, str]:
-    """Boot the guest with `disk` as its virtio-blk disk (raw, cache=none
-    like a production VM), run `script` in it, and return (its exit code,
-    what it printed, QEMU's console).  `workdir/out` is the guest's
+         memory_mb: int = 2048, fmt: str = "raw") -> tuple[int, str, str]:
+    """Boot the guest with `disk` as its virtio-blk disk (image format
+    `fmt`, cache=none like a production VM), run `script` in it, and
+    return (its exit code, what it printed, QEMU's console).  `workdir/out` is the guest's
     /run/out: the script leaves its results there."""
     if why := missing():
         raise GuestError(why)
@@ -163,7 +165,7 @@ def boot(workdir: Path, script: str, disk: Path, *, timeout: float = 900,
            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=passthrough,readonly=on,"
                       "multidevs=remap",
            "-virtfs", f"local,path={out},mount_tag=out,security_model=passthrough",
-           "-drive", f"file={disk},format=raw,if=virtio,cache=none"]
+           "-drive", f"file={disk},format={fmt},if=virtio,cache=none"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
                            stdin=subprocess.DEVNULL)

@@ -19,33 +19,49 @@ pytestmark = pytest.mark.root
 
 FIO_RANDREAD = ["--rw=randread", "--bs=4k", "--direct=1", "--size=64M", "--io_size=16M"]
 
-# every fio read, mapped through the guest extent map to an image offset and
-# through the image extent map to a host disk offset, and whether the level
-# below shows a request covering it while the read was in flight ($err:
-# a merged two-machine capture's clock error, for the host's levels)
-TRACE_THROUGH = """
+# Every fio read followed down independently of the correlator's views
+# (file offset -> guest extent -> virtual disk -> image -> image extent ->
+# host disk), and whether each level shows a request covering it while the
+# read was in flight ($err: a merged two-machine capture's clock error, for
+# the host's levels).  {image_map}: (lo, ph, len) rows carrying a virtual
+# disk offset into the image: one identity row for a raw image
+# (TRACE_THROUGH), QEMU's own map for a qcow2 one.
+TRACE_THROUGH_VIA = """
 WITH r AS (SELECT * FROM vfs_io WHERE syscall = $syscall AND op = 'read'),
 gm AS (SELECT * FROM extent_maps WHERE role = 'guest_file' AND phase = 'end'),
 im AS (SELECT * FROM extent_maps WHERE role = 'image' AND phase = 'end'),
-p1 AS (SELECT r.ts_ns, r.end_ns, r.offset_bytes, r.bytes,
-              gm.physical_bytes + (r.offset_bytes - gm.logical_bytes) AS image_off
+qm AS ({image_map}),
+p0 AS (SELECT r.io_id, r.ts_ns, r.end_ns, r.bytes,
+              gm.physical_bytes + (r.offset_bytes - gm.logical_bytes) AS vdisk_off
        FROM r JOIN gm ON gm.ino = r.ino AND r.offset_bytes >= gm.logical_bytes
                      AND r.offset_bytes < gm.logical_bytes + gm.length_bytes),
-p AS (SELECT p1.*, im.physical_bytes + (p1.image_off - im.logical_bytes) AS disk_off
-      FROM p1 JOIN im ON p1.image_off >= im.logical_bytes
-                     AND p1.image_off < im.logical_bytes + im.length_bytes)
-SELECT count(*) AS mapped,
-  count(*) FILTER (WHERE EXISTS (SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
-     AND v.offset_bytes <= p.image_off AND p.image_off + p.bytes <= v.offset_bytes + v.bytes
-     AND v.ts_ns BETWEEN p.ts_ns AND p.end_ns)) AS vdisk,
-  count(*) FILTER (WHERE EXISTS (SELECT 1 FROM hostfs_io h WHERE h.op = 'read'
-     AND h.offset_bytes <= p.image_off AND p.image_off + p.bytes <= h.offset_bytes + h.bytes
-     AND h.ts_ns BETWEEN p.ts_ns - $err AND p.end_ns + $err)) AS hostfs,
-  count(*) FILTER (WHERE EXISTS (SELECT 1 FROM disk_io d WHERE d.op = 'read'
-     AND d.offset_bytes <= p.disk_off AND p.disk_off + p.bytes <= d.offset_bytes + d.bytes
-     AND d.ts_ns BETWEEN p.ts_ns - $err AND p.end_ns + $err)) AS disk
-FROM p
+-- pieces in the image, and on the host disk (a read may span two clusters
+-- or two image extents that are apart)
+p1 AS (SELECT p0.*, qm.ph + (greatest(p0.vdisk_off, qm.lo) - qm.lo) AS image_off,
+              least(p0.vdisk_off + p0.bytes, qm.lo + qm.len) - greatest(p0.vdisk_off, qm.lo) AS n
+       FROM p0 JOIN qm ON qm.lo < p0.vdisk_off + p0.bytes AND p0.vdisk_off < qm.lo + qm.len),
+p AS (SELECT p1.*, im.physical_bytes + (greatest(p1.image_off, im.logical_bytes)
+                                         - im.logical_bytes) AS disk_off,
+             least(p1.image_off + p1.n, im.logical_bytes + im.length_bytes)
+               - greatest(p1.image_off, im.logical_bytes) AS dn
+      FROM p1 JOIN im ON im.logical_bytes < p1.image_off + p1.n
+                     AND p1.image_off < im.logical_bytes + im.length_bytes),
+v AS (SELECT io_id, EXISTS (SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
+        AND v.offset_bytes <= p0.vdisk_off AND p0.vdisk_off + p0.bytes <= v.offset_bytes + v.bytes
+        AND v.ts_ns BETWEEN p0.ts_ns AND p0.end_ns) AS ok FROM p0),
+h AS (SELECT io_id, EXISTS (SELECT 1 FROM hostfs_io h WHERE h.op = 'read'
+        AND h.offset_bytes <= p1.image_off AND p1.image_off + p1.n <= h.offset_bytes + h.bytes
+        AND h.ts_ns BETWEEN p1.ts_ns - $err AND p1.end_ns + $err) AS ok FROM p1),
+d AS (SELECT io_id, EXISTS (SELECT 1 FROM disk_io d WHERE d.op = 'read'
+        AND d.offset_bytes <= p.disk_off AND p.disk_off + p.dn <= d.offset_bytes + d.bytes
+        AND d.ts_ns BETWEEN p.ts_ns - $err AND p.end_ns + $err) AS ok FROM p)
+SELECT (SELECT count(DISTINCT io_id) FROM p) AS mapped,
+       (SELECT count(*) FROM (SELECT io_id FROM v GROUP BY 1 HAVING bool_and(ok))) AS vdisk,
+       (SELECT count(*) FROM (SELECT io_id FROM h GROUP BY 1 HAVING bool_and(ok))) AS hostfs,
+       (SELECT count(*) FROM (SELECT io_id FROM d GROUP BY 1 HAVING bool_and(ok))) AS disk
 """
+TRACE_THROUGH = TRACE_THROUGH_VIA.replace(
+    "{image_map}", "SELECT 0::UBIGINT AS lo, 0::UBIGINT AS ph, 1::UBIGINT << 62 AS len")
 
 
 def fio_log_offsets(path: Path) -> list[int]:

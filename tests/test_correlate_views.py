@@ -354,6 +354,77 @@ def test_map_vdisk_adds_the_loop_offset():
         {"image_offset_bytes": MiB + 4096, "bytes": 4096, "disk_offset_bytes": None}]
 
 
+KiB = 1 << 10
+
+
+def qcow2_stack(**tables):
+    """The virtual disk in a qcow2 image (64 KiB clusters): its cluster map
+    at capture end (and an older one at start, which the end one beats)."""
+    dm = device_map()
+    dm[1]["backing_format"] = "qcow2"
+    base = {"capture_id": CAP, "role": "vdisk_image", "path": "", "dev": HOSTFS, "ino": 131,
+            "flags": 0}
+    clusters = [base | {"phase": "end", "logical_bytes": lo, "physical_bytes": ph,
+                        "length_bytes": ln}
+                for lo, ph, ln in ((4 * MiB, 1 * MiB, 64 * KiB),
+                                   (4 * MiB + 64 * KiB, 3 * MiB, 64 * KiB),
+                                   (16 * MiB - 64 * KiB, 5 * MiB, 128 * KiB))]
+    clusters.append(base | {"phase": "start", "logical_bytes": 4 * MiB, "physical_bytes": 1 * MiB,
+                            "length_bytes": 64 * KiB})
+    return Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                                "extent_maps": extents() + clusters} | tables)
+
+
+def test_map_vdisk_image_of_a_qcow2_image_is_its_cluster_map_and_the_gaps():
+    s = qcow2_stack()
+    got = [tuple(r.values()) for r in s.rows(
+        "SELECT vdisk_offset_bytes, image_offset_bytes, length_bytes, source FROM map_vdisk_image "
+        "ORDER BY 1")]
+    assert got == [(0, None, 4 * MiB, "qcow2_end"),
+                   (4 * MiB, 1 * MiB, 64 * KiB, "qcow2_end"),
+                   (4 * MiB + 64 * KiB, 3 * MiB, 64 * KiB, "qcow2_end"),
+                   (4 * MiB + 128 * KiB, None, 12 * MiB - 192 * KiB, "qcow2_end"),
+                   (16 * MiB - 64 * KiB, 5 * MiB, 128 * KiB, "qcow2_end"),
+                   (16 * MiB + 64 * KiB, None, 512 * MiB - 16 * MiB - 64 * KiB, "qcow2_end")]
+    raw = session()
+    assert raw.rows("SELECT * FROM map_vdisk_image") == [
+        {"capture_id": CAP, "vdisk_offset_bytes": 0, "image_offset_bytes": 0,
+         "length_bytes": 512 * MiB, "source": "raw"}]
+
+
+def test_qcow2_clusters_split_a_file_range_and_carry_it_into_the_image():
+    """A read across two clusters that are apart in the image is two pieces
+    at every level below the guest; one in an unallocated cluster keeps its
+    virtual-disk offset and has no place in the image."""
+    s = qcow2_stack(vfs_events=[vfs(1, 2, off=60 * KiB, req=8192, ret=8192),
+                                vfs(3, 4, off=200 * KiB)])
+    got = [tuple(r.values()) for r in s.rows(
+        "SELECT file_offset_bytes, bytes, vdisk_offset_bytes, image_offset_bytes, disk_offset_bytes "
+        "FROM map_vfs ORDER BY 1")]
+    assert got == [(60 * KiB, 4096, 4 * MiB + 60 * KiB, 1 * MiB + 60 * KiB, 101 * MiB + 60 * KiB),
+                   (64 * KiB, 4096, 4 * MiB + 64 * KiB, 3 * MiB, 103 * MiB),
+                   (200 * KiB, 4096, 4 * MiB + 200 * KiB, None, None)]
+
+
+def test_map_vdisk_and_links_follow_a_request_through_qcow2_clusters():
+    ev = (request(10, 11, 40, VDISK, 4 * MiB + 60 * KiB, 8192, rq=1, bio=1)   # two clusters apart
+          + request(20, 21, 50, VDISK, 16 * MiB - 4096, 8192, rq=2, bio=2)    # one run, two buckets
+          + request(30, 31, 60, VDISK, 8 * MiB, 4096, rq=3, bio=3))           # unallocated
+    s = qcow2_stack(block_events=ev,
+                    hostfs_events=[hostfs(15, 1 * MiB + 60 * KiB, 4096, source=3),
+                                   hostfs(16, 3 * MiB, 4096, source=3),
+                                   hostfs(25, 5 * MiB + 60 * KiB, 8192, source=3)])
+    got = [(r["start_ns"], r["image_offset_bytes"], r["bytes"], r["disk_offset_bytes"])
+           for r in s.rows("SELECT * FROM map_vdisk ORDER BY start_ns, image_offset_bytes")]
+    assert got == [(10, 1 * MiB + 60 * KiB, 4096, 101 * MiB + 60 * KiB),
+                   (10, 3 * MiB, 4096, 103 * MiB),
+                   (20, 5 * MiB + 60 * KiB, 8192, 105 * MiB + 60 * KiB)]
+    links = s.rows("SELECT l.kind, l.bytes, v.start_ns FROM links l JOIN vdisk_io v "
+                   "ON v.io_id = l.upper_id WHERE l.lower_level = 'hostfs' ORDER BY 3, 2")
+    assert [tuple(r.values()) for r in links] == [("sync", 4096, 10), ("sync", 4096, 10),
+                                                  ("sync", 8192, 20)]
+
+
 def test_map_disk_carries_disk_requests_back_into_the_image():
     ev = (request(10, 11, 12, DISK, 100 * MiB + 4096, 4096, rq=1, bio=1)        # in the first extent
           + request(20, 21, 22, DISK, 300 * MiB - 4096, 8192, rq=2, bio=2)      # half before the second

@@ -275,20 +275,32 @@ def test_side_options_are_checked(tmp_path):
 
 
 @pytest.mark.root
-def test_a_qcow2_image_is_recorded_but_not_merged(tmp_path):
-    """The host side of a VM whose image is qcow2 records (its levels are
+def test_a_vmdk_image_is_recorded_but_not_merged(tmp_path):
+    """The host side of a VM whose image is vmdk records (its levels are
     real), says that merge cannot map it, and merge refuses it: a guest
-    offset is not the image offset there."""
-    image = tmp_path / "vm.qcow2"
-    image.write_bytes(b"QFI\xfb\0\0\0\3" + bytes(4096))
+    offset is not the image offset there.  A qcow2 image whose header
+    cannot be read records with a warning naming the file and offset."""
+    image = tmp_path / "vm.vmdk"
+    image.write_bytes(b"KDMV" + bytes(4096))
     r = run_cli("record", "-o", str(tmp_path / "h"), "--side", "host", "--image", str(image),
                 "--duration", "0.5")
-    assert f"{image} is a qcow2 image" in r.stderr
+    assert f"{image} is a vmdk image" in r.stderr
     st = json.loads(nestrace.open(tmp_path / "h").rows("SELECT stack_json FROM capture_meta")[0]
                     ["stack_json"])
-    assert st["image_format"] == "qcow2"
+    assert st["image_format"] == "vmdk"
     run_cli("record", "-o", str(tmp_path / "g"), "--side", "guest", "--stack", "/",
             "--duration", "0.5")
     r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h"), "-o", str(tmp_path / "m"),
                 check=False)
-    assert r.returncode == 2 and "is qcow2" in r.stderr and "raw images only" in r.stderr
+    assert r.returncode == 2 and "is vmdk" in r.stderr and "raw and qcow2 images only" in r.stderr
+
+    bad = tmp_path / "vm.qcow2"
+    bad.write_bytes(b"QFI\xfb\0\0\0\7" + bytes(4096))
+    r = run_cli("record", "-o", str(tmp_path / "h2"), "--side", "host", "--image", str(bad),
+                "--duration", "0.5")
+    assert f"{bad}: offset 4: qcow2 version 7" in r.stderr
+    assert nestrace.open(tmp_path / "h2").rows(
+        "SELECT count(*) AS n FROM extent_maps WHERE role = 'vdisk_image'") == [{"n": 0}]
+    r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h2"), "-o", str(tmp_path / "m2"),
+                check=False)
+    assert r.returncode == 2 and "has no cluster map stored" in r.stderr

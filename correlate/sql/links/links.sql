@@ -5,7 +5,7 @@
 
 -- Hops, each in one address space, cut into 4 KiB blocks:
 --   vfs -> vdisk   virtual-disk bytes (file pieces through the guest extents)
---   vdisk -> hostfs image-file bytes (loop offset applied)
+--   vdisk -> hostfs image-file bytes (loop offset or qcow2 clusters applied)
 --   vdisk -> disk  host-disk bytes (through the image's extents); the
 --                  host FS access has no end time, so disk requests are tied
 --                  to the virtual-disk request whose image range they serve.
@@ -16,10 +16,9 @@ SELECT 'vfs' AS upper_level, 'vdisk' AS lower_level, capture_id, io_id AS upper_
        unnest(_blocks(vdisk_offset_bytes, bytes)) AS blk
 FROM map_vfs
 UNION ALL
-SELECT 'vdisk', 'hostfs', v.capture_id, v.io_id, v.start_ns, coalesce(v.c_ns, v.start_ns), v.op,
-       (v.offset_bytes + coalesce(m.backing_offset_bytes, 0))::BIGINT, v.bytes::BIGINT,
-       unnest(_blocks(v.offset_bytes + coalesce(m.backing_offset_bytes, 0), v.bytes))
-FROM vdisk_io v LEFT JOIN _map_vdisk_image m USING (capture_id) WHERE v.bytes > 0
+SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, coalesce(c_ns, start_ns), op,
+       s, t - s, unnest(_blocks(s, t - s))
+FROM _map_vdisk_pieces WHERE s IS NOT NULL
 UNION ALL
 SELECT 'vdisk', 'disk', capture_id, io_id, start_ns, coalesce(c_ns, start_ns), op,
        disk_offset_bytes::BIGINT, bytes::BIGINT, unnest(_blocks(disk_offset_bytes, bytes))

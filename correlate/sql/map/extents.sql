@@ -19,7 +19,9 @@ WITH snap AS (
   SELECT capture_id, role, dev, ino, logical_bytes, physical_bytes, length_bytes,
          'fiemap_' || phase AS source,
          CASE phase WHEN 'end' THEN 1 ELSE 2 END AS prio
-  FROM extent_maps WHERE (flags & 6) = 0          -- FIEMAP_EXTENT_UNKNOWN | DELALLOC
+  FROM extent_maps
+  WHERE (flags & 6) = 0                           -- FIEMAP_EXTENT_UNKNOWN | DELALLOC
+    AND role IN ('image', 'guest_file')           -- (vdisk_image: see map_vdisk_image)
 ),
 ev AS (
   SELECT DISTINCT m.capture_id,

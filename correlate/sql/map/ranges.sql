@@ -4,11 +4,7 @@
 -- INCLUDE vdisk.io
 -- INCLUDE disk.io
 -- INCLUDE hostfs.io
-
--- Loop offset of the virtual disk into its image (lo_offset), per capture.
-CREATE OR REPLACE VIEW _map_vdisk_image AS
-SELECT capture_id, dev, backing_offset_bytes, backing_ino, backing_dev
-FROM device_map WHERE level = 'vdisk';
+-- INCLUDE map.image
 
 -- The image extents, with their device.
 CREATE OR REPLACE VIEW _map_image_extents AS
@@ -28,7 +24,7 @@ SELECT capture_id, logical_bytes, physical_bytes, length_bytes FROM map_extents 
 -- @column file_offset_bytes BIGINT start of the piece in the file
 -- @column bytes UBIGINT          piece length
 -- @column vdisk_offset_bytes UBIGINT byte offset on the virtual disk
--- @column image_offset_bytes UBIGINT byte offset in the image file
+-- @column image_offset_bytes UBIGINT byte offset in the image file (NULL: no place in it, see map_vdisk_image)
 -- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL if the image range is unmapped)
 CREATE OR REPLACE VIEW map_vfs AS
 WITH io AS (
@@ -44,11 +40,25 @@ g AS (
     ON e.capture_id = io.capture_id AND e.dev = io.dev AND e.ino = io.ino
    AND e.role = 'guest_file'
    AND e.logical_bytes::BIGINT < io.stop AND io.off < (e.logical_bytes + e.length_bytes)::BIGINT),
+-- the virtual-disk range carried into the image (pieces: qcow2 clusters)
+vr AS (
+  SELECT g.capture_id, g.io_id, g.ts_ns, g.end_ns, g.op, g.delta,
+         g.s + g.delta AS vs, g.t + g.delta AS vt
+  FROM g),
+vm AS (
+  SELECT vr.*, greatest(vr.vs, m.lo) AS ps, least(vr.vt, m.hi) AS pt, m.delta AS idelta
+  FROM vr JOIN _map_image_raw m ON m.capture_id = vr.capture_id AND m.lo < vr.vt AND vr.vs < m.hi
+  UNION ALL
+  SELECT vr.* EXCLUDE (bkt), greatest(vr.vs, b.lo), least(vr.vt, b.hi), b.delta
+  FROM (SELECT *, unnest(_map_buckets(vs, vt)) AS bkt FROM vr
+        WHERE capture_id NOT IN (SELECT capture_id FROM _map_image_raw)) vr
+  JOIN _map_image_buckets b ON b.capture_id = vr.capture_id AND b.bkt = vr.bkt
+   AND b.lo < vr.vt AND vr.vs < b.hi AND greatest(vr.vs, b.lo) >> 24 = b.bkt),
 v AS (
-  SELECT g.capture_id, g.io_id, g.ts_ns, g.end_ns, g.op, g.s AS file_offset_bytes,
-         (g.t - g.s)::UBIGINT AS bytes, (g.s + g.delta)::UBIGINT AS vdisk_offset_bytes,
-         (g.s + g.delta + coalesce(m.backing_offset_bytes, 0))::UBIGINT AS image_offset_bytes
-  FROM g LEFT JOIN _map_vdisk_image m USING (capture_id)),
+  SELECT capture_id, io_id, ts_ns, end_ns, op, ps - delta AS file_offset_bytes,
+         (pt - ps)::UBIGINT AS bytes, ps::UBIGINT AS vdisk_offset_bytes,
+         (ps + idelta)::UBIGINT AS image_offset_bytes
+  FROM vm),
 -- a piece that crosses an image extent's end (a guest block smaller than
 -- the host's, or an image offset not aligned to it) splits there too
 w AS (
@@ -68,9 +78,11 @@ SELECT capture_id, io_id, ts_ns, end_ns, op,
        (ip + (ps - il))::UBIGINT AS disk_offset_bytes
 FROM w;
 
--- Virtual-disk requests carried to the image and, piece by piece through
--- the image's extents, to the host disk; the parts no extent covers (holes
--- of a sparse image) are pieces too, with no disk offset.
+-- Virtual-disk requests carried to the image (through a qcow2 image's
+-- cluster map, see map_vdisk_image) and, piece by piece through the
+-- image's extents, to the host disk; the parts no extent covers (holes of
+-- a sparse image) are pieces too, with no disk offset.  Parts with no
+-- place in a qcow2 image give no row.
 -- @column capture_id VARCHAR     capture
 -- @column io_id UBIGINT          vdisk_io row
 -- @column start_ns UBIGINT       first seen (Q)
@@ -81,11 +93,8 @@ FROM w;
 -- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL: a hole in the image)
 CREATE OR REPLACE VIEW map_vdisk AS
 WITH r AS (
-  SELECT v.capture_id, v.io_id, v.start_ns, v.c_ns, v.op,
-         (v.offset_bytes + coalesce(m.backing_offset_bytes, 0))::BIGINT AS s,
-         (v.offset_bytes + v.bytes + coalesce(m.backing_offset_bytes, 0))::BIGINT AS t
-  FROM vdisk_io v LEFT JOIN _map_vdisk_image m USING (capture_id)
-  WHERE v.bytes > 0),
+  SELECT capture_id, io_id, start_ns, c_ns, op, s, t
+  FROM _map_vdisk_pieces WHERE s IS NOT NULL),
 p AS (
   SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op, r.s, r.t,
          greatest(r.s, ie.logical_bytes::BIGINT) AS ps,
@@ -94,17 +103,17 @@ p AS (
   FROM r JOIN _map_image_extents ie
     ON ie.capture_id = r.capture_id AND ie.logical_bytes::BIGINT < r.t
    AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT),
-whole AS (SELECT capture_id, io_id FROM p WHERE ps = s AND pt = t),
-holey AS (   -- requests not inside one extent (few: the rest skip the window)
-  SELECT r.* FROM r ANTI JOIN whole USING (capture_id, io_id)),
+whole AS (SELECT capture_id, io_id, s FROM p WHERE ps = s AND pt = t),
+holey AS (   -- pieces not inside one extent (few: the rest skip the window)
+  SELECT r.* FROM r ANTI JOIN whole USING (capture_id, io_id, s)),
 edges AS (   -- their mapped pieces, and an empty one at the end
   SELECT h.capture_id, h.io_id, h.start_ns, h.c_ns, h.op, h.s, p.ps, p.pt
-  FROM holey h JOIN p USING (capture_id, io_id)
+  FROM holey h JOIN p USING (capture_id, io_id, s)
   UNION ALL
   SELECT capture_id, io_id, start_ns, c_ns, op, s, t, t FROM holey),
 holes AS (   -- from the end of what is mapped so far to the next piece
   SELECT capture_id, io_id, start_ns, c_ns, op, ps AS he,
-         greatest(s, coalesce(max(pt) OVER (PARTITION BY capture_id, io_id ORDER BY ps, pt
+         greatest(s, coalesce(max(pt) OVER (PARTITION BY capture_id, io_id, s ORDER BY ps, pt
                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s)) AS hs
   FROM edges)
 SELECT capture_id, io_id, start_ns, c_ns, op, ps::UBIGINT AS image_offset_bytes,

@@ -2,6 +2,7 @@
 -- the level above ever read them.
 -- INCLUDE vfs.io
 -- INCLUDE vdisk.io
+-- INCLUDE map.image
 
 -- Page-cache fills per level: `guest` = the guest FS's page cache (files on
 -- the guest FS; demand = vfs reads), `host` = the host page cache of the
@@ -37,10 +38,9 @@ demand AS (
   FROM vfs_io WHERE op = 'read' AND offset_bytes >= 0 AND req_bytes > 0
   UNION ALL   -- image pages are demanded by virtual-disk reads, for as long as they last
   SELECT v.capture_id, m.backing_dev, m.backing_ino, v.start_ns, coalesce(v.c_ns, v.start_ns),
-         unnest(range(((v.offset_bytes + m.backing_offset_bytes) // 4096)::BIGINT,
-                      ((v.offset_bytes + m.backing_offset_bytes + v.bytes + 4095) // 4096)::BIGINT))
-  FROM vdisk_io v JOIN device_map m ON m.capture_id = v.capture_id AND m.level = 'vdisk'
-  WHERE v.op = 'read' AND v.bytes > 0),
+         unnest(range((v.s // 4096)::BIGINT, ((v.t + 4095) // 4096)::BIGINT))
+  FROM _map_vdisk_pieces v JOIN device_map m ON m.capture_id = v.capture_id AND m.level = 'vdisk'
+  WHERE v.op = 'read' AND v.s IS NOT NULL),
 a1 AS (  -- the eviction that ended this stay
   SELECT a.*, d.evicted_ns FROM adds a
   ASOF LEFT JOIN dels d ON d.capture_id = a.capture_id AND d.dev = a.dev AND d.ino = a.ino

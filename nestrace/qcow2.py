@@ -1,0 +1,129 @@
+"""Where a qcow2 image keeps each guest byte: its cluster map (the L1 and
+L2 tables), read from the file as it is on disk.
+
+A qcow2 image is not laid out like the disk it holds: the hypervisor
+allocates a cluster of the file the first time the guest writes to a
+cluster of its disk, wherever the file ends then.  The map read here is
+what carries a virtual-disk offset to an image-file offset; extents are
+runs of clusters contiguous in both.  Clusters that are unallocated, all
+zeros (read as zeros, with no access to the file) or compressed have no
+place a guest byte can be read from directly, and are left out (counted)."""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+
+MAGIC = b"QFI\xfb"
+OFFSET_MASK = 0x00FF_FFFF_FFFF_FE00      # bits 9-55 of an L1 or L2 entry
+COMPRESSED = 1 << 62
+ZERO = 1                                 # version 3: the cluster reads as zeros
+INCOMPAT_DIRTY, INCOMPAT_CORRUPT, INCOMPAT_DATA_FILE, INCOMPAT_EXTL2 = 1, 2, 4, 16
+
+
+class Qcow2Error(ValueError):
+    pass
+
+
+@dataclass
+class ClusterMap:
+    path: str
+    version: int
+    cluster_bytes: int
+    virtual_bytes: int
+    extents: list[tuple[int, int, int]]       # (guest offset, image offset, length)
+    zero_clusters: int = 0
+    compressed_clusters: int = 0
+    backing_file: str = ""
+    dirty: bool = False
+    metadata: list[tuple[int, int]] = field(default_factory=list)  # (image offset, length)
+
+
+def _read(fd: int, path: str, offset: int, n: int) -> bytes:
+    b = os.pread(fd, n, offset)
+    if len(b) != n:
+        raise Qcow2Error(f"{path}: offset {offset}: {n} bytes expected, the file ends "
+                         f"after {len(b)}")
+    return b
+
+
+def cluster_map(path: str) -> ClusterMap:
+    """Read the cluster map of the qcow2 image at `path`."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise Qcow2Error(f"{path}: {e.strerror}") from None
+    try:
+        return _cluster_map(fd, path)
+    finally:
+        os.close(fd)
+
+
+def _cluster_map(fd: int, path: str) -> ClusterMap:
+    h = _read(fd, path, 0, 72)
+    if h[:4] != MAGIC:
+        raise Qcow2Error(f"{path}: offset 0: not a qcow2 image (magic {h[:4].hex()})")
+    (version, backing_off, backing_len, cluster_bits, size, _crypt, l1_size, l1_off,
+     rc_off, rc_clusters) = struct.unpack(">IQIIQIIQQI", h[4:60])
+    if version not in (2, 3):
+        raise Qcow2Error(f"{path}: offset 4: qcow2 version {version} (2 and 3 are read)")
+    if not 9 <= cluster_bits <= 21:
+        raise Qcow2Error(f"{path}: offset 20: cluster_bits {cluster_bits} out of 9..21")
+    incompat = 0
+    if version == 3:
+        incompat, = struct.unpack(">Q", _read(fd, path, 72, 8))
+    if incompat & INCOMPAT_DATA_FILE:
+        raise Qcow2Error(f"{path}: offset 72: the guest's data is in an external data file, "
+                         "not in this image")
+    if incompat & INCOMPAT_EXTL2:
+        raise Qcow2Error(f"{path}: offset 72: extended L2 entries (subclusters) are not read")
+    cs = 1 << cluster_bits
+    backing = _read(fd, path, backing_off, backing_len).decode(errors="replace") \
+        if backing_off and backing_len else ""
+    l2_entries = cs // 8
+    need = -(-size // (cs * l2_entries))
+    if l1_size < need:
+        raise Qcow2Error(f"{path}: offset 36: L1 table of {l1_size} entries for a "
+                         f"{size}-byte disk (needs {need})")
+    l1 = struct.unpack(f">{l1_size}Q", _read(fd, path, l1_off, 8 * l1_size)) if l1_size else ()
+    meta = [(0, cs), (l1_off, 8 * l1_size), (rc_off, rc_clusters * cs)]
+    extents: list[list[int]] = []
+    zeros = compressed = 0
+    for i, e1 in enumerate(l1):
+        l2_off = e1 & OFFSET_MASK
+        if not l2_off:
+            continue
+        if l2_off % cs:
+            raise Qcow2Error(f"{path}: offset {l1_off + 8 * i}: L1 entry {i} points to "
+                             f"{l2_off}, not a cluster boundary")
+        meta.append((l2_off, cs))
+        l2 = struct.unpack(f">{l2_entries}Q", _read(fd, path, l2_off, cs))
+        for j, e2 in enumerate(l2):
+            guest = (i * l2_entries + j) * cs
+            if guest >= size or not e2:
+                continue
+            if e2 & COMPRESSED:
+                compressed += 1
+                continue
+            host = e2 & OFFSET_MASK
+            if version == 3 and e2 & ZERO or not host:
+                zeros += bool(version == 3 and e2 & ZERO)
+                continue
+            if host % cs:
+                raise Qcow2Error(f"{path}: offset {l2_off + 8 * j}: L2 entry for guest "
+                                 f"offset {guest} points to {host}, not a cluster boundary")
+            n = min(cs, size - guest)
+            last = extents[-1] if extents else None
+            if last and last[0] + last[2] == guest and last[1] + last[2] == host:
+                last[2] += n
+            else:
+                extents.append([guest, host, n])
+    # the refcount blocks the refcount table points to are metadata too
+    if rc_clusters:
+        rct = struct.unpack(f">{rc_clusters * cs // 8}Q", _read(fd, path, rc_off, rc_clusters * cs))
+        meta += [(o & ~(cs - 1), cs) for o in rct if o]
+    return ClusterMap(path=path, version=version, cluster_bytes=cs, virtual_bytes=size,
+                      extents=[tuple(x) for x in extents], zero_clusters=zeros,
+                      compressed_clusters=compressed, backing_file=backing,
+                      dirty=bool(incompat & INCOMPAT_DIRTY),
+                      metadata=sorted(m for m in meta if m[1]))

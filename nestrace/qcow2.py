@@ -36,7 +36,9 @@ class ClusterMap:
     compressed_clusters: int = 0
     backing_file: str = ""
     dirty: bool = False
-    metadata: list[tuple[int, int]] = field(default_factory=list)  # (image offset, length)
+    # the image's own tables (header, L1, L2, refcount table and blocks),
+    # coalesced: (image offset, length)
+    metadata: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _read(fd: int, path: str, offset: int, n: int) -> bytes:
@@ -122,8 +124,14 @@ def _cluster_map(fd: int, path: str) -> ClusterMap:
     if rc_clusters:
         rct = struct.unpack(f">{rc_clusters * cs // 8}Q", _read(fd, path, rc_off, rc_clusters * cs))
         meta += [(o & ~(cs - 1), cs) for o in rct if o]
+    merged: list[list[int]] = []
+    for off, n in sorted(m for m in meta if m[1]):
+        if merged and off <= merged[-1][0] + merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], off + n - merged[-1][0])
+        else:
+            merged.append([off, n])
     return ClusterMap(path=path, version=version, cluster_bytes=cs, virtual_bytes=size,
                       extents=[tuple(x) for x in extents], zero_clusters=zeros,
                       compressed_clusters=compressed, backing_file=backing,
                       dirty=bool(incompat & INCOMPAT_DIRTY),
-                      metadata=sorted(m for m in meta if m[1]))
+                      metadata=[tuple(x) for x in merged])

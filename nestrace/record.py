@@ -202,7 +202,9 @@ def _same_dev(path: str, dev: int) -> bool:
 
 def cluster_rows(image: str, phase: str, capture_id: str) -> list[dict]:
     """A qcow2 image's cluster map as extent rows of role vdisk_image
-    (logical: virtual-disk offset, physical: offset in the image file).
+    (logical: virtual-disk offset, physical: offset in the image file), and
+    where its own tables are as rows of role image_metadata (both offsets
+    in the image file).
     An image that cannot be read as qcow2 gives none, with a warning:
     `merge` then refuses to map it."""
     from .qcow2 import Qcow2Error, cluster_map
@@ -213,9 +215,12 @@ def cluster_rows(image: str, phase: str, capture_id: str) -> list[dict]:
               "map guest offsets into it", file=sys.stderr)
         return []
     dev, ino = file_id(image)
-    return [{"capture_id": capture_id, "phase": phase, "role": "vdisk_image", "path": image,
-             "dev": dev, "ino": ino, "logical_bytes": lo, "physical_bytes": ph,
-             "length_bytes": ln, "flags": 0} for lo, ph, ln in m.extents]
+    base = {"capture_id": capture_id, "phase": phase, "path": image, "dev": dev, "ino": ino,
+            "flags": 0}
+    return ([base | {"role": "vdisk_image", "logical_bytes": lo, "physical_bytes": ph,
+                     "length_bytes": ln} for lo, ph, ln in m.extents]
+            + [base | {"role": "image_metadata", "logical_bytes": off, "physical_bytes": off,
+                       "length_bytes": ln} for off, ln in m.metadata])
 
 
 def snapshot_extents(stack: Stack, capture_id: str, phase: str,

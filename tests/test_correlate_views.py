@@ -371,6 +371,9 @@ def qcow2_stack(**tables):
                                    (16 * MiB - 64 * KiB, 5 * MiB, 128 * KiB))]
     clusters.append(base | {"phase": "start", "logical_bytes": 4 * MiB, "physical_bytes": 1 * MiB,
                             "length_bytes": 64 * KiB})
+    # its header, L1, refcount and L2 tables in the first 256 KiB
+    clusters.append(base | {"phase": "end", "role": "image_metadata", "logical_bytes": 0,
+                            "physical_bytes": 0, "length_bytes": 256 * KiB})
     return Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
                                 "extent_maps": extents() + clusters} | tables)
 
@@ -413,7 +416,9 @@ def test_map_vdisk_and_links_follow_a_request_through_qcow2_clusters():
     s = qcow2_stack(block_events=ev,
                     hostfs_events=[hostfs(15, 1 * MiB + 60 * KiB, 4096, source=3),
                                    hostfs(16, 3 * MiB, 4096, source=3),
-                                   hostfs(25, 5 * MiB + 60 * KiB, 8192, source=3)])
+                                   hostfs(25, 5 * MiB + 60 * KiB, 8192, source=3),
+                                   # the hypervisor updating an L2 table
+                                   hostfs(26, 192 * KiB, 4096, source=4, op=1)])
     got = [(r["start_ns"], r["image_offset_bytes"], r["bytes"], r["disk_offset_bytes"])
            for r in s.rows("SELECT * FROM map_vdisk ORDER BY start_ns, image_offset_bytes")]
     assert got == [(10, 1 * MiB + 60 * KiB, 4096, 101 * MiB + 60 * KiB),
@@ -423,6 +428,8 @@ def test_map_vdisk_and_links_follow_a_request_through_qcow2_clusters():
                    "ON v.io_id = l.upper_id WHERE l.lower_level = 'hostfs' ORDER BY 3, 2")
     assert [tuple(r.values()) for r in links] == [("sync", 4096, 10), ("sync", 4096, 10),
                                                   ("sync", 8192, 20)]
+    assert s.rows("SELECT kind, bytes FROM links WHERE lower_level = 'hostfs' "
+                  "AND upper_id IS NULL") == [{"kind": "metadata", "bytes": 4096}]
 
 
 def test_map_disk_carries_disk_requests_back_into_the_image():

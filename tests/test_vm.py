@@ -137,6 +137,10 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
                        "WHERE r.syscall = 'pread64' "
                        "AND v.image_offset_bytes <> v.vdisk_offset_bytes")[0]["n"]
         assert moved == READS
+        # QEMU's reads and writes of the image's own tables (the L2 and
+        # refcount updates of the guest's first writes, say) are metadata
+        assert s.rows("SELECT count(*) AS n FROM links WHERE lower_level = 'hostfs' "
+                      "AND kind = 'metadata'")[0]["n"] > 0
     else:
         got = s.con.execute(TRACE_THROUGH, {"syscall": "pread64", "err": m["e"]}).fetchone()
     assert dict(zip(("mapped", "vdisk", "hostfs", "disk"), got)) == \

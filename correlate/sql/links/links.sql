@@ -30,9 +30,12 @@ SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_star
        unnest(_blocks(offset_bytes, bytes)) AS blk
 FROM vdisk_io WHERE bytes > 0
 UNION ALL
-SELECT 'hostfs', capture_id, io_id, ts_ns, op, 0::USMALLINT, offset_bytes::BIGINT, bytes::BIGINT,
-       unnest(_blocks(offset_bytes, bytes))
-FROM hostfs_io WHERE bytes > 0
+-- (an access to a qcow2 image's own tables counts as metadata: REQ_META)
+SELECT 'hostfs', h.capture_id, h.io_id, h.ts_ns, h.op,
+       CASE WHEN m.io_id IS NULL THEN 0 ELSE 2 END::USMALLINT,
+       h.offset_bytes::BIGINT, h.bytes::BIGINT, unnest(_blocks(h.offset_bytes, h.bytes))
+FROM hostfs_io h LEFT JOIN _map_image_metadata_io m USING (capture_id, io_id)
+WHERE h.bytes > 0
 UNION ALL
 SELECT 'disk', capture_id, io_id, start_ns, op, req_flags, offset_bytes::BIGINT, bytes::BIGINT,
        unnest(_blocks(offset_bytes, bytes))
@@ -143,7 +146,9 @@ GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
 -- Each lower-level request tied to each upper-level event that caused part
 -- of it (kind sync, writeback or rmw), plus the unattributed rest of it,
 -- classified (upper_id NULL; kind readahead, journal, metadata, writeback
--- or other).  bytes are exact overlaps of the mapped ranges.
+-- or other: by the request's flags, and for host-FS accesses to a qcow2
+-- image's own tables, metadata).  bytes are exact overlaps of the mapped
+-- ranges.
 -- @column capture_id VARCHAR   capture
 -- @column upper_level VARCHAR  vfs or vdisk
 -- @column lower_level VARCHAR  vdisk, hostfs or disk

@@ -1,5 +1,6 @@
 -- Module map.image: where each virtual-disk byte is in the disk image file.
 -- INCLUDE vdisk.io
+-- INCLUDE hostfs.io
 
 -- The virtual disk in its image file, as extents.  A raw image holds
 -- byte b of the disk at b + lo_offset (one extent, the loop device's
@@ -92,3 +93,16 @@ p AS (
    AND greatest(r.vs, b.lo) >> 24 = b.bkt)   -- once, in the bucket the piece starts in
 SELECT capture_id, io_id, start_ns, c_ns, op, ps AS vdisk_s, ps + delta AS s, pt + delta AS t
 FROM p;
+
+-- Where a qcow2 image keeps its own tables (header, L1, L2, refcounts),
+-- at capture start or end: the hypervisor's accesses there serve no
+-- guest request byte for byte.
+CREATE OR REPLACE VIEW _map_image_metadata AS
+SELECT DISTINCT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi
+FROM extent_maps WHERE role = 'image_metadata';
+
+-- Host-FS accesses to the image that touch those tables.
+CREATE OR REPLACE VIEW _map_image_metadata_io AS
+SELECT DISTINCT h.capture_id, h.io_id
+FROM hostfs_io h JOIN _map_image_metadata m
+  ON m.capture_id = h.capture_id AND m.lo < h.offset_bytes + h.bytes AND h.offset_bytes < m.hi;

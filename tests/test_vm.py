@@ -23,6 +23,7 @@ from test_capture import TRACE_THROUGH, TRACE_THROUGH_VIA, fio_log_offsets
 pytestmark = pytest.mark.root
 
 READS = 512
+WRITES = 16     # 64 KiB each, into a new sparse file: blocks the image never held
 
 
 @pytest.fixture(params=["raw", "qcow2"])
@@ -67,8 +68,10 @@ mount /dev/vda /run/data
 cd {root}
 fio --name=t --directory=/run/data --rw=write --bs=1M --size=16M --direct=1 --output=/dev/null
 .venv/bin/python -m nestrace record -o /run/tmp/guest.store --side guest --stack /run/data -- \\
-    fio --name=t --directory=/run/data --ioengine=psync --rw=randread --bs=4k --direct=1 \\
-        --size=16M --io_size={io_size} --output=/dev/null --write_iolog=/run/out/fio.iolog
+    sh -c 'fio --name=t --directory=/run/data --ioengine=psync --rw=randread --bs=4k --direct=1 \\
+             --size=16M --io_size={io_size} --output=/dev/null --write_iolog=/run/out/fio.iolog &&
+           fio --name=w --directory=/run/data --ioengine=psync --rw=randwrite --bs=64k \\
+             --direct=1 --size=8M --io_size={write_size} --fallocate=none --output=/dev/null'
 cp -a /run/tmp/guest.store /run/out/
 umount /run/data
 """
@@ -84,7 +87,7 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
     with host_side_recording(hstore, host_image, stop=signal.SIGTERM) as host:
         booted_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         rc, log, console = guestvm.boot(tmp_path / "vm", GUEST_SCRIPT.format(
-            root=ROOT, io_size=READS * 4096), host_image, fmt=fmt)
+            root=ROOT, io_size=READS * 4096, write_size=WRITES * 65536), host_image, fmt=fmt)
         assert rc == 0, f"guest script failed ({rc}):\n{log}\n{console[-3000:]}"
     hout = host["stdout"]
     gstore = tmp_path / "vm" / "out" / "guest.store"
@@ -132,11 +135,10 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
                             {"syscall": "pread64", "err": m["e"]}).fetchone()
         # the reads' clusters are not where they are on the virtual disk (a
         # read may span two: ext4's 1 KiB blocks need not align to them)
-        moved = s.rows("SELECT count(DISTINCT io_id) AS n FROM map_vfs v JOIN vfs_io r "
-                       "USING (io_id) "
-                       "WHERE r.syscall = 'pread64' "
-                       "AND v.image_offset_bytes <> v.vdisk_offset_bytes")[0]["n"]
-        assert moved == READS
+        moved = {r["syscall"]: r["n"] for r in s.rows(
+            "SELECT r.syscall, count(DISTINCT io_id) AS n FROM map_vfs v JOIN vfs_io r "
+            "USING (io_id) WHERE v.image_offset_bytes <> v.vdisk_offset_bytes GROUP BY 1")}
+        assert moved == {"pread64": READS, "pwrite64": WRITES}, moved
         # QEMU's reads and writes of the image's own tables (the L2 and
         # refcount updates of the guest's first writes, say) are metadata
         assert s.rows("SELECT count(*) AS n FROM links WHERE lower_level = 'hostfs' "
@@ -147,12 +149,14 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
         {"mapped": READS, "vdisk": READS, "hostfs": READS, "disk": READS}
     # the correlator ties each read's virtual-disk request to QEMU's read
     # of the image and that to the host disk request
-    tied = {r["lower_level"]: r["n"] for r in s.rows(
-        "SELECT l.lower_level, count(DISTINCT r.io_id) AS n FROM vfs_io r "
+    # (and each write: the new blocks' clusters allocated in a qcow2 image)
+    tied = {(r["syscall"], r["lower_level"]): r["n"] for r in s.rows(
+        "SELECT r.syscall, l.lower_level, count(DISTINCT r.io_id) AS n FROM vfs_io r "
         "JOIN links a ON a.upper_level = 'vfs' AND a.upper_id = r.io_id AND a.kind = 'sync' "
         "JOIN links l ON l.upper_level = 'vdisk' AND l.upper_id = a.lower_id AND l.kind = 'sync' "
-        "WHERE r.syscall = 'pread64' GROUP BY 1")}
-    assert tied == {"hostfs": READS, "disk": READS}, tied
+        "GROUP BY ALL")}
+    assert tied == {("pread64", "hostfs"): READS, ("pread64", "disk"): READS,
+                    ("pwrite64", "hostfs"): WRITES, ("pwrite64", "disk"): WRITES}, tied
     # QEMU is the host process that reads the image
     assert {r["comm"] for r in s.rows("SELECT DISTINCT comm FROM hostfs_io WHERE op = 'read'")} \
         <= {"qemu-system-x86"}
@@ -160,7 +164,7 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
     # metadata writes (the end-of-capture sync), which are classified
     hop = {(r["kind"], r["attributed"]): r for r in s.rows(
         "SELECT * FROM links_summary WHERE upper_level = 'vfs' AND lower_level = 'vdisk'")}
-    assert hop[("sync", True)]["requests"] == READS
+    assert hop[("sync", True)]["requests"] >= READS + WRITES
     assert hop[("sync", True)]["fraction"] >= 0.99
     assert {k for k, attributed in hop if not attributed} <= {"journal", "metadata"}
     # the host recorded before and after the guest did: report says so

@@ -54,6 +54,18 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         clock = {"host_machine": host.get("machine"), "offset_ns": meta["clock_offset_ns"],
                  "err_ns": meta["clock_offset_err_ns"], "pairs": meta["clock_offset_pairs"],
                  "guest_s": _side_span(meta, "guest"), "host_s": _side_span(meta, "host")}
+    image = None
+    if "vdisk" in {r["level"] for r in s.rows(
+            "SELECT level FROM device_map WHERE capture_id = ? AND backing_ino <> 0", p)}:
+        image = _one(s, """
+            SELECT any_value(d.backing_path) AS path,
+                   coalesce(any_value(d.backing_format), 'raw') AS format,
+                   any_value(m.source) AS map_source,
+                   count(m.image_offset_bytes) AS map_extents,
+                   coalesce(sum(m.length_bytes) FILTER (WHERE m.image_offset_bytes IS NOT NULL),
+                            0)::BIGINT AS mapped_bytes
+            FROM device_map d LEFT JOIN map_vdisk_image m USING (capture_id)
+            WHERE d.capture_id = ? AND d.level = 'vdisk'""", p)
     seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ?", p)}
     phases: dict = {}
     for r in s.rows("SELECT level, phase, n, min_ns, avg_ns, median_ns, p99_ns, max_ns "
@@ -112,6 +124,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "duration_s": ((meta.get("end_ns") or 0) - (meta.get("start_ns") or 0)) / 1e9,
         "records": meta.get("records_total"),
         "clock": clock,
+        "image": image,
         "lost": {"total": meta.get("lost_total"), **lost, "hook_misses": meta.get("hook_misses"),
                  "completions_missed": meta.get("completions_missed"),
                  "requests_unfinished": meta.get("requests_unfinished")},
@@ -164,6 +177,11 @@ def render(rep: dict, console=None) -> None:
             con.print(f"[yellow]the guest recorded {g[0]:.1f}–{g[1]:.1f} s and the host "
                       f"{h[0]:.1f}–{h[1]:.1f} s of this capture: each level's totals are over its "
                       "own side's span[/]")
+    im = rep.get("image")
+    if im and im["format"] != "raw":
+        con.print(f"image {im['path']}: {im['format']}, the virtual disk mapped into it by its "
+                  f"cluster map ({im['map_source']}): {im['map_extents']} extents, "
+                  f"{_fmt_bytes(im['mapped_bytes'])} with a place in the file")
     t = Table(title="Per level")
     for c in ("level", "I/Os", "read", "written", "median size", "sequential", "seek median", "seek p90"):
         t.add_column(c, justify="left" if c == "level" else "right")

@@ -169,8 +169,18 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
     assert {k for k, attributed in hop if not attributed} <= {"journal", "metadata"}
     # the host recorded before and after the guest did: report says so
     rep = run_cli("report", str(merged)).stdout
-    spans = json.loads(run_cli("report", "--json", str(merged)).stdout)["clock"]
+    doc = json.loads(run_cli("report", "--json", str(merged)).stdout)
+    spans = doc["clock"]
     assert spans["host_s"][0] < spans["guest_s"][0] < spans["guest_s"][1] < spans["host_s"][1]
     assert "the guest recorded" in rep and "each level's totals are over its own" in " ".join(
         rep.split())
+    # and names the image and how guest offsets are carried into it
+    im = doc["image"]
+    assert im["path"] == str(host_image) and im["format"] == fmt
+    if fmt == "qcow2":
+        assert im["map_source"] == "qcow2_end" and 0 < im["mapped_bytes"] < 256 << 20
+        assert "qcow2, the virtual disk mapped into it by its cluster map" in " ".join(rep.split())
+    else:
+        assert im == {"path": str(host_image), "format": "raw", "map_source": "raw",
+                      "map_extents": 1, "mapped_bytes": 256 << 20}
     run_cli("verify", str(merged))

@@ -264,7 +264,7 @@ def dev_name(dev: int) -> str:
     return f"{dev >> 20}:{dev & 0xFFFFF}"
 
 
-def block_events(t: pa.Table) -> tuple[pa.Table, dict]:
+def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.Table, dict]:
     """blktrace records as nestrace block_events rows (without capture_id),
     in time order, and counts of what was left out.
 
@@ -273,7 +273,7 @@ def block_events(t: pa.Table) -> tuple[pa.Table, dict]:
     the G, M/F, X, I and D at its sector carry it; an I or D starts a
     request at its sector unless one is open there, and the C at that
     sector closes it.  A requeued request (R, then I and D again) keeps
-    its id."""
+    its id.  comms: pid -> task name, beside blktrace's notify records."""
     from .schema import record_schema
     schema = record_schema("block_event")
     col = {c: t.column(c).to_numpy() for c in ("action_code", "categories", "time_ns", "sector",
@@ -288,8 +288,9 @@ def block_events(t: pa.Table) -> tuple[pa.Table, dict]:
     skipped = {ACTIONS.get(int(c), f"0x{int(c):x}"): int(k)
                for c, k in zip(*np.unique(left, return_counts=True))}
     pdu = t.column("pdu")
-    comms = {int(col["pid"][i]): pdu[int(i)].as_py().split(b"\0", 1)[0].decode(errors="replace")
-             for i in np.flatnonzero(notify & (col["action_code"] == TN_PROCESS))}
+    comms = dict(comms or {}) | {
+        int(col["pid"][i]): pdu[int(i)].as_py().split(b"\0", 1)[0].decode(errors="replace")
+        for i in np.flatnonzero(notify & (col["action_code"] == TN_PROCESS))}
     rows = np.flatnonzero(keep)
     m = len(rows)
     a, ts, sec, dev, cpu = (nt[rows], col["time_ns"][rows], col["sector"][rows],
@@ -356,14 +357,42 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
     the levels blktrace does not see.  Damaged records are skipped, named
     in the result's problems (reading resumes at the next whole record).
     Returns what was imported."""
+    t, problems = read_tolerant(*paths)
+    ev, skipped = block_events(t)
+    # relay blktrace numbers each device's records per CPU from 1 (the ftrace
+    # blk tracer writes 0): a number missing is a record lost
+    per: dict[tuple[int, int], list[int]] = {}
+    for d, c, n in zip(t.column("dev").to_pylist(), t.column("cpu").to_pylist(),
+                       t.column("sequence").to_pylist()):
+        if n:
+            x = per.setdefault((d, c), [0, 0])
+            x[0], x[1] = x[0] + 1, max(x[1], n)
+    by_cpu: dict[int, list[int]] = {}
+    for (_, c), (cnt, mx) in per.items():
+        x = by_cpu.setdefault(c, [0, 0])
+        x[0], x[1] = x[0] + cnt, x[1] + mx
+    lost = [{"capture_id": capture_id, "cpu": c, "emitted": mx, "received": cnt,
+             "ringbuf_drops": 0, "seq_gaps": mx - cnt} for c, (cnt, mx) in sorted(by_cpu.items())]
+    r = write_import(ev, skipped, problems, paths, store, levels, capture_id, machine,
+                     source="blktrace", clock="blktrace", lost=lost, records=t.num_rows,
+                     extra={"sequence_numbers": bool(per)})
+    return r | {"sequence_numbers": bool(per)}
+
+
+def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
+                 levels: dict[int, str], capture_id: str, machine: str, *, source: str,
+                 clock: str, lost: list[dict], records: int, kernel: str = "unknown",
+                 extra: dict | None = None) -> dict:
+    """Write imported block events (block_events rows) as a capture: the
+    device map (`levels`: dev -> vdisk or disk, else disk), the lost
+    events per CPU (lost_events rows), capture_meta, and empty tables for
+    what the source does not see."""
     import json
 
     from . import __version__
     from .schema import RECORDS, kernel_tables, record_schema, table_schema
     from .store import StoreError, _with_capture, _write_parquet, captures, init_store
 
-    t, problems = read_tolerant(*paths)
-    ev, skipped = block_events(t)
     if not ev.num_rows:
         raise StoreError(problems[0] if problems else
                          f"{', '.join(map(str, paths))}: no block request events to import")
@@ -383,35 +412,21 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
            "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
     _write_parquet(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
     _write_parquet(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
-    # relay blktrace numbers each device's records per CPU from 1 (the ftrace
-    # blk tracer writes 0): a number missing is a record lost
-    per: dict[tuple[int, int], list[int]] = {}
-    for d, c, n in zip(t.column("dev").to_pylist(), t.column("cpu").to_pylist(),
-                       t.column("sequence").to_pylist()):
-        if n:
-            x = per.setdefault((d, c), [0, 0])
-            x[0], x[1] = x[0] + 1, max(x[1], n)
-    by_cpu: dict[int, list[int]] = {}
-    for (_, c), (cnt, mx) in per.items():
-        x = by_cpu.setdefault(c, [0, 0])
-        x[0], x[1] = x[0] + cnt, x[1] + mx
-    lost = [{"capture_id": capture_id, "cpu": c, "emitted": mx, "received": cnt,
-             "ringbuf_drops": 0, "seq_gaps": mx - cnt} for c, (cnt, mx) in sorted(by_cpu.items())]
     _write_parquet(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
     ts = ev.column("ts_ns").to_pylist()
-    meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": "unknown",
-            "clock": "blktrace",
+    meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
+            "clock": clock,
             "start_ns": min(ts), "end_ns": max(ts), "start_wall": "",
             "command": "nestrace import " + " ".join(map(str, paths)), "hooks_json": "{}",
-            "stack_json": json.dumps({"source": "blktrace", "files": [str(x) for x in paths],
+            "stack_json": json.dumps({"source": source, "files": [str(x) for x in paths],
                                       "levels": {dev_name(d["dev"]): d["level"] for d in dm},
-                                      "not_imported": skipped,
-                                      "sequence_numbers": bool(per)}),
+                                      "not_imported": skipped, **(extra or {})}),
             "lost_total": sum(r["seq_gaps"] for r in lost), "records_total": ev.num_rows,
             "tool_version": __version__,
             "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
     _write_parquet(p, "capture_meta", capture_id,
                    pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
-    return {"capture_id": capture_id, "problems": problems, "records": t.num_rows, "block_events": ev.num_rows,
+    return {"capture_id": capture_id, "problems": problems, "records": records,
+            "block_events": ev.num_rows,
             "devices": {dev_name(d["dev"]): d["level"] for d in dm}, "not_imported": skipped,
-            "lost": meta["lost_total"], "sequence_numbers": bool(per)}
+            "lost": meta["lost_total"]}

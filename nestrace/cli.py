@@ -281,25 +281,41 @@ def kdev_arg(spec: str) -> int:
 @click.option("--machine", default="", help="Machine the trace was recorded on.")
 @user_errors
 def import_cmd(files, output, vdisks, capture_id, machine) -> None:
-    """Import blktrace binary files (blktrace's DEV.blktrace.N, or the ftrace
-    blk tracer's trace_pipe in bin mode) as a capture of block events:
-    block_requests, phases, seeks, sizes and the report work on it."""
+    """Import block traces as a capture of block events: blktrace binary
+    files (blktrace's DEV.blktrace.N, or the ftrace blk tracer's trace_pipe
+    in bin mode), or one trace-cmd trace.dat (versions 6 and 7) with the
+    block tracepoints in it.  block_requests, phases, seeks, sizes and the
+    report work on it."""
     from .blktrace import import_files
+    from .tracecmd import TraceCmdError, import_file, is_dat
     for f in files:
         if not Path(f).exists():
             raise UserError(f"{f}: no such file")
         if not Path(f).is_file():
             raise UserError(f"{f}: not a regular file")
     levels = {kdev_arg(v): "vdisk" for v in vdisks}
-    cid = capture_id or "blktrace-" + Path(files[0]).name.split(".")[0]
-    r = import_files(list(files), output, levels, cid, machine)
+    dat = [f for f in files if is_dat(f)]
+    if dat and len(files) > 1:
+        raise UserError(f"{dat[0]} is a trace-cmd file: import it on its own")
+    source = "tracecmd" if dat else "blktrace"
+    cid = capture_id or f"{source}-" + Path(files[0]).name.split(".")[0]
+    try:
+        r = import_file(dat[0], output, levels, cid, machine) if dat else \
+            import_files(list(files), output, levels, cid, machine)
+    except TraceCmdError as e:
+        raise UserError(str(e)) from None
     for p in r["problems"]:
         click.secho(f"nestrace: warning: {p}", err=True, fg="red", bold=True)
     skipped = ", ".join(f"{n} {a}" for a, n in sorted(r["not_imported"].items()))
     click.echo(f"capture {cid}: {r['block_events']} block events of {r['records']} records "
                f"({', '.join(f'{d}={lv}' for d, lv in r['devices'].items())})"
                + (f"; not request events, left out: {skipped}" if skipped else ""))
-    if r["lost"]:
+    if dat:
+        if r["lost"]:
+            click.secho(f"nestrace: warning: the kernel lost {r['lost']} events while tracing "
+                        "(ring buffer overruns and drops, per CPU in lost_events)",
+                        err=True, fg="red", bold=True)
+    elif r["lost"]:
         click.secho(f"nestrace: warning: {r['lost']} records missing by blktrace's sequence numbers",
                     err=True, fg="red", bold=True)
     elif not r["sequence_numbers"]:

@@ -70,29 +70,34 @@ FROM map_vdisk_image WHERE source = 'raw';
 -- 16 MiB buckets a byte range [s, t) touches.
 CREATE OR REPLACE MACRO _map_buckets(s, t) AS range((s >> 24)::BIGINT, (((t - 1) >> 24) + 1)::BIGINT);
 
--- Each virtual-disk request's byte range in the image file, in pieces (one
--- for a raw image; one per run of contiguous clusters for qcow2).
+-- The rows of view `t` (capture_id, and a virtual-disk byte range
+-- [vs, vt), plus any columns) carried into the image file, in pieces: one
+-- for a raw image, one per run of contiguous clusters for qcow2.  Each
+-- row gains [ps, pt), the piece on the virtual disk, and idelta, what
+-- carries it into the image (NULL where the image has no place for it).
+CREATE OR REPLACE MACRO _map_into_image(t) AS TABLE
+SELECT r.*, greatest(r.vs, m.lo) AS ps, least(r.vt, m.hi) AS pt, m.delta AS idelta
+FROM query_table(t) r
+JOIN _map_image_raw m ON m.capture_id = r.capture_id AND m.lo < r.vt AND r.vs < m.hi
+UNION ALL
+SELECT r.* EXCLUDE (bkt), greatest(r.vs, b.lo), least(r.vt, b.hi), b.delta
+FROM (SELECT *, unnest(_map_buckets(vs, vt)) AS bkt FROM query_table(t)
+      WHERE capture_id NOT IN (SELECT capture_id FROM _map_image_raw)) r
+JOIN _map_image_buckets b ON b.capture_id = r.capture_id AND b.bkt = r.bkt
+ AND b.lo < r.vt AND r.vs < b.hi
+ AND greatest(r.vs, b.lo) >> 24 = b.bkt;   -- once, in the bucket the piece starts in
+
+CREATE OR REPLACE VIEW _map_vdisk_ranges AS
+SELECT capture_id, io_id, start_ns, c_ns, op, offset_bytes::BIGINT AS vs,
+       (offset_bytes + bytes)::BIGINT AS vt
+FROM vdisk_io WHERE bytes > 0;
+
+-- Each virtual-disk request's byte range in the image file, in pieces.
 -- vdisk_s is where the piece starts on the virtual disk, s and t where it
 -- starts and ends in the image.
 CREATE OR REPLACE VIEW _map_vdisk_pieces AS
-WITH r AS (
-  SELECT capture_id, io_id, start_ns, c_ns, op, offset_bytes::BIGINT AS vs,
-         (offset_bytes + bytes)::BIGINT AS vt
-  FROM vdisk_io WHERE bytes > 0),
-p AS (
-  SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op,
-         greatest(r.vs, m.lo) AS ps, least(r.vt, m.hi) AS pt, m.delta
-  FROM r JOIN _map_image_raw m ON m.capture_id = r.capture_id AND m.lo < r.vt AND r.vs < m.hi
-  UNION ALL
-  SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op,
-         greatest(r.vs, b.lo), least(r.vt, b.hi), b.delta
-  FROM (SELECT *, unnest(_map_buckets(vs, vt)) AS bkt FROM r
-        WHERE capture_id NOT IN (SELECT capture_id FROM _map_image_raw)) r
-  JOIN _map_image_buckets b ON b.capture_id = r.capture_id AND b.bkt = r.bkt
-   AND b.lo < r.vt AND r.vs < b.hi
-   AND greatest(r.vs, b.lo) >> 24 = b.bkt)   -- once, in the bucket the piece starts in
-SELECT capture_id, io_id, start_ns, c_ns, op, ps AS vdisk_s, ps + delta AS s, pt + delta AS t
-FROM p;
+SELECT capture_id, io_id, start_ns, c_ns, op, ps AS vdisk_s, ps + idelta AS s, pt + idelta AS t
+FROM _map_into_image('_map_vdisk_ranges');
 
 -- Where a qcow2 image keeps its own tables (header, L1, L2, refcounts),
 -- at capture start or end: the hypervisor's accesses there serve no

@@ -10,6 +10,24 @@
 CREATE OR REPLACE VIEW _map_image_extents AS
 SELECT capture_id, logical_bytes, physical_bytes, length_bytes FROM map_extents WHERE role = 'image';
 
+-- Each file syscall's pieces on the virtual disk (through the guest
+-- file's extents): [vs, vt), and delta = virtual-disk minus file offset.
+CREATE OR REPLACE VIEW _map_vfs_ranges AS
+WITH io AS (
+  SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, op, offset_bytes AS off,
+         offset_bytes + ret_bytes AS stop
+  FROM vfs_io WHERE op IN ('read', 'write') AND ret_bytes > 0 AND offset_bytes >= 0),
+g AS (
+  SELECT io.capture_id, io.io_id, io.ts_ns, io.end_ns, io.op,
+         greatest(io.off, e.logical_bytes::BIGINT) AS s,
+         least(io.stop, (e.logical_bytes + e.length_bytes)::BIGINT) AS t,
+         e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS delta
+  FROM io JOIN map_extents e
+    ON e.capture_id = io.capture_id AND e.dev = io.dev AND e.ino = io.ino
+   AND e.role = 'guest_file'
+   AND e.logical_bytes::BIGINT < io.stop AND io.off < (e.logical_bytes + e.length_bytes)::BIGINT)
+SELECT capture_id, io_id, ts_ns, end_ns, op, delta, s + delta AS vs, t + delta AS vt FROM g;
+
 -- Pieces of each file syscall's byte range, mapped through the guest file's
 -- extents to the virtual disk and through the image's extents to the host
 -- disk.  A range that spans extents (of the file or of the image) gives
@@ -27,38 +45,11 @@ SELECT capture_id, logical_bytes, physical_bytes, length_bytes FROM map_extents 
 -- @column image_offset_bytes UBIGINT byte offset in the image file (NULL: no place in it, see map_vdisk_image)
 -- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL if the image range is unmapped)
 CREATE OR REPLACE VIEW map_vfs AS
-WITH io AS (
-  SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, op, offset_bytes AS off,
-         offset_bytes + ret_bytes AS stop
-  FROM vfs_io WHERE op IN ('read', 'write') AND ret_bytes > 0 AND offset_bytes >= 0),
-g AS (
-  SELECT io.capture_id, io.io_id, io.ts_ns, io.end_ns, io.op,
-         greatest(io.off, e.logical_bytes::BIGINT) AS s,
-         least(io.stop, (e.logical_bytes + e.length_bytes)::BIGINT) AS t,
-         e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS delta
-  FROM io JOIN map_extents e
-    ON e.capture_id = io.capture_id AND e.dev = io.dev AND e.ino = io.ino
-   AND e.role = 'guest_file'
-   AND e.logical_bytes::BIGINT < io.stop AND io.off < (e.logical_bytes + e.length_bytes)::BIGINT),
--- the virtual-disk range carried into the image (pieces: qcow2 clusters)
-vr AS (
-  SELECT g.capture_id, g.io_id, g.ts_ns, g.end_ns, g.op, g.delta,
-         g.s + g.delta AS vs, g.t + g.delta AS vt
-  FROM g),
-vm AS (
-  SELECT vr.*, greatest(vr.vs, m.lo) AS ps, least(vr.vt, m.hi) AS pt, m.delta AS idelta
-  FROM vr JOIN _map_image_raw m ON m.capture_id = vr.capture_id AND m.lo < vr.vt AND vr.vs < m.hi
-  UNION ALL
-  SELECT vr.* EXCLUDE (bkt), greatest(vr.vs, b.lo), least(vr.vt, b.hi), b.delta
-  FROM (SELECT *, unnest(_map_buckets(vs, vt)) AS bkt FROM vr
-        WHERE capture_id NOT IN (SELECT capture_id FROM _map_image_raw)) vr
-  JOIN _map_image_buckets b ON b.capture_id = vr.capture_id AND b.bkt = vr.bkt
-   AND b.lo < vr.vt AND vr.vs < b.hi AND greatest(vr.vs, b.lo) >> 24 = b.bkt),
-v AS (
+WITH v AS (   -- carried into the image (pieces: qcow2 clusters)
   SELECT capture_id, io_id, ts_ns, end_ns, op, ps - delta AS file_offset_bytes,
          (pt - ps)::UBIGINT AS bytes, ps::UBIGINT AS vdisk_offset_bytes,
          (ps + idelta)::UBIGINT AS image_offset_bytes
-  FROM vm),
+  FROM _map_into_image('_map_vfs_ranges')),
 -- a piece that crosses an image extent's end (a guest block smaller than
 -- the host's, or an image offset not aligned to it) splits there too
 w AS (

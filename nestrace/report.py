@@ -43,7 +43,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     if cid not in caps:
         raise ValueError(f"no capture {cid!r} in the store (have: {', '.join(caps)})")
     p = [cid]
-    s.cache(CACHED)
+    s.cache(s.views_to_cache(CACHED))
     meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, hook_misses, "
                    "completions_missed, requests_unfinished, "
                    "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs, stack_json "

@@ -87,6 +87,7 @@ class Session:
     def _use_stored_views(self) -> None:
         """Read what `nestrace correlate` stored (block_requests, links) from
         the store; compute it for captures it has not been run on."""
+        self.stored_views = set()
         if not self.store:
             return
         caps = set(captures(self.store))
@@ -101,6 +102,7 @@ class Session:
                 f"read_parquet('{glob}', hive_partitioning = false)"))
             missing = sorted(caps - stored)
             if not missing:         # the common case: never plan the computation
+                self.stored_views.add(view)
                 self.con.execute(sqlmod.deferred(
                     f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _{view}_stored"))
                 continue
@@ -118,6 +120,7 @@ class Session:
         s.con = duckdb.connect()
         _quiet(s.con)
         s._empties = {}
+        s.stored_views = set()
         for table, schema in raw_tables().items():
             t = tables.get(table)
             if t is None:
@@ -146,6 +149,17 @@ class Session:
         cur = self.con.execute(sql, params or [])
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    def views_to_cache(self, views: list[str]) -> list[str]:
+        """Of these shared intermediates (lower first, links last), those
+        worth computing once into memory: not the ones read from the store
+        (a stored view is read back from Parquet faster than it is copied
+        into a table), and none of those under links when links is stored
+        (then each is read once at most)."""
+        stored = self.stored_views
+        if "links" in stored:
+            return [v for v in views if v == "block_requests" and v not in stored]
+        return [v for v in views if v not in stored]
 
     def cache(self, views: list[str]) -> None:
         """Compute these views once for this session: each becomes a table,

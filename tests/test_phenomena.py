@@ -124,3 +124,5 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path):
     assert s2.rows("SELECT count(*) AS n FROM links") == s2.rows("SELECT count(*) AS n FROM _links_stored")
     assert s2.rows("SELECT level, fraction FROM links_to_vfs ORDER BY level") == \
         s.rows("SELECT level, fraction FROM links_to_vfs ORDER BY level")
+    # and the report read from the stored links is the one computed without them
+    assert json.loads(run_cli("report", str(s.store), "--json").stdout) == rep

@@ -198,8 +198,9 @@ def _tables_html(rep: dict) -> str:
                                               "requests", "bytes", "fraction"])
             + "<h3>Read-modify-write</h3>" + table(rep["rmw"], ["hop", "partial_writes", "rmw_writes",
                                                                "reads", "read_bytes", "extra_ns"])
-            + "<h3>Readahead</h3>" + table(rep["readahead"], ["level", "readahead_bytes", "used_bytes",
-                                                            "unused_bytes", "unused_fraction"])
+            + "<h3>Page cache and readahead</h3>" + table(rep["readahead"], [
+                "level", "filled_bytes", "readahead_bytes", "used_bytes", "unused_bytes", "unused_fraction",
+                "read_filled_bytes", "write_filled_bytes", "other_filled_bytes"])
             + f"<p>lost events: {rep['lost']['total']}</p>")
 
 

@@ -110,7 +110,8 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     rmw = s.rows("SELECT hop, partial_writes, rmw_writes, reads, read_bytes, write_bytes, "
                  "read_per_write, extra_ns FROM rmw_summary WHERE capture_id = ? ORDER BY hop", p)
     ra = s.rows("SELECT level, filled_bytes, readahead_bytes, used_bytes, unused_bytes, "
-                "unused_fraction FROM readahead_summary WHERE capture_id = ? ORDER BY level", p)
+                "unused_fraction, read_filled_bytes, write_filled_bytes, other_filled_bytes "
+                "FROM readahead_summary WHERE capture_id = ? ORDER BY level", p)
     sync = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes, stable_fraction "
                   "FROM sync_transform WHERE capture_id = ? ORDER BY level", p)
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
@@ -229,7 +230,7 @@ def render(rep: dict, console=None) -> None:
     else:
         con.print("Attribution: none (it needs two traced levels and the stack's offset maps, "
                   "which `nestrace record` stores)")
-    t = Table(title="Read-modify-write, readahead, sync")
+    t = Table(title="Read-modify-write, page cache, sync")
     t.add_column("what")
     t.add_column("numbers")
     for r in rep["rmw"]:
@@ -237,8 +238,12 @@ def render(rep: dict, console=None) -> None:
                   f"{r['reads']} reads ({_fmt_bytes(r['read_bytes'])}, {_fmt(r['read_per_write'])}/write), "
                   f"extra {_fmt_ns(r['extra_ns'])}")
     for r in rep["readahead"]:
-        t.add_row(f"readahead {r['level']}", f"{_fmt_bytes(r['readahead_bytes'])} ahead of demand, "
-                  f"{_fmt_bytes(r['unused_bytes'])} never used ({_fmt(r['unused_fraction'])})")
+        t.add_row(f"page cache {r['level']}", f"{_fmt_bytes(r['filled_bytes'])} filled: "
+                  f"{_fmt_bytes(r['readahead_bytes'])} by readahead "
+                  f"({_fmt_bytes(r['unused_bytes'])} never used, {_fmt(r['unused_fraction'])}), "
+                  f"{_fmt_bytes(r['read_filled_bytes'])} by reads, "
+                  f"{_fmt_bytes(r['write_filled_bytes'])} by writes, "
+                  f"{_fmt_bytes(r['other_filled_bytes'])} other")
     for r in rep["sync"]:
         t.add_row(f"sync {r['level']}", f"{r['stable_writes']}/{r['writes']} stable writes, "
                   f"{r['flushes']} flushes, {r['fsync_bound_writes']} fsync-bound")

@@ -182,16 +182,40 @@ def test_amplification_ratios_per_level():
 
 
 def test_readahead_page_never_read_is_unused():
+    # the read of page 0 starts a readahead of pages 0-3; page 3 is evicted unread
     t = dict(vfs_events=[vfs(100, 200, off=0), vfs(400, 10, off=4096)],
-             pagecache_events=[pagecache(150, 0, 4, 1), pagecache(1000, 3, 1, 2)])
+             pagecache_events=[pagecache(140, 0, 4, 5), pagecache(150, 0, 4, 1), pagecache(1000, 3, 1, 2)])
     s = session(**t)
-    pages = s.rows("SELECT page, readahead, used FROM readahead_pages ORDER BY page")
-    assert pages == [{"page": 0, "readahead": False, "used": True},
-                     {"page": 1, "readahead": True, "used": True},
-                     {"page": 2, "readahead": True, "used": False},
-                     {"page": 3, "readahead": True, "used": False}]
-    assert s.rows("SELECT readahead_bytes, used_bytes, unused_bytes FROM readahead_summary") == [
-        {"readahead_bytes": 12288, "used_bytes": 4096, "unused_bytes": 8192}]
+    pages = s.rows("SELECT page, cause, readahead, used FROM readahead_pages ORDER BY page")
+    assert pages == [{"page": 0, "cause": "read", "readahead": False, "used": True},
+                     {"page": 1, "cause": "readahead", "readahead": True, "used": True},
+                     {"page": 2, "cause": "readahead", "readahead": True, "used": False},
+                     {"page": 3, "cause": "readahead", "readahead": True, "used": False}]
+    assert s.rows("SELECT readahead_bytes, used_bytes, unused_bytes, read_filled_bytes FROM readahead_summary") \
+        == [{"readahead_bytes": 12288, "used_bytes": 4096, "unused_bytes": 8192, "read_filled_bytes": 4096}]
+
+
+def test_page_cache_fills_by_writes_and_metadata_are_not_readahead():
+    ms = 1_000_000
+    other_task = pagecache(30, 23, 1, 1) | {"pid": 2}
+    t = dict(vfs_events=[vfs(100, 100, off=8192, syscall=4)],     # a pwrite of page 2
+             pagecache_events=[
+                 pagecache(150, 2, 1, 1),                  # added by the write
+                 pagecache(160, 9, 1, 1),                  # nothing asked for it
+                 pagecache(170, 0, 1, 1, ino=1),           # the file system's own page
+                 pagecache(10, 20, 4, 5),                  # a readahead of pages 20-23 ...
+                 pagecache(20, 22, 1, 1),                  # ... adds page 22 at once
+                 other_task,                               # another task's page 23 is not it
+                 pagecache(10 + 60 * ms, 21, 1, 1)])       # 60 ms on: not that readahead
+    s = session(**t)
+    got = s.rows("SELECT ino, page, cause FROM readahead_pages ORDER BY ino, page")
+    assert got == [{"ino": 1, "page": 0, "cause": "other"}, {"ino": 12, "page": 2, "cause": "write"},
+                   {"ino": 12, "page": 9, "cause": "other"}, {"ino": 12, "page": 21, "cause": "other"},
+                   {"ino": 12, "page": 22, "cause": "readahead"}, {"ino": 12, "page": 23, "cause": "other"}]
+    assert s.rows("SELECT filled_bytes, readahead_bytes, unused_bytes, read_filled_bytes, write_filled_bytes, "
+                  "other_filled_bytes FROM readahead_summary") == [
+        {"filled_bytes": 6 * 4096, "readahead_bytes": 4096, "unused_bytes": 4096, "read_filled_bytes": 0,
+         "write_filled_bytes": 4096, "other_filled_bytes": 4 * 4096}]
 
 
 def test_write_absorbed_by_the_page_cache_reaches_no_lower_level():

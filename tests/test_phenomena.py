@@ -126,3 +126,13 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path):
         s.rows("SELECT level, fraction FROM links_to_vfs ORDER BY level")
     # and the report read from the stored links is the one computed without them
     assert json.loads(run_cli("report", str(s.store), "--json").stdout) == rep
+
+
+def test_buffered_writes_fill_both_page_caches_without_readahead(lab_factory, tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="off", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=randwrite", "--bs=4k", "--io_size=8M", "--fsync=16")
+    got = {r["level"]: r for r in s.rows("SELECT * FROM readahead_summary")}
+    for level in ("guest", "host"):
+        r = got[level]
+        assert r["write_filled_bytes"] >= 4 << 20, got       # ~7.5 MiB of distinct pages written
+        assert r["readahead_bytes"] < r["write_filled_bytes"] / 4, got

@@ -5,11 +5,17 @@
 -- INCLUDE map.image
 
 -- Page-cache fills per level: `guest` = the guest FS's page cache (files on
--- the guest FS; demand = vfs reads), `host` = the host page cache of the
--- image (demand = virtual-disk reads, from queue to completion).
--- A page is readahead when no demand read covering it was in progress when
--- it was added; it is used when a demand read covers it after it was added
--- and before it was evicted (or the capture ended).
+-- the guest FS; demand = vfs reads and writes), `host` = the host page cache
+-- of the image (demand = virtual-disk reads and writes, from queue to
+-- completion).  Each page added is put down to one cause, first match:
+-- `read` (a demand read covering it was in progress), `readahead` (inside
+-- the range of a readahead the adding task started on the file -- the
+-- kernel's page_cache_ra_unbounded or page_cache_ra_order event, its
+-- latest on the file, at most 50 ms before), `write` (a demand write
+-- covering it was in progress: a buffered write, or the read half of a
+-- partial-page one), `other` (the file system's own pages, e.g. btrfs
+-- metadata).  A page is used when a demand read covers it after it was
+-- added and before it was evicted (or the capture ended).
 -- @column capture_id VARCHAR   capture
 -- @column level VARCHAR        guest or host
 -- @column dev UINTEGER         kernel dev_t of the file system
@@ -17,62 +23,90 @@
 -- @column page UBIGINT         page index (offset / 4096)
 -- @column added_ns UBIGINT     when the page entered the page cache
 -- @column evicted_ns UBIGINT   when it left (NULL: still cached at the end)
--- @column readahead BOOLEAN    added with no demand read in progress on it
+-- @column cause VARCHAR        read, readahead, write or other (see above)
+-- @column readahead BOOLEAN    cause = 'readahead': brought in ahead of demand
 -- @column used BOOLEAN         read by the level above while cached
 CREATE OR REPLACE VIEW readahead_pages AS
 WITH lv AS (
   SELECT capture_id, dev, CASE level WHEN 'vfs' THEN 'guest' ELSE 'host' END AS level
   FROM device_map WHERE level IN ('vfs', 'hostfs')),
 adds AS (
-  SELECT p.capture_id, lv.level, p.dev, p.ino, p.ts_ns AS added_ns,
+  SELECT p.capture_id, lv.level, p.dev, p.ino, p.pid, p.ts_ns AS added_ns,
          unnest(range(p.index::BIGINT, (p.index + p.nr_pages)::BIGINT)) AS page
   FROM pagecache_events p JOIN lv ON lv.capture_id = p.capture_id AND lv.dev = p.dev
   WHERE p.event = 1),
+ra AS (   -- readahead that reads: unbounded (5) and large-folio order (6)
+  SELECT capture_id, dev, ino, pid, ts_ns AS ra_ns, index AS ra_first, index + nr_pages AS ra_end
+  FROM pagecache_events WHERE event IN (5, 6)),
 dels AS (
   SELECT p.capture_id, p.dev, p.ino, p.ts_ns AS evicted_ns,
          unnest(range(p.index::BIGINT, (p.index + p.nr_pages)::BIGINT)) AS page
   FROM pagecache_events p WHERE p.event = 2),
 demand AS (
-  SELECT capture_id, dev, ino, ts_ns AS d_start, end_ns AS d_end,
+  SELECT capture_id, dev, ino, op, ts_ns AS d_start, end_ns AS d_end,
          unnest(range((offset_bytes // 4096)::BIGINT, ((offset_bytes + req_bytes + 4095) // 4096)::BIGINT)) AS page
-  FROM vfs_io WHERE op = 'read' AND offset_bytes >= 0 AND req_bytes > 0
-  UNION ALL   -- image pages are demanded by virtual-disk reads, for as long as they last
-  SELECT v.capture_id, m.backing_dev, m.backing_ino, v.start_ns, coalesce(v.c_ns, v.start_ns),
+  FROM vfs_io WHERE op IN ('read', 'write') AND offset_bytes >= 0 AND req_bytes > 0
+  UNION ALL   -- image pages are demanded by virtual-disk I/O, for as long as it lasts
+  SELECT v.capture_id, m.backing_dev, m.backing_ino, v.op, v.start_ns, coalesce(v.c_ns, v.start_ns),
          unnest(range((v.s // 4096)::BIGINT, ((v.t + 4095) // 4096)::BIGINT))
   FROM _map_vdisk_pieces v JOIN device_map m ON m.capture_id = v.capture_id AND m.level = 'vdisk'
-  WHERE v.op = 'read' AND v.s IS NOT NULL),
+  WHERE v.op IN ('read', 'write') AND v.s IS NOT NULL),
+reads AS (SELECT * EXCLUDE (op) FROM demand WHERE op = 'read'),
+writes AS (SELECT * EXCLUDE (op) FROM demand WHERE op = 'write'),
 a1 AS (  -- the eviction that ended this stay
   SELECT a.*, d.evicted_ns FROM adds a
   ASOF LEFT JOIN dels d ON d.capture_id = a.capture_id AND d.dev = a.dev AND d.ino = a.ino
                        AND d.page = a.page AND d.evicted_ns >= a.added_ns),
 a2 AS (  -- the latest demand read of the page that started before the add
-  SELECT a1.*, m.d_start, m.d_end FROM a1
-  ASOF LEFT JOIN demand m ON m.capture_id = a1.capture_id AND m.dev = a1.dev AND m.ino = a1.ino
-                         AND m.page = a1.page AND a1.added_ns >= m.d_start),
+  SELECT a1.*, m.d_end FROM a1
+  ASOF LEFT JOIN reads m ON m.capture_id = a1.capture_id AND m.dev = a1.dev AND m.ino = a1.ino
+                        AND m.page = a1.page AND a1.added_ns >= m.d_start),
 a3 AS (  -- the first demand read of the page after the add
   SELECT a2.*, n.d_start AS next_read FROM a2
-  ASOF LEFT JOIN (SELECT capture_id, dev, ino, page, d_start FROM demand) n
+  ASOF LEFT JOIN (SELECT capture_id, dev, ino, page, d_start FROM reads) n
     ON n.capture_id = a2.capture_id AND n.dev = a2.dev AND n.ino = a2.ino
-   AND n.page = a2.page AND n.d_start >= a2.added_ns)
-SELECT capture_id, level, dev, ino, page::UBIGINT AS page, added_ns, evicted_ns,
-       NOT coalesce(d_end IS NOT NULL AND added_ns <= d_end, false) AS readahead,
+   AND n.page = a2.page AND n.d_start >= a2.added_ns),
+a4 AS (  -- the latest readahead the adding task started on the file
+  SELECT a3.*, r.ra_ns, r.ra_first, r.ra_end FROM a3
+  ASOF LEFT JOIN ra r ON r.capture_id = a3.capture_id AND r.dev = a3.dev AND r.ino = a3.ino
+                     AND r.pid = a3.pid AND a3.added_ns >= r.ra_ns),
+a5 AS (  -- the latest demand write of the page that started before the add
+  SELECT a4.*, w.d_end AS w_end FROM a4
+  ASOF LEFT JOIN writes w ON w.capture_id = a4.capture_id AND w.dev = a4.dev AND w.ino = a4.ino
+                         AND w.page = a4.page AND a4.added_ns >= w.d_start),
+c AS (
+  SELECT *, coalesce(added_ns <= d_end, false) AS in_read,
+         CASE WHEN coalesce(added_ns <= d_end, false) THEN 'read'
+              WHEN page >= ra_first AND page < ra_end AND added_ns - ra_ns <= 50000000 THEN 'readahead'
+              WHEN coalesce(added_ns <= w_end, false) THEN 'write'
+              ELSE 'other' END AS cause
+  FROM a5)
+SELECT capture_id, level, dev, ino, page::UBIGINT AS page, added_ns, evicted_ns, cause,
+       cause = 'readahead' AS readahead,
        coalesce(next_read IS NOT NULL AND next_read <= coalesce(evicted_ns, next_read), false)
-         OR coalesce(d_end IS NOT NULL AND added_ns <= d_end, false) AS used
-FROM a3;
+         OR in_read AS used
+FROM c;
 
--- Readahead per level: bytes brought in ahead of demand, used and unused.
+-- Readahead per level: bytes brought in ahead of demand, used and unused,
+-- and what brought in the rest.
 -- @column capture_id VARCHAR   capture
 -- @column level VARCHAR        guest or host
 -- @column filled_bytes BIGINT  all bytes added to the page cache
--- @column readahead_bytes BIGINT bytes added ahead of demand
+-- @column readahead_bytes BIGINT bytes added ahead of demand (cause readahead)
 -- @column used_bytes BIGINT    readahead bytes later read by the level above
 -- @column unused_bytes BIGINT  readahead bytes never read before eviction or capture end
 -- @column unused_fraction DOUBLE unused / readahead
+-- @column read_filled_bytes BIGINT bytes added for a demand read in progress
+-- @column write_filled_bytes BIGINT bytes added for a demand write in progress
+-- @column other_filled_bytes BIGINT bytes added for neither (file-system metadata, ...)
 CREATE OR REPLACE VIEW readahead_summary AS
 SELECT capture_id, level, count(*) * 4096 AS filled_bytes,
        count(*) FILTER (WHERE readahead) * 4096 AS readahead_bytes,
        count(*) FILTER (WHERE readahead AND used) * 4096 AS used_bytes,
        count(*) FILTER (WHERE readahead AND NOT used) * 4096 AS unused_bytes,
        count(*) FILTER (WHERE readahead AND NOT used) / nullif(count(*) FILTER (WHERE readahead), 0)
-         AS unused_fraction
+         AS unused_fraction,
+       count(*) FILTER (WHERE cause = 'read') * 4096 AS read_filled_bytes,
+       count(*) FILTER (WHERE cause = 'write') * 4096 AS write_filled_bytes,
+       count(*) FILTER (WHERE cause = 'other') * 4096 AS other_filled_bytes
 FROM readahead_pages GROUP BY ALL;

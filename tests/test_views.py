@@ -175,3 +175,21 @@ def test_hostfs_io_leaves_out_an_xfs_direct_write_tried_again_under_the_exclusiv
     s = session(hostfs_events=ev)
     got = s.rows("SELECT ts_ns, offset_bytes, bytes FROM hostfs_io ORDER BY ts_ns")
     assert [r["ts_ns"] for r in got] == [105, 200, 300, 410, 50_000_000, 60_000_000, 80_000_000]
+
+
+def test_hostfs_io_makes_one_row_of_a_buffered_read_asked_for_in_batches():
+    """filemap_read asks for 31 pages at a time, and each ask's event
+    carries what is left of the read: a read of 64 pages at page 2 is
+    three asks, all ending at page 66.  Another task's ask, and the same
+    task's next reads, which end elsewhere, are reads of their own."""
+    G, P = 6, 4096                 # source mm_filemap_get_pages; a page
+    other = hostfs(25, 40 * P, 8 * P, source=G) | {"pid": 2}
+    ev = [hostfs(10, 2 * P, 64 * P, source=G), hostfs(20, 33 * P, 33 * P, source=G), other,
+          hostfs(30, 64 * P, 2 * P, source=G),
+          hostfs(40, 66 * P, 8 * P, source=G), hostfs(50, 70 * P, 8 * P, source=G)]
+    s = session(device_map=device_map(host_fs="ext4"), hostfs_events=ev)
+    got = s.rows("SELECT ts_ns, offset_bytes, bytes, pid FROM hostfs_io ORDER BY ts_ns")
+    assert got == [{"ts_ns": 10, "offset_bytes": 2 * P, "bytes": 64 * P, "pid": 1},
+                   {"ts_ns": 25, "offset_bytes": 40 * P, "bytes": 8 * P, "pid": 2},
+                   {"ts_ns": 40, "offset_bytes": 66 * P, "bytes": 8 * P, "pid": 1},
+                   {"ts_ns": 50, "offset_bytes": 70 * P, "bytes": 8 * P, "pid": 1}]

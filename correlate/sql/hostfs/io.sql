@@ -15,6 +15,11 @@
 -- tries it again under the exclusive lock, and the tracepoint fires twice.
 -- The failed try (shared lock, then the same process's same range under
 -- the exclusive lock within 10 ms) is left out: it did no I/O.
+-- filemap_read asks for pages in batches (31 at a time), and each ask's
+-- event carries what is left of the read, to its end: the first ask of a
+-- read is the whole read, and the asks that continue it (the same task's
+-- next ask on the file, ending where it ends, starting further on) are
+-- left out, so that a buffered read is one row, as on xfs.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'hostfs'
@@ -50,16 +55,25 @@ unaligned AS (   -- xfs direct writes not aligned to the FS block, with the
     AND (e.offset_bytes % l.block_size_bytes <> 0 OR e.bytes % l.block_size_bytes <> 0)
   WINDOW w AS (PARTITION BY e.capture_id, e.dev, e.ino, e.pid, e.offset_bytes, e.bytes
                ORDER BY e.ts_ns, e.cpu, e.seq)),
-failed AS (   -- a try under the shared iolock (overwrites only) that xfs
-              -- gave up and made again under the exclusive one
+asks AS (   -- buffered reads' page lookups, with the task's previous one
+  SELECT capture_id, cpu, seq, offset_bytes, offset_bytes + bytes AS end_bytes,
+         lag(offset_bytes) OVER w AS prev_offset, lag(offset_bytes + bytes) OVER w AS prev_end
+  FROM hostfs_events WHERE source = 6   -- mm_filemap_get_pages
+  WINDOW w AS (PARTITION BY capture_id, dev, ino, pid ORDER BY ts_ns, cpu, seq)),
+dropped AS (
+  -- a try under the shared iolock (overwrites only) that xfs gave up and
+  -- made again under the exclusive one
   SELECT capture_id, cpu, seq FROM unaligned
-  WHERE iocb_flags & 32 = 0 AND next_flags & 32 <> 0 AND next_ns - ts_ns < 10000000)
+  WHERE iocb_flags & 32 = 0 AND next_flags & 32 <> 0 AND next_ns - ts_ns < 10000000
+  UNION ALL   -- the rest of a buffered read the task's previous ask covered
+  SELECT capture_id, cpu, seq FROM asks
+  WHERE end_bytes = prev_end AND offset_bytes > prev_offset AND offset_bytes < prev_end)
 SELECT e.capture_id, e.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,
        e.dev, e.ino, e.offset_bytes, e.bytes,
        CASE e.op WHEN 0 THEN 'read' WHEN 1 THEN 'write' ELSE 'sync' END AS op,
        (e.iocb_flags & 1) <> 0 AS direct, e.hook AS source,
        e.fs_type, e.pid, e.comm
-FROM ev e ANTI JOIN failed f ON f.capture_id = e.capture_id AND f.cpu = e.cpu AND f.seq = e.seq
+FROM ev e ANTI JOIN dropped f ON f.capture_id = e.capture_id AND f.cpu = e.cpu AND f.seq = e.seq
 UNION ALL
 SELECT p.capture_id, l.machine, 'hostfs', (p.cpu::UBIGINT << 48) | p.seq, p.ts_ns, p.dev, p.ino,
        (p.index * 4096)::BIGINT, p.nr_pages * 4096, 'write', false, 'writeback_dirty_folio',

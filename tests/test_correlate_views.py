@@ -106,6 +106,20 @@ def test_journal_write_nobody_asked_for_is_classified_by_its_flags():
         {"lower_level": "disk", "kind": "journal", "bytes": 4096}]
 
 
+def test_journal_blocks_are_journal_by_the_flags_jbd2_and_the_xfs_log_write_them_with():
+    # SYNC|META|IDLE: a journal block (a commit block whose FUA the flush
+    # machinery took away too); META alone: metadata; SYNC alone: journal
+    t = dict(block_events=request(10, 11, 20, DISK, 50 * MiB, 4096, rq=1, bio=1, op=1, flags=1 | 2 | 256)
+             + request(30, 31, 40, DISK, 60 * MiB, 4096, rq=2, bio=2, op=1, flags=2)
+             + request(50, 51, 60, DISK, 70 * MiB, 4096, rq=3, bio=3, op=1, flags=1 | 2)
+             + request(70, 71, 80, DISK, 80 * MiB, 4096, rq=4, bio=4, op=1, flags=1 | 256))
+    s = session(**t)
+    got = s.rows("SELECT b.sector * 512 // MiB AS mib, l.kind FROM links l "
+                 "JOIN block_requests b ON b.io_id = l.lower_id ORDER BY mib".replace("MiB", str(MiB)))
+    assert got == [{"mib": 50, "kind": "journal"}, {"mib": 60, "kind": "metadata"},
+                   {"mib": 70, "kind": "metadata"}, {"mib": 80, "kind": "journal"}]
+
+
 def test_unaligned_guest_write_through_host_page_cache_is_read_modify_write():
     # a 512 B virtual-disk write into the middle of a host page, and the
     # host reading that page from disk while the write is in flight

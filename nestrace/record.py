@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ._paths import agent_path
 from .schema import ENUMS, table_schema
-from .stack import Stack, btrfs_chunks, extent_rows, file_id, kdev_str
+from .stack import Stack, btrfs_chunks, extent_rows, file_id, fs_device, kdev_str
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
@@ -229,14 +229,14 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
     through the chunk tree to device offsets)."""
     rows = []
     if stack.has_host:
-        host_chunks = btrfs_chunks(f"/dev/{stack.disk.name}") if stack.host_fs == "btrfs" else None
+        host_chunks = btrfs_chunks(f"/dev/{fs_device(stack.host_mount)}") if stack.host_fs == "btrfs" else None
         rows += extent_rows(stack.image_path, "image", phase, capture_id, host_chunks)
         if stack.image_format == "qcow2":
             rows += cluster_rows(stack.image_path, phase, capture_id)
     if not stack.has_guest:
         return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
     subprocess.run(["sync", "-f", stack.guest_mount], check=False)
-    guest_chunks = btrfs_chunks(f"/dev/{stack.vdisk.name}") if stack.guest_fs == "btrfs" else None
+    guest_chunks = btrfs_chunks(f"/dev/{fs_device(stack.guest_mount)}") if stack.guest_fs == "btrfs" else None
     for p in guest_files(stack, inos):
         try:
             rows += extent_rows(p, "guest_file", phase, capture_id, guest_chunks)

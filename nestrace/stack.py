@@ -378,6 +378,13 @@ def btrfs_chunks(device: str) -> list[Chunk]:
     return chunks
 
 
+def fs_device(mount_point: str) -> str:
+    """The block device a file system is on, as the kernel names it: its
+    mount's source (a partition, when it is on one)."""
+    bd = mount_block_dev(mount_of(mount_point))
+    return bd.part_name or bd.name
+
+
 def btrfs_to_physical(chunks: list[Chunk], logical: int) -> int | None:
     for c in chunks:
         if c.logical <= logical < c.logical + c.length:

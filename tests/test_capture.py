@@ -640,3 +640,16 @@ def test_file_systems_on_partitions_trace_through_to_the_whole_disks(lab_factory
     nc = requests_without_completion(s, "vdisk")   # a vdisk request without C ties no disk request
     assert_losses_counted(s)
     assert to_app["vdisk"] == 1.0 and (to_app["disk"] == 1.0 if not nc else to_app["disk"] > 0.999)
+
+
+def test_btrfs_on_partitions_maps_through_its_chunk_tree_on_the_partition(lab_factory, tmp_path):
+    """btrfs extents are logical addresses, carried to device offsets
+    through the chunk tree, which `record` reads from the file system's
+    own device: the partition, not the whole disk (which has no btrfs
+    superblock at its start)."""
+    lab = lab_factory("btrfs", "btrfs", guest_dio="on", host_dio="on", partitions=True)
+    s, offsets, _ = record_fio(lab, tmp_path / "s", tmp_path, *FIO_RANDREAD)
+    assert sorted(r["offset_bytes"] for r in s.rows("SELECT offset_bytes FROM vfs_io")) == sorted(offsets)
+    to_app = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
+    assert to_app["vdisk"] > 0.95 and to_app["disk"] > 0.95, to_app
+    assert_losses_counted(s)

@@ -193,3 +193,26 @@ def test_hostfs_io_makes_one_row_of_a_buffered_read_asked_for_in_batches():
                    {"ts_ns": 25, "offset_bytes": 40 * P, "bytes": 8 * P, "pid": 2},
                    {"ts_ns": 40, "offset_bytes": 66 * P, "bytes": 8 * P, "pid": 1},
                    {"ts_ns": 50, "offset_bytes": 70 * P, "bytes": 8 * P, "pid": 1}]
+
+
+@pytest.mark.parametrize("source", [7, 8])   # ext4_write_begin, ext4_da_write_begin
+def test_hostfs_io_makes_one_row_of_a_buffered_write_begun_folio_by_folio(source):
+    """With large folios each write_begin event carries what is left of the
+    write: a 64 KiB write that lands in a 32 KiB and two 16 KiB folios is
+    three events ending at the same place.  The events of a write of 4 KiB
+    folios (one page each, end to end) and the task's read over the same
+    range are rows of their own; after the read, the next write's folios
+    make one row again."""
+    K = 1024
+    ev = [hostfs(10, 0, 64 * K, source=source, op=1), hostfs(11, 32 * K, 32 * K, source=source, op=1),
+          hostfs(12, 48 * K, 16 * K, source=source, op=1),
+          hostfs(20, 64 * K, 4 * K, source=source, op=1), hostfs(21, 68 * K, 4 * K, source=source, op=1),
+          hostfs(30, 0, 72 * K, source=6),
+          hostfs(40, 8 * K, 64 * K, source=source, op=1), hostfs(50, 16 * K, 56 * K, source=source, op=1)]
+    s = session(device_map=device_map(host_fs="ext4"), hostfs_events=ev)
+    got = s.rows("SELECT ts_ns, offset_bytes, bytes, op FROM hostfs_io ORDER BY ts_ns")
+    assert got == [{"ts_ns": 10, "offset_bytes": 0, "bytes": 64 * K, "op": "write"},
+                   {"ts_ns": 20, "offset_bytes": 64 * K, "bytes": 4 * K, "op": "write"},
+                   {"ts_ns": 21, "offset_bytes": 68 * K, "bytes": 4 * K, "op": "write"},
+                   {"ts_ns": 30, "offset_bytes": 0, "bytes": 72 * K, "op": "read"},
+                   {"ts_ns": 40, "offset_bytes": 8 * K, "bytes": 64 * K, "op": "write"}]

@@ -5,7 +5,7 @@
 -- One row per access of the image file through the host file system.
 -- On xfs the exact xfs_file_* read/write events are used; on other file
 -- systems iomap direct I/O, filemap page lookups (buffered reads, in
--- batches of pages) and ext4 write_begin (buffered writes, per page):
+-- batches of pages) and ext4 write_begin (buffered writes, per folio):
 -- the hostfs_source table in schemas/records.toml (_hostfs_sources).
 -- btrfs has no buffered-write tracepoint: its writes are the image pages
 -- it dirties (one row per folio, source writeback_dirty_folio); see
@@ -19,7 +19,10 @@
 -- event carries what is left of the read, to its end: the first ask of a
 -- read is the whole read, and the asks that continue it (the same task's
 -- next ask on the file, ending where it ends, starting further on) are
--- left out, so that a buffered read is one row, as on xfs.
+-- left out, so that a buffered read is one row, as on xfs. ext4's
+-- write_begin events do the same with large folios (ext2/3/4 on 6.16 and
+-- later): each folio's event carries what is left of the write, up to the
+-- page cache's largest folio, and a buffered write is one row too.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'hostfs'
@@ -55,17 +58,19 @@ unaligned AS (   -- xfs direct writes not aligned to the FS block, with the
     AND (e.offset_bytes % l.block_size_bytes <> 0 OR e.bytes % l.block_size_bytes <> 0)
   WINDOW w AS (PARTITION BY e.capture_id, e.dev, e.ino, e.pid, e.offset_bytes, e.bytes
                ORDER BY e.ts_ns, e.cpu, e.seq)),
-asks AS (   -- buffered reads' page lookups, with the task's previous one
+asks AS (   -- buffered reads' page lookups and buffered writes' per-folio
+            -- begins, with the task's previous one of the same direction
   SELECT capture_id, cpu, seq, offset_bytes, offset_bytes + bytes AS end_bytes,
          lag(offset_bytes) OVER w AS prev_offset, lag(offset_bytes + bytes) OVER w AS prev_end
-  FROM hostfs_events WHERE source = 6   -- mm_filemap_get_pages
-  WINDOW w AS (PARTITION BY capture_id, dev, ino, pid ORDER BY ts_ns, cpu, seq)),
+  FROM hostfs_events
+  WHERE source IN (6, 7, 8)   -- mm_filemap_get_pages, ext4_write_begin, ext4_da_write_begin
+  WINDOW w AS (PARTITION BY capture_id, dev, ino, pid, op ORDER BY ts_ns, cpu, seq)),
 dropped AS (
   -- a try under the shared iolock (overwrites only) that xfs gave up and
   -- made again under the exclusive one
   SELECT capture_id, cpu, seq FROM unaligned
   WHERE iocb_flags & 32 = 0 AND next_flags & 32 <> 0 AND next_ns - ts_ns < 10000000
-  UNION ALL   -- the rest of a buffered read the task's previous ask covered
+  UNION ALL   -- the rest of a buffered read or write the task's previous ask covered
   SELECT capture_id, cpu, seq FROM asks
   WHERE end_bytes = prev_end AND offset_bytes > prev_offset AND offset_bytes < prev_end)
 SELECT e.capture_id, e.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,

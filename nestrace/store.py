@@ -255,17 +255,19 @@ def _with_capture(t: pa.Table, capture_id: str) -> pa.Table:
 # Block events of one request address in time order (I, D, C, requeue): a
 # D followed by an I or D again completed unseen.  A D with nothing after
 # it was in flight at the end, or completed unseen too.  Only D events of
-# the capture proper (to end_ns) count.
+# the capture proper count, from start_ns (every program attached: the
+# agent attaches them one by one, and a request dispatched before the
+# completion's program was attached completes unseen) to end_ns.
 _COMPLETIONS_SQL = """
 WITH e AS (SELECT action, ts_ns,
                   lead(action) OVER (PARTITION BY dev, rq_id ORDER BY ts_ns, cpu, seq) AS next
            FROM block WHERE action IN (5, 6, 7, 10))
 SELECT count(*) FILTER (WHERE next IN (5, 6)) AS missed,
        count(*) FILTER (WHERE next IS NULL) AS unfinished
-FROM e WHERE action = 6 AND ts_ns <= $end"""
+FROM e WHERE action = 6 AND ts_ns >= $start AND ts_ns <= $end"""
 
 
-def completion_accounting(block: pa.Table, end_ns: int) -> tuple[int, int]:
+def completion_accounting(block: pa.Table, start_ns: int, end_ns: int) -> tuple[int, int]:
     """(completions_missed, requests_unfinished) of one capture's block
     events (see capture_meta).  A completion is missed when the kernel
     runs no program for its tracepoint hit and counts no miss either: on
@@ -274,7 +276,7 @@ def completion_accounting(block: pa.Table, end_ns: int) -> tuple[int, int]:
     con = duckdb.connect()
     try:
         con.register("block", block.select(["action", "ts_ns", "dev", "rq_id", "cpu", "seq"]))
-        missed, unfinished = con.execute(_COMPLETIONS_SQL, {"end": end_ns}).fetchone()
+        missed, unfinished = con.execute(_COMPLETIONS_SQL, {"start": start_ns, "end": end_ns}).fetchone()
     finally:
         con.close()
     return int(missed), int(unfinished)
@@ -350,7 +352,8 @@ def seal(store: Path, capture_id: str) -> SealResult:
     end_meta = facts.get("agent_end", {})
     hook_misses = end_meta.get("hook_misses")
     end_ns = facts.get("end_ns", end_meta.get("end_ns", 0))
-    missed, unfinished = completion_accounting(block, end_ns or (1 << 64) - 1)
+    start_ns = facts.get("start_ns", facts.get("agent_start", {}).get("start_ns", 0))
+    missed, unfinished = completion_accounting(block, start_ns, end_ns or (1 << 64) - 1)
     gaps = sum(r["seq_gaps"] for r in lost_rows)
     # a completion record lost in a gap is counted there already
     unseen = max(missed - gaps, 0)

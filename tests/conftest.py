@@ -144,7 +144,7 @@ def assert_losses_counted(s, output: str | None = None) -> int:
     m = s.rows("SELECT lost_total, hook_misses, completions_missed AS missed, "
                "requests_unfinished AS unfinished FROM capture_meta")[0]
     assert m["hook_misses"] == 0 and m["lost_total"] == m["missed"], m
-    n, total = s.rows("SELECT count(*) FILTER (WHERE r.c_ns IS NULL AND r.d_ns <= m.end_ns) AS n, "
+    n, total = s.rows("SELECT count(*) FILTER (WHERE r.c_ns IS NULL AND r.d_ns BETWEEN m.start_ns AND m.end_ns) AS n, "
                       "count(*) AS total FROM block_requests r, capture_meta m "
                       "WHERE r.capture_id = m.capture_id")[0].values()
     assert n == m["missed"] + m["unfinished"], (n, m)

@@ -162,7 +162,10 @@ def test_completions_that_happened_unseen_count_as_lost(tmp_path):
     dispatched again with no completion (C=7) between completed without a
     record: counted as lost.  A requeue (10) between two dispatches is no
     loss, and a D with nothing after it before the end was in flight (or
-    missed): counted apart, not as lost.  D events after end_ns are not."""
+    missed): counted apart, not as lost.  D events after end_ns are not, nor
+    D events before start_ns: the agent attaches its programs one by one,
+    and a request dispatched before the completion's program was attached
+    completes unseen."""
     store = init_store(tmp_path / "s")
     live = LiveCapture(store, "c1")
     live.write(RECORDS["block_event"]["table"], rq_events([
@@ -170,8 +173,10 @@ def test_completions_that_happened_unseen_count_as_lost(tmp_path):
         (6, 110, 0xB), (10, 160, 0xB), (6, 210, 0xB), (7, 260, 0xB),              # requeued: fine
         (6, 120, 0xC), (5, 400, 0xC), (6, 410, 0xC),                              # missed; then unfinished
         (6, 130, 0xD), (7, 180, 0xD), (6, 2500, 0xD),                             # after the end
+        (6, 40, 0xE), (6, 70, 0xE), (7, 190, 0xE),                  # before the start: attaching
     ]))
-    live.update_facts(agent_end={"end_ns": 2000, "hook_misses": 0, "hook_misses_by_hook": {}})
+    live.update_facts(start_ns=90,
+                      agent_end={"end_ns": 2000, "hook_misses": 0, "hook_misses_by_hook": {}})
     live.close()
     r = run_cli("seal", str(store))
     assert "2 block request completions in capture c1 happened without a record" in r.stderr

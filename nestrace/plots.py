@@ -200,7 +200,7 @@ def _tables_html(rep: dict) -> str:
                                                                "reads", "read_bytes", "extra_ns"])
             + "<h3>Page cache and readahead</h3>" + table(rep["readahead"], [
                 "level", "filled_bytes", "readahead_bytes", "used_bytes", "unused_bytes", "unused_fraction",
-                "read_filled_bytes", "write_filled_bytes", "other_filled_bytes"])
+                "read_filled_bytes", "write_filled_bytes", "fault_filled_bytes", "other_filled_bytes"])
             + f"<p>lost events: {rep['lost']['total']}</p>")
 
 

@@ -110,7 +110,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     rmw = s.rows("SELECT hop, partial_writes, rmw_writes, reads, read_bytes, write_bytes, "
                  "read_per_write, extra_ns FROM rmw_summary WHERE capture_id = ? ORDER BY hop", p)
     ra = s.rows("SELECT level, filled_bytes, readahead_bytes, used_bytes, unused_bytes, "
-                "unused_fraction, read_filled_bytes, write_filled_bytes, other_filled_bytes "
+                "unused_fraction, read_filled_bytes, write_filled_bytes, fault_filled_bytes, other_filled_bytes "
                 "FROM readahead_summary WHERE capture_id = ? ORDER BY level", p)
     sync = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes, stable_fraction "
                   "FROM sync_transform WHERE capture_id = ? ORDER BY level", p)
@@ -243,6 +243,7 @@ def render(rep: dict, console=None) -> None:
                   f"({_fmt_bytes(r['unused_bytes'])} never used, {_fmt(r['unused_fraction'])}), "
                   f"{_fmt_bytes(r['read_filled_bytes'])} by reads, "
                   f"{_fmt_bytes(r['write_filled_bytes'])} by writes, "
+                  f"{_fmt_bytes(r['fault_filled_bytes'])} by page faults, "
                   f"{_fmt_bytes(r['other_filled_bytes'])} other")
     for r in rep["sync"]:
         t.add_row(f"sync {r['level']}", f"{r['stable_writes']}/{r['writes']} stable writes, "

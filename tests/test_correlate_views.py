@@ -232,6 +232,42 @@ def test_page_cache_fills_by_writes_and_metadata_are_not_readahead():
          "write_filled_bytes": 4096, "other_filled_bytes": 4 * 4096}]
 
 
+def test_pages_of_a_memory_mapped_file_are_faulted_in_and_used_by_mapping():
+    """Reads of a mapped file make no system call: a page fault (9) asks
+    for a page, and fault-around (10) maps cached pages near it.  A page
+    added for a fault is put down to it; readahead pages a process mapped
+    were used, the whole folio when a mapping touches one page of it; a
+    page mapped only after its eviction, or never, was not."""
+    ms = 1_000_000
+    ev = [pagecache(100, 5, 1, 9),                          # fault on page 5 ...
+          pagecache(110, 5, 1, 1),                          # ... which it reads in
+          pagecache(200, 30, 8, 5),                         # readahead of pages 30-37
+          pagecache(210, 30, 4, 1),                         # a 4-page folio at 30
+          pagecache(211, 34, 1, 1), pagecache(212, 35, 1, 1),
+          pagecache(213, 36, 1, 1), pagecache(214, 37, 1, 1),
+          pagecache(300, 31, 1, 10),                        # fault-around maps page 31 (folio 30-33)
+          pagecache(301, 34, 2, 10),                        # ... and pages 34-35
+          pagecache(400, 36, 1, 2),                         # page 36 evicted ...
+          pagecache(500, 36, 1, 10),                        # ... before it was mapped
+          pagecache(600, 50, 1, 9), pagecache(600 + 60 * ms, 50, 1, 1)]   # 60 ms on: not that fault
+    s = session(pagecache_events=ev)
+    got = s.rows("SELECT page, cause, used FROM readahead_pages ORDER BY page")
+    assert got == [{"page": 5, "cause": "fault", "used": True},
+                   {"page": 30, "cause": "readahead", "used": True},
+                   {"page": 31, "cause": "readahead", "used": True},
+                   {"page": 32, "cause": "readahead", "used": True},
+                   {"page": 33, "cause": "readahead", "used": True},
+                   {"page": 34, "cause": "readahead", "used": True},
+                   {"page": 35, "cause": "readahead", "used": True},
+                   {"page": 36, "cause": "readahead", "used": False},
+                   {"page": 37, "cause": "readahead", "used": False},
+                   {"page": 50, "cause": "other", "used": False}]
+    assert s.rows("SELECT readahead_bytes, unused_bytes, fault_filled_bytes, other_filled_bytes "
+                  "FROM readahead_summary") == [
+        {"readahead_bytes": 8 * 4096, "unused_bytes": 2 * 4096, "fault_filled_bytes": 4096,
+         "other_filled_bytes": 4096}]
+
+
 def test_write_absorbed_by_the_page_cache_reaches_no_lower_level():
     t = dict(vfs_events=[vfs(100, 10, off=0, syscall=2)])
     s = session(**t)

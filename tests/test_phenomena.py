@@ -138,6 +138,23 @@ def test_buffered_writes_fill_both_page_caches_without_readahead(lab_factory, tm
         assert r["readahead_bytes"] < r["write_filled_bytes"] / 4, got
 
 
+def test_memory_mapped_reads_use_the_readahead_and_fault_pages_in(lab_factory, tmp_path):
+    # fio's mmap engine reads by copying from the mapping: no system call,
+    # only page faults and fault-around (readahead used to count all of a
+    # sequential mmap read as never used)
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=read", "--bs=4k", "--ioengine=mmap", "--size=32M")
+    g = s.rows("SELECT * FROM readahead_summary WHERE level = 'guest'")[0]
+    assert g["readahead_bytes"] >= 24 << 20, g
+    assert g["unused_fraction"] < 0.5, g      # 2 MiB folios mapped whole leave no event
+    # random: fio advises MADV_RANDOM, no readahead, every page is faulted in
+    s = capture(lab, tmp_path, "--rw=randread", "--bs=4k", "--ioengine=mmap", "--size=32M",
+                "--io_size=4M", layout=False, name="r")
+    g = s.rows("SELECT * FROM readahead_summary WHERE level = 'guest'")[0]
+    assert g["fault_filled_bytes"] >= 0.9 * g["filled_bytes"] > 0, g
+    assert g["readahead_bytes"] <= 0.1 * g["filled_bytes"], g
+
+
 def test_buffered_image_reads_and_writes_on_ext4_count_each_byte_once_at_hostfs(lab_factory, tmp_path):
     # ext4 has no read or write tracepoint of its own: hostfs reads are
     # filemap's page lookups and writes are write_begin per folio, and the

@@ -16,7 +16,7 @@ struct nt_mapping_event *unused_mapping_event __attribute__((unused));
 /* hostfs_event.source values are NT_HOSTFS_SOURCE_<HOOK>, from schemas/ */
 enum { HOP_READ = 0, HOP_WRITE = 1 };
 enum { P_ADD = 1, P_DELETE, P_SYNC_RA, P_ASYNC_RA, P_RA_UNBOUNDED,
-       P_RA_ORDER, P_DIRTY, P_WRITEBACK };
+       P_RA_ORDER, P_DIRTY, P_WRITEBACK, P_FAULT, P_MAP_PAGES };
 enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS };
 
 static __always_inline int access__emit(struct inode *inode, __s64 offset,
@@ -174,6 +174,24 @@ NT_TWIN(iomap_writeback_folio)
 	__u64 pos = ctx[1], len = ctx[2];
 
 	return cache__emit(ARG(0, struct inode *), pos >> 12, (len + 4095) >> 12, 0, P_WRITEBACK, btf);
+}
+
+/* Reads of a memory-mapped file, made without a system call: a page
+ * fault that found the page unmapped (filemap_fault: it reads the page if
+ * it is not cached), and fault-around, which maps the cached pages around
+ * a faulting one (filemap_map_pages, pages index..last_index). */
+NT_TWIN(mm_filemap_fault)
+{
+	struct address_space *m = ARG(0, struct address_space *);
+
+	return cache__emit(RD1(btf, m, host), ctx[1], 1, 0, P_FAULT, btf);
+}
+NT_TWIN(mm_filemap_map_pages)
+{
+	struct address_space *m = ARG(0, struct address_space *);
+	__u64 first = ctx[1], last = ctx[2];
+
+	return cache__emit(RD1(btf, m, host), first, last - first + 1, 0, P_MAP_PAGES, btf);
 }
 
 /* Mappings already reported: direct I/O looks the same mapping up on

@@ -8,14 +8,22 @@
 -- the guest FS; demand = vfs reads and writes), `host` = the host page cache
 -- of the image (demand = virtual-disk reads and writes, from queue to
 -- completion).  Each page added is put down to one cause, first match:
--- `read` (a demand read covering it was in progress), `readahead` (inside
+-- `read` (a demand read covering it was in progress), `fault` (a page
+-- fault on a memory-mapped file asked for it, at most 50 ms before: the
+-- kernel's filemap_fault event), `readahead` (inside
 -- the range of a readahead the adding task started on the file -- the
 -- kernel's page_cache_ra_unbounded or page_cache_ra_order event, its
 -- latest on the file, at most 50 ms before), `write` (a demand write
 -- covering it was in progress: a buffered write, or the read half of a
 -- partial-page one), `other` (the file system's own pages, e.g. btrfs
 -- metadata).  A page is used when a demand read covers it after it was
--- added and before it was evicted (or the capture ended).
+-- added and before it was evicted (or the capture ended), or when a
+-- process mapped it (a page fault, or fault-around mapping the cached
+-- pages near one) in that time: a mapping is used for the whole folio it
+-- touches (a large folio is mapped as one), and accesses to pages already
+-- mapped make no event.  Fault-around that maps a 2 MiB folio with one
+-- page-table entry leaves no event either (the kernel returns before its
+-- tracepoint), so for memory-mapped files `used` is a lower bound.
 -- @column capture_id VARCHAR   capture
 -- @column level VARCHAR        guest or host
 -- @column dev UINTEGER         kernel dev_t of the file system
@@ -23,21 +31,25 @@
 -- @column page UBIGINT         page index (offset / 4096)
 -- @column added_ns UBIGINT     when the page entered the page cache
 -- @column evicted_ns UBIGINT   when it left (NULL: still cached at the end)
--- @column cause VARCHAR        read, readahead, write or other (see above)
+-- @column cause VARCHAR        read, fault, readahead, write or other (see above)
 -- @column readahead BOOLEAN    cause = 'readahead': brought in ahead of demand
--- @column used BOOLEAN         read by the level above while cached
+-- @column used BOOLEAN         read or mapped by the level above while cached
 CREATE OR REPLACE VIEW readahead_pages AS
 WITH lv AS (
   SELECT capture_id, dev, CASE level WHEN 'vfs' THEN 'guest' ELSE 'host' END AS level
   FROM device_map WHERE level IN ('vfs', 'hostfs')),
 adds AS (
-  SELECT p.capture_id, lv.level, p.dev, p.ino, p.pid, p.ts_ns AS added_ns,
+  SELECT p.capture_id, lv.level, p.dev, p.ino, p.pid, p.ts_ns AS added_ns, p.index AS folio,
          unnest(range(p.index::BIGINT, (p.index + p.nr_pages)::BIGINT)) AS page
   FROM pagecache_events p JOIN lv ON lv.capture_id = p.capture_id AND lv.dev = p.dev
   WHERE p.event = 1),
 ra AS (   -- readahead that reads: unbounded (5) and large-folio order (6)
   SELECT capture_id, dev, ino, pid, ts_ns AS ra_ns, index AS ra_first, index + nr_pages AS ra_end
   FROM pagecache_events WHERE event IN (5, 6)),
+maps AS (   -- a memory-mapped file's pages faulted in (9) or mapped around a fault (10)
+  SELECT capture_id, dev, ino, event, ts_ns,
+         unnest(range(index::BIGINT, (index + nr_pages)::BIGINT)) AS page
+  FROM pagecache_events WHERE event IN (9, 10)),
 dels AS (
   SELECT p.capture_id, p.dev, p.ino, p.ts_ns AS evicted_ns,
          unnest(range(p.index::BIGINT, (p.index + p.nr_pages)::BIGINT)) AS page
@@ -74,17 +86,31 @@ a5 AS (  -- the latest demand write of the page that started before the add
   SELECT a4.*, w.d_end AS w_end FROM a4
   ASOF LEFT JOIN writes w ON w.capture_id = a4.capture_id AND w.dev = a4.dev AND w.ino = a4.ino
                          AND w.page = a4.page AND a4.added_ns >= w.d_start),
+a6 AS (  -- the latest fault on the page at or before the add
+  SELECT a5.*, f.ts_ns AS fault_ns FROM a5
+  ASOF LEFT JOIN (SELECT * FROM maps WHERE event = 9) f
+    ON f.capture_id = a5.capture_id AND f.dev = a5.dev AND f.ino = a5.ino
+   AND f.page = a5.page AND a5.added_ns >= f.ts_ns),
+a7 AS (  -- the first mapping of the page after the add
+  SELECT a6.*, n.ts_ns AS next_map FROM a6
+  ASOF LEFT JOIN maps n ON n.capture_id = a6.capture_id AND n.dev = a6.dev AND n.ino = a6.ino
+                       AND n.page = a6.page AND n.ts_ns >= a6.added_ns),
 c AS (
   SELECT *, coalesce(added_ns <= d_end, false) AS in_read,
+         coalesce(added_ns - fault_ns <= 50000000, false) AS in_fault,
+         -- mapped while cached: the whole folio counts (one large folio, one mapping)
+         bool_or(coalesce(next_map <= coalesce(evicted_ns, next_map), false))
+           OVER (PARTITION BY capture_id, dev, ino, added_ns, folio) AS mapped,
          CASE WHEN coalesce(added_ns <= d_end, false) THEN 'read'
+              WHEN coalesce(added_ns - fault_ns <= 50000000, false) THEN 'fault'
               WHEN page >= ra_first AND page < ra_end AND added_ns - ra_ns <= 50000000 THEN 'readahead'
               WHEN coalesce(added_ns <= w_end, false) THEN 'write'
               ELSE 'other' END AS cause
-  FROM a5)
+  FROM a7)
 SELECT capture_id, level, dev, ino, page::UBIGINT AS page, added_ns, evicted_ns, cause,
        cause = 'readahead' AS readahead,
        coalesce(next_read IS NOT NULL AND next_read <= coalesce(evicted_ns, next_read), false)
-         OR in_read AS used
+         OR in_read OR in_fault OR mapped AS used
 FROM c;
 
 -- Readahead per level: bytes brought in ahead of demand, used and unused,
@@ -99,6 +125,7 @@ FROM c;
 -- @column read_filled_bytes BIGINT bytes added for a demand read in progress
 -- @column write_filled_bytes BIGINT bytes added for a demand write in progress
 -- @column other_filled_bytes BIGINT bytes added for neither (file-system metadata, ...)
+-- @column fault_filled_bytes BIGINT bytes added for a page fault on a memory-mapped file
 CREATE OR REPLACE VIEW readahead_summary AS
 SELECT capture_id, level, count(*) * 4096 AS filled_bytes,
        count(*) FILTER (WHERE readahead) * 4096 AS readahead_bytes,
@@ -108,5 +135,6 @@ SELECT capture_id, level, count(*) * 4096 AS filled_bytes,
          AS unused_fraction,
        count(*) FILTER (WHERE cause = 'read') * 4096 AS read_filled_bytes,
        count(*) FILTER (WHERE cause = 'write') * 4096 AS write_filled_bytes,
-       count(*) FILTER (WHERE cause = 'other') * 4096 AS other_filled_bytes
+       count(*) FILTER (WHERE cause = 'other') * 4096 AS other_filled_bytes,
+       count(*) FILTER (WHERE cause = 'fault') * 4096 AS fault_filled_bytes
 FROM readahead_pages GROUP BY ALL;

@@ -408,7 +408,9 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     cap.stream_problems = [str(p) for p in state.problems]
     try:
         try:
-            touched = live.unique_values("vfs_events", "ino")
+            # files read or written by system calls, and by memory (page
+            # faults and dirtied pages of mapped files: page-cache events)
+            touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
             live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
         finally:
             live.close()

@@ -419,6 +419,25 @@ def test_attaching_to_a_running_workload_counts_no_loss_while_attaching(lab_fact
     assert assert_losses_counted(s, r.stdout + r.stderr) <= 2
 
 
+def test_a_file_written_only_through_a_mapping_has_its_end_extent_map(lab_factory, tmp_path):
+    # no read or write system call touches it: its page-cache events do
+    lab = lab_factory("ext4", "xfs")
+    path = f"{lab.mount}/mapped"
+    prog = ("import mmap, os\n"
+            f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT)\n"
+            "os.ftruncate(fd, 1 << 20)\n"
+            "m = mmap.mmap(fd, 1 << 20)\n"
+            "m[:] = b'x' * (1 << 20)\n"
+            "m.flush()\n")
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c", prog)
+    s = nestrace.open(store)
+    assert s.rows("SELECT count(*) AS n FROM vfs_io")[0]["n"] == 0
+    got = s.rows("SELECT sum(length_bytes) AS n FROM extent_maps WHERE phase = 'end' AND path = ?",
+                 [path])
+    assert got == [{"n": 1 << 20}]
+
+
 def test_explicit_devices_give_the_same_stack_as_discovery(lab_factory, tmp_path):
     import json
     lab = lab_factory("ext4", "xfs")

@@ -91,6 +91,29 @@ def test_readahead_beyond_the_read_is_classified_not_attributed():
                    {"kind": "sync", "bytes": 4096, "unattributed": False}]
 
 
+def test_reads_of_a_memory_mapped_file_are_put_down_to_its_page_faults():
+    """A read of a mapped file is a page fault, not a system call: a
+    virtual-disk read of the block a fault asked for (file page 1 is 4 MiB
+    + 4 KiB on the virtual disk) is kind fault; the readahead around it,
+    a block no fault asked for, and a read 60 ms after the fault are not."""
+    ms = 1_000_000
+    t = dict(pagecache_events=[pagecache(100, 1, 1, 9), pagecache(1000, 8, 1, 9)],
+             block_events=request(200, 210, 800, VDISK, 4 * MiB, 16384, rq=1, bio=11, flags=32)
+             + request(300, 310, 900, VDISK, 4 * MiB + 40960, 4096, rq=2, bio=12)
+             + request(1000 + 60 * ms, 1000 + 60 * ms + 10, 1000 + 61 * ms, VDISK,
+                       4 * MiB + 32768, 4096, rq=3, bio=13))
+    s = session(**t)
+    got = s.rows("SELECT lower_id, kind, bytes, upper_id IS NULL AS unattributed FROM links "
+                 "ORDER BY lower_id, kind")
+    ids = sorted({r["lower_id"] for r in got})
+    assert [{k: v for k, v in r.items() if k != "lower_id"} for r in got] == [
+        {"kind": "fault", "bytes": 4096, "unattributed": True},
+        {"kind": "readahead", "bytes": 12288, "unattributed": True},
+        {"kind": "other", "bytes": 4096, "unattributed": True},
+        {"kind": "other", "bytes": 4096, "unattributed": True}]
+    assert [r["lower_id"] for r in got] == [ids[0], ids[0], ids[1], ids[2]]
+
+
 def test_buffered_write_is_tied_to_its_writeback_with_the_lag():
     t = dict(vfs_events=[vfs(100, 10, off=0, syscall=4)],
              block_events=request(5000, 5010, 6000, VDISK, 4 * MiB, 4096, rq=1, bio=11, op=1))

@@ -153,6 +153,10 @@ def test_memory_mapped_reads_use_the_readahead_and_fault_pages_in(lab_factory, t
     g = s.rows("SELECT * FROM readahead_summary WHERE level = 'guest'")[0]
     assert g["fault_filled_bytes"] >= 0.9 * g["filled_bytes"] > 0, g
     assert g["readahead_bytes"] <= 0.1 * g["filled_bytes"], g
+    # and the virtual disk's reads are put down to the faults
+    got = {r["kind"]: r["bytes"] for r in s.rows(
+        "SELECT kind, bytes FROM links_summary WHERE lower_level = 'vdisk'")}
+    assert got.get("fault", 0) >= 0.9 * sum(got.values()) > 0, got
 
 
 def test_buffered_image_reads_and_writes_on_ext4_count_each_byte_once_at_hostfs(lab_factory, tmp_path):

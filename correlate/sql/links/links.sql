@@ -81,6 +81,26 @@ SELECT c.ck, _links_hop(x.lower_level) AS hop, _links_op(x.l_op) AS lop, x.lower
        _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.l_op), x.blk) AS k
 FROM _links_lower x JOIN _links_captures c USING (capture_id);
 
+-- Page faults on memory-mapped guest files (no system call), carried
+-- through the guest file's extents onto virtual-disk blocks: a virtual-disk
+-- read no read call explains, of a block a fault asked for at most 50 ms
+-- before, is put down to the fault.
+CREATE OR REPLACE VIEW _links_faults_keyed AS
+WITH f AS (
+  SELECT capture_id, dev, ino, ts_ns, (index * 4096)::BIGINT AS off
+  FROM pagecache_events WHERE event = 9),
+g AS (
+  SELECT f.capture_id, f.ts_ns,
+         greatest(f.off, e.logical_bytes::BIGINT) + e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS vs,
+         least(f.off + 4096, (e.logical_bytes + e.length_bytes)::BIGINT)
+           + e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS vt
+  FROM f JOIN map_extents e
+    ON e.capture_id = f.capture_id AND e.dev = f.dev AND e.ino = f.ino AND e.role = 'guest_file'
+   AND e.logical_bytes::BIGINT < f.off + 4096 AND f.off < (e.logical_bytes + e.length_bytes)::BIGINT),
+b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk FROM g)
+SELECT _links_key(c.ck, 0, 0, b.blk) AS k, b.ts_ns AS f_ns
+FROM b JOIN _links_captures c USING (capture_id);
+
 -- Per lower block, the upper event that caused it: the latest upper event
 -- of the same op on the same block that started before it (ASOF) — a
 -- write is written back for the last write that dirtied the block, reads
@@ -126,10 +146,12 @@ out AS (
                     ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
   FROM m WHERE kind0 IS NOT NULL AND attributed > 0
   UNION ALL
-  SELECT ck, hop, lower_id, NULL, _unattributed_kind(['read', 'write', 'discard', 'other'][lop + 1],
-                                                     l_flags),
-         block_bytes - attributed, NULL
-  FROM m WHERE block_bytes - attributed > 0)
+  SELECT r.ck, r.hop, r.lower_id, NULL,
+         CASE WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
+              ELSE _unattributed_kind(['read', 'write', 'discard', 'other'][r.lop + 1], r.l_flags) END,
+         r.block_bytes - r.attributed, NULL
+  FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM m WHERE block_bytes - attributed > 0) r
+  ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns)
 SELECT c.capture_id, CASE o.hop WHEN 0 THEN 'vfs' ELSE 'vdisk' END AS upper_level,
        ['vdisk', 'hostfs', 'disk'][o.hop + 1] AS lower_level, o.lower_id, o.upper_id, o.kind,
        o.bytes, o.lag_ns
@@ -145,16 +167,17 @@ GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
 
 -- Each lower-level request tied to each upper-level event that caused part
 -- of it (kind sync, writeback or rmw), plus the unattributed rest of it,
--- classified (upper_id NULL; kind readahead, journal, metadata, writeback
--- or other: by the request's flags, and for host-FS accesses to a qcow2
--- image's own tables, metadata).  bytes are exact overlaps of the mapped
+-- classified (upper_id NULL; kind fault: a virtual-disk read of a block
+-- a page fault on a memory-mapped file asked for; else readahead,
+-- journal, metadata, writeback or other: by the request's flags, and for
+-- host-FS accesses to a qcow2 image's own tables, metadata).  bytes are exact overlaps of the mapped
 -- ranges.
 -- @column capture_id VARCHAR   capture
 -- @column upper_level VARCHAR  vfs or vdisk
 -- @column lower_level VARCHAR  vdisk, hostfs or disk
 -- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
 -- @column upper_id UBIGINT     io_id of the upper event (vfs_io or vdisk_io); NULL when unattributed
--- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), or for the unattributed: readahead, journal, metadata, writeback, other
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), or for the unattributed: fault, readahead, journal, metadata, writeback, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
 -- @column lag_ns BIGINT        writeback: lower start - upper end; otherwise lower start - upper start; NULL when unattributed
 CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;

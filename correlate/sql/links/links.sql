@@ -85,19 +85,13 @@ FROM _links_lower x JOIN _links_captures c USING (capture_id);
 -- through the guest file's extents onto virtual-disk blocks: a virtual-disk
 -- read no read call explains, of a block a fault asked for at most 50 ms
 -- before, is put down to the fault.
+CREATE OR REPLACE VIEW _links_faults AS
+SELECT capture_id, dev, ino, ts_ns, (index * 4096)::BIGINT AS off, (index * 4096 + 4096)::BIGINT AS stop
+FROM pagecache_events WHERE event = 9;
+
 CREATE OR REPLACE VIEW _links_faults_keyed AS
-WITH f AS (
-  SELECT capture_id, dev, ino, ts_ns, (index * 4096)::BIGINT AS off
-  FROM pagecache_events WHERE event = 9),
-g AS (
-  SELECT f.capture_id, f.ts_ns,
-         greatest(f.off, e.logical_bytes::BIGINT) + e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS vs,
-         least(f.off + 4096, (e.logical_bytes + e.length_bytes)::BIGINT)
-           + e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS vt
-  FROM f JOIN map_extents e
-    ON e.capture_id = f.capture_id AND e.dev = f.dev AND e.ino = f.ino AND e.role = 'guest_file'
-   AND e.logical_bytes::BIGINT < f.off + 4096 AND f.off < (e.logical_bytes + e.length_bytes)::BIGINT),
-b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk FROM g)
+WITH b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk
+           FROM _map_into_vdisk('_links_faults'))
 SELECT _links_key(c.ck, 0, 0, b.blk) AS k, b.ts_ns AS f_ns
 FROM b JOIN _links_captures c USING (capture_id);
 

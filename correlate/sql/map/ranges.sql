@@ -10,23 +10,29 @@
 CREATE OR REPLACE VIEW _map_image_extents AS
 SELECT capture_id, logical_bytes, physical_bytes, length_bytes FROM map_extents WHERE role = 'image';
 
+-- The rows of view `t` (capture_id, dev, ino and a guest-file byte range
+-- [off, stop), plus any columns) carried through the guest file's extents
+-- onto the virtual disk, in pieces: each row loses dev, ino, off and stop
+-- and gains [vs, vt) and delta = virtual-disk minus file offset.
+CREATE OR REPLACE MACRO _map_into_vdisk(t) AS TABLE
+SELECT io.* EXCLUDE (dev, ino, off, stop),
+       e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS delta,
+       greatest(io.off, e.logical_bytes::BIGINT) + delta AS vs,
+       least(io.stop, (e.logical_bytes + e.length_bytes)::BIGINT) + delta AS vt
+FROM query_table(t) io JOIN map_extents e
+  ON e.capture_id = io.capture_id AND e.dev = io.dev AND e.ino = io.ino
+ AND e.role = 'guest_file'
+ AND e.logical_bytes::BIGINT < io.stop AND io.off < (e.logical_bytes + e.length_bytes)::BIGINT;
+
+CREATE OR REPLACE VIEW _map_vfs_io AS
+SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, op, offset_bytes AS off,
+       offset_bytes + ret_bytes AS stop
+FROM vfs_io WHERE op IN ('read', 'write') AND ret_bytes > 0 AND offset_bytes >= 0;
+
 -- Each file syscall's pieces on the virtual disk (through the guest
 -- file's extents): [vs, vt), and delta = virtual-disk minus file offset.
 CREATE OR REPLACE VIEW _map_vfs_ranges AS
-WITH io AS (
-  SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, op, offset_bytes AS off,
-         offset_bytes + ret_bytes AS stop
-  FROM vfs_io WHERE op IN ('read', 'write') AND ret_bytes > 0 AND offset_bytes >= 0),
-g AS (
-  SELECT io.capture_id, io.io_id, io.ts_ns, io.end_ns, io.op,
-         greatest(io.off, e.logical_bytes::BIGINT) AS s,
-         least(io.stop, (e.logical_bytes + e.length_bytes)::BIGINT) AS t,
-         e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS delta
-  FROM io JOIN map_extents e
-    ON e.capture_id = io.capture_id AND e.dev = io.dev AND e.ino = io.ino
-   AND e.role = 'guest_file'
-   AND e.logical_bytes::BIGINT < io.stop AND io.off < (e.logical_bytes + e.length_bytes)::BIGINT)
-SELECT capture_id, io_id, ts_ns, end_ns, op, delta, s + delta AS vs, t + delta AS vt FROM g;
+SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk('_map_vfs_io');
 
 -- Pieces of each file syscall's byte range, mapped through the guest file's
 -- extents to the virtual disk and through the image's extents to the host

@@ -191,8 +191,8 @@ TABLES = {
         ('clock_offset_ns', 'int64', 'ns', "merged guest + host capture: the host's CLOCK_MONOTONIC minus the guest's, as `nestrace merge` estimated it; the host's times in this capture are already moved onto the guest's clock by it.  NULL for a one-machine capture"),
         ('clock_offset_err_ns', 'uint64', 'ns', 'half-width of the interval the offset is known to lie in: every time compared across the two machines carries this error'),
         ('clock_offset_pairs', 'uint64', '', 'bounds that agree on the offset: one per guest request and host access at the same image offset, and one more when the host disk request serving a direct access completed'),
-        ('completions_missed', 'uint64', '', 'block requests dispatched (D) between start_ns (all programs attached) and end_ns, and then inserted or dispatched again with no completion (C) record between: the completion happened, and its record was lost in a sequence gap or no program saw it (the kernel skipped the hook without counting a miss).  Those beyond the sequence gaps count in lost_total.  NULL where not checked (older stores, blktrace imports)'),
-        ('requests_unfinished', 'uint64', '', 'block requests dispatched between start_ns and end_ns with nothing after them: in flight when the capture ended, or a completion missed as in completions_missed; not in lost_total'),
+        ('completions_missed', 'uint64', '', 'block requests dispatched (D) between start_ns (all programs attached) and end_ns, and then inserted or dispatched again by end_ns with no completion (C) record between: the completion happened, and its record was lost in a sequence gap or no program saw it (the kernel skipped the hook without counting a miss).  Those beyond the sequence gaps count in lost_total.  NULL where not checked (older stores, blktrace imports)'),
+        ('requests_unfinished', 'uint64', '', 'block requests dispatched between start_ns and end_ns with nothing after them up to end_ns: in flight when the capture ended, or a completion missed as in completions_missed; not in lost_total'),
     ]},
 }
 

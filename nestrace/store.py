@@ -254,16 +254,19 @@ def _with_capture(t: pa.Table, capture_id: str) -> pa.Table:
 
 # Block events of one request address in time order (I, D, C, requeue): a
 # D followed by an I or D again completed unseen.  A D with nothing after
-# it was in flight at the end, or completed unseen too.  Only D events of
-# the capture proper count, from start_ns (every program attached: the
-# agent attaches them one by one, and a request dispatched before the
-# completion's program was attached completes unseen) to end_ns.
+# it up to end_ns was in flight at the end, or completed unseen too.  Only
+# the capture proper counts, from start_ns to end_ns, every program
+# attached: the agent attaches them one by one, and a request dispatched
+# before the completion's program was attached completes unseen; at the
+# end it detaches them one by one after end_ns, and a request completing
+# then is unseen while the next one at its address may still be recorded.
 _COMPLETIONS_SQL = """
 WITH e AS (SELECT action, ts_ns,
-                  lead(action) OVER (PARTITION BY dev, rq_id ORDER BY ts_ns, cpu, seq) AS next
-           FROM block WHERE action IN (5, 6, 7, 10))
-SELECT count(*) FILTER (WHERE next IN (5, 6)) AS missed,
-       count(*) FILTER (WHERE next IS NULL) AS unfinished
+                  lead(action) OVER w AS next, lead(ts_ns) OVER w AS next_ns
+           FROM block WHERE action IN (5, 6, 7, 10)
+           WINDOW w AS (PARTITION BY dev, rq_id ORDER BY ts_ns, cpu, seq))
+SELECT count(*) FILTER (WHERE next IN (5, 6) AND next_ns <= $end) AS missed,
+       count(*) FILTER (WHERE next IS NULL OR (next IN (5, 6) AND next_ns > $end)) AS unfinished
 FROM e WHERE action = 6 AND ts_ns >= $start AND ts_ns <= $end"""
 
 

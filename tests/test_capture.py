@@ -396,10 +396,12 @@ def test_sigterm_ends_a_recording_cleanly(lab_factory, tmp_path):
 
 
 def test_attaching_to_a_running_workload_counts_no_loss_while_attaching(lab_factory, tmp_path):
-    """The agent attaches its programs one by one, so a request dispatched
-    before the completion's program is attached completes unseen: that is
-    the edge of the capture, not a lost event (37 such "completions
-    missed" in a 2 s capture of a psync job before it was told apart)."""
+    """The agent attaches its programs one by one.  It attaches the
+    completion's first, so that a request seen dispatched while it attaches
+    is seen to complete (attached in file order, 78 of 424 were not in a
+    1 s capture of a QD16 job); and it counts a missed completion only from
+    start_ns, every program attached (37 false "completions missed" in a
+    2 s capture of a psync job before that)."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
     job = subprocess.Popen(["fio", "--name=t", f"--directory={lab.mount}", "--rw=randread",
@@ -413,10 +415,15 @@ def test_attaching_to_a_running_workload_counts_no_loss_while_attaching(lab_fact
         job.terminate()
         job.wait(timeout=30)
     s = nestrace.open(store)
-    early = s.rows("SELECT count(*) AS n FROM block_events e, capture_meta m "
-                   "WHERE e.action = 6 AND e.ts_ns < m.start_ns")[0]["n"]
+    early, unseen = s.rows(
+        "WITH e AS (SELECT action, ts_ns, lead(action) OVER (PARTITION BY dev, rq_id "
+        "                                  ORDER BY ts_ns, cpu, seq) AS next "
+        "           FROM block_events WHERE action IN (5, 6, 7, 10)) "
+        "SELECT count(*) AS early, count(*) FILTER (WHERE next IN (5, 6)) AS unseen "
+        "FROM e, capture_meta m WHERE e.action = 6 AND e.ts_ns < m.start_ns")[0].values()
     assert early > 0                      # requests were dispatched while attaching
-    assert assert_losses_counted(s, r.stdout + r.stderr) <= 2
+    assert unseen <= max(2, early // 100), (unseen, early)   # and seen to complete
+    assert_losses_counted(s, r.stdout + r.stderr)
 
 
 def test_a_file_written_only_through_a_mapping_has_its_end_extent_map(lab_factory, tmp_path):

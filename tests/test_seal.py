@@ -165,7 +165,8 @@ def test_completions_that_happened_unseen_count_as_lost(tmp_path):
     missed): counted apart, not as lost.  D events after end_ns are not, nor
     D events before start_ns: the agent attaches its programs one by one,
     and a request dispatched before the completion's program was attached
-    completes unseen."""
+    completes unseen.  It detaches them one by one after end_ns: an insert
+    after end_ns is no evidence of a missed completion (it was in flight)."""
     store = init_store(tmp_path / "s")
     live = LiveCapture(store, "c1")
     live.write(RECORDS["block_event"]["table"], rq_events([
@@ -174,6 +175,8 @@ def test_completions_that_happened_unseen_count_as_lost(tmp_path):
         (6, 120, 0xC), (5, 400, 0xC), (6, 410, 0xC),                              # missed; then unfinished
         (6, 130, 0xD), (7, 180, 0xD), (6, 2500, 0xD),                             # after the end
         (6, 40, 0xE), (6, 70, 0xE), (7, 190, 0xE),                  # before the start: attaching
+        (6, 1990, 0xF), (5, 2100, 0xF),                 # completed while detaching: unfinished
+        (6, 1995, 0x10), (7, 2050, 0x10),               # completed after the end: seen, fine
     ]))
     live.update_facts(start_ns=90,
                       agent_end={"end_ns": 2000, "hook_misses": 0, "hook_misses_by_hook": {}})
@@ -183,6 +186,6 @@ def test_completions_that_happened_unseen_count_as_lost(tmp_path):
     assert "EVENTS LOST" not in r.stderr        # nothing else was lost
     s = nestrace.open(store)
     assert s.rows("SELECT lost_total, completions_missed, requests_unfinished FROM capture_meta") == [
-        {"lost_total": 2, "completions_missed": 2, "requests_unfinished": 1}]
+        {"lost_total": 2, "completions_missed": 2, "requests_unfinished": 2}]
     rep = run_cli("report", str(store)).stdout
-    assert "completions missed 2" in rep and "1 block requests dispatched without a completion" in rep
+    assert "completions missed 2" in rep and "2 block requests dispatched without a completion" in rep

@@ -760,7 +760,23 @@ static int family__load(struct family *f, struct family *first)
 	return err;
 }
 
-static void family__attach(struct family *f)
+/* A tracepoint that ends what others begin (a request, a system call). */
+static bool hook__ends(const char *tp)
+{
+	static const char *const ends[] = {
+		"block_rq_complete", "block_rq_requeue", "io_uring_complete", "sys_exit",
+	};
+
+	for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++)
+		if (!strcmp(tp, ends[i]))
+			return true;
+	return false;
+}
+
+/* Attach a family's programs on the tracepoints that end what others
+ * begin (ends) or on the others.  The ends go first, so that a request
+ * or call seen to begin is also seen to end. */
+static void family__attach(struct family *f, bool ends)
 {
 	struct bpf_program *p;
 	bool is_btf;
@@ -771,7 +787,7 @@ static void family__attach(struct family *f)
 
 		if (nhooks >= MAX_HOOKS)
 			break;
-		if (!*tp)
+		if (!*tp || hook__ends(tp) != ends)
 			continue;
 		if (!bpf_program__autoload(p)) {
 			/* record a tracepoint skipped or the kernel lacks, once */
@@ -1018,9 +1034,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "nestrace-agent: ring buffer: %s\n", strerror(errno));
 		goto cleanup;
 	}
-	for (size_t i = 0; i < NFAMILIES; i++)
-		if (families[i].skel)
-			family__attach(&families[i]);
+	for (int ends = 1; ends >= 0; ends--)
+		for (size_t i = 0; i < NFAMILIES; i++)
+			if (families[i].skel)
+				family__attach(&families[i], ends);
 
 	start = last_flush = now_ns();
 	hooks__json(hooks_json, sizeof(hooks_json));
@@ -1063,9 +1080,13 @@ int main(int argc, char **argv)
 	 * with its C missing.) */
 	end = now_ns();
 	/* detach first, then drain what is left, so nothing is cut in half;
-	 * the misses are read between the two: all counted, none to come */
-	for (int i = 0; i < nhooks; i++)
-		bpf_link__destroy(hooks[i].link);
+	 * the misses are read between the two: all counted, none to come.
+	 * The hooks that end what others begin go last, as they came first:
+	 * what was in flight at end_ns completes on the record. */
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < nhooks; i++)
+			if (hook__ends(hooks[i].name) == pass)
+				bpf_link__destroy(hooks[i].link);
 	hooks__misses_json(misses_json, sizeof(misses_json), &misses);
 	for (int i = 0; i < nhooks; i++)
 		hooks[i].link = NULL;

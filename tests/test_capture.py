@@ -703,3 +703,33 @@ def test_btrfs_on_partitions_maps_through_its_chunk_tree_on_the_partition(lab_fa
     to_app = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
     assert to_app["vdisk"] > 0.95 and to_app["disk"] > 0.95, to_app
     assert_losses_counted(s)
+
+
+@pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
+def test_a_guest_fstrim_punches_its_bytes_out_of_the_image_as_hostfs_discards(lab_factory, tmp_path,
+                                                                              host_fs):
+    # the loop device turns a discard into a hole punched in the image
+    # (fallocate PUNCH_HOLE): one hostfs discard row per hole, tied to the
+    # virtual-disk discard that made it; fstrim's ioctl is no file call,
+    # so the virtual-disk discards are unattributed, of kind discard
+    lab = lab_factory("ext4", host_fs, guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
+    subprocess.run(["sync"], check=True)
+    os.unlink(f"{lab.mount}/t.0.0")
+    subprocess.run(["sync"], check=True)
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "fstrim", lab.mount)
+    s = nestrace.open(store)
+    got = {r["level"]: (r["n"], r["bytes"]) for r in s.rows(
+        "SELECT 'vdisk' AS level, count(*) AS n, sum(bytes) AS bytes FROM vdisk_io WHERE op = 'discard' "
+        "UNION ALL SELECT 'hostfs', count(*), sum(bytes) FROM hostfs_io WHERE op = 'discard'")}
+    assert got["vdisk"][1] >= 32 << 20, got          # the deleted file's blocks at least
+    assert got["hostfs"] == got["vdisk"], got
+    kinds = {(r["lower_level"], r["kind"], r["attributed"]): r["bytes"] for r in s.rows(
+        "SELECT lower_level, kind, upper_id IS NOT NULL AS attributed, sum(bytes) AS bytes FROM links "
+        "WHERE lower_level IN ('vdisk', 'hostfs') AND (lower_level, lower_id) IN "
+        "(SELECT 'vdisk', io_id FROM vdisk_io WHERE op = 'discard' "
+        " UNION ALL SELECT 'hostfs', io_id FROM hostfs_io WHERE op = 'discard') GROUP BY ALL")}
+    assert kinds == {("vdisk", "discard", False): got["vdisk"][1],
+                     ("hostfs", "sync", True): got["hostfs"][1]}, kinds
+    assert_losses_counted(s)

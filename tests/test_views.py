@@ -216,3 +216,30 @@ def test_hostfs_io_makes_one_row_of_a_buffered_write_begun_folio_by_folio(source
                    {"ts_ns": 21, "offset_bytes": 68 * K, "bytes": 4 * K, "op": "write"},
                    {"ts_ns": 30, "offset_bytes": 0, "bytes": 72 * K, "op": "read"},
                    {"ts_ns": 40, "offset_bytes": 8 * K, "bytes": 64 * K, "op": "write"}]
+
+
+def test_hostfs_io_makes_one_discard_row_of_an_xfs_hole_punched_in_several_transactions():
+    """xfs unmaps a punched range a few extents per transaction and traces
+    the whole range each time (xfs_bunmap, 9): the same task's same range
+    again within 10 ms is the same hole.  Another range, the same range
+    from another task or much later, and ext4's punch_hole (10) are rows
+    of their own."""
+    M = 1 << 20
+    ev = [hostfs(1_000, 8 * M, 120 * M, source=9, op=3), hostfs(1_030, 8 * M, 120 * M, source=9, op=3),
+          hostfs(1_060, 8 * M, 120 * M, source=9, op=3), hostfs(2_000, 128 * M, 64 * M, source=9, op=3),
+          hostfs(50_000_000, 128 * M, 64 * M, source=9, op=3)]
+    other = hostfs(1_050, 8 * M, 120 * M, source=9, op=3)
+    other["pid"] = 2
+    s = session(device_map=device_map(host_fs="xfs"), hostfs_events=ev + [other])
+    got = s.rows("SELECT ts_ns, offset_bytes, bytes, op, source, pid FROM hostfs_io ORDER BY ts_ns")
+    assert got == [
+        {"ts_ns": 1_000, "offset_bytes": 8 * M, "bytes": 120 * M, "op": "discard", "source": "xfs_bunmap", "pid": 1},
+        {"ts_ns": 1_050, "offset_bytes": 8 * M, "bytes": 120 * M, "op": "discard", "source": "xfs_bunmap", "pid": 2},
+        {"ts_ns": 2_000, "offset_bytes": 128 * M, "bytes": 64 * M, "op": "discard", "source": "xfs_bunmap", "pid": 1},
+        {"ts_ns": 50_000_000, "offset_bytes": 128 * M, "bytes": 64 * M, "op": "discard", "source": "xfs_bunmap",
+         "pid": 1}]
+    s = session(device_map=device_map(host_fs="ext4"),
+                hostfs_events=[hostfs(10, 0, M, source=10, op=3), hostfs(20, 0, M, source=10, op=3)])
+    assert s.rows("SELECT ts_ns, op, source FROM hostfs_io ORDER BY ts_ns") == [
+        {"ts_ns": 10, "op": "discard", "source": "ext4_punch_hole"},
+        {"ts_ns": 20, "op": "discard", "source": "ext4_punch_hole"}]

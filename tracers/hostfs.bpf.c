@@ -14,7 +14,7 @@ struct nt_pagecache_event *unused_pagecache_event __attribute__((unused));
 struct nt_mapping_event *unused_mapping_event __attribute__((unused));
 
 /* hostfs_event.source values are NT_HOSTFS_SOURCE_<HOOK>, from schemas/ */
-enum { HOP_READ = 0, HOP_WRITE = 1 };
+enum { HOP_READ = 0, HOP_WRITE = 1, HOP_DISCARD = 3 };
 enum { P_ADD = 1, P_DELETE, P_SYNC_RA, P_ASYNC_RA, P_RA_UNBOUNDED,
        P_RA_ORDER, P_DIRTY, P_WRITEBACK, P_FAULT, P_MAP_PAGES };
 enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS };
@@ -101,6 +101,30 @@ NT_TWIN(ext4_write_begin)
 { return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_WRITE_BEGIN, HOP_WRITE, btf); }
 NT_TWIN(ext4_da_write_begin)
 { return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_DA_WRITE_BEGIN, HOP_WRITE, btf); }
+
+/* Holes punched in the image: the loop device's discards (a guest's
+ * fstrim or online discard) and write-zeroes that may unmap.  ext4 says
+ * so with the range in bytes.  xfs_free_file_space has no range: the
+ * unmaps it makes do, in FS blocks, the whole range again for each
+ * transaction it takes (hostfs_io keeps the first); unmaps of the
+ * attribute and copy-on-write forks are not the file's data. */
+NT_TWIN(ext4_punch_hole)
+{ return access__emit(ARG(0, struct inode *), ctx[1], ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_PUNCH_HOLE, HOP_DISCARD, btf); }
+
+#define NT_XFS_BMAPI_ATTRFORK (1 << 2)
+#define NT_XFS_BMAPI_COWFORK (1 << 8)
+NT_TWIN(xfs_bunmap)
+{
+	struct xfs_inode *ip = ARG(0, struct xfs_inode *);
+	int flags = (int)ctx[3];
+	__u8 log;
+
+	if (flags & (NT_XFS_BMAPI_ATTRFORK | NT_XFS_BMAPI_COWFORK))
+		return 0;
+	log = RD2(btf, ip, i_mount, m_sb.sb_blocklog);
+	return access__emit(&ip->i_vnode, ctx[1] << log, ctx[2] << log, 0,
+			    NT_HOSTFS_SOURCE_XFS_BUNMAP, HOP_DISCARD, btf);
+}
 
 static __always_inline int cache__emit(struct inode *inode, __u64 index,
 				       __u64 nr_pages, __u64 aux, __u16 event, const bool btf)

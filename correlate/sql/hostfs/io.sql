@@ -23,6 +23,11 @@
 -- write_begin events do the same with large folios (ext2/3/4 on 6.16 and
 -- later): each folio's event carries what is left of the write, up to the
 -- page cache's largest folio, and a buffered write is one row too.
+-- Holes punched in the image (the loop device's discards) are op
+-- discard: ext4_punch_hole on ext2/3/4, and on xfs the unmaps
+-- (xfs_bunmap) its hole punching makes, each repeated for every
+-- transaction the range takes (the repeats, the same task's same range
+-- within 10 ms, are left out). btrfs has no such tracepoint.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'hostfs'
@@ -32,7 +37,7 @@
 -- @column ino UBIGINT          inode of the image file
 -- @column offset_bytes BIGINT  image file offset
 -- @column bytes UBIGINT        length
--- @column op VARCHAR           read, write or sync
+-- @column op VARCHAR           read, write, discard or sync
 -- @column direct BOOLEAN       O_DIRECT access (bypasses the host page cache)
 -- @column source VARCHAR       tracepoint the row comes from
 -- @column fs_type VARCHAR      host file system type
@@ -65,6 +70,13 @@ asks AS (   -- buffered reads' page lookups and buffered writes' per-folio
   FROM hostfs_events
   WHERE source IN (6, 7, 8)   -- mm_filemap_get_pages, ext4_write_begin, ext4_da_write_begin
   WINDOW w AS (PARTITION BY capture_id, dev, ino, pid, op ORDER BY ts_ns, cpu, seq)),
+unmaps AS (   -- xfs unmaps with the task's previous one
+  SELECT capture_id, cpu, seq, ts_ns, offset_bytes, bytes,
+         lag(ts_ns) OVER w AS prev_ns, lag(offset_bytes) OVER w AS prev_offset,
+         lag(bytes) OVER w AS prev_bytes
+  FROM hostfs_events
+  WHERE source = 9   -- xfs_bunmap
+  WINDOW w AS (PARTITION BY capture_id, dev, ino, pid ORDER BY ts_ns, cpu, seq)),
 dropped AS (
   -- a try under the shared iolock (overwrites only) that xfs gave up and
   -- made again under the exclusive one
@@ -72,10 +84,13 @@ dropped AS (
   WHERE iocb_flags & 32 = 0 AND next_flags & 32 <> 0 AND next_ns - ts_ns < 10000000
   UNION ALL   -- the rest of a buffered read or write the task's previous ask covered
   SELECT capture_id, cpu, seq FROM asks
-  WHERE end_bytes = prev_end AND offset_bytes > prev_offset AND offset_bytes < prev_end)
+  WHERE end_bytes = prev_end AND offset_bytes > prev_offset AND offset_bytes < prev_end
+  UNION ALL   -- the same unmap again, in the range's next transaction
+  SELECT capture_id, cpu, seq FROM unmaps
+  WHERE offset_bytes = prev_offset AND bytes = prev_bytes AND ts_ns - prev_ns < 10000000)
 SELECT e.capture_id, e.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,
        e.dev, e.ino, e.offset_bytes, e.bytes,
-       CASE e.op WHEN 0 THEN 'read' WHEN 1 THEN 'write' ELSE 'sync' END AS op,
+       CASE e.op WHEN 0 THEN 'read' WHEN 1 THEN 'write' WHEN 3 THEN 'discard' ELSE 'sync' END AS op,
        (e.iocb_flags & 1) <> 0 AS direct, e.hook AS source,
        e.fs_type, e.pid, e.comm
 FROM ev e ANTI JOIN dropped f ON f.capture_id = e.capture_id AND f.cpu = e.cpu AND f.seq = e.seq

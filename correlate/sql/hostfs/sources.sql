@@ -28,5 +28,9 @@ SELECT * FROM (VALUES
   (7, 'ext4_write_begin', 'ext4'),
   (8, 'ext4_da_write_begin', 'ext2'),
   (8, 'ext4_da_write_begin', 'ext3'),
-  (8, 'ext4_da_write_begin', 'ext4')
+  (8, 'ext4_da_write_begin', 'ext4'),
+  (9, 'xfs_bunmap', 'xfs'),
+  (10, 'ext4_punch_hole', 'ext2'),
+  (10, 'ext4_punch_hole', 'ext3'),
+  (10, 'ext4_punch_hole', 'ext4')
 ) AS t(source, hook, fs_type);

@@ -163,15 +163,15 @@ GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
 -- of it (kind sync, writeback or rmw), plus the unattributed rest of it,
 -- classified (upper_id NULL; kind fault: a virtual-disk read of a block
 -- a page fault on a memory-mapped file asked for; else readahead,
--- journal, metadata, writeback or other: by the request's flags, and for
--- host-FS accesses to a qcow2 image's own tables, metadata).  bytes are exact overlaps of the mapped
--- ranges.
+-- journal, metadata, writeback, discard or other: by the request's op
+-- and flags, and for host-FS accesses to a qcow2 image's own tables,
+-- metadata).  bytes are exact overlaps of the mapped ranges.
 -- @column capture_id VARCHAR   capture
 -- @column upper_level VARCHAR  vfs or vdisk
 -- @column lower_level VARCHAR  vdisk, hostfs or disk
 -- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
 -- @column upper_id UBIGINT     io_id of the upper event (vfs_io or vdisk_io); NULL when unattributed
--- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), or for the unattributed: fault, readahead, journal, metadata, writeback, other
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), or for the unattributed: fault, readahead, journal, metadata, writeback, discard, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
 -- @column lag_ns BIGINT        writeback: lower start - upper end; otherwise lower start - upper start; NULL when unattributed
 CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;

@@ -13,7 +13,9 @@ CREATE OR REPLACE MACRO _overlap(a, alen, b, blen) AS
 -- 256 IDLE).  SYNC | META | IDLE together is how jbd2 (ext3, ext4:
 -- JBD2_JOURNAL_REQ_FLAGS) and the xfs log (xlog_write_iclog) write their
 -- journals; a disk without FUA loses the commit block's FUA and PREFLUSH
--- to the flush machinery before dispatch, but not these.
+-- to the flush machinery before dispatch, but not these.  A discard no
+-- application call explains (fstrim's ioctl, the FS's online discard) is
+-- its own class.
 CREATE OR REPLACE MACRO _unattributed_kind(op, flags) AS
   CASE WHEN op = 'read' AND flags & 32 <> 0 THEN 'readahead'
        WHEN op = 'read' AND flags & 2 <> 0 THEN 'metadata'
@@ -22,4 +24,5 @@ CREATE OR REPLACE MACRO _unattributed_kind(op, flags) AS
        WHEN flags & 2 <> 0 THEN 'metadata'
        WHEN op = 'write' AND flags & 1 <> 0 THEN 'journal'
        WHEN op = 'write' THEN 'writeback'
+       WHEN op = 'discard' THEN 'discard'
        ELSE 'other' END;

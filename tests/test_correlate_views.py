@@ -1,6 +1,8 @@
 """Diff tests for the correlator's views: hand-built stacks, exact rows."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from nestrace.session import Session
@@ -596,3 +598,20 @@ def test_a_read_is_tied_to_the_read_waiting_for_it_not_to_a_later_write_of_the_b
     reads = s.rows("SELECT io_id FROM vfs_io WHERE op = 'read'")
     assert s.rows("SELECT upper_id, kind, bytes FROM links") == [
         {"upper_id": reads[0]["io_id"], "kind": "sync", "bytes": 4096}]
+
+
+def test_a_discard_punched_into_the_image_is_tied_to_the_virtual_disk_discard():
+    """A guest discard (fstrim: no file call) is unattributed, of its own
+    kind; the hole the loop device punches for it in the image is tied to
+    it.  32 MiB is 8192 blocks a side: planned as a nested loop (the
+    planner sees 2 requests), links took seconds; the ASOF join is kept."""
+    t = dict(block_events=request(100, 110, 900, VDISK, 8 * MiB, 32 * MiB, rq=1, bio=11, op=3),
+             hostfs_events=[hostfs(200, 8 * MiB, 32 * MiB, source=9, op=3)])
+    s = session(**t)
+    vd = s.rows("SELECT io_id FROM vdisk_io")[0]["io_id"]
+    got = s.rows("SELECT lower_level, upper_id, kind, bytes FROM links ORDER BY lower_level")
+    assert got == [{"lower_level": "hostfs", "upper_id": vd, "kind": "sync", "bytes": 32 * MiB},
+                   {"lower_level": "vdisk", "upper_id": None, "kind": "discard", "bytes": 32 * MiB}]
+    plan = s.con.execute("EXPLAIN (FORMAT json) SELECT * FROM _links_blocks").fetchall()[0][1]
+    joins = set(re.findall(r'"name": "([A-Z_]*JOIN)"', plan))
+    assert "ASOF_JOIN" in joins and "NESTED_LOOP_JOIN" not in joins, joins

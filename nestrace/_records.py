@@ -180,6 +180,7 @@ TABLES = {
         ('end_ns', 'uint64', 'ns', 'capture end (CLOCK_MONOTONIC): the last moment every hook was attached (a few records after it come from hooks not yet detached)'),
         ('start_wall', 'string', '', 'capture start, UTC wall clock (ISO 8601)'),
         ('command', 'string', '', 'workload command run under tracing, if any'),
+        ('command_exit', 'int32', '', "the workload command's exit status (128 + N when signal N ended it); NULL without a command, and in stores written before it was kept"),
         ('hooks_json', 'string', '', 'JSON: tracepoint -> tp_btf | raw_tp | missing, as attached by the agent'),
         ('stack_json', 'string', '', 'JSON: the discovered stack (mount point, devices, image file, loop settings)'),
         ('lost_total', 'uint64', '', 'sequence gaps (ring-buffer drops included) over all CPUs, plus hook_misses, plus completions_missed beyond the sequence gaps: a lower bound of the events lost'),

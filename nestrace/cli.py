@@ -141,6 +141,75 @@ def lab_list() -> None:
                    f"{st.get('config', {}).get('guest_fs')} on {st.get('config', {}).get('host_fs')}")
 
 
+@lab.command("run", context_settings={"ignore_unknown_options": True})
+@click.option("-o", "--output", "store", required=True, type=click.Path(),
+              help="Store directory: one capture per stack.")
+@click.option("--guest-fs", default="ext4", show_default=True,
+              help=f"Guest file systems, comma-separated, or all ({', '.join(FILESYSTEMS)}).")
+@click.option("--host-fs", default="xfs", show_default=True,
+              help="Host file systems, comma-separated, or all.")
+@click.option("--guest-dio", default="on", show_default=True,
+              help="on, off or on,off: the virtual disk's O_DIRECT on the image (cache=none).")
+@click.option("--host-dio", default="on", show_default=True,
+              help="on, off or on,off: the host disk bypasses its backing file's page cache.")
+@click.option("--image-size", default="512M", show_default=True, help="Disk image size.")
+@click.option("--disk-size", default=None, help="Host disk size (default image + 256M).")
+@click.option("--guest-block-size", type=int, default=None, help="Guest FS block size in bytes.")
+@click.option("--host-block-size", type=int, default=None, help="Host FS block size in bytes.")
+@click.option("--fragment-image", is_flag=True, help="Scatter the image's extents first "
+              "(see lab up).")
+@click.option("--partitions", is_flag=True, help="Both file systems on a partition (see lab up).")
+@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Rounds of the whole matrix.")
+@click.option("--prepare", default=None, help="Shell command run on each stack before "
+              "recording, untraced (in the guest mount; caches are dropped after it).")
+@click.option("--mode", type=click.Choice(["auto", "tp_btf", "raw_tp"]), default="auto",
+              show_default=True, help="Tracepoint program type (auto probes).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@user_errors
+@needs_root
+@needs_btf
+def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size,
+            guest_block_size, host_block_size, fragment_image, partitions, repeat, prepare,
+            mode, command) -> None:
+    """Run CMD on every stack of a guest FS x host FS (x dio modes) matrix,
+    each built fresh, recorded into STORE and torn down; then print them
+    side by side.  CMD runs in the guest mount ({guest} in an argument is
+    replaced by it; NESTRACE_GUEST, NESTRACE_GUEST_FS, NESTRACE_HOST_FS,
+    NESTRACE_GUEST_DIO and NESTRACE_HOST_DIO are set).  Exit code 1 when a
+    stack failed or a workload exited non-zero."""
+    from . import matrix
+    from .session import Session
+    onoff = ("on", "off")
+    base = LabConfig(image_size=parse_size(image_size),
+                     disk_size=parse_size(disk_size) if disk_size else 0,
+                     guest_block_size=guest_block_size, host_block_size=host_block_size,
+                     fragment_image=fragment_image, partitions=partitions)
+    todo = matrix.cells(matrix.parse_list(guest_fs, FILESYSTEMS, "--guest-fs"),
+                        matrix.parse_list(host_fs, FILESYSTEMS, "--host-fs"),
+                        [v == "on" for v in matrix.parse_list(guest_dio, onoff, "--guest-dio")],
+                        [v == "on" for v in matrix.parse_list(host_dio, onoff, "--host-dio")],
+                        base, repeat)
+    for cell in todo:
+        cell.config.validate()
+    done = matrix.run_matrix(store, todo, list(command), prepare=prepare, mode=mode)
+    ids = [c.capture_id for c in done if c.capture_id]
+    if ids:
+        with Session(check_store(store)) as s:
+            matrix.render(matrix.compare(s, ids))
+    failed = [c for c in done if c.failed]
+    for c in failed:
+        click.echo(f"nestrace: failed: {c.label}: "
+                   f"{c.error or f'the workload exited with code {c.command_rc}'}", err=True)
+    lost = sum(c.lost for c in done)
+    if lost:
+        click.secho(f"nestrace: WARNING: {lost} events lost over the run (column lost)",
+                    err=True, fg="red")
+    click.echo(f"nestrace: {len(ids)} captures in {store} (nestrace compare {store})", err=True)
+    if failed or len(done) < len(todo):
+        sys.exit(1)
+
+
 # ---- record / seal ----------------------------------------------------------
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -515,6 +584,33 @@ def report_cmd(store, capture, as_json, memory_limit) -> None:
         click.echo(json.dumps(rep, indent=1, default=str))
     else:
         render(rep)
+
+
+@cli.command("compare")
+@click.argument("store", type=click.Path())
+@click.option("--capture", "capture_ids", multiple=True, help="Only these captures (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="The compare_captures rows as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="The compare_captures rows as CSV.")
+@user_errors
+def compare_cmd(store, capture_ids, as_json, as_csv) -> None:
+    """A store's captures side by side: stack, workload, throughput,
+    latency, amplification to the host disk, sequentiality (the
+    compare_captures view; `nestrace lab run` makes such stores)."""
+    from . import matrix
+    from .session import Session
+    with Session(check_store(store)) as s:
+        rows = matrix.compare(s, list(capture_ids) or None)
+    missing = sorted(set(capture_ids) - set(rows.column("capture_id").to_pylist()))
+    if missing:
+        raise UserError(f"{store}: no capture {', '.join(missing)}")
+    if as_json:
+        click.echo(json.dumps(rows.to_pylist(), default=str, indent=1))
+    elif as_csv:
+        w = csv.writer(sys.stdout)
+        w.writerow(rows.column_names)
+        w.writerows(tuple(r.values()) for r in rows.to_pylist())
+    else:
+        matrix.render(rows)
 
 
 @cli.command("correlate")

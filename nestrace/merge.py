@@ -324,6 +324,8 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
         "capture_id": cid,
         "start_ns": max(min(starts), 0), "end_ns": max(ends),
         "command": gmeta["command"] or hmeta["command"],
+        "command_exit": (gmeta.get("command_exit") if gmeta["command"]
+                         else hmeta.get("command_exit")),
         "hooks_json": json.dumps({**_hooks(hmeta), **_hooks(gmeta)}),
         "stack_json": json.dumps({
             "side": "merged",

@@ -274,11 +274,12 @@ def _signal(signum: int, handler):
         signal.signal(signum, prev)
 
 
-def _run_workload(command: list[str]) -> int:
+def _run_workload(command: list[str], cwd: str | None = None,
+                  env: dict[str, str] | None = None) -> int:
     """Run the traced command; the capture ends when it does.  A SIGTERM
     to nestrace is passed on to it, and Ctrl-C (which the terminal sends
     it too) gives it 5 s to exit.  Its exit code, 128 + N for signal N."""
-    child = subprocess.Popen(command)
+    child = subprocess.Popen(command, cwd=cwd, env=env)
     with _signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum)):
         try:
             rc = child.wait()
@@ -295,12 +296,12 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            command: list[str] | None = None, ringbuf_kb: int | None = None,
            flush_ms: int | None = None, all_hooks: bool = False,
            mode: str = "auto", families: str | None = None, cpus: str = "auto",
-           pid: int | None = None,
+           pid: int | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
     sees only that process (its threads included); the lower levels see
-    every I/O on the stack."""
+    every I/O on the stack.  `cwd`, `env`: the command's."""
     if pid is not None and not Path(f"/proc/{pid}").is_dir():
         raise RecordError(f"--pid {pid}: no such process")
     pin = agent_cpus(cpus)
@@ -372,7 +373,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                           (" | ".join(cap.agent_stderr[-3:]) or f"exit code {proc.returncode}"))
     try:
         if command:
-            cap.command_rc = _run_workload(command)
+            cap.command_rc = _run_workload(command, cwd, env)
+            live.update_facts(command_exit=cap.command_rc)
         else:
             with _signal(signal.SIGTERM, _interrupt):
                 try:

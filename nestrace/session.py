@@ -221,6 +221,10 @@ class Session:
     def sync_transform(self, capture_id: str | None = None) -> pa.Table:
         return self._view("sync_transform", capture_id)
 
+    def compare_captures(self, capture_id: str | None = None) -> pa.Table:
+        """One row per capture: its stack and the numbers that tell stacks apart."""
+        return self._view("compare_captures", capture_id)
+
     def views(self) -> list[str]:
         """Public views, by name."""
         return sorted(sqlmod.public_views(self.modules))

@@ -378,6 +378,7 @@ def seal(store: Path, capture_id: str) -> SealResult:
         "end_ns": end_ns,
         "start_wall": facts.get("start_wall", ""),
         "command": facts.get("command", ""),
+        "command_exit": facts.get("command_exit"),
         "hooks_json": json.dumps(start_meta.get("hooks", {})),
         "stack_json": json.dumps(facts.get("stack", {})),
         "lost_total": lost_total,

@@ -615,3 +615,53 @@ def test_a_discard_punched_into_the_image_is_tied_to_the_virtual_disk_discard():
     plan = s.con.execute("EXPLAIN (FORMAT json) SELECT * FROM _links_blocks").fetchall()[0][1]
     joins = set(re.findall(r'"name": "([A-Z_]*JOIN)"', plan))
     assert "ASOF_JOIN" in joins and "NESTED_LOOP_JOIN" not in joins, joins
+
+
+def test_compare_captures_puts_each_capture_s_stack_and_numbers_in_one_row():
+    """Two captures: c1 a 4 KiB direct read that became 32 KiB at the disk,
+    on ext4 over xfs with an O_DIRECT loop vdisk; c2 two 4 KiB writes on xfs
+    over ext4 whose workload failed, each write 8 KiB at the disk, with no
+    loop device under the host FS (host_dio unknown)."""
+    c1 = direct_read_stack()
+    c1["block_events"] = (request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+                          + request(310, 320, 800, DISK, 104 * MiB, 32768, rq=2, bio=12))
+    dm1 = [r | ({"dio": True, "backing_path": "/h/image.raw"} if r["level"] in ("vdisk", "disk")
+                else {}) for r in device_map()]
+    dm2 = [r | {"capture_id": "c2"} | ({"dio": True, "backing_path": "/h/image.raw"}
+                                       if r["level"] == "vdisk" else {})
+           for r in device_map(guest_fs="xfs", host_fs="ext4")]
+    c2_vfs = [vfs(5000, 1000, off=0, syscall=4), vfs(7000, 3000, off=4096, syscall=4)]
+    c2_blk = (request(5100, 5110, 5900, VDISK, 4 * MiB, 4096, rq=3, bio=13, op=1)
+              + request(5200, 5210, 5800, DISK, 104 * MiB, 8192, rq=4, bio=14, op=1)
+              + request(7100, 7110, 9900, VDISK, 4 * MiB + 4096, 4096, rq=5, bio=15, op=1)
+              + request(7200, 7210, 7400, DISK, 104 * MiB + 8192, 8192, rq=6, bio=16, op=1))
+    two = lambda rows: [r | {"capture_id": "c2"} for r in rows]   # noqa: E731
+    s = session(capture_meta=capture_meta(command="fio a", command_exit=0)
+                + two(capture_meta(command="fio b", command_exit=1, end_ns=2 * 10**9)),
+                device_map=dm1 + dm2,
+                extent_maps=extents() + two(extents()),
+                vfs_events=c1["vfs_events"] + two(c2_vfs),
+                block_events=c1["block_events"] + two(c2_blk),
+                hostfs_events=c1["hostfs_events"])
+    got = s.rows("SELECT * EXCLUDE (start_wall, guest_block_bytes, host_block_bytes, "
+                 "app_p99_ns, vdisk_q2c_median_ns) FROM compare_captures ORDER BY capture_id")
+    mib_s = lambda nbytes, ns: nbytes / MiB / (ns / 1e9)   # noqa: E731
+    assert got == [
+        {"capture_id": "c1", "guest_fs": "ext4", "host_fs": "xfs", "guest_dio": True,
+         "host_dio": True, "command": "fio a", "command_exit": 0, "seconds": 1.0,
+         "app_read_bytes": 4096, "app_write_bytes": 0, "app_mib_per_s": pytest.approx(mib_s(4096, 900)),
+         "app_median_ns": 900.0,
+         "vdisk_read_bytes": 4096, "vdisk_write_bytes": 0, "hostfs_read_bytes": 4096,
+         "hostfs_write_bytes": 0, "disk_read_bytes": 32768, "disk_write_bytes": 0,
+         "disk_read_x_app": 8.0, "disk_write_x_app": None, "vdisk_requests": 1,
+         "disk_requests": 1, "vdisk_sequential": None, "disk_sequential": None,
+         "disk_seek_median_sectors": None, "disk_q2c_median_ns": 490.0, "lost_total": 0},
+        {"capture_id": "c2", "guest_fs": "xfs", "host_fs": "ext4", "guest_dio": True,
+         "host_dio": None, "command": "fio b", "command_exit": 1, "seconds": 2.0,
+         "app_read_bytes": 0, "app_write_bytes": 8192,
+         "app_mib_per_s": pytest.approx(mib_s(8192, 10000 - 5000)), "app_median_ns": 2000.0,
+         "vdisk_read_bytes": 0, "vdisk_write_bytes": 8192, "hostfs_read_bytes": 0,
+         "hostfs_write_bytes": 0, "disk_read_bytes": 0, "disk_write_bytes": 16384,
+         "disk_read_x_app": None, "disk_write_x_app": 2.0, "vdisk_requests": 2,
+         "disk_requests": 2, "vdisk_sequential": 1.0, "disk_sequential": 1.0,
+         "disk_seek_median_sectors": 0, "disk_q2c_median_ns": 400.0, "lost_total": 0}]

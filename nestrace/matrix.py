@@ -1,0 +1,213 @@
+"""One workload on every stack of a guest FS x host FS matrix.
+
+`nestrace lab run` builds each lab stack in turn, records the workload on
+it into one store (a capture per stack), tears the stack down, and prints
+the captures side by side (the `compare_captures` view): the experiment of
+the nested-file-systems study, with every level traced.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow as pa
+
+from .lab import FILESYSTEMS, Lab, LabConfig, LabError
+
+
+@dataclass
+class Cell:
+    """One stack of the matrix and what became of it."""
+    config: LabConfig
+    capture_id: str | None = None
+    command_rc: int | None = None
+    lost: int = 0
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        c = self.config
+        return (f"{c.guest_fs} on {c.host_fs} (guest-dio {'on' if c.guest_dio else 'off'}, "
+                f"host-dio {'on' if c.host_dio else 'off'})")
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or bool(self.command_rc)
+
+
+def parse_list(value: str, choices: tuple[str, ...], option: str) -> list[str]:
+    """'ext4,xfs' -> ['ext4', 'xfs']; 'all' -> every choice."""
+    items = list(choices) if value.strip() == "all" else [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if v not in choices]
+    if bad or not items:
+        raise LabError(f"{option} {value!r}: choose from {', '.join(choices)} (comma-separated, or all)")
+    return list(dict.fromkeys(items))
+
+
+def cells(guest_fs: list[str], host_fs: list[str], guest_dio: list[bool], host_dio: list[bool],
+          base: LabConfig, repeat: int = 1) -> list[Cell]:
+    """Every combination, `repeat` rounds of it (round after round, so a
+    machine's drift falls on every stack alike)."""
+    combos = list(itertools.product(guest_fs, host_fs, guest_dio, host_dio))
+    return [Cell(replace(base, guest_fs=g, host_fs=h, guest_dio=gd, host_dio=hd))
+            for _ in range(repeat) for g, h, gd, hd in combos]
+
+
+def workload_env(cfg: LabConfig, mount: str) -> dict[str, str]:
+    """What the workload is told about its stack (besides its cwd, the guest mount)."""
+    return os.environ | {"NESTRACE_GUEST": mount, "NESTRACE_GUEST_FS": cfg.guest_fs,
+                         "NESTRACE_HOST_FS": cfg.host_fs,
+                         "NESTRACE_GUEST_DIO": "on" if cfg.guest_dio else "off",
+                         "NESTRACE_HOST_DIO": "on" if cfg.host_dio else "off"}
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=False)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_name: str,
+             prepare: str | None = None, log=lambda msg: print(msg, file=sys.stderr),
+             **record_opts) -> Cell:
+    """Build the cell's stack, run `prepare` on it untraced, drop the
+    caches, record `command` (cwd: the guest mount; `{guest}` in an
+    argument is replaced by it), tear the stack down, also on failure."""
+    from .record import RecordError, record
+    from .stack import StackError, discover
+    lab = Lab(lab_name)
+    try:
+        st = lab.up(cell.config)
+    except LabError as e:
+        cell.error = str(e)
+        return cell
+    try:
+        mount = st["guest_mount"]
+        env = workload_env(cell.config, mount)
+        if prepare:
+            r = subprocess.run(["sh", "-c", prepare], cwd=mount, env=env)
+            if r.returncode:
+                cell.error = f"--prepare exited with code {r.returncode}"
+                return cell
+        drop_caches()
+        cmd = [a.replace("{guest}", mount) for a in command]
+        try:
+            cap = record(store, discover(mount), command=cmd, cwd=mount, env=env, log=log,
+                         **record_opts)
+        except (RecordError, StackError) as e:
+            cell.error = str(e)
+            return cell
+        cell.capture_id, cell.command_rc = cap.capture_id, cap.command_rc
+        cell.lost = cap.seal.lost_total if cap.seal else 0
+        return cell
+    finally:
+        lab.down()
+
+
+def run_matrix(store: str | os.PathLike, todo: list[Cell], command: list[str], *,
+               prepare: str | None = None, log=lambda msg: print(msg, file=sys.stderr),
+               **record_opts) -> list[Cell]:
+    """Run `command` on every cell's stack, one after another, into `store`.
+    A cell that fails (its stack cannot be built, `prepare` or the capture
+    fails, the workload exits non-zero) is reported and the run goes on;
+    Ctrl-C stops it after tearing the current stack down."""
+    from .record import _signal
+    name = f"run-{os.getpid()}"
+    if Lab(name).state().get("made"):
+        raise LabError(f"lab {name!r} is up: nestrace lab down --name {name}")
+    interrupted: list[int] = []
+
+    def on_interrupt(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    done: list[Cell] = []
+    with _signal(signal.SIGINT, on_interrupt):
+        for i, cell in enumerate(todo, 1):
+            log(f"nestrace: [{i}/{len(todo)}] {cell.label}")
+            try:
+                run_cell(store, cell, command, lab_name=name, prepare=prepare, log=log,
+                         **record_opts)
+            except KeyboardInterrupt:
+                interrupted.append(signal.SIGINT)
+                cell.error = cell.error or "interrupted"
+            done.append(cell)
+            if cell.error:
+                log(f"nestrace: [{i}/{len(todo)}] failed: {cell.error}")
+            elif cell.command_rc:
+                log(f"nestrace: [{i}/{len(todo)}] the workload exited with code {cell.command_rc}")
+            if interrupted:
+                log(f"nestrace: interrupted: {len(todo) - i} of {len(todo)} stacks not run")
+                break
+    return done
+
+
+# ---- the side-by-side table -------------------------------------------------
+
+def compare(session, capture_ids: list[str] | None = None) -> pa.Table:
+    """compare_captures rows, in capture order (all, or those given)."""
+    if capture_ids is None:
+        return session.query("SELECT * FROM compare_captures ORDER BY capture_id")
+    if not capture_ids:
+        return session.query("SELECT * FROM compare_captures LIMIT 0")
+    return session.query("SELECT * FROM compare_captures WHERE list_contains(?, capture_id) "
+                         "ORDER BY capture_id", [capture_ids])
+
+
+def _num(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _us(ns) -> str:
+    return "-" if ns is None else f"{ns / 1000:.1f}"
+
+
+def _onoff(v) -> str:
+    return "-" if v is None else ("on" if v else "off")
+
+
+COLUMNS = (  # header, what (rendered under the table)
+    ("stack", "guest FS / host FS"),
+    ("dio", "O_DIRECT of the virtual disk / of the host disk"),
+    ("exit", "the workload's exit status"),
+    ("MiB/s", "application MiB per second of its reads and writes (first entered to last done)"),
+    ("p50 us", "median application read/write latency"),
+    ("p99 us", "its 99th percentile"),
+    ("R x", "host-disk bytes read per application byte read"),
+    ("W x", "host-disk bytes written per application byte written"),
+    ("vd seq", "share of sequential virtual-disk requests"),
+    ("d seq", "share of sequential host-disk requests"),
+    ("Q2C us", "median host-disk Q2C"),
+    ("lost", "events lost"),
+)
+
+
+def render(rows: pa.Table, console=None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    con = console or Console()
+    if console is None and not con.is_terminal:
+        con = Console(width=120)     # a pipe or a file: no 80-column squeeze
+    t = Table(title="Captures side by side (compare_captures)", box=box.SIMPLE_HEAD,
+              pad_edge=False)
+    for i, (col, _) in enumerate(COLUMNS):
+        t.add_column(col, justify="left" if i < 2 else "right", overflow="fold")
+    for r in rows.to_pylist():
+        t.add_row(f"{r['guest_fs'] or '-'}/{r['host_fs'] or '-'}",
+                  f"{_onoff(r['guest_dio'])}/{_onoff(r['host_dio'])}",
+                  _num(r["command_exit"], "d"), _num(r["app_mib_per_s"], ".1f"),
+                  _us(r["app_median_ns"]), _us(r["app_p99_ns"]),
+                  _num(r["disk_read_x_app"], ".2f"), _num(r["disk_write_x_app"], ".2f"),
+                  _num(r["vdisk_sequential"], ".2f"), _num(r["disk_sequential"], ".2f"),
+                  _us(r["disk_q2c_median_ns"]), _num(r["lost_total"], "d"))
+    con.print(t)
+    con.print("; ".join(f"{c}: {what}" for c, what in COLUMNS[3:]), style="dim")
+
+
+__all__ = ["Cell", "FILESYSTEMS", "cells", "compare", "parse_list", "render", "run_cell",
+           "run_matrix"]

@@ -1,0 +1,94 @@
+"""`nestrace lab run`: one workload over a guest FS x host FS matrix,
+recorded into one store, compared side by side (real stacks, real capture)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import nestrace
+from conftest import loop_devices, our_mounts, run_cli
+
+MiB = 1 << 20
+LAYOUT = "fio --name=j --rw=write --bs=1M --size=32M --direct=1 --output=/dev/null"
+
+
+@pytest.fixture
+def nothing_left():
+    before = (loop_devices(), our_mounts())
+    yield
+    assert (loop_devices(), our_mounts()) == before, "a lab stack was left behind"
+    assert run_cli("lab", "list").stdout == ""
+
+
+@pytest.mark.root
+def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, nothing_left):
+    """fio --rw=randread --bs=4k --direct=1 --size=32M --io_size=2M on ext4
+    and xfs guests over xfs and ext4 hosts, direct I/O at both loops: four
+    captures whose rows agree with fio's own numbers and with the store."""
+    store, out = tmp_path / "m.store", tmp_path / "fio"
+    out.mkdir()
+    fio = ("fio --name=j --rw=randread --bs=4k --direct=1 --size=32M --io_size=2M "
+           f"--output-format=json --output={out}/$NESTRACE_GUEST_FS-$NESTRACE_HOST_FS.json")
+    r = run_cli("lab", "run", "-o", str(store), "--guest-fs", "ext4,xfs", "--host-fs", "xfs,ext4",
+                "--prepare", LAYOUT, "--", "sh", "-c", fio)
+    assert "Captures side by side" in r.stdout and "xfs/ext4" in r.stdout
+    assert "4 captures in" in r.stderr
+    s = nestrace.open(store)
+    rows = s.compare_captures().to_pylist()
+    assert sorted((x["guest_fs"], x["host_fs"]) for x in rows) == [
+        ("ext4", "ext4"), ("ext4", "xfs"), ("xfs", "ext4"), ("xfs", "xfs")]
+    for x in rows:
+        cell = f"{x['guest_fs']}-{x['host_fs']}"
+        job = json.loads((out / f"{cell}.json").read_text())["jobs"][0]["read"]
+        assert (x["command_exit"], x["guest_dio"], x["host_dio"], x["lost_total"]) == (0, True, True, 0)
+        # the traced application did what fio says it did
+        assert x["app_read_bytes"] == job["io_bytes"] == 2 * MiB, cell
+        assert 0.85 < x["app_mib_per_s"] / (job["bw_bytes"] / MiB) < 1.15, (cell, x, job["bw_bytes"])
+        fio_p50 = job["clat_ns"]["percentile"]["50.000000"]
+        assert 0.8 < x["app_median_ns"] / fio_p50 < 1.25, (cell, x["app_median_ns"], fio_p50)
+        # direct I/O all the way: each 4 KiB read is one 4 KiB read at the host disk
+        assert 0.99 <= x["disk_read_x_app"] < 1.1, (cell, x)
+        assert x["vdisk_sequential"] < 0.1 and x["disk_q2c_median_ns"] > 0, (cell, x)
+        # the row's bytes are the store's
+        disk = s.rows("SELECT sum(bytes)::BIGINT AS b FROM disk_io WHERE capture_id = ? "
+                      "AND op = 'read'", [x["capture_id"]])[0]["b"]
+        assert x["disk_read_bytes"] == disk
+        assert f"--output={out}" in x["command"]
+    # the same rows through the CLI
+    cli = json.loads(run_cli("compare", str(store), "--json").stdout)
+    assert [c["capture_id"] for c in cli] == sorted(x["capture_id"] for x in rows)
+
+
+@pytest.mark.root
+def test_lab_run_goes_on_past_a_failing_stack_and_exits_1(tmp_path, nothing_left):
+    """--prepare fails on ext4 hosts (no capture), the workload fails on
+    the xfs guest (captured, exit status kept); the other stack is
+    recorded, every stack is torn down, and the run exits 1 naming both."""
+    store = tmp_path / "m.store"
+    r = run_cli("lab", "run", "-o", str(store), "--guest-fs", "ext4,xfs", "--host-fs", "xfs,ext4",
+                "--prepare", 'test "$NESTRACE_HOST_FS" != ext4',
+                "--", "sh", "-c", 'dd if=/dev/zero of=f bs=64k count=16 oflag=direct status=none'
+                                  ' && test "$NESTRACE_GUEST_FS" != xfs', check=False)
+    assert r.returncode == 1, r.stderr
+    failed = sorted(line for line in r.stderr.splitlines() if line.startswith("nestrace: failed:"))
+    assert len(failed) == 3, r.stderr
+    assert sum("--prepare exited with code 1" in line for line in failed) == 2
+    assert any("xfs on xfs" in line and "exited with code 1" in line for line in failed)
+    rows = nestrace.open(store).compare_captures().to_pylist()
+    got = sorted((x["guest_fs"], x["host_fs"], x["command_exit"], x["app_write_bytes"])
+                 for x in rows)
+    assert got == [("ext4", "xfs", 0, MiB), ("xfs", "xfs", 1, MiB)]
+
+
+@pytest.mark.root
+def test_lab_run_refuses_a_bad_matrix_before_building_anything(tmp_path, nothing_left):
+    for args, what in ((["--guest-fs", "ext4,zfs"], "--guest-fs 'ext4,zfs'"),
+                       (["--guest-dio", "maybe"], "--guest-dio 'maybe'"),
+                       (["--host-fs", "xfs", "--image-size", "64M", "--guest-fs", "ext4,xfs"],
+                        "below the xfs minimum")):
+        r = run_cli("lab", "run", "-o", str(tmp_path / "s"), *args, "--", "true", check=False)
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0].startswith("nestrace: error: ") and what in lines[0], lines
+    assert not (tmp_path / "s").exists()

@@ -627,7 +627,7 @@ def correlate_cmd(store, memory_limit) -> None:
 @cli.command("plot")
 @click.argument("store", type=click.Path())
 @click.option("--kind", default="seek-cdf", show_default=True,
-              help="seek-cdf, latency, phases, amplification, sizes or offsets.")
+              help="seek-cdf, latency, phases, amplification, sizes, offsets or compare.")
 @click.option("--level", default="disk", show_default=True, help="Level for seek-cdf.")
 @click.option("-o", "--output", required=True, type=click.Path(), help="FILE.html or FILE.png")
 @user_errors

@@ -31,6 +31,29 @@ def _label(s: Session) -> str:
     return f"{fs[0]} on {fs[1]}" if len(fs) == 2 else s.store.name
 
 
+def capture_labels(s: Session) -> dict[str, str]:
+    """A name per capture of a store: its stack ("ext4 on xfs"), with the
+    loops' dio modes when the store's captures differ in them, and a round
+    number when a stack was recorded more than once (lab run --repeat)."""
+    rows = s.rows("SELECT capture_id, guest_fs, host_fs, guest_dio, host_dio "
+                  "FROM compare_captures ORDER BY capture_id")
+    onoff = lambda v: "-" if v is None else ("on" if v else "off")   # noqa: E731
+    show_dio = len({(r["guest_dio"], r["host_dio"]) for r in rows}) > 1
+    base = {}
+    for r in rows:
+        name = f"{r['guest_fs'] or '?'} on {r['host_fs'] or '?'}"
+        if show_dio:
+            name += f" (dio {onoff(r['guest_dio'])}/{onoff(r['host_dio'])})"
+        base[r["capture_id"]] = name
+    counts: dict[str, int] = {}
+    out = {}
+    for cid, name in base.items():
+        counts[name] = counts.get(name, 0) + 1
+        repeated = sum(1 for n in base.values() if n == name) > 1
+        out[cid] = f"{name} #{counts[name]}" if repeated else name
+    return out
+
+
 def seek_cdf(stores: StoreLike | Sequence[StoreLike], level: str = "disk",
              labels: Sequence[str] | None = None, max_points: int = 2000) -> go.Figure:
     """CDF of I/Os over normalized seek distance at one level, one curve per
@@ -42,11 +65,12 @@ def seek_cdf(stores: StoreLike | Sequence[StoreLike], level: str = "disk",
         s = _session(st)
         rows = s.rows("SELECT capture_id, x, y FROM seek_cdf_points(?, ?)", [level, max_points])
         caps = sorted({r["capture_id"] for r in rows})
+        names = capture_labels(s) if len(caps) > 1 else {}
         for cid in caps:
             pts = [r for r in rows if r["capture_id"] == cid]
             name = labels[i] if labels else _label(s)
             if len(caps) > 1:
-                name += f" ({cid})"
+                name = f"{labels[i]}: {names[cid]}" if labels else names[cid]
             fig.add_trace(go.Scatter(x=[p["x"] for p in pts], y=[p["y"] for p in pts],
                                      mode="lines", line_shape="hv", name=name))
     fig.update_layout(title=f"Seek distance CDF at {level}",
@@ -135,8 +159,27 @@ def offset_scatter(store: StoreLike, max_points: int = 20000) -> go.Figure:
     return fig
 
 
+def compare_bars(store: StoreLike) -> go.Figure:
+    """A store's captures side by side (compare_captures): application
+    MiB/s, median latency, and host-disk bytes per application byte."""
+    s = _session(store)
+    names = capture_labels(s)
+    rows = s.rows("SELECT * FROM compare_captures ORDER BY capture_id")
+    x = [names[r["capture_id"]] for r in rows]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(
+        "application MiB/s", "median application latency (us)", "host-disk bytes per app byte"))
+    fig.add_trace(go.Bar(x=x, y=[r["app_mib_per_s"] for r in rows], name="MiB/s"), row=1, col=1)
+    fig.add_trace(go.Bar(x=x, y=[None if r["app_median_ns"] is None else r["app_median_ns"] / 1000
+                                 for r in rows], name="p50 us"), row=1, col=2)
+    for op, col in (("read", "disk_read_x_app"), ("write", "disk_write_x_app")):
+        fig.add_trace(go.Bar(x=x, y=[r[col] for r in rows], name=f"{op} x app"), row=1, col=3)
+    fig.update_layout(barmode="group", title="Captures side by side")
+    return fig
+
+
 KINDS = {"seek-cdf": seek_cdf, "latency": latency_breakdown, "phases": phase_distributions,
-         "amplification": amplification_chain, "sizes": size_histograms, "offsets": offset_scatter}
+         "amplification": amplification_chain, "sizes": size_histograms, "offsets": offset_scatter,
+         "compare": compare_bars}
 
 
 def all_figures(store: StoreLike) -> list[tuple[str, go.Figure]]:
@@ -163,12 +206,24 @@ def html_report(stores: Iterable[StoreLike], path: str | os.PathLike) -> None:
     for lv in ("vdisk", "disk"):
         parts.append(fig_html(seek_cdf(sessions, level=lv)))
     for s in sessions:
-        rep = build(s)
-        parts.append(f"<h2>{html.escape(_label(s))}: capture {html.escape(rep['capture_id'])}</h2>")
-        parts.append(_tables_html(rep))
-        for name, fn in KINDS.items():
-            if name != "seek-cdf":
-                parts.append(fig_html(fn(s)))
+        caps = s.captures()
+        if len(caps) <= 1:
+            rep = build(s)
+            parts.append(f"<h2>{html.escape(_label(s))}: capture {html.escape(rep['capture_id'])}</h2>")
+            parts.append(_tables_html(rep))
+            for name, fn in KINDS.items():
+                if name not in ("seek-cdf", "compare"):
+                    parts.append(fig_html(fn(s)))
+            continue
+        # several captures (lab run): side by side, then each one's tables
+        # (the other figures add captures up, so they are drawn per store
+        # of one capture only)
+        names = capture_labels(s)
+        parts.append(f"<h2>{html.escape(str(s.store))}: {len(caps)} captures</h2>")
+        parts.append(fig_html(compare_bars(s)))
+        for cid in caps:
+            parts.append(f"<h2>{html.escape(names.get(cid, cid))}: capture {html.escape(cid)}</h2>")
+            parts.append(_tables_html(build(s, cid)))
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>nestrace report</title>"
             "<style>body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;"
             "margin:1em 0} td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"

@@ -58,6 +58,13 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
     # the same rows through the CLI
     cli = json.loads(run_cli("compare", str(store), "--json").stdout)
     assert [c["capture_id"] for c in cli] == sorted(x["capture_id"] for x in rows)
+    # the HTML page: the captures side by side, then a section per stack
+    page = tmp_path / "m.html"
+    run_cli("html", str(store), "-o", str(page))
+    text = page.read_text()
+    assert "Captures side by side" in text
+    for x in rows:
+        assert f"<h2>{x['guest_fs']} on {x['host_fs']}: capture {x['capture_id']}</h2>" in text
 
 
 @pytest.mark.root

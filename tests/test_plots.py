@@ -79,3 +79,34 @@ def test_phase_distributions_draw_each_request_phase():
     by = {tr.name: dict(zip(tr.x, tr.y)) for tr in fig.data}
     assert by["disk"]["d2c"] == pytest.approx(1.0) and by["disk"]["q2c"] == pytest.approx(1.03)
     assert by["vdisk"]["d2c"] == pytest.approx(0.5)
+
+
+def test_a_matrix_store_names_each_capture_by_its_stack_and_compares_them():
+    """Three captures: ext4 on xfs twice (two rounds), xfs on xfs once with
+    the virtual disk through the host page cache; each with its own seek
+    curve and bars."""
+    def cap(cid, guest_fs, vdisk_dio, disk_sectors, nbytes):
+        dm = [r | {"capture_id": cid} | ({"dio": vdisk_dio, "backing_path": "/h/image.raw"}
+                                         if r["level"] == "vdisk" else {})
+              for r in device_map(guest_fs=guest_fs)]
+        ev = (request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1)
+              + request(4, 5, 6, DISK, disk_sectors * 512, nbytes, rq=2, bio=2))
+        return dm, [r | {"capture_id": cid} for r in ev + [vfs(1, 999, ret=2048)]]
+    parts = [cap("a", "ext4", True, 8, 4096), cap("b", "xfs", False, 16, 4096),
+             cap("c", "ext4", True, 8, 8192)]
+    meta = [r | {"capture_id": cid} for cid in "abc" for r in capture_meta()]
+    s = Session.from_tables({"capture_meta": meta, "device_map": sum((p[0] for p in parts), []),
+                             "extent_maps": [], "block_events": sum((p[1][:-1] for p in parts), []),
+                             "vfs_events": [p[1][-1] for p in parts]})
+    names = {"a": "ext4 on xfs (dio on/-) #1", "b": "xfs on xfs (dio off/-)",
+             "c": "ext4 on xfs (dio on/-) #2"}
+    assert plots.capture_labels(s) == names
+    fig = plots.seek_cdf(s, level="disk")
+    # one distance each: 8 - 8 = 0, 16 - 8 = 8, 8 - 8 = 0 sectors
+    assert [(t.name, list(t.x)) for t in fig.data] == [
+        (names["a"], [0.0]), (names["b"], [8 / float(1 << 21)]), (names["c"], [0.0])]
+    bars = plots.compare_bars(s)
+    by = {t.name: list(t.y) for t in bars.data}
+    assert list(bars.data[0].x) == [names["a"], names["b"], names["c"]]
+    assert by["read x app"] == [4.0, 4.0, 6.0]      # (4096 + nbytes) / 2048
+    assert by["p50 us"] == [0.999, 0.999, 0.999]

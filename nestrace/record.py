@@ -374,7 +374,6 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     try:
         if command:
             cap.command_rc = _run_workload(command, cwd, env)
-            live.update_facts(command_exit=cap.command_rc)
         else:
             with _signal(signal.SIGTERM, _interrupt):
                 try:
@@ -410,6 +409,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     cap.stream_problems = [str(p) for p in state.problems]
     try:
         try:
+            if cap.command_rc is not None:
+                live.update_facts(command_exit=cap.command_rc)
             # files read or written by system calls, and by memory (page
             # faults and dirtied pages of mapped files: page-cache events)
             touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")

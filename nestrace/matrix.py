@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -66,18 +65,13 @@ def workload_env(cfg: LabConfig, mount: str) -> dict[str, str]:
                          "NESTRACE_HOST_DIO": "on" if cfg.host_dio else "off"}
 
 
-def drop_caches() -> None:
-    subprocess.run(["sync"], check=False)
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
 def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_name: str,
              prepare: str | None = None, log=lambda msg: print(msg, file=sys.stderr),
              **record_opts) -> Cell:
     """Build the cell's stack, run `prepare` on it untraced, drop the
     caches, record `command` (cwd: the guest mount; `{guest}` in an
     argument is replaced by it), tear the stack down, also on failure."""
-    from .record import RecordError, record
+    from .record import RecordError, drop_caches, record
     from .stack import StackError, discover
     lab = Lab(lab_name)
     try:

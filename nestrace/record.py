@@ -423,6 +423,12 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     return cap
 
 
+def drop_caches() -> None:
+    """Write back and drop the page cache, so a recording starts cold."""
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
 def record_lab(store: str | os.PathLike, fio_args: list[str], *, guest_fs: str = "ext4",
                host_fs: str = "xfs", layout_mib: int = 64, name: str = "notebook",
                **lab_opts) -> Capture:
@@ -439,8 +445,7 @@ def record_lab(store: str | os.PathLike, fio_args: list[str], *, guest_fs: str =
         job = ["fio", "--name=nb", f"--directory={mp}", "--ioengine=psync", "--output=/dev/null",
                f"--size={layout_mib}M"]
         subprocess.run(job + ["--rw=write", "--bs=1M", "--direct=1"], check=True)
-        subprocess.run(["sync"], check=True)
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        drop_caches()
         from .stack import discover
         return record(store, discover(mp), command=job + list(fio_args))
     finally:

@@ -141,6 +141,25 @@ def lab_list() -> None:
                    f"{st.get('config', {}).get('guest_fs')} on {st.get('config', {}).get('host_fs')}")
 
 
+def capture_options(f):
+    """The options of a capture, shared by record and lab run."""
+    for opt in reversed((
+        click.option("--ringbuf-kb", type=int, default=None, help="BPF ring buffer size in KiB."),
+        click.option("--flush-ms", type=click.IntRange(1, 60000), default=None,
+                     help="How often staged records reach the store, at most (default 200)."),
+        click.option("--mode", type=click.Choice(["auto", "tp_btf", "raw_tp"]), default="auto",
+                     show_default=True, help="Tracepoint program type (auto probes)."),
+        click.option("--all-hooks", is_flag=True,
+                     help="Also attach the host-FS access hooks hostfs_io ignores for this "
+                          "host FS (for comparing hooks; costs CPU per I/O)."),
+        click.option("--agent-cpus", default="auto", show_default=True,
+                     help="CPUs the agent runs on: a list (0,2-3), 'all', or 'auto': those "
+                          "that take no block-device interrupts, if some CPUs do and others "
+                          "not."))):
+        f = opt(f)
+    return f
+
+
 @lab.command("run", context_settings={"ignore_unknown_options": True})
 @click.option("-o", "--output", "store", required=True, type=click.Path(),
               help="Store directory: one capture per stack.")
@@ -163,15 +182,14 @@ def lab_list() -> None:
               help="Rounds of the whole matrix.")
 @click.option("--prepare", default=None, help="Shell command run on each stack before "
               "recording, untraced (in the guest mount; caches are dropped after it).")
-@click.option("--mode", type=click.Choice(["auto", "tp_btf", "raw_tp"]), default="auto",
-              show_default=True, help="Tracepoint program type (auto probes).")
+@capture_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @user_errors
 @needs_root
 @needs_btf
 def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size,
             guest_block_size, host_block_size, fragment_image, partitions, repeat, prepare,
-            mode, command) -> None:
+            ringbuf_kb, flush_ms, mode, all_hooks, agent_cpus, command) -> None:
     """Run CMD on every stack of a guest FS x host FS (x dio modes) matrix,
     each built fresh, recorded into STORE and torn down; then print them
     side by side.  CMD runs in the guest mount ({guest} in an argument is
@@ -192,7 +210,11 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
                         base, repeat)
     for cell in todo:
         cell.config.validate()
-    done = matrix.run_matrix(store, todo, list(command), prepare=prepare, mode=mode)
+    from .record import agent_cpus as check_cpus
+    check_cpus(agent_cpus)      # a bad CPU list is refused before anything is built
+    done = matrix.run_matrix(store, todo, list(command), prepare=prepare, ringbuf_kb=ringbuf_kb,
+                             flush_ms=flush_ms, mode=mode, all_hooks=all_hooks,
+                             cpus=agent_cpus)
     ids = [c.capture_id for c in done if c.capture_id]
     if ids:
         with Session(check_store(store)) as s:
@@ -219,17 +241,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @click.option("--image", type=click.Path(), help="Disk image file (with --stack, overrides).")
 @click.option("--disk", type=click.Path(), help="Host disk device (with --stack, overrides).")
 @click.option("--duration", type=float, default=None, help="Seconds to record (without CMD).")
-@click.option("--ringbuf-kb", type=int, default=None, help="BPF ring buffer size in KiB.")
-@click.option("--flush-ms", type=click.IntRange(1, 60000), default=None,
-              help="How often staged records reach the store, at most (default 200).")
-@click.option("--mode", type=click.Choice(["auto", "tp_btf", "raw_tp"]), default="auto",
-              show_default=True, help="Tracepoint program type (auto probes).")
-@click.option("--all-hooks", is_flag=True,
-              help="Also attach the host-FS access hooks hostfs_io ignores for this "
-                   "host FS (for comparing hooks; costs CPU per I/O).")
-@click.option("--agent-cpus", default="auto", show_default=True,
-              help="CPUs the agent runs on: a list (0,2-3), 'all', or 'auto': those that "
-                   "take no block-device interrupts, if some CPUs do and others not.")
+@capture_options
 @click.option("--pid", type=int, default=None,
               help="vfs level: only this process (and its threads); lower levels: all I/O.")
 @click.option("--side", type=click.Choice(["both", "guest", "host"]), default="both",

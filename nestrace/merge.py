@@ -327,6 +327,8 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
         "command_exit": (gmeta.get("command_exit") if gmeta["command"]
                          else hmeta.get("command_exit")),
         "hooks_json": json.dumps({**_hooks(hmeta), **_hooks(gmeta)}),
+        "settings_json": json.dumps({side: json.loads(m.get("settings_json") or "null")
+                                     for side, m in (("guest", gmeta), ("host", hmeta))}),
         "stack_json": json.dumps({
             "side": "merged",
             "guest": {"capture_id": gid, "store": str(gs), "machine": gmeta["machine"],

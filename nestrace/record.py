@@ -315,7 +315,9 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     machine = socket.gethostname()
     live.update_facts(machine=machine, kernel=platform.release(),
                       start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
-                      command=" ".join(command or []), stack=stack.to_json())
+                      command=" ".join(command or []), stack=stack.to_json(),
+                      settings={"agent_cpus": sorted(pin) if pin else None,
+                                "all_hooks": all_hooks, "pid": pid})
     live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
                                                          schema=table_schema("device_map")))
     live.write_table("extent_maps", snapshot_extents(stack, cid, "start"))

@@ -294,6 +294,18 @@ class SealResult:
     completions_unseen: int = 0    # completions missed beyond the sequence gaps
 
 
+AGENT_SETTINGS = ("agent_version", "ringbuf_bytes", "wakeup_bytes", "flush_ms", "ncpu",
+                  "families", "mode")
+
+
+def capture_settings(agent_start: dict, settings: dict) -> str | None:
+    """capture_meta.settings_json: the agent's settings from its start
+    message, and what record was told besides (CPUs, --all-hooks, --pid)."""
+    if not agent_start and not settings:
+        return None
+    return json.dumps({k: agent_start[k] for k in AGENT_SETTINGS if k in agent_start} | settings)
+
+
 def seal(store: Path, capture_id: str) -> SealResult:
     """Turn a live capture into Parquet tables plus lost_events and
     capture_meta; remove its live directory."""
@@ -380,6 +392,7 @@ def seal(store: Path, capture_id: str) -> SealResult:
         "command": facts.get("command", ""),
         "command_exit": facts.get("command_exit"),
         "hooks_json": json.dumps(start_meta.get("hooks", {})),
+        "settings_json": capture_settings(start_meta, facts.get("settings", {})),
         "stack_json": json.dumps(facts.get("stack", {})),
         "lost_total": lost_total,
         "hook_misses": hook_misses,

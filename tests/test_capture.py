@@ -309,8 +309,9 @@ def test_tiny_ring_buffer_counts_losses_and_warns(lab_factory, tmp_path):
     lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
     assert lost["drops"] > 0
     assert lost["gaps"] >= lost["drops"]
-    meta = s.rows("SELECT lost_total FROM capture_meta")[0]
+    meta = s.rows("SELECT lost_total, settings_json FROM capture_meta")[0]
     assert meta["lost_total"] == lost["gaps"]
+    assert json.loads(meta["settings_json"])["ringbuf_bytes"] == 4096
     assert "EVENTS LOST" in r.stderr
 
 
@@ -605,6 +606,12 @@ def test_agent_cpus_pins_the_agent(lab_factory, tmp_path):
         out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert allowed == "0"
+    # the store says how it was recorded
+    settings = json.loads(nestrace.open(tmp_path / "s").rows(
+        "SELECT settings_json FROM capture_meta")[0]["settings_json"])
+    assert settings["agent_cpus"] == [0] and settings["flush_ms"] == 200, settings
+    assert settings["all_hooks"] is False and settings["pid"] is None, settings
+    assert settings["ringbuf_bytes"] > 0 and settings["mode"] in ("auto", "tp_btf", "raw_tp")
     r = run_cli("record", "-o", str(tmp_path / "s2"), "--stack", lab.mount, "--agent-cpus", "x",
                 "--duration", "1", check=False)
     assert r.returncode == 2 and "--agent-cpus: 'x' is not a CPU list" in r.stderr

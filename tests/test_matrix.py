@@ -74,6 +74,7 @@ def test_lab_run_goes_on_past_a_failing_stack_and_exits_1(tmp_path, nothing_left
     recorded, every stack is torn down, and the run exits 1 naming both."""
     store = tmp_path / "m.store"
     r = run_cli("lab", "run", "-o", str(store), "--guest-fs", "ext4,xfs", "--host-fs", "xfs,ext4",
+                "--flush-ms", "50", "--ringbuf-kb", "2048", "--agent-cpus", "all",
                 "--prepare", 'test "$NESTRACE_HOST_FS" != ext4',
                 "--", "sh", "-c", 'dd if=/dev/zero of=f bs=64k count=16 oflag=direct status=none'
                                   ' && test "$NESTRACE_GUEST_FS" != xfs', check=False)
@@ -86,6 +87,11 @@ def test_lab_run_goes_on_past_a_failing_stack_and_exits_1(tmp_path, nothing_left
     got = sorted((x["guest_fs"], x["host_fs"], x["command_exit"], x["app_write_bytes"])
                  for x in rows)
     assert got == [("ext4", "xfs", 0, MiB), ("xfs", "xfs", 1, MiB)]
+    # record's options reached every capture
+    for row in nestrace.open(store).rows("SELECT settings_json FROM capture_meta"):
+        settings = json.loads(row["settings_json"])
+        assert (settings["flush_ms"], settings["ringbuf_bytes"], settings["agent_cpus"]) == \
+            (50, 2048 << 10, None), settings
 
 
 @pytest.mark.root
@@ -93,7 +99,8 @@ def test_lab_run_refuses_a_bad_matrix_before_building_anything(tmp_path, nothing
     for args, what in ((["--guest-fs", "ext4,zfs"], "--guest-fs 'ext4,zfs'"),
                        (["--guest-dio", "maybe"], "--guest-dio 'maybe'"),
                        (["--host-fs", "xfs", "--image-size", "64M", "--guest-fs", "ext4,xfs"],
-                        "below the xfs minimum")):
+                        "below the xfs minimum"),
+                       (["--agent-cpus", "99"], "--agent-cpus 99: CPUs [99] are not online")):
         r = run_cli("lab", "run", "-o", str(tmp_path / "s"), *args, "--", "true", check=False)
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         assert r.returncode == 2 and len(lines) == 1, r.stderr

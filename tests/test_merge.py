@@ -184,6 +184,10 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     # the image is read with O_DIRECT: each access's host disk request
     # bounds the offset too, to within ~1 µs here (~20 µs without)
     assert abs(m["o"] - SHIFT) <= m["e"] < 20_000, m
+    # each side's settings, as each agent ran
+    settings = json.loads(s.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])
+    assert {side: settings[side]["families"] for side in ("guest", "host")} == \
+        {"guest": "vfs,block", "host": "block,hostfs"}, settings
     assert m["n"] >= 4096
     assert {r["level"]: r["machine"] for r in s.rows("SELECT level, machine FROM base_levels")} == \
         {"vfs": os.uname().nodename, "vdisk": os.uname().nodename, "hostfs": "hostbox", "disk": "hostbox"}

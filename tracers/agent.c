@@ -1042,11 +1042,11 @@ int main(int argc, char **argv)
 	start = last_flush = now_ns();
 	hooks__json(hooks_json, sizeof(hooks_json));
 	out__json("{\"type\":\"start\",\"agent_version\":\"%s\",\"start_ns\":%llu,"
-		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"ncpu\":%d,"
+		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"flush_ms\":%ld,\"ncpu\":%d,"
 		  "\"families\":\"%s\",\"mode\":\"%s\",\"hooks\":%s}",
 		  NT_AGENT_VERSION, (unsigned long long)start,
 		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
-		  libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
+		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
 	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB)\n",
 		nloaded, (unsigned long long)env.ringbuf_bytes >> 10);
 

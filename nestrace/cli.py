@@ -641,16 +641,25 @@ def correlate_cmd(store, memory_limit) -> None:
 @click.option("--kind", default="seek-cdf", show_default=True,
               help="seek-cdf, latency, phases, amplification, sizes, offsets or compare.")
 @click.option("--level", default="disk", show_default=True, help="Level for seek-cdf.")
+@click.option("--capture", "capture_id", default=None,
+              help="Only this capture (default: every capture of the store, side by side).")
 @click.option("-o", "--output", required=True, type=click.Path(), help="FILE.html or FILE.png")
 @user_errors
-def plot_cmd(store, kind, level, output) -> None:
+def plot_cmd(store, kind, level, capture_id, output) -> None:
     """Draw one figure of a store to HTML (self-contained) or PNG."""
     from . import plots
     from .session import Session
     if kind not in plots.KINDS:
         raise UserError(f"unknown --kind {kind!r} (choose from {', '.join(plots.KINDS)})")
     s = Session(check_store(store))
-    fig = plots.seek_cdf(s, level=level) if kind == "seek-cdf" else plots.KINDS[kind](s)
+    if capture_id is not None:
+        if kind == "compare":
+            raise UserError("--capture: the compare figure puts every capture side by side")
+        if capture_id not in s.captures():
+            raise UserError(f"{store}: no capture {capture_id!r} "
+                            f"(have: {', '.join(s.captures()) or 'none'})")
+    fig = plots.seek_cdf(s, level=level, capture_id=capture_id) if kind == "seek-cdf" else \
+        plots.compare_bars(s) if kind == "compare" else plots.KINDS[kind](s, capture_id=capture_id)
     if output.endswith(".html"):
         fig.write_html(output, include_plotlyjs=True)
     elif output.endswith(".png"):

@@ -54,21 +54,35 @@ def capture_labels(s: Session) -> dict[str, str]:
     return out
 
 
+def _one_or_each(s: Session, capture_id: str | None) -> tuple[str, list, dict[str, str]]:
+    """(WHERE clause, its parameters, {capture: name}): one capture's rows
+    when `capture_id` is given, else every capture's, named by its stack
+    when there are several (a figure then draws them side by side instead
+    of adding them up)."""
+    if capture_id is not None:
+        return "WHERE capture_id = ?", [capture_id], {}
+    caps = s.rows("SELECT DISTINCT capture_id FROM capture_meta")
+    return "", [], capture_labels(s) if len(caps) > 1 else {}
+
+
 def seek_cdf(stores: StoreLike | Sequence[StoreLike], level: str = "disk",
-             labels: Sequence[str] | None = None, max_points: int = 2000) -> go.Figure:
+             labels: Sequence[str] | None = None, max_points: int = 2000,
+             capture_id: str | None = None) -> go.Figure:
     """CDF of I/Os over normalized seek distance at one level, one curve per
-    store and capture (e.g. the same guest FS on several host FS)."""
+    store and capture (e.g. the same guest FS on several host FS), or of
+    one capture."""
     if isinstance(stores, (Session, str, os.PathLike)):
         stores = [stores]
     fig = go.Figure()
     for i, st in enumerate(stores):
         s = _session(st)
         rows = s.rows("SELECT capture_id, x, y FROM seek_cdf_points(?, ?)", [level, max_points])
-        caps = sorted({r["capture_id"] for r in rows})
-        names = capture_labels(s) if len(caps) > 1 else {}
+        every = sorted({r["capture_id"] for r in rows})
+        caps = [c for c in every if capture_id in (None, c)]
+        names = capture_labels(s) if len(every) > 1 else {}
         for cid in caps:
             pts = [r for r in rows if r["capture_id"] == cid]
-            name = labels[i] if labels else _label(s)
+            name = labels[i] if labels else names.get(cid) or _label(s)
             if len(caps) > 1:
                 name = f"{labels[i]}: {names[cid]}" if labels else names[cid]
             fig.add_trace(go.Scatter(x=[p["x"] for p in pts], y=[p["y"] for p in pts],
@@ -79,13 +93,14 @@ def seek_cdf(stores: StoreLike | Sequence[StoreLike], level: str = "disk",
     return fig
 
 
-def latency_breakdown(store: StoreLike) -> go.Figure:
+def latency_breakdown(store: StoreLike, capture_id: str | None = None) -> go.Figure:
     """Mean application latency per request class, stacked by where it
-    was spent (guest service, guest queue, host FS, host queue, device)."""
+    was spent (guest service, guest queue, host FS, host queue, device);
+    a bar per class and capture in a store of several."""
     s = _session(store)
-    rows = s.rows("SELECT * FROM latency_breakdown_summary ORDER BY capture_id, class")
-    x = [r["class"] if len({q["capture_id"] for q in rows}) == 1 else f"{r['class']} {r['capture_id']}"
-         for r in rows]
+    where, p, names = _one_or_each(s, capture_id)
+    rows = s.rows(f"SELECT * FROM latency_breakdown_summary {where} ORDER BY capture_id, class", p)
+    x = [f"{names[r['capture_id']]}: {r['class']}" if names else r["class"] for r in rows]
     fig = go.Figure()
     for col, name in PARTS:
         fig.add_trace(go.Bar(x=x, y=[r[col] / 1000 for r in rows], name=name))
@@ -94,67 +109,132 @@ def latency_breakdown(store: StoreLike) -> go.Figure:
     return fig
 
 
-def phase_distributions(store: StoreLike, max_points: int = 5000) -> go.Figure:
-    """Distribution of each btt phase per block level (box plots)."""
+def phase_distributions(store: StoreLike, max_points: int = 5000,
+                        capture_id: str | None = None) -> go.Figure:
+    """Distribution of each btt phase per block level (box plots); in a
+    store of several captures, a box per capture (max_points each)."""
     s = _session(store)
-    rows = s.rows(f"""
-        SELECT level, phase, ns FROM (
-          UNPIVOT (SELECT level, q2g_ns AS q2g, i2d_ns AS i2d, d2c_ns AS d2c, q2c_ns AS q2c
-                   FROM block_requests) ON q2g, i2d, d2c, q2c INTO NAME phase VALUE ns)
-        USING SAMPLE reservoir({int(max_points)} ROWS) REPEATABLE (7)""")
-    fig = go.Figure()
-    for lv in ("vdisk", "disk"):
-        pts = [r for r in rows if r["level"] == lv]
-        fig.add_trace(go.Box(x=[p["phase"] for p in pts], y=[p["ns"] / 1000 for p in pts], name=lv))
-    fig.update_layout(boxmode="group", title="Block request phases (btt)", yaxis_title="µs",
-                      yaxis_type="log")
+    where, p, names = _one_or_each(s, capture_id)
+    caps = list(names) or [capture_id]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=("vdisk", "disk")) \
+        if names else go.Figure()
+    for i, cid in enumerate(caps):
+        rows = s.rows(f"""
+            SELECT level, phase, ns FROM (
+              UNPIVOT (SELECT level, q2g_ns AS q2g, i2d_ns AS i2d, d2c_ns AS d2c, q2c_ns AS q2c
+                       FROM block_requests {"WHERE capture_id = ?" if cid else ""})
+              ON q2g, i2d, d2c, q2c INTO NAME phase VALUE ns)
+            USING SAMPLE reservoir({int(max_points)} ROWS) REPEATABLE (7)""", [cid] if cid else [])
+        for row, lv in enumerate(("vdisk", "disk"), 1):
+            pts = [r for r in rows if r["level"] == lv]
+            box = go.Box(x=[q["phase"] for q in pts], y=[q["ns"] / 1000 for q in pts],
+                         name=names[cid] if names else lv, legendgroup=cid,
+                         showlegend=not names or row == 1, marker_color=_color(i) if names else None)
+            if names:
+                fig.add_trace(box, row=row, col=1)
+            else:
+                fig.add_trace(box)
+    fig.update_layout(boxmode="group", title="Block request phases (btt)")
+    fig.update_yaxes(title_text="µs", type="log")
     return fig
 
 
-def amplification_chain(store: StoreLike) -> go.Figure:
-    """Bytes read and written at each level, app -> disk."""
+def _color(i: int) -> str:
+    import plotly.colors
+    seq = plotly.colors.qualitative.Plotly
+    return seq[i % len(seq)]
+
+
+def amplification_chain(store: StoreLike, capture_id: str | None = None) -> go.Figure:
+    """Bytes read and written at each level, app -> disk.  In a store of
+    several captures: each level's bytes per application byte, a bar per
+    capture, reads and writes side by side."""
     s = _session(store)
-    rows = s.rows("SELECT level, op, bytes, ratio_to_app FROM amplification ORDER BY depth")
+    where, p, names = _one_or_each(s, capture_id)
+    rows = s.rows(f"SELECT capture_id, level, op, bytes, ratio_to_app FROM amplification {where} "
+                  "ORDER BY capture_id, depth", p)
+    if names:
+        fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=("read", "write"))
+        for i, (cid, name) in enumerate(names.items()):
+            for col, op in enumerate(("read", "write"), 1):
+                pts = [r for r in rows if r["capture_id"] == cid and r["op"] == op]
+                fig.add_trace(go.Bar(x=[q["level"] for q in pts], y=[q["ratio_to_app"] for q in pts],
+                                     name=name, legendgroup=cid, showlegend=col == 1,
+                                     marker_color=_color(i)), row=1, col=col)
+        fig.update_layout(barmode="group", title="Amplification chain (bytes per application byte)")
+        fig.update_yaxes(title_text="x app", row=1, col=1)
+        return fig
     fig = go.Figure()
     for op in ("read", "write"):
         pts = [r for r in rows if r["op"] == op]
-        fig.add_trace(go.Bar(x=[p["level"] for p in pts], y=[p["bytes"] for p in pts], name=op,
-                             text=[f"{p['ratio_to_app']:.2f}x" if p["ratio_to_app"] else ""
-                                   for p in pts]))
+        fig.add_trace(go.Bar(x=[q["level"] for q in pts], y=[q["bytes"] for q in pts], name=op,
+                             text=[f"{q['ratio_to_app']:.2f}x" if q["ratio_to_app"] else ""
+                                   for q in pts]))
     fig.update_layout(barmode="group", title="Amplification chain (bytes per level; x app)",
                       yaxis_title="bytes", xaxis_title="level")
     return fig
 
 
-def size_histograms(store: StoreLike) -> go.Figure:
-    """I/O size histograms per level side by side (size transformation)."""
+def size_histograms(store: StoreLike, capture_id: str | None = None) -> go.Figure:
+    """I/O size histograms per level side by side (size transformation).
+    In a store of several captures: a panel per level, a bar per capture,
+    as the share of that level's I/Os (captures differ in length)."""
     s = _session(store)
-    rows = s.rows("SELECT level, bin, sum(n) AS n FROM size_histogram GROUP BY ALL")
+    where, p, names = _one_or_each(s, capture_id)
+    rows = s.rows(f"SELECT capture_id, level, bin, sum(n) AS n FROM size_histogram {where} "
+                  "GROUP BY ALL", p)
+    if names:
+        fig = make_subplots(rows=len(LEVELS), cols=1, shared_xaxes=True, subplot_titles=LEVELS)
+        for i, (cid, name) in enumerate(names.items()):
+            for row, lv in enumerate(LEVELS, 1):
+                by_bin = {r["bin"]: r["n"] for r in rows if r["level"] == lv and r["capture_id"] == cid}
+                total = sum(by_bin.values())
+                fig.add_trace(go.Bar(x=list(SIZE_BINS),
+                                     y=[by_bin.get(b, 0) / total if total else 0 for b in SIZE_BINS],
+                                     name=name, legendgroup=cid, showlegend=row == 1,
+                                     marker_color=_color(i)), row=row, col=1)
+                fig.update_yaxes(title_text="share", row=row, col=1)
+        fig.update_layout(barmode="group", title="I/O sizes per level (vscsiStats bins)",
+                          height=250 * len(LEVELS))
+        return fig
     fig = go.Figure()
     for lv in LEVELS:
-        by_bin = {r["bin"]: r["n"] for r in rows if r["level"] == lv}
+        by_bin = {}
+        for r in rows:
+            if r["level"] == lv:
+                by_bin[r["bin"]] = by_bin.get(r["bin"], 0) + r["n"]
         fig.add_trace(go.Bar(x=list(SIZE_BINS), y=[by_bin.get(b, 0) for b in SIZE_BINS], name=lv))
     fig.update_layout(barmode="group", title="I/O sizes per level (vscsiStats bins)",
                       xaxis_title="size", yaxis_title="I/Os")
     return fig
 
 
-def offset_scatter(store: StoreLike, max_points: int = 20000) -> go.Figure:
+def offset_scatter(store: StoreLike, max_points: int = 20000,
+                   capture_id: str | None = None) -> go.Figure:
     """Offset over time per level (seekwatcher view), at most max_points I/Os
-    per level."""
+    per level and capture.  In a store of several captures each is drawn
+    from its own first I/O, in its own colour."""
     s = _session(store)
-    rows = s.rows("SELECT * FROM seek_offsets_sample(?)", [max_points])
-    t0 = min((r["ts_ns"] for r in rows), default=0)
+    where, p, names = _one_or_each(s, capture_id)
+    rows = s.rows(f"SELECT * FROM seek_offsets_sample(?) {where}", [max_points] + p)
+    t0: dict[str, int] = {}
+    for r in rows:
+        t0[r["capture_id"]] = min(t0.get(r["capture_id"], r["ts_ns"]), r["ts_ns"])
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, subplot_titles=LEVELS)
+    series = ([((cid, None), name, _color(i)) for i, (cid, name) in enumerate(names.items())]
+              if names else [((None, "read"), "read", "#1f77b4"), ((None, "write"), "write", "#d62728")])
     for i, lv in enumerate(LEVELS, 1):
-        for op, color in (("read", "#1f77b4"), ("write", "#d62728")):
-            pts = [r for r in rows if r["level"] == lv and r["op"] == op]
-            fig.add_trace(go.Scattergl(x=[(p["ts_ns"] - t0) / 1e9 for p in pts],
-                                       y=[p["offset_bytes"] / (1 << 20) for p in pts],
+        for (cid, op), name, color in series:
+            pts = [r for r in rows if r["level"] == lv and (cid is None or r["capture_id"] == cid)
+                   and (op is None or r["op"] == op)]
+            fig.add_trace(go.Scattergl(x=[(q["ts_ns"] - t0[q["capture_id"]]) / 1e9 for q in pts],
+                                       y=[q["offset_bytes"] / (1 << 20) for q in pts],
                                        mode="markers", marker={"size": 3, "color": color},
-                                       name=f"{lv} {op}", showlegend=(i == 1)), row=i, col=1)
+                                       name=name if names else f"{lv} {name}", legendgroup=name,
+                                       showlegend=(i == 1)), row=i, col=1)
         fig.update_yaxes(title_text="MiB", row=i, col=1)
-    fig.update_xaxes(title_text="seconds", row=4, col=1)
+    fig.update_xaxes(title_text="seconds" + (" from each capture's first I/O" if names else ""),
+                     row=4, col=1)
     fig.update_layout(title="Offset over time per level", height=900)
     return fig
 
@@ -216,14 +296,17 @@ def html_report(stores: Iterable[StoreLike], path: str | os.PathLike) -> None:
                     parts.append(fig_html(fn(s)))
             continue
         # several captures (lab run): side by side, then each one's tables
-        # (the other figures add captures up, so they are drawn per store
-        # of one capture only)
+        # and figures
         names = capture_labels(s)
         parts.append(f"<h2>{html.escape(str(s.store))}: {len(caps)} captures</h2>")
-        parts.append(fig_html(compare_bars(s)))
+        for fn in (compare_bars, amplification_chain, size_histograms):
+            parts.append(fig_html(fn(s)))
         for cid in caps:
             parts.append(f"<h2>{html.escape(names.get(cid, cid))}: capture {html.escape(cid)}</h2>")
             parts.append(_tables_html(build(s, cid)))
+            for name, fn in KINDS.items():
+                if name not in ("seek-cdf", "compare"):
+                    parts.append(fig_html(fn(s, capture_id=cid)))
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>nestrace report</title>"
             "<style>body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;"
             "margin:1em 0} td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"

@@ -110,3 +110,20 @@ def test_a_matrix_store_names_each_capture_by_its_stack_and_compares_them():
     assert list(bars.data[0].x) == [names["a"], names["b"], names["c"]]
     assert by["read x app"] == [4.0, 4.0, 6.0]      # (4096 + nbytes) / 2048
     assert by["p50 us"] == [0.999, 0.999, 0.999]
+    # the per-store figures draw the captures side by side, not added up
+    amp = plots.amplification_chain(s)
+    reads = {t.name: dict(zip(t.x, t.y)) for t in amp.data if t.xaxis == "x"}
+    assert {n: r["disk"] for n, r in reads.items()} == {names["a"]: 4.0, names["b"]: 4.0,
+                                                        names["c"]: 6.0}
+    sizes = {t.name: dict(zip(t.x, t.y)) for t in plots.size_histograms(s).data
+             if t.yaxis == "y4"}                   # the disk panel: shares of its I/Os
+    assert sizes[names["a"]]["4K"] == 1.0 and sizes[names["c"]]["8K"] == 0.5
+    lat = plots.latency_breakdown(s).data[0]
+    assert list(lat.x) == [f"{names[c]}: read 2K" for c in "abc"]
+    # or one capture: the store's one-capture figure of it
+    one = {t.name: list(t.y) for t in plots.amplification_chain(s, capture_id="c").data}
+    assert one["read"] == [2048, 0, 0, 4096 + 8192]
+    assert [(t.name, list(t.x)) for t in plots.seek_cdf(s, capture_id="b").data] == \
+        [(names["b"], [8 / float(1 << 21)])]
+    off = plots.offset_scatter(s, capture_id="a")
+    assert sorted(y for t in off.data if t.yaxis == "y4" for y in t.y) == [0.0, 4096 / MiB]

@@ -57,6 +57,25 @@ def test_seek_cdf_notebook_runs_on_two_host_file_systems(stores, tmp_path):
     assert names == ["ext4 on xfs", "ext4 on btrfs"]
 
 
+def test_seek_cdf_notebook_runs_on_a_lab_run_store(tmp_path):
+    """The notebook's own recipe: one store of a matrix run, one curve per
+    stack, and the side-by-side table with a row per stack."""
+    store = tmp_path / "matrix.store"
+    run_cli("lab", "run", "-o", str(store), "--guest-fs", "ext4", "--host-fs", "xfs,btrfs",
+            "--guest-dio", "off", "--", "fio", "--name=l", "--output=/dev/null", *WORKLOAD)
+    nb = run_notebook("seek_cdf.ipynb", {"NESTRACE_STORES": str(store)}, tmp_path)
+    figs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figs) == 2
+    for fig in figs:
+        names = [t["name"] for t in fig["data"]["application/vnd.plotly.v1+json"]["data"]]
+        assert names == ["ext4 on xfs", "ext4 on btrfs"]
+    table = next(o["data"]["text/html"] for c in nb.cells if c.cell_type == "code"
+                 for o in c.outputs if "compare" in c.source and "text/html" in o.get("data", {}))
+    rows = re.findall(r"<tr>\s*<th>\d+</th>\s*<td>(\w+)</td>\s*<td>(\w+)</td>", table)
+    assert rows == [("ext4", "xfs"), ("ext4", "btrfs")], table
+
+
 def test_walkthrough_notebook_runs(stores, tmp_path):
     nb = run_notebook("walkthrough.ipynb", {"NESTRACE_STORE": str(stores[0])}, tmp_path)
     figs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs

@@ -219,6 +219,10 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
     if ids:
         with Session(check_store(store)) as s:
             matrix.render(matrix.compare(s, ids))
+            if repeat > 1:
+                stacks = s.compare_stacks()
+                mine = [any(c in ids for c in r) for r in stacks.column("capture_ids").to_pylist()]
+                matrix.render_stacks(stacks.filter(mine))
     failed = [c for c in done if c.failed]
     for c in failed:
         click.echo(f"nestrace: failed: {c.label}: "
@@ -603,16 +607,21 @@ def report_cmd(store, capture, as_json, memory_limit) -> None:
 @click.option("--capture", "capture_ids", multiple=True, help="Only these captures (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="The compare_captures rows as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="The compare_captures rows as CSV.")
+@click.option("--by-stack", is_flag=True, help="One row per stack over its rounds (lab run "
+              "--repeat): medians and the throughput's spread (the compare_stacks view).")
 @user_errors
-def compare_cmd(store, capture_ids, as_json, as_csv) -> None:
+def compare_cmd(store, capture_ids, as_json, as_csv, by_stack) -> None:
     """A store's captures side by side: stack, workload, throughput,
     latency, amplification to the host disk, sequentiality (the
     compare_captures view; `nestrace lab run` makes such stores)."""
     from . import matrix
     from .session import Session
+    if by_stack and capture_ids:
+        raise UserError("--by-stack takes every capture of the store: no --capture")
     with Session(check_store(store)) as s:
-        rows = matrix.compare(s, list(capture_ids) or None)
-    missing = sorted(set(capture_ids) - set(rows.column("capture_id").to_pylist()))
+        rows = s.compare_stacks() if by_stack else matrix.compare(s, list(capture_ids) or None)
+    missing = sorted(set(capture_ids) - set(rows.column("capture_id").to_pylist())) \
+        if capture_ids else []
     if missing:
         raise UserError(f"{store}: no capture {', '.join(missing)}")
     if as_json:
@@ -620,7 +629,10 @@ def compare_cmd(store, capture_ids, as_json, as_csv) -> None:
     elif as_csv:
         w = csv.writer(sys.stdout)
         w.writerow(rows.column_names)
-        w.writerows(tuple(r.values()) for r in rows.to_pylist())
+        w.writerows(tuple(" ".join(v) if isinstance(v, list) else v for v in r.values())
+                    for r in rows.to_pylist())
+    elif by_stack:
+        matrix.render_stacks(rows)
     else:
         matrix.render(rows)
 

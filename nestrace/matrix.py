@@ -180,28 +180,66 @@ COLUMNS = (  # header, what (rendered under the table)
 )
 
 
-def render(rows: pa.Table, console=None) -> None:
+def _print_table(title: str, columns, cells, console=None) -> None:
+    """A rich table of `cells` (rows of strings) under `columns` (header,
+    what), the first two left-aligned, and what each column means under it."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
     con = console or Console()
     if console is None and not con.is_terminal:
         con = Console(width=120)     # a pipe or a file: no 80-column squeeze
-    t = Table(title="Captures side by side (compare_captures)", box=box.SIMPLE_HEAD,
-              pad_edge=False)
-    for i, (col, _) in enumerate(COLUMNS):
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, (col, _) in enumerate(columns):
         t.add_column(col, justify="left" if i < 2 else "right", overflow="fold")
-    for r in rows.to_pylist():
-        t.add_row(f"{r['guest_fs'] or '-'}/{r['host_fs'] or '-'}",
-                  f"{_onoff(r['guest_dio'])}/{_onoff(r['host_dio'])}",
-                  _num(r["command_exit"], "d"), _num(r["app_mib_per_s"], ".1f"),
-                  _us(r["app_median_ns"]), _us(r["app_p99_ns"]),
-                  _num(r["disk_read_x_app"], ".2f"), _num(r["disk_write_x_app"], ".2f"),
-                  _num(r["vdisk_sequential"], ".2f"), _num(r["disk_sequential"], ".2f"),
-                  _us(r["disk_q2c_median_ns"]), _num(r["lost_total"], "d"))
+    for row in cells:
+        t.add_row(*row)
     con.print(t)
-    con.print("; ".join(f"{c}: {what}" for c, what in COLUMNS[3:]), style="dim")
+    con.print("; ".join(f"{c}: {what}" for c, what in columns[2:]), style="dim")
 
 
-__all__ = ["Cell", "FILESYSTEMS", "cells", "compare", "parse_list", "render", "run_cell",
-           "run_matrix"]
+def _stack(r: dict) -> list[str]:
+    return [f"{r['guest_fs'] or '-'}/{r['host_fs'] or '-'}",
+            f"{_onoff(r['guest_dio'])}/{_onoff(r['host_dio'])}"]
+
+
+def render(rows: pa.Table, console=None) -> None:
+    _print_table("Captures side by side (compare_captures)", COLUMNS, [
+        _stack(r) + [_num(r["command_exit"], "d"), _num(r["app_mib_per_s"], ".1f"),
+                     _us(r["app_median_ns"]), _us(r["app_p99_ns"]),
+                     _num(r["disk_read_x_app"], ".2f"), _num(r["disk_write_x_app"], ".2f"),
+                     _num(r["vdisk_sequential"], ".2f"), _num(r["disk_sequential"], ".2f"),
+                     _us(r["disk_q2c_median_ns"]), _num(r["lost_total"], "d")]
+        for r in rows.to_pylist()], console)
+
+
+STACK_COLUMNS = (  # header, what (rendered under the table)
+    ("stack", "guest FS / host FS"),
+    ("dio", "O_DIRECT of the virtual disk / of the host disk"),
+    ("rounds", "rounds whose workload exited 0 (+ failed ones, left out of every number)"),
+    ("MiB/s", "median application MiB/s over the rounds"),
+    ("min-max", "the lowest and highest round"),
+    ("p50 us", "median over the rounds of the median application latency"),
+    ("p99 us", "the same of its 99th percentile"),
+    ("R x", "median host-disk bytes read per application byte read"),
+    ("W x", "median host-disk bytes written per application byte written"),
+    ("d seq", "median share of sequential host-disk requests"),
+    ("lost", "events lost over the stack's rounds"),
+)
+
+
+def render_stacks(rows: pa.Table, console=None) -> None:
+    """compare_stacks as a table: each stack's rounds in one row."""
+    _print_table("Stacks over their rounds (compare_stacks)", STACK_COLUMNS, [
+        _stack(r) + [str(r["rounds"]) + (f" (+{r['failed_rounds']} failed)"
+                                         if r["failed_rounds"] else ""),
+                     _num(r["app_mib_per_s"], ".1f"),
+                     f"{_num(r['app_mib_per_s_min'], '.1f')}-{_num(r['app_mib_per_s_max'], '.1f')}",
+                     _us(r["app_median_ns"]), _us(r["app_p99_ns"]),
+                     _num(r["disk_read_x_app"], ".2f"), _num(r["disk_write_x_app"], ".2f"),
+                     _num(r["disk_sequential"], ".2f"), _num(r["lost_total"], "d")]
+        for r in rows.to_pylist()], console)
+
+
+__all__ = ["Cell", "FILESYSTEMS", "cells", "compare", "parse_list", "render", "render_stacks",
+           "run_cell", "run_matrix"]

@@ -225,6 +225,11 @@ class Session:
         """One row per capture: its stack and the numbers that tell stacks apart."""
         return self._view("compare_captures", capture_id)
 
+    def compare_stacks(self) -> pa.Table:
+        """One row per stack of repeated captures (lab run --repeat): the
+        rounds' medians and the throughput's spread."""
+        return self.query("SELECT * FROM compare_stacks ORDER BY capture_ids[1]")
+
     def views(self) -> list[str]:
         """Public views, by name."""
         return sorted(sqlmod.public_views(self.modules))

@@ -665,3 +665,33 @@ def test_compare_captures_puts_each_capture_s_stack_and_numbers_in_one_row():
          "disk_read_x_app": None, "disk_write_x_app": 2.0, "vdisk_requests": 2,
          "disk_requests": 2, "vdisk_sequential": 1.0, "disk_sequential": 1.0,
          "disk_seek_median_sectors": 0, "disk_q2c_median_ns": 400.0, "lost_total": 0}]
+
+
+def test_compare_stacks_takes_the_median_of_a_stack_s_rounds_and_leaves_failed_ones_out():
+    """ext4 on xfs three times (reads of 900 and 1800 ns, 8x and 4x at the
+    disk; a third round whose workload failed, 16x), xfs on xfs once."""
+    def one(cid, dur, disk_bytes, exit_, guest_fs="ext4"):
+        tag = lambda rows: [r | {"capture_id": cid} for r in rows]   # noqa: E731
+        return dict(capture_meta=tag(capture_meta(command="fio r", command_exit=exit_)),
+                    device_map=tag(device_map(guest_fs=guest_fs)), extent_maps=tag(extents()),
+                    vfs_events=tag([vfs(100, dur, off=8192)]),
+                    block_events=tag(request(200, 210, 300, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+                                     + request(310, 320, 400, DISK, 104 * MiB, disk_bytes, rq=2, bio=12)))
+    caps = [one("a", 900, 32768, 0), one("b", 1800, 16384, 0), one("c", 700, 65536, 3),
+            one("d", 1000, 4096, 0, guest_fs="xfs")]
+    s = session(**{t: sum((c[t] for c in caps), []) for t in caps[0]})
+    got = s.compare_stacks().to_pylist()
+    mib_s = lambda ns: 4096 / MiB / (ns / 1e9)   # noqa: E731
+    keep = ("guest_fs", "host_fs", "command", "rounds", "failed_rounds", "app_mib_per_s",
+            "app_mib_per_s_min", "app_mib_per_s_max", "app_median_ns", "disk_read_x_app",
+            "disk_write_x_app", "lost_total", "capture_ids")
+    assert [{k: r[k] for k in keep} for r in got] == [
+        {"guest_fs": "ext4", "host_fs": "xfs", "command": "fio r", "rounds": 2, "failed_rounds": 1,
+         "app_mib_per_s": pytest.approx((mib_s(900) + mib_s(1800)) / 2),
+         "app_mib_per_s_min": pytest.approx(mib_s(1800)), "app_mib_per_s_max": pytest.approx(mib_s(900)),
+         "app_median_ns": 1350.0, "disk_read_x_app": 6.0, "disk_write_x_app": None,
+         "lost_total": 0, "capture_ids": ["a", "b", "c"]},
+        {"guest_fs": "xfs", "host_fs": "xfs", "command": "fio r", "rounds": 1, "failed_rounds": 0,
+         "app_mib_per_s": pytest.approx(mib_s(1000)), "app_mib_per_s_min": pytest.approx(mib_s(1000)),
+         "app_mib_per_s_max": pytest.approx(mib_s(1000)), "app_median_ns": 1000.0,
+         "disk_read_x_app": 1.0, "disk_write_x_app": None, "lost_total": 0, "capture_ids": ["d"]}]

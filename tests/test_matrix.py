@@ -105,6 +105,26 @@ def test_lab_run_goes_on_past_a_failing_stack_and_exits_1(tmp_path, nothing_left
 
 
 @pytest.mark.root
+def test_lab_run_repeat_gives_each_stack_its_rounds_and_their_spread(tmp_path, nothing_left):
+    """Two rounds of one stack: two captures, and one compare_stacks row
+    whose median lies between its rounds."""
+    store = tmp_path / "m.store"
+    r = run_cli("lab", "run", "-o", str(store), "--repeat", "2", "--", "sh", "-c",
+                "dd if=/dev/zero of=f bs=64k count=32 oflag=direct status=none")
+    assert "Stacks over their rounds" in r.stdout, r.stdout
+    caps = json.loads(run_cli("compare", str(store), "--json").stdout)
+    (row,) = json.loads(run_cli("compare", str(store), "--by-stack", "--json").stdout)
+    assert (row["guest_fs"], row["host_fs"], row["rounds"], row["failed_rounds"]) == ("ext4", "xfs", 2, 0)
+    assert row["capture_ids"] == sorted(c["capture_id"] for c in caps)
+    speeds = sorted(c["app_mib_per_s"] for c in caps)
+    assert (row["app_mib_per_s_min"], row["app_mib_per_s_max"]) == (speeds[0], speeds[1])
+    assert row["app_mib_per_s"] == pytest.approx(sum(speeds) / 2)
+    assert row["disk_write_x_app"] >= 1.0
+    csv_lines = run_cli("compare", str(store), "--by-stack", "--csv").stdout.splitlines()
+    assert csv_lines[1].endswith(" ".join(row["capture_ids"])), csv_lines
+
+
+@pytest.mark.root
 def test_lab_run_refuses_a_bad_matrix_before_building_anything(tmp_path, nothing_left):
     for args, what in ((["--guest-fs", "ext4,zfs"], "--guest-fs 'ext4,zfs'"),
                        (["--guest-dio", "maybe"], "--guest-dio 'maybe'"),

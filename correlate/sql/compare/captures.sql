@@ -98,3 +98,49 @@ LEFT JOIN amp a USING (capture_id)
 LEFT JOIN app USING (capture_id)
 LEFT JOIN seek s USING (capture_id)
 LEFT JOIN q2c q USING (capture_id);
+
+-- One row per stack of a store whose captures repeat stacks (`lab run
+-- --repeat N`): the rounds' medians, and the spread of the throughput.
+-- A stack is the same file systems, block sizes, dio modes and command.
+-- Rounds whose workload exited non-zero are counted in failed_rounds and
+-- left out of every number.
+-- @column guest_fs VARCHAR            guest file system
+-- @column host_fs VARCHAR             host file system
+-- @column guest_block_bytes UINTEGER  guest file system block size
+-- @column host_block_bytes UINTEGER   host file system block size
+-- @column guest_dio BOOLEAN           the virtual disk's O_DIRECT on the image
+-- @column host_dio BOOLEAN            the host disk bypasses its backing file's page cache
+-- @column command VARCHAR             workload command
+-- @column rounds BIGINT               captures of this stack whose workload exited 0 (or ran no command)
+-- @column failed_rounds BIGINT        captures of this stack whose workload exited non-zero
+-- @column app_mib_per_s DOUBLE        median over the rounds of compare_captures.app_mib_per_s
+-- @column app_mib_per_s_min DOUBLE    lowest round
+-- @column app_mib_per_s_max DOUBLE    highest round
+-- @column app_median_ns DOUBLE        median over the rounds of the application's median latency
+-- @column app_p99_ns DOUBLE           median over the rounds of its 99th percentile
+-- @column disk_read_x_app DOUBLE      median over the rounds of host-disk bytes read per application byte read
+-- @column disk_write_x_app DOUBLE     median over the rounds of host-disk bytes written per application byte written
+-- @column vdisk_sequential DOUBLE     median over the rounds of the share of sequential virtual-disk requests
+-- @column disk_sequential DOUBLE      median over the rounds of the share of sequential host-disk requests
+-- @column disk_q2c_median_ns DOUBLE   median over the rounds of the host disk's median Q2C
+-- @column lost_total UBIGINT          events lost over all the stack's captures
+-- @column capture_ids VARCHAR[]       the captures, in order
+CREATE OR REPLACE VIEW compare_stacks AS
+SELECT guest_fs, host_fs, guest_block_bytes, host_block_bytes, guest_dio, host_dio, command,
+       count(*) FILTER (WHERE coalesce(command_exit, 0) = 0) AS rounds,
+       count(*) FILTER (WHERE command_exit <> 0) AS failed_rounds,
+       median(app_mib_per_s) FILTER (WHERE coalesce(command_exit, 0) = 0) AS app_mib_per_s,
+       min(app_mib_per_s) FILTER (WHERE coalesce(command_exit, 0) = 0) AS app_mib_per_s_min,
+       max(app_mib_per_s) FILTER (WHERE coalesce(command_exit, 0) = 0) AS app_mib_per_s_max,
+       median(app_median_ns) FILTER (WHERE coalesce(command_exit, 0) = 0) AS app_median_ns,
+       median(app_p99_ns) FILTER (WHERE coalesce(command_exit, 0) = 0) AS app_p99_ns,
+       median(disk_read_x_app) FILTER (WHERE coalesce(command_exit, 0) = 0) AS disk_read_x_app,
+       median(disk_write_x_app) FILTER (WHERE coalesce(command_exit, 0) = 0) AS disk_write_x_app,
+       median(vdisk_sequential) FILTER (WHERE coalesce(command_exit, 0) = 0) AS vdisk_sequential,
+       median(disk_sequential) FILTER (WHERE coalesce(command_exit, 0) = 0) AS disk_sequential,
+       median(disk_q2c_median_ns) FILTER (WHERE coalesce(command_exit, 0) = 0)
+         AS disk_q2c_median_ns,
+       sum(lost_total)::UBIGINT AS lost_total,
+       list(capture_id ORDER BY capture_id) AS capture_ids
+FROM compare_captures
+GROUP BY guest_fs, host_fs, guest_block_bytes, host_block_bytes, guest_dio, host_dio, command;

@@ -239,21 +239,40 @@ def offset_scatter(store: StoreLike, max_points: int = 20000,
     return fig
 
 
-def compare_bars(store: StoreLike) -> go.Figure:
+def compare_bars(store: StoreLike, by_stack: bool | None = None) -> go.Figure:
     """A store's captures side by side (compare_captures): application
-    MiB/s, median latency, and host-disk bytes per application byte."""
+    MiB/s, median latency, and host-disk bytes per application byte.  By
+    stack (compare_stacks; the default when a stack was recorded more than
+    once, lab run --repeat): a bar per stack at the rounds' median, MiB/s
+    with whiskers to the lowest and highest round."""
     s = _session(store)
-    names = capture_labels(s)
-    rows = s.rows("SELECT * FROM compare_captures ORDER BY capture_id")
-    x = [names[r["capture_id"]] for r in rows]
+    stacks = s.compare_stacks().to_pylist()
+    if by_stack is None:
+        by_stack = any(len(r["capture_ids"]) > 1 for r in stacks)
+    if by_stack:
+        names = capture_labels(s)
+        rows = stacks
+        x = [names[r["capture_ids"][0]].split(" #")[0] for r in rows]
+        err = {"type": "data", "symmetric": False,
+               "array": [None if r["app_mib_per_s"] is None else r["app_mib_per_s_max"] - r["app_mib_per_s"]
+                         for r in rows],
+               "arrayminus": [None if r["app_mib_per_s"] is None
+                              else r["app_mib_per_s"] - r["app_mib_per_s_min"] for r in rows]}
+        title = "Stacks over their rounds (median; MiB/s from the lowest to the highest round)"
+    else:
+        names = capture_labels(s)
+        rows = s.rows("SELECT * FROM compare_captures ORDER BY capture_id")
+        x = [names[r["capture_id"]] for r in rows]
+        err, title = None, "Captures side by side"
     fig = make_subplots(rows=1, cols=3, subplot_titles=(
         "application MiB/s", "median application latency (us)", "host-disk bytes per app byte"))
-    fig.add_trace(go.Bar(x=x, y=[r["app_mib_per_s"] for r in rows], name="MiB/s"), row=1, col=1)
+    fig.add_trace(go.Bar(x=x, y=[r["app_mib_per_s"] for r in rows], name="MiB/s", error_y=err),
+                  row=1, col=1)
     fig.add_trace(go.Bar(x=x, y=[None if r["app_median_ns"] is None else r["app_median_ns"] / 1000
                                  for r in rows], name="p50 us"), row=1, col=2)
     for op, col in (("read", "disk_read_x_app"), ("write", "disk_write_x_app")):
         fig.add_trace(go.Bar(x=x, y=[r[col] for r in rows], name=f"{op} x app"), row=1, col=3)
-    fig.update_layout(barmode="group", title="Captures side by side")
+    fig.update_layout(barmode="group", title=title)
     return fig
 
 

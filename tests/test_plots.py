@@ -85,15 +85,15 @@ def test_a_matrix_store_names_each_capture_by_its_stack_and_compares_them():
     """Three captures: ext4 on xfs twice (two rounds), xfs on xfs once with
     the virtual disk through the host page cache; each with its own seek
     curve and bars."""
-    def cap(cid, guest_fs, vdisk_dio, disk_sectors, nbytes):
+    def cap(cid, guest_fs, vdisk_dio, disk_sectors, nbytes, dur=999):
         dm = [r | {"capture_id": cid} | ({"dio": vdisk_dio, "backing_path": "/h/image.raw"}
                                          if r["level"] == "vdisk" else {})
               for r in device_map(guest_fs=guest_fs)]
         ev = (request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1)
               + request(4, 5, 6, DISK, disk_sectors * 512, nbytes, rq=2, bio=2))
-        return dm, [r | {"capture_id": cid} for r in ev + [vfs(1, 999, ret=2048)]]
+        return dm, [r | {"capture_id": cid} for r in ev + [vfs(1, dur, ret=2048)]]
     parts = [cap("a", "ext4", True, 8, 4096), cap("b", "xfs", False, 16, 4096),
-             cap("c", "ext4", True, 8, 8192)]
+             cap("c", "ext4", True, 8, 8192, dur=1998)]
     meta = [r | {"capture_id": cid} for cid in "abc" for r in capture_meta()]
     s = Session.from_tables({"capture_meta": meta, "device_map": sum((p[0] for p in parts), []),
                              "extent_maps": [], "block_events": sum((p[1][:-1] for p in parts), []),
@@ -105,11 +105,22 @@ def test_a_matrix_store_names_each_capture_by_its_stack_and_compares_them():
     # one distance each: 8 - 8 = 0, 16 - 8 = 8, 8 - 8 = 0 sectors
     assert [(t.name, list(t.x)) for t in fig.data] == [
         (names["a"], [0.0]), (names["b"], [8 / float(1 << 21)]), (names["c"], [0.0])]
-    bars = plots.compare_bars(s)
+    bars = plots.compare_bars(s, by_stack=False)
     by = {t.name: list(t.y) for t in bars.data}
     assert list(bars.data[0].x) == [names["a"], names["b"], names["c"]]
     assert by["read x app"] == [4.0, 4.0, 6.0]      # (4096 + nbytes) / 2048
-    assert by["p50 us"] == [0.999, 0.999, 0.999]
+    assert by["p50 us"] == [0.999, 0.999, 1.998]
+    # a stack recorded twice (a, c): by default a bar per stack at the
+    # rounds' median, MiB/s whiskers to the lowest and highest round
+    stacks = plots.compare_bars(s)
+    by = {t.name: list(t.y) for t in stacks.data}
+    assert list(stacks.data[0].x) == ["ext4 on xfs (dio on/-)", names["b"]]
+    assert by["read x app"] == [5.0, 4.0]
+    fast, slow = 2048 / MiB / 999e-9, 2048 / MiB / 1998e-9
+    assert by["MiB/s"] == pytest.approx([(fast + slow) / 2, fast])
+    err = stacks.data[0].error_y
+    assert list(err.array) == pytest.approx([(fast - slow) / 2, 0])
+    assert list(err.arrayminus) == pytest.approx([(fast - slow) / 2, 0])
     # the per-store figures draw the captures side by side, not added up
     amp = plots.amplification_chain(s)
     reads = {t.name: dict(zip(t.x, t.y)) for t in amp.data if t.xaxis == "x"}

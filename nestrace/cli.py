@@ -710,6 +710,11 @@ def summary_cmd(store, capture) -> None:
 
 
 def main() -> None:
+    import faulthandler
+    import signal
+    # `kill -USR1 PID` prints every thread's Python stack to stderr (a
+    # recording that will not stop says where it waits)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     cli(prog_name="nestrace")
 
 

@@ -222,7 +222,10 @@ class Session:
         return self._view("sync_transform", capture_id)
 
     def compare_captures(self, capture_id: str | None = None) -> pa.Table:
-        """One row per capture: its stack and the numbers that tell stacks apart."""
+        """One row per capture (in capture order): its stack and the numbers
+        that tell stacks apart."""
+        if capture_id is None:
+            return self.query("SELECT * FROM compare_captures ORDER BY capture_id")
         return self._view("compare_captures", capture_id)
 
     def compare_stacks(self) -> pa.Table:

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -65,8 +66,37 @@ def host_side_recording(store, image, stop=signal.SIGINT):
         yield result
     finally:
         host.send_signal(stop)
-        result["stdout"], err = host.communicate(timeout=120)
+        try:
+            result["stdout"], err = host.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            where = _stuck(host.pid)          # what it waits on, before it is killed
+            host.send_signal(signal.SIGUSR1)  # nestrace prints its Python stacks
+            time.sleep(1)
+            host.kill()
+            out, err = host.communicate()
+            raise AssertionError(f"the host side did not stop in 120 s after {stop!r}:\n"
+                                 f"{where}\nstdout: {out}\nstderr: {err}") from None
     assert host.returncode == 0, err
+
+
+def _stuck(pid: int) -> str:
+    """Each process of the tree under pid: its state, kernel wait channel
+    and kernel stack (a test that hangs says where)."""
+    lines = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        base = Path(f"/proc/{p}")
+        try:
+            stat = (base / "stat").read_text().split(") ")[-1].split()[0]
+            lines.append(f"{p} {(base / 'cmdline').read_text().replace(chr(0), ' ')[:120]} "
+                         f"state {stat} wchan {(base / 'wchan').read_text()}")
+            lines.append((base / "stack").read_text())
+            for t in (base / "task").iterdir():
+                todo += [int(c) for c in (t / "children").read_text().split()]
+        except OSError as e:
+            lines.append(f"{p}: {e}")
+    return "\n".join(lines)
 
 
 def run_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:

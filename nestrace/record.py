@@ -280,7 +280,8 @@ def _run_workload(command: list[str], cwd: str | None = None,
     to nestrace is passed on to it, and Ctrl-C (which the terminal sends
     it too) gives it 5 s to exit.  Its exit code, 128 + N for signal N."""
     child = subprocess.Popen(command, cwd=cwd, env=env)
-    with _signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum)):
+    with _signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum)), \
+            _signal(signal.SIGINT, signal.default_int_handler):
         try:
             rc = child.wait()
         except KeyboardInterrupt:
@@ -377,7 +378,11 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         if command:
             cap.command_rc = _run_workload(command, cwd, env)
         else:
-            with _signal(signal.SIGTERM, _interrupt):
+            # SIGINT too, even when started with it ignored (a shell's
+            # background job): like blktrace and perf record, Ctrl-C or
+            # kill -INT always ends the recording
+            with _signal(signal.SIGTERM, _interrupt), \
+                    _signal(signal.SIGINT, signal.default_int_handler):
                 try:
                     if duration:
                         time.sleep(duration)

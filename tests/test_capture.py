@@ -396,6 +396,38 @@ def test_sigterm_ends_a_recording_cleanly(lab_factory, tmp_path):
     assert nestrace.open(b).rows("SELECT count(*) AS n FROM capture_meta")[0]["n"] == 1
 
 
+def test_sigint_ends_a_recording_started_with_sigint_ignored(lab_factory, tmp_path):
+    """A shell starts a background job with SIGINT ignored (and Python
+    then installs no handler for it); kill -INT still ends and seals the
+    recording, as it does blktrace's and perf record's."""
+    lab = lab_factory("ext4", "xfs")
+    ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)   # noqa: E731
+    for extra in ([], ["--", "sleep", "60"]):
+        store = tmp_path / f"s{len(extra)}"
+        proc = subprocess.Popen(NESTRACE + ["record", "-o", str(store), "--stack", lab.mount, *extra],
+                                cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=ignore)
+        if extra:                             # the workload runs: tracing has begun
+            for _ in range(300):
+                if subprocess.run(["pgrep", "-P", str(proc.pid), "-x", "sleep"],
+                                  capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.1)
+        else:
+            for line in proc.stderr:
+                if "recording; Ctrl-C to stop" in line:
+                    break
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise AssertionError(f"record {extra} did not stop on SIGINT") from None
+        assert "capture " in out and not list(store.glob("_live/*")), (extra, err)
+        assert nestrace.open(store).rows("SELECT count(*) AS n FROM capture_meta")[0]["n"] == 1
+
+
 def test_attaching_to_a_running_workload_counts_no_loss_while_attaching(lab_factory, tmp_path):
     """The agent attaches its programs one by one.  It attaches the
     completion's first, so that a request seen dispatched while it attaches

@@ -145,7 +145,7 @@ def run_matrix(store: str | os.PathLike, todo: list[Cell], command: list[str], *
 def compare(session, capture_ids: list[str] | None = None) -> pa.Table:
     """compare_captures rows, in capture order (all, or those given)."""
     if capture_ids is None:
-        return session.query("SELECT * FROM compare_captures ORDER BY capture_id")
+        return session.compare_captures()
     if not capture_ids:
         return session.query("SELECT * FROM compare_captures LIMIT 0")
     return session.query("SELECT * FROM compare_captures WHERE list_contains(?, capture_id) "

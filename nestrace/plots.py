@@ -31,10 +31,11 @@ def _label(s: Session) -> str:
     return f"{fs[0]} on {fs[1]}" if len(fs) == 2 else s.store.name
 
 
-def capture_labels(s: Session) -> dict[str, str]:
+def capture_labels(s: Session, rounds: bool = True) -> dict[str, str]:
     """A name per capture of a store: its stack ("ext4 on xfs"), with the
-    loops' dio modes when the store's captures differ in them, and a round
-    number when a stack was recorded more than once (lab run --repeat)."""
+    loops' dio modes when the store's captures differ in them, and (with
+    `rounds`) a round number when a stack was recorded more than once (lab
+    run --repeat)."""
     rows = s.rows("SELECT capture_id, guest_fs, host_fs, guest_dio, host_dio "
                   "FROM compare_captures ORDER BY capture_id")
     onoff = lambda v: "-" if v is None else ("on" if v else "off")   # noqa: E731
@@ -45,6 +46,8 @@ def capture_labels(s: Session) -> dict[str, str]:
         if show_dio:
             name += f" (dio {onoff(r['guest_dio'])}/{onoff(r['host_dio'])})"
         base[r["capture_id"]] = name
+    if not rounds:
+        return base
     counts: dict[str, int] = {}
     out = {}
     for cid, name in base.items():
@@ -114,7 +117,7 @@ def phase_distributions(store: StoreLike, max_points: int = 5000,
     """Distribution of each btt phase per block level (box plots); in a
     store of several captures, a box per capture (max_points each)."""
     s = _session(store)
-    where, p, names = _one_or_each(s, capture_id)
+    _, _, names = _one_or_each(s, capture_id)     # sampled per capture below
     caps = list(names) or [capture_id]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=("vdisk", "disk")) \
         if names else go.Figure()
@@ -199,10 +202,7 @@ def size_histograms(store: StoreLike, capture_id: str | None = None) -> go.Figur
         return fig
     fig = go.Figure()
     for lv in LEVELS:
-        by_bin = {}
-        for r in rows:
-            if r["level"] == lv:
-                by_bin[r["bin"]] = by_bin.get(r["bin"], 0) + r["n"]
+        by_bin = {r["bin"]: r["n"] for r in rows if r["level"] == lv}
         fig.add_trace(go.Bar(x=list(SIZE_BINS), y=[by_bin.get(b, 0) for b in SIZE_BINS], name=lv))
     fig.update_layout(barmode="group", title="I/O sizes per level (vscsiStats bins)",
                       xaxis_title="size", yaxis_title="I/Os")
@@ -246,13 +246,13 @@ def compare_bars(store: StoreLike, by_stack: bool | None = None) -> go.Figure:
     once, lab run --repeat): a bar per stack at the rounds' median, MiB/s
     with whiskers to the lowest and highest round."""
     s = _session(store)
-    stacks = s.compare_stacks().to_pylist()
+    stacks = s.compare_stacks().to_pylist() if by_stack is not False else []
     if by_stack is None:
         by_stack = any(len(r["capture_ids"]) > 1 for r in stacks)
     if by_stack:
-        names = capture_labels(s)
+        names = capture_labels(s, rounds=False)
         rows = stacks
-        x = [names[r["capture_ids"][0]].split(" #")[0] for r in rows]
+        x = [names[r["capture_ids"][0]] for r in rows]
         err = {"type": "data", "symmetric": False,
                "array": [None if r["app_mib_per_s"] is None else r["app_mib_per_s_max"] - r["app_mib_per_s"]
                          for r in rows],

@@ -108,9 +108,13 @@ def test_block_events_and_phases_match_the_kernels_blktrace(lab_factory, tmp_pat
     assert not oo - ko
     lost_c = ko - oo
     unseen = assert_losses_counted(s)
-    assert {k[1] for k in lost_c} <= {"C"} and sum(lost_c.values()) <= unseen, lost_c
+    missed = sum(lost_c.values())
+    assert {k[1] for k in lost_c} <= {"C"} and missed <= unseen, lost_c
+    # 2048 4 KiB I/Os on each device; a completion the kernel ran no program
+    # for is in blktrace only (CI once saw 4 of 4096)
     per_action = Counter(k[1] for k, v in o_ts.items() for _ in v)
-    assert per_action["Q"] >= 2 * 2048 and per_action["D"] >= 2 * 2048 and per_action["C"] >= 2 * 2048
+    assert per_action["Q"] >= 2 * 2048 and per_action["D"] >= 2 * 2048
+    assert per_action["C"] + missed >= 2 * 2048
     # each event at the same moment: both probes run on the same tracepoint hit
     skew = [abs(a - b) for k in o_ts for a, b in zip(sorted(o_ts[k]), sorted(k_ts[k]))]
     assert statistics.median(skew) < 5_000
@@ -130,7 +134,7 @@ def test_block_events_and_phases_match_the_kernels_blktrace(lab_factory, tmp_pat
             btt[at + (d,)] = (r["time_ns"] - d, None if q is None else r["time_ns"] - q)
     reqs = s.rows("SELECT dev, sector, d_ns, d2c_ns, q2c_ns FROM block_requests "
                   "WHERE op IN ('read', 'write') AND d_ns >= ? AND c_ns <= ?", [start, end])
-    assert len(reqs) >= 2 * 2048
+    assert len(reqs) + missed >= 2 * 2048
     by_at = defaultdict(list)
     for (dev, sector, d), v in btt.items():
         by_at[(dev, sector)].append((d, v))
@@ -155,7 +159,7 @@ def test_block_events_and_phases_match_the_kernels_blktrace(lab_factory, tmp_pat
     q = ("SELECT level, dev, sector, nr_sectors, op, d_ns, d2c_ns, q2c_ns FROM block_requests "
          "WHERE d_ns >= ? AND c_ns <= ?")
     mine, theirs = s.rows(q, [start, end]), t.rows(q, [start, end])
-    assert len(mine) >= 2 * 2048
+    assert len(mine) + missed >= 2 * 2048
 
     def shape(rows):
         return Counter((r["level"], r["dev"], r["sector"], r["nr_sectors"], r["op"]) for r in rows)

@@ -166,6 +166,44 @@ def test_unaligned_direct_writes_into_a_sparse_xfs_image_are_one_access_each(lab
     assert_losses_counted(s)
 
 
+@pytest.mark.parametrize("host_fs", ["ext4", "btrfs"])
+def test_direct_reads_and_writes_of_the_image_keep_their_direction_at_hostfs(lab_factory, tmp_path, host_fs):
+    """The loop device reads and writes the image with iocbs that carry no
+    IOCB_WRITE: iomap_dio_rw_begin's direction must come from the iov_iter
+    (it once came from the iocb, and every write on an ext2/3/4 host was a
+    hostfs read).  Each vdisk read and write has one hostfs access of the
+    same direction at its image offset, made while the request was out.
+    btrfs takes direct reads the iomap way but writes them through its page
+    cache, so its writes are the folios they dirty, with op write too."""
+    lab = lab_factory("ext4", host_fs, guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "fio", "--name=t",
+            f"--directory={lab.mount}", "--rw=randrw", "--bs=4k", "--size=32M",
+            "--io_size=4M", "--direct=1", "--output=/dev/null")
+    s = nestrace.open(store)
+    got = s.rows("""
+        SELECT v.op, count(*) AS vdisk,
+               count(*) FILTER (WHERE (SELECT count(*) FROM hostfs_io h WHERE h.op = v.op
+                   AND h.offset_bytes = v.offset_bytes AND h.bytes = v.bytes
+                   AND h.ts_ns BETWEEN v.d_ns AND v.c_ns) = 1) AS same_access
+        FROM vdisk_io v WHERE v.op IN ('read', 'write') AND v.c_ns IS NOT NULL
+        GROUP BY ALL ORDER BY ALL""")
+    assert [r["op"] for r in got] == ["read", "write"], got
+    for r in got:
+        assert r["vdisk"] >= 400, got
+        if host_fs == "ext4" or r["op"] == "read":
+            assert r["same_access"] == r["vdisk"], got
+    ops = {r["op"]: r["n"] for r in s.rows("SELECT op, count(*) AS n FROM hostfs_io GROUP BY ALL")}
+    vd = {r["op"]: r["vdisk"] for r in got}
+    assert ops["read"] == vd["read"], (ops, vd)
+    if host_fs == "ext4":
+        assert ops["write"] == vd["write"], (ops, vd)
+    else:   # a folio dirtied again before write-back is not seen again
+        assert 0.5 * vd["write"] <= ops["write"] <= vd["write"], (ops, vd)
+    assert_losses_counted(s)
+
+
 def test_libaio_reads_at_queue_depth_16_are_seen_at_all_four_levels(lab_factory, tmp_path):
     """Linux AIO: one vfs_io row per iocb (io_submit to the io_getevents
     that reaped it), at fio's offset, and each traced down the stack."""

@@ -72,10 +72,25 @@ static __always_inline __u16 opf__nt_flags(__u32 opf)
 	return f;
 }
 
+/* v5.14 (8cd54c1c8480) moved an iov_iter's direction from bit 0 of
+ * ->type (WRITE) to ->data_source. */
+struct iov_iter___old {
+	unsigned int type;
+} __attribute__((preserve_access_index));
+
+/* True when the iter's data goes into the file (a write).  The iter is the
+ * one witness every caller sets: iomap_dio_rw itself goes by it, and the
+ * loop device's iocbs carry no IOCB_WRITE. */
+static __always_inline bool iter__is_source(struct iov_iter *iter, const bool btf)
+{
+	if (bpf_core_field_exists(iter->data_source))
+		return RD1(btf, iter, data_source);
+	return BPF_CORE_READ((struct iov_iter___old *)iter, type) & 1;
+}
+
 /* IOCB_* kiocb flags: IOCB_DIRECT etc. are stable since v4.12 (they are the
  * RWF_* bits plus kernel bits at 1 << 17). */
 #define NT_IOCB_DIRECT	(1 << 17)
-#define NT_IOCB_WRITE	(1 << 18)
 #define NT_RWF_DSYNC	0x2
 #define NT_RWF_SYNC	0x4
 #define NT_RWF_NOWAIT	0x8

@@ -55,8 +55,8 @@ static __always_inline int kiocb__emit(struct kiocb *iocb, struct iov_iter *iter
 	struct inode *inode = RD2(btf, iocb, ki_filp, f_inode);
 	int ki_flags = RD1(btf, iocb, ki_flags);
 
-	if (op > HOP_WRITE)	/* iomap dio: direction from the iocb */
-		op = (ki_flags & NT_IOCB_WRITE) ? HOP_WRITE : HOP_READ;
+	if (op > HOP_WRITE)	/* iomap dio: direction from the iter */
+		op = iter__is_source(iter, btf) ? HOP_WRITE : HOP_READ;
 	return access__emit(inode, RD1(btf, iocb, ki_pos),
 			    RD1(btf, iter, count), iocb__nt_flags(ki_flags) | extra,
 			    source, op, btf);

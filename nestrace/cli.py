@@ -181,7 +181,7 @@ def capture_options(f):
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
               help="Rounds of the whole matrix.")
 @click.option("--prepare", default=None, help="Shell command run on each stack before "
-              "recording, untraced (in the guest mount; caches are dropped after it).")
+              "recording, untraced (in the guest mount, also {guest}; caches are dropped after it).")
 @capture_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @user_errors

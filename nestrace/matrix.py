@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
              **record_opts) -> Cell:
     """Build the cell's stack, run `prepare` on it untraced, drop the
     caches, record `command` (cwd: the guest mount; `{guest}` in an
-    argument is replaced by it), tear the stack down, also on failure."""
+    argument of `command`, or in `prepare`, is replaced by it, shell-quoted
+    in `prepare`), tear the stack down, also on failure."""
     from .record import RecordError, drop_caches, record
     from .stack import StackError, discover
     lab = Lab(lab_name)
@@ -83,7 +85,8 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
         mount = st["guest_mount"]
         env = workload_env(cell.config, mount)
         if prepare:
-            r = subprocess.run(["sh", "-c", prepare], cwd=mount, env=env)
+            r = subprocess.run(["sh", "-c", prepare.replace("{guest}", shlex.quote(mount))],
+                               cwd=mount, env=env)
             if r.returncode:
                 cell.error = f"--prepare exited with code {r.returncode}"
                 return cell

@@ -10,7 +10,7 @@ import nestrace
 from conftest import loop_devices, our_mounts, run_cli
 
 MiB = 1 << 20
-LAYOUT = "fio --name=j --rw=write --bs=1M --size=32M --direct=1 --output=/dev/null"
+LAYOUT = "fio --name=j --directory={guest} --rw=write --bs=1M --size=32M --direct=1 --output=/dev/null"
 
 
 @pytest.fixture

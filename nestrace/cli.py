@@ -532,7 +532,7 @@ def sql_cmd(store, query, as_csv, as_json) -> None:
     if as_json:
         click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
     elif as_csv:
-        w = csv.writer(sys.stdout)
+        w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(cols)
         w.writerows(rows)
     else:
@@ -627,7 +627,7 @@ def compare_cmd(store, capture_ids, as_json, as_csv, by_stack) -> None:
     if as_json:
         click.echo(json.dumps(rows.to_pylist(), default=str, indent=1))
     elif as_csv:
-        w = csv.writer(sys.stdout)
+        w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(rows.column_names)
         w.writerows(tuple(" ".join(v) if isinstance(v, list) else v for v in r.values())
                     for r in rows.to_pylist())

@@ -131,8 +131,11 @@ def test_every_cli_command_is_documented_in_the_readme():
 def test_sql_csv_and_interactive_shell(tmp_path):
     from nestrace.store import init_store
     init_store(tmp_path / "s")
-    r = run_cli("sql", str(tmp_path / "s"), "SELECT 1 AS x, 'a' AS y", "--csv")
-    assert r.stdout.splitlines() == ["x,y", "1,a"]
+    # bytes as written: Unix line ends, so that $(nestrace sql ... --csv | tail -1)
+    # is the value and nothing more
+    r = subprocess.run(NESTRACE + ["sql", str(tmp_path / "s"), "SELECT 1 AS x, 'a' AS y", "--csv"],
+                       capture_output=True, check=True, cwd=ROOT)
+    assert r.stdout == b"x,y\n1,a\n"
     r = subprocess.run(NESTRACE + ["sql", str(tmp_path / "s")], input="SELECT 41 + 1\n  AS answer;\nSELECT nope;\n",
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0

@@ -160,23 +160,28 @@ def requests_without_completion(s, level: str, op: str = "read") -> int:
                   "AND r.d_ns <= m.end_ns", [level, op])[0]["n"]
 
 
-def assert_losses_counted(s, output: str | None = None) -> int:
+def assert_losses_counted(s, output: str | None = None, capture_id: str | None = None) -> int:
     """Nothing lost in the ring buffer, the stream or to recursion, and
     every block request without a completion record counted in
     capture_meta (completions_missed, or requests_unfinished at the end),
     the missed ones in lost_total and in `output`'s "lost events".  On this
     machine the kernel now and then runs no program for a block_rq_complete
     hit and counts no miss (README, "Design choices and limits"): such
-    completions must be counted, and few.  Returns how many there were."""
+    completions must be counted, and few.  Returns how many there were.
+    capture_id: that capture of a store of several (else the only one)."""
+    if capture_id is None:
+        (capture_id,) = [r["capture_id"] for r in s.rows("SELECT capture_id FROM capture_meta")]
     lost = s.rows("SELECT coalesce(sum(ringbuf_drops), 0) AS drops, "
-                  "coalesce(sum(seq_gaps), 0) AS gaps FROM lost_events")[0]
+                  "coalesce(sum(seq_gaps), 0) AS gaps FROM lost_events WHERE capture_id = ?",
+                  [capture_id])[0]
     assert lost == {"drops": 0, "gaps": 0}, lost
-    m = s.rows("SELECT lost_total, hook_misses, completions_missed AS missed, "
-               "requests_unfinished AS unfinished FROM capture_meta")[0]
+    (m,) = s.rows("SELECT lost_total, hook_misses, completions_missed AS missed, "
+                  "requests_unfinished AS unfinished FROM capture_meta WHERE capture_id = ?",
+                  [capture_id])
     assert m["hook_misses"] == 0 and m["lost_total"] == m["missed"], m
     n, total = s.rows("SELECT count(*) FILTER (WHERE r.c_ns IS NULL AND r.d_ns BETWEEN m.start_ns AND m.end_ns) AS n, "
                       "count(*) AS total FROM block_requests r, capture_meta m "
-                      "WHERE r.capture_id = m.capture_id")[0].values()
+                      "WHERE r.capture_id = m.capture_id AND m.capture_id = ?", [capture_id])[0].values()
     assert n == m["missed"] + m["unfinished"], (n, m)
     assert n <= max(2, total // 100), f"{n} of {total} block requests without a completion"
     if output is not None:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import nestrace
-from conftest import loop_devices, our_mounts, run_cli
+from conftest import assert_losses_counted, loop_devices, our_mounts, run_cli
 
 MiB = 1 << 20
 LAYOUT = "fio --name=j --directory={guest} --rw=write --bs=1M --size=32M --direct=1 --output=/dev/null"
@@ -41,7 +41,10 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
     for x in rows:
         cell = f"{x['guest_fs']}-{x['host_fs']}"
         job = json.loads((out / f"{cell}.json").read_text())["jobs"][0]["read"]
-        assert (x["command_exit"], x["guest_dio"], x["host_dio"], x["lost_total"]) == (0, True, True, 0)
+        assert (x["command_exit"], x["guest_dio"], x["host_dio"]) == (0, True, True)
+        # nothing lost but the rare completion the kernel ran no program for,
+        # counted (CI once saw one in a stack of this test)
+        assert x["lost_total"] <= assert_losses_counted(s, capture_id=x["capture_id"]), x
         # the traced application did what fio says it did
         assert x["app_read_bytes"] == job["io_bytes"] == 2 * MiB, cell
         assert 0.85 < x["app_mib_per_s"] / (job["bw_bytes"] / MiB) < 1.15, (cell, x, job["bw_bytes"])

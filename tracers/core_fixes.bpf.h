@@ -72,8 +72,8 @@ static __always_inline __u16 opf__nt_flags(__u32 opf)
 	return f;
 }
 
-/* v5.14 (8cd54c1c8480) moved an iov_iter's direction from bit 0 of
- * ->type (WRITE) to ->data_source. */
+/* "iov_iter: separate direction from flavour" (v5.14) moved an iov_iter's
+ * direction from bit 0 of ->type (WRITE) to ->data_source. */
 struct iov_iter___old {
 	unsigned int type;
 } __attribute__((preserve_access_index));

@@ -264,13 +264,52 @@ def dev_name(dev: int) -> str:
     return f"{dev >> 20}:{dev & 0xFFFFF}"
 
 
+def _bio_ids(a: np.ndarray, k: np.ndarray, sec: np.ndarray, dev: np.ndarray,
+             aux: np.ndarray) -> np.ndarray:
+    """Bio ids by (dev, sector) stream, for events with time ranks k: Q and
+    X start one (2k + 1) at their sector; each X also puts the bio it cut
+    from (the id its own sector had just before it) on at the remainder's
+    sector, as a start right after it (2k + 2) that stands for that id."""
+    m = len(a)
+    xs = np.flatnonzero((a == 8) & (aux > sec))
+    pos = np.concatenate([2 * k, 2 * k[xs] + 1])
+    s_sec = np.concatenate([sec, aux[xs]])
+    s_dev = np.concatenate([dev, dev[xs]])
+    start = np.concatenate([np.isin(a, (1, 8)), np.ones(len(xs), bool)])
+    g = np.lexsort((pos, s_sec, s_dev))
+    new = np.ones(len(g), bool)
+    new[1:] = (s_dev[g][1:] != s_dev[g][:-1]) | (s_sec[g][1:] != s_sec[g][:-1])
+    gid = np.cumsum(new) - 1
+    base = gid * (2 * m + 3)
+    # the last start at or before each row of its stream (position + 1; 0:
+    # none), by a running maximum that a stream's own base keeps inside it
+    last = np.maximum.accumulate(np.where(start[g], base + pos[g] + 1, base)) - base
+    at = np.zeros(len(g), np.int64)
+    at[g] = last
+    before = np.zeros(len(g), np.int64)       # the same, just before the row
+    before[g[1:]] = np.where(new[1:], 0, last[:-1])
+    # a remainder's start stands for the id its X's sector had before the X
+    stands = np.arange(2 * m + 3, dtype=np.int64)
+    stands[2 * k[xs] + 2] = before[xs]
+    ids = at[:m]
+    while True:
+        nxt = stands[ids]
+        if np.array_equal(nxt, ids):
+            break
+        ids = nxt
+    return np.where(np.isin(a, (1, 2, 3, 4, 5, 6, 8)), ids, 0).astype(np.uint64)
+
+
 def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.Table, dict]:
     """blktrace records as nestrace block_events rows (without capture_id),
     in time order, and counts of what was left out.
 
     blktrace has no request or bio addresses; they are given the way btt
     pairs events, by device and sector in time order: a Q starts a bio,
-    the G, M/F, X, I and D at its sector carry it; an I or D starts a
+    the G, M/F, I and D at its sector carry it; an X starts the piece it
+    cut off at its sector, and the bio it was cut from goes on at the
+    remainder's sector (the kernel's split: the piece is a new bio, the
+    remainder keeps the old one); an I or D starts a
     request at its sector unless one is open there, and the C at that
     sector closes it.  A requeued request (R, then I and D again) keeps
     its id.  comms: pid -> task name, beside blktrace's notify records."""
@@ -304,18 +343,12 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
     new[1:] = (dev[g][1:] != dev[g][:-1]) | (sec[g][1:] != sec[g][:-1])
     gid = np.cumsum(new) - 1
     ag = a[g]
-    # the last Q at or before each event of the stream (k + 1; 0: none), by
-    # a running maximum that a stream's own base keeps inside the stream
-    base = gid * (m + 1)
-    lastq = np.maximum.accumulate(np.where(ag == 1, base + k[g] + 1, base)) - base
     # a stream's requests end at each C: the Cs before an event number it
     is_c = (ag == 7).astype(np.int64)
     before = np.cumsum(is_c) - is_c
     seg = before - before[np.flatnonzero(new)][gid]
     rq_g = (gid + 1) * (int(seg.max(initial=0)) + 1) + seg + 1
-    bio = np.zeros(m, np.uint64)
     rq = np.zeros(m, np.uint64)
-    bio[g] = np.where(np.isin(ag, (1, 2, 3, 4, 5, 6, 8)), lastq, 0)
     rq[g] = np.where(np.isin(ag, (5, 6, 7, 10)), rq_g, 0)
     # X carries the sector where the bio was split (big-endian, in its payload)
     aux = np.zeros(m, np.uint64)
@@ -323,6 +356,7 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
         b = pdu[int(rows[i])].as_py()
         if len(b) >= 8:
             aux[i] = int.from_bytes(b[:8], "big")
+    bio = _bio_ids(a, k, sec, dev, aux)
     # per-CPU sequence numbers in time order
     c = np.lexsort((k, cpu))
     first = np.ones(m, bool)

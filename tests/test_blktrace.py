@@ -108,6 +108,30 @@ def test_imported_records_pair_into_requests_like_btt(tmp_path):
         {"machine": "m1", "records_total": 17, "lost_total": 0}]
 
 
+def test_imported_split_pieces_and_the_remainder_have_the_q_of_the_bio_they_were_cut_from(tmp_path):
+    """A 12 KiB write queued at 100 and cut twice (X: the piece, with the
+    remainder's sector in its payload): three requests, each with Q 100.
+    A bio queued earlier at the second piece's sector keeps its own Q."""
+    import nestrace
+    W = TC_WRITE
+    x = lambda t, sec, nxt: rec(13, W, sec, 4096, t, struct.pack(">Q", nxt))
+    f = tmp_path / "vda.blktrace.0"
+    f.write_bytes(
+        rec(1, W, 8, 4096, 10) + rec(4, W, 8, 4096, 11) + rec(7, W, 8, 4096, 12)
+        + rec(8, W, 8, 4096, 20)
+        + rec(1, W, 0, 12288, 100) + x(101, 0, 8) + rec(4, W, 0, 4096, 102)
+        + rec(7, W, 0, 4096, 103) + x(104, 8, 16) + rec(4, W, 8, 4096, 105)
+        + rec(7, W, 8, 4096, 106) + rec(4, W, 16, 4096, 107) + rec(7, W, 16, 4096, 108)
+        + rec(8, W, 0, 4096, 200) + rec(8, W, 8, 4096, 201) + rec(8, W, 16, 4096, 202))
+    blktrace.import_files([f], tmp_path / "s", {}, "imp")
+    s = nestrace.open(tmp_path / "s")
+    got = s.rows("SELECT sector, q_ns, g_ns, q2c_ns FROM block_requests ORDER BY d_ns")
+    assert got == [{"sector": 8, "q_ns": 10, "g_ns": 11, "q2c_ns": 10},
+                   {"sector": 0, "q_ns": 100, "g_ns": 102, "q2c_ns": 100},
+                   {"sector": 8, "q_ns": 100, "g_ns": 105, "q2c_ns": 101},
+                   {"sector": 16, "q_ns": 100, "g_ns": 107, "q2c_ns": 102}]
+
+
 def test_import_counts_records_missing_by_sequence_number(tmp_path):
     """relay blktrace numbers each CPU's records from 1: a gap is a loss."""
     def numbered(n, *a):

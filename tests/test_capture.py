@@ -205,6 +205,36 @@ def test_direct_reads_and_writes_of_the_image_keep_their_direction_at_hostfs(lab
     assert_losses_counted(s)
 
 
+def test_pieces_of_bios_split_at_the_virtual_disk_keep_their_q(lab_factory, tmp_path):
+    """256 KiB O_DIRECT writes on a virtual disk that takes at most 64 KiB
+    per request: each bio is cut into four pieces (three X events and the
+    remainder), four requests that all have the write's Q, so Q2G and Q2C
+    exist for every data request and sum up per write."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=8M")
+    vdisk = Path(subprocess.run(["findmnt", "-no", "SOURCE", lab.mount], check=True,
+                                capture_output=True, text=True).stdout.strip()).name
+    Path(f"/sys/block/{vdisk}/queue/max_sectors_kb").write_text("64\n")
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "fio", "--name=t",
+            f"--directory={lab.mount}", "--ioengine=psync", "--output=/dev/null",
+            "--rw=write", "--bs=256k", "--direct=1", "--size=8M")
+    s = nestrace.open(store)
+    assert_losses_counted(s)
+    splits = s.rows("SELECT count(*) AS n FROM block_events e JOIN device_map m "
+                    "ON m.dev = e.dev AND m.level = 'vdisk' WHERE e.action = 8")[0]["n"]
+    assert splits >= 3 * 32
+    data = s.rows("SELECT count(*) AS n, count(q_ns) AS q, count(q2g_ns) AS q2g, "
+                  "max(bytes) AS most FROM vdisk_io WHERE op IN ('read', 'write')")[0]
+    assert data["n"] >= 4 * 32 and data["q"] == data["n"] == data["q2g"], data
+    assert data["most"] == 64 << 10
+    # the fio writes: groups of four 64 KiB requests sharing one Q, in order
+    whole = s.rows("SELECT count(*) AS n FROM (SELECT q_ns FROM vdisk_io WHERE op = 'write' "
+                   "GROUP BY q_ns HAVING count(*) = 4 AND sum(bytes) = 256 * 1024 "
+                   "AND max(sector) - min(sector) = 3 * 128 AND bool_and(g_ns >= q_ns))")[0]["n"]
+    assert whole == 32
+
+
 def test_libaio_reads_at_queue_depth_16_are_seen_at_all_four_levels(lab_factory, tmp_path):
     """Linux AIO: one vfs_io row per iocb (io_submit to the io_getevents
     that reaped it), at fio's offset, and each traced down the stack."""

@@ -207,6 +207,28 @@ def test_merged_bio_gets_q2m_and_merge_ratio_counts_it():
     assert q2c == [{"n": 1, "min_ns": 20}]
 
 
+def test_pieces_split_off_a_bio_have_the_q_of_the_bio_they_were_cut_from():
+    """A 12 KiB bio queued at 10 is cut twice from its front (X: the piece,
+    with the remainder's sector); the pieces and the remainder are three
+    requests.  An older bio at the second piece's sector (Q at 1) and a
+    later one elsewhere (Q at 11) are not the pieces' Q."""
+    ev = (request(1, 3, 5, DISK, 4096, 4096, rq=7, bio=9)
+          + [blk("Q", 10, sector=0, nr=24, bio=1), blk("Q", 11, sector=800, nr=8, bio=5),
+             blk("X", 12, sector=0, nr=8, bio=2, aux=8), blk("G", 13, sector=0, nr=8, bio=2),
+             blk("D", 14, sector=0, nr=8, rq=1, bio=2),
+             blk("X", 15, sector=8, nr=8, bio=3, aux=16), blk("G", 16, sector=8, nr=8, bio=3),
+             blk("D", 17, sector=8, nr=8, rq=2, bio=3),
+             blk("G", 18, sector=16, nr=8, bio=1), blk("D", 19, sector=16, nr=8, rq=3, bio=1),
+             blk("C", 40, sector=0, nr=8, rq=1), blk("C", 41, sector=8, nr=8, rq=2),
+             blk("C", 42, sector=16, nr=8, rq=3)])
+    s = session(block_events=ev)
+    assert s.rows("SELECT sector, q_ns, g_ns, q2g_ns, q2c_ns FROM block_requests ORDER BY d_ns") == [
+        {"sector": 8, "q_ns": 1, "g_ns": 2, "q2g_ns": 1, "q2c_ns": 4},
+        {"sector": 0, "q_ns": 10, "g_ns": 13, "q2g_ns": 3, "q2c_ns": 30},
+        {"sector": 8, "q_ns": 10, "g_ns": 16, "q2g_ns": 6, "q2c_ns": 31},
+        {"sector": 16, "q_ns": 10, "g_ns": 18, "q2g_ns": 8, "q2c_ns": 32}]
+
+
 def test_amplification_ratios_per_level():
     t = direct_read_stack()
     t["block_events"] = (request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)

@@ -1,6 +1,37 @@
 -- Module block.requests: block events paired into requests.
 -- INCLUDE base.levels
 
+-- The bio queue (Q) time of each split-off piece (X): a piece is never
+-- queued itself; it inherits the Q of the bio it was cut from.  The kernel
+-- cuts a big bio from its front, one piece after another, so a piece's
+-- sector is where its parent Q started (first cut) or where the previous
+-- cut's remainder started (aux_sector of the X before): each X is matched
+-- to the latest Q or X at that (dev, sector), and the chain followed to
+-- its Q.
+CREATE OR REPLACE VIEW _block_split_q AS
+WITH RECURSIVE x AS (
+  SELECT capture_id, dev, bio_id, ts_ns, sector, aux_sector, (cpu::UBIGINT << 48) | seq AS x_id
+  FROM block_events WHERE action = 8),
+start AS (   -- where a piece may begin: a Q's sector (only the Qs at a
+             -- sector some piece begins at), or a remainder's
+  SELECT q.capture_id, q.dev, q.ts_ns, q.sector AS key, 1 AS kind, q.ts_ns AS q_ns,
+         NULL::UBIGINT AS x_id
+  FROM block_events q SEMI JOIN x ON x.capture_id = q.capture_id AND x.dev = q.dev
+                                 AND x.sector = q.sector
+  WHERE q.action = 1
+  UNION ALL
+  SELECT capture_id, dev, ts_ns, aux_sector, 8, NULL, x_id FROM x WHERE aux_sector > sector),
+pred AS (
+  SELECT x.capture_id, x.dev, x.bio_id, x.ts_ns, x.x_id, s.kind, s.q_ns, s.x_id AS pred_id
+  FROM x ASOF JOIN start s ON s.capture_id = x.capture_id AND s.dev = x.dev
+                          AND s.key = x.sector AND x.ts_ns >= s.ts_ns),
+root(capture_id, dev, bio_id, ts_ns, x_id, q_ns) AS (
+  SELECT capture_id, dev, bio_id, ts_ns, x_id, q_ns FROM pred WHERE kind = 1
+  UNION ALL
+  SELECT p.capture_id, p.dev, p.bio_id, p.ts_ns, p.x_id, r.q_ns
+  FROM pred p JOIN root r ON p.kind = 8 AND p.capture_id = r.capture_id AND p.pred_id = r.x_id)
+SELECT capture_id, dev, bio_id, ts_ns, q_ns FROM root;
+
 -- Computed requests (block_requests may read stored ones instead).
 CREATE OR REPLACE VIEW _block_requests_computed AS
 WITH by_rq AS (   -- I, D, C of each request address, in time order; D's own
@@ -19,20 +50,23 @@ rq AS (   -- each D with the insert right before it, the completion right after 
          CASE WHEN next_action = 7 THEN next_ns END AS c_ns,
          CASE WHEN next_action = 7 THEN next_error END AS error
   FROM by_rq WHERE action = 6),
-by_bio AS (   -- Q, G, D of each bio address, in time order
+by_bio AS (   -- Q, X, G, D of each bio address, in time order
   SELECT capture_id, action, cpu, seq,
          lag(action) OVER w AS a1, lag(ts_ns) OVER w AS t1,
          lag(action, 2) OVER w AS a2, lag(ts_ns, 2) OVER w AS t2
-  FROM block_events WHERE action IN (1, 4, 6)
+  FROM block_events WHERE action IN (1, 4, 6, 8)
   WINDOW w AS (PARTITION BY capture_id, dev, bio_id ORDER BY ts_ns, cpu, seq)),
-bio AS (   -- D's first bio: Q G D, or Q D (no G seen)
+bio AS (   -- D's first bio: Q G D, Q D (no G seen), or a split piece's X G D, X D
   SELECT capture_id, (cpu::UBIGINT << 48) | seq AS io_id,
          CASE WHEN a1 = 1 THEN t1 WHEN a1 = 4 AND a2 = 1 THEN t2 END AS q_ns,
+         CASE WHEN a1 = 8 THEN t1 WHEN a1 = 4 AND a2 = 8 THEN t2 END AS x_ns,
          CASE WHEN a1 = 4 THEN t1 END AS g_ns
   FROM by_bio WHERE action = 6),
 joined AS (
-  SELECT rq.*, bio.q_ns, bio.g_ns
-  FROM rq LEFT JOIN bio ON bio.capture_id = rq.capture_id AND bio.io_id = rq.io_id)
+  SELECT rq.*, coalesce(bio.q_ns, sq.q_ns) AS q_ns, bio.g_ns
+  FROM rq LEFT JOIN bio ON bio.capture_id = rq.capture_id AND bio.io_id = rq.io_id
+  LEFT JOIN _block_split_q sq ON sq.capture_id = rq.capture_id AND sq.dev = rq.dev
+                               AND sq.bio_id = rq.bio_id AND sq.ts_ns = bio.x_ns)
 SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns,
        coalesce(j.q_ns, j.g_ns, j.ts_ns) AS start_ns, j.q_ns, j.g_ns, j.i_ns,
        j.ts_ns AS d_ns, j.c_ns,
@@ -53,7 +87,8 @@ JOIN base_levels l ON l.capture_id = j.capture_id AND l.dev = j.dev
 
 -- One row per dispatched (issued) block request on a traced disk, with its
 -- lifecycle timestamps and btt phases.  Q and G are found through the
--- request's first bio (the Q, G just before D on that bio address), I and
+-- request's first bio (the Q, G just before D on that bio address; a
+-- bio split off a bigger one has the Q of the bio it was cut from), I and
 -- C through the request id (the I just before D, the C just after it: a
 -- requeued request's first dispatch has no C); a phase whose events were
 -- not seen (no I/O scheduler insert, say) is NULL.
@@ -65,7 +100,7 @@ JOIN base_levels l ON l.capture_id = j.capture_id AND l.dev = j.dev
 -- @column rq_id UBIGINT        request id (kernel address, reused over time)
 -- @column ts_ns UBIGINT        dispatch (D) time, CLOCK_MONOTONIC ns
 -- @column start_ns UBIGINT     first time the request was seen: Q, else G, else D
--- @column q_ns UBIGINT         bio queue (Q) time of the first bio
+-- @column q_ns UBIGINT         bio queue (Q) time of the first bio (of the bio it was split from, for a split-off piece)
 -- @column g_ns UBIGINT         get-request (G) time
 -- @column i_ns UBIGINT         insert (I) time
 -- @column d_ns UBIGINT         dispatch (D) time

@@ -287,7 +287,17 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
     hm = mount_containing(image)
     if hm is None:
         raise StackError(f"{image}: its file system is not mounted")
-    disk = block_dev_of_path(disk_path) if disk_path else mount_block_dev(hm)
+    if disk_path:
+        disk = block_dev_of_path(disk_path)
+    else:
+        try:
+            disk = mount_block_dev(hm)
+        except StackError:
+            raise StackError(
+                f"{image}: the disk image is on {hm.fs_type} at {hm.mount_point} "
+                f"({hm.major}:{hm.minor}), which has no block device under it: nestrace "
+                "traces a host file system on a disk (put the image on one, or trace "
+                "the guest's half alone with `record --side guest`)") from None
     return Stack(image_path=os.path.realpath(image), image_ino=st.st_ino,
                  host_mount=hm.mount_point, host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk,
                  below=_host_below(disk), host_block_bytes=os.statvfs(hm.mount_point).f_bsize,

@@ -96,6 +96,34 @@ def test_mount_point_that_is_not_a_nested_stack(tmp_path, nothing_left):
 
 
 @pytest.mark.root
+def test_an_image_on_a_file_system_with_no_disk_is_refused_by_name(tmp_path, nothing_left):
+    """A guest FS on a loop device whose image is in tmpfs: no host disk to
+    trace.  One line names the image and its file system; nothing is left."""
+    shm, guest = tmp_path / "shm", tmp_path / "guest"
+    shm.mkdir()
+    guest.mkdir()
+    image = shm / "img.raw"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=80m", "nestrace-test", str(shm)], check=True)
+    loop = None
+    try:
+        subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+        loop = subprocess.run(["losetup", "-f", "--show", str(image)], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        subprocess.run(["mkfs.ext4", "-q", loop], check=True)
+        subprocess.run(["mount", loop, str(guest)], check=True)
+        line = one_error_line(run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(guest),
+                                      "--", "true", check=False))
+        assert line.startswith(f"nestrace: error: {image}: the disk image is on tmpfs at {shm} ")
+        assert "no block device" in line and "--side guest" in line
+        assert not (tmp_path / "s").exists()
+    finally:
+        subprocess.run(["umount", str(guest)], capture_output=True)
+        if loop:
+            subprocess.run(["losetup", "-d", loop], capture_output=True)
+        subprocess.run(["umount", str(shm)], capture_output=True)
+
+
+@pytest.mark.root
 def test_no_btf_is_refused(tmp_path, nothing_left):
     env = os.environ | {"NESTRACE_BTF": "/nonexistent/vmlinux"}
     line = one_error_line(run_cli("record", "-o", str(tmp_path / "s"), "--stack", "/",

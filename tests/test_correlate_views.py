@@ -158,6 +158,33 @@ def test_unaligned_guest_write_through_host_page_cache_is_read_modify_write():
     assert s.rows("SELECT kind FROM links WHERE lower_level = 'disk'") == [{"kind": "rmw"}]
 
 
+def test_rmw_read_of_where_a_copy_on_write_host_had_the_block_before_it_moved():
+    # the image's first 64 MiB were at host-disk 100 MiB at the start; the
+    # write moved the page of image offset 4 MiB to 300 MiB (end snapshot).
+    # The host reads the page's old place while the 512 B write is out.
+    ext = extents(image=((0, 100 * MiB, 4 * MiB), (4 * MiB, 304 * MiB, 4096),
+                         (4 * MiB + 4096, 104 * MiB + 4096, 60 * MiB - 4096)))
+    ext += [r | {"phase": "start"} for r in extents(image=((0, 100 * MiB, 64 * MiB),))
+            if r["role"] == "image"]
+    t = dict(extent_maps=ext,
+             block_events=request(100, 110, 500, VDISK, 4 * MiB + 512, 512, rq=1, bio=11, op=1)
+             + request(150, 160, 300, DISK, 104 * MiB, 4096, rq=2, bio=12, op=0)
+             + request(600, 610, 700, DISK, 304 * MiB, 4096, rq=3, bio=13, op=1))
+    s = session(**t)
+    assert s.rows("SELECT hop, rmw_writes, reads, read_bytes FROM rmw_summary") == [
+        {"hop": "host", "rmw_writes": 1, "reads": 1, "read_bytes": 4096}]
+    assert s.rows("SELECT disk_offset_bytes // 1048576 AS mib, image_offset_bytes, bytes "
+                  "FROM map_disk ORDER BY 1") == [
+        {"mib": 104, "image_offset_bytes": 4 * MiB, "bytes": 4096},
+        {"mib": 304, "image_offset_bytes": 4 * MiB, "bytes": 4096}]
+    got = s.rows("SELECT l.kind, l.upper_id IS NOT NULL AS tied, l.bytes, b.op FROM links l "
+                 "JOIN block_requests b ON b.io_id = l.lower_id WHERE l.lower_level = 'disk' "
+                 "ORDER BY b.d_ns, l.bytes")
+    assert got == [{"kind": "rmw", "tied": True, "bytes": 4096, "op": "read"},
+                   {"kind": "writeback", "tied": True, "bytes": 512, "op": "write"},
+                   {"kind": "writeback", "tied": False, "bytes": 3584, "op": "write"}]
+
+
 def test_unaligned_app_write_reads_the_guest_block():
     t = dict(vfs_events=[vfs(100, 800, off=1024, req=512, ret=512, syscall=4)],
              block_events=request(200, 210, 400, VDISK, 4 * MiB, 4096, rq=1, bio=11))

@@ -38,8 +38,12 @@ def rmw_host(s) -> dict:
                                  "write_bytes": 0}
 
 
-def test_512b_direct_writes_through_host_page_cache_read_a_host_page_each(lab_factory, tmp_path):
-    lab = lab_factory("ext4", "xfs", guest_dio="off", host_dio="on")
+@pytest.mark.parametrize("host_fs", ["xfs", "btrfs"])
+def test_512b_direct_writes_through_host_page_cache_read_a_host_page_each(lab_factory, tmp_path,
+                                                                         host_fs):
+    """On btrfs the page is read from where the image block was before the
+    write moved it (copy on write): the start snapshot's place."""
+    lab = lab_factory("ext4", host_fs, guest_dio="off", host_dio="on")
     s = capture(lab, tmp_path, "--rw=randwrite", "--bs=512", "--direct=1", "--io_size=1M")
     r = rmw_host(s)
     writes = s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'write'")[0]["n"]
@@ -47,6 +51,8 @@ def test_512b_direct_writes_through_host_page_cache_read_a_host_page_each(lab_fa
     assert 0.9 <= r["reads"] / writes <= 1.1, r            # ~one host read per guest write
     disk_read = s.rows("SELECT sum(bytes) AS b FROM disk_io WHERE op = 'read'")[0]["b"]
     assert 6.5 <= disk_read / (writes * 512) <= 9, (disk_read, r)   # ~8x the written bytes
+    rmw = s.rows("SELECT sum(bytes) AS b FROM links WHERE lower_level = 'disk' AND kind = 'rmw'")
+    assert rmw[0]["b"] >= 0.9 * disk_read, (rmw, disk_read)
 
 
 def test_512b_direct_writes_with_guest_dio_need_no_host_reads(lab_factory, tmp_path):

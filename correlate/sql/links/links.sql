@@ -24,6 +24,28 @@ SELECT 'vdisk', 'disk', capture_id, io_id, start_ns, coalesce(c_ns, start_ns), o
        disk_offset_bytes::BIGINT, bytes::BIGINT, unnest(_blocks(disk_offset_bytes, bytes))
 FROM map_vdisk WHERE disk_offset_bytes IS NOT NULL;
 
+-- The same hop vdisk -> disk through where moved image bytes were at the
+-- start (_map_image_moved, copy-on-write hosts): used for reads, and for
+-- the writes a read-modify-write read is put down to, not for write-back
+-- (a freed old place may hold other data later).
+-- (only the captures with moved bytes are carried into the image again)
+CREATE OR REPLACE VIEW _links_moved_ranges AS
+SELECT * FROM _map_vdisk_ranges
+WHERE capture_id IN (SELECT DISTINCT capture_id FROM _map_image_moved);
+
+CREATE OR REPLACE VIEW _links_upper_moved AS
+WITH v AS (
+  SELECT capture_id, io_id, start_ns, c_ns, op, ps + idelta AS s, pt + idelta AS t
+  FROM _map_into_image('_links_moved_ranges') WHERE idelta IS NOT NULL),
+p AS (
+  SELECT v.capture_id, v.io_id, v.start_ns, coalesce(v.c_ns, v.start_ns) AS u_end, v.op,
+         greatest(v.s, m.lo) + m.delta AS u_off, least(v.t, m.hi) - greatest(v.s, m.lo) AS u_len
+  FROM v JOIN _map_image_moved m
+    ON m.capture_id = v.capture_id AND m.lo < v.t AND v.s < m.hi)
+SELECT 'vdisk' AS upper_level, 'disk' AS lower_level, capture_id, io_id AS upper_id,
+       start_ns AS u_start, u_end, op AS u_op, u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk
+FROM p;
+
 CREATE OR REPLACE VIEW _links_lower AS
 SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_start, op AS l_op,
        req_flags AS l_flags, offset_bytes::BIGINT AS l_off, bytes::BIGINT AS l_len,
@@ -73,6 +95,11 @@ SELECT _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.u_op), x.blk) AS 
        x.upper_id, x.u_start, x.u_end, _links_op(x.u_op) AS uop, x.u_off, x.u_len
 FROM _links_upper x JOIN _links_captures c USING (capture_id);
 
+CREATE OR REPLACE VIEW _links_upper_moved_keyed AS
+SELECT _links_key(c.ck, 2, _links_op(x.u_op), x.blk) AS k,
+       x.upper_id, x.u_start, x.u_end, _links_op(x.u_op) AS uop, x.u_off, x.u_len
+FROM _links_upper_moved x JOIN _links_captures c USING (capture_id);
+
 CREATE OR REPLACE VIEW _links_lower_keyed AS
 SELECT c.ck, _links_hop(x.lower_level) AS hop, _links_op(x.l_op) AS lop, x.lower_id, x.l_start,
        CASE WHEN x.lower_level = 'vdisk' THEN 0 ELSE c.err END AS l_err,
@@ -104,7 +131,9 @@ CREATE OR REPLACE VIEW _links_blocks AS
 WITH same_op AS MATERIALIZED (
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM _links_lower_keyed l
-  ASOF LEFT JOIN _links_upper_keyed u ON u.k = l.k AND l.l_asof >= u.u_start),
+  ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed
+                  UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop = 0) u
+    ON u.k = l.k AND l.l_asof >= u.u_start),
 unread AS (   -- reads no upper read was in flight for, keyed to upper writes
   SELECT * EXCLUDE (upper_id, u_start, u_end, uop, u_off, u_len),
          _links_key(ck, hop, 1, blk) AS k
@@ -112,7 +141,10 @@ unread AS (   -- reads no upper read was in flight for, keyed to upper writes
 rmw AS (      -- (the writes of those blocks only: usually few, often none)
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM unread l
-  ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed WHERE k IN (SELECT k FROM unread)) u
+  ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed WHERE k IN (SELECT k FROM unread)
+                  UNION ALL
+                  SELECT * FROM _links_upper_moved_keyed
+                  WHERE uop = 1 AND k IN (SELECT k FROM unread)) u
     ON u.k = l.k AND l.l_asof >= u.u_start),
 j AS (
   SELECT * FROM same_op WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))

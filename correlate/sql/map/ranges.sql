@@ -10,6 +10,29 @@
 CREATE OR REPLACE VIEW _map_image_extents AS
 SELECT capture_id, logical_bytes, physical_bytes, length_bytes FROM map_extents WHERE role = 'image';
 
+-- Image bytes that moved during the capture: where the start snapshot had
+-- them, for the parts where map_extents (the end snapshot, as a rule)
+-- has them elsewhere.  A copy-on-write host (btrfs) writes a rewritten
+-- block to a new place; a read of the old place before that (the host's
+-- read-modify-write of a partial page, say) is found through these.
+-- lo, hi: image bytes; delta: old disk offset minus image offset.
+CREATE OR REPLACE VIEW _map_image_moved AS
+WITH st AS (
+  SELECT e.capture_id, e.logical_bytes::BIGINT AS lo,
+         (e.logical_bytes + e.length_bytes)::BIGINT AS hi,
+         (e.physical_bytes + coalesce(p.part_start_bytes, 0))::BIGINT
+           - e.logical_bytes::BIGINT AS delta
+  FROM extent_maps e
+  LEFT JOIN device_map p ON p.capture_id = e.capture_id AND p.dev = e.dev AND p.level = 'hostfs'
+  WHERE e.role = 'image' AND e.phase = 'start' AND (e.flags & 6) = 0),
+now AS (
+  SELECT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
+  FROM _map_image_extents)
+SELECT st.capture_id, greatest(st.lo, now.lo) AS lo, least(st.hi, now.hi) AS hi, st.delta
+FROM st JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi
+WHERE now.delta <> st.delta;
+
 -- The rows of view `t` (capture_id, dev, ino and a guest-file byte range
 -- [off, stop), plus any columns) carried through the guest file's extents
 -- onto the virtual disk, in pieces: each row loses dev, ino, off and stop
@@ -121,7 +144,8 @@ SELECT capture_id, io_id, start_ns, c_ns, op, hs::UBIGINT, (he - hs)::UBIGINT, N
 FROM holes WHERE he > hs;
 
 -- Host disk requests carried back into the image file (inverse of the
--- image's extent map); requests outside the image give no row.
+-- image's extent map, and of where moved image bytes were at the start:
+-- _map_image_moved); requests outside the image give no row.
 -- @column capture_id VARCHAR     capture
 -- @column io_id UBIGINT          disk_io row
 -- @column start_ns UBIGINT       first seen (Q)
@@ -141,4 +165,14 @@ SELECT d.capture_id, d.io_id, d.start_ns, d.d_ns, d.c_ns, d.op,
 FROM disk_io d JOIN _map_image_extents ie
   ON ie.capture_id = d.capture_id AND ie.physical_bytes < d.offset_bytes + d.bytes
  AND d.offset_bytes < ie.physical_bytes + ie.length_bytes
+WHERE d.bytes > 0
+UNION ALL
+SELECT d.capture_id, d.io_id, d.start_ns, d.d_ns, d.c_ns, d.op,
+       greatest(d.offset_bytes::BIGINT, m.lo + m.delta)::UBIGINT,
+       (least((d.offset_bytes + d.bytes)::BIGINT, m.hi + m.delta)
+        - greatest(d.offset_bytes::BIGINT, m.lo + m.delta))::UBIGINT,
+       (greatest(d.offset_bytes::BIGINT, m.lo + m.delta) - m.delta)::UBIGINT
+FROM disk_io d JOIN _map_image_moved m
+  ON m.capture_id = d.capture_id AND m.lo + m.delta < (d.offset_bytes + d.bytes)::BIGINT
+ AND d.offset_bytes::BIGINT < m.hi + m.delta
 WHERE d.bytes > 0;

@@ -90,15 +90,14 @@ CREATE OR REPLACE MACRO _links_key(ck, hop, op, blk) AS
 
 -- Both sides keyed, with small codes for the strings: the rows between
 -- the two joins below are held in memory, 3 per 4 KiB block.
-CREATE OR REPLACE VIEW _links_upper_keyed AS
+-- (t: _links_upper or _links_upper_moved)
+CREATE OR REPLACE MACRO _links_keyed(t) AS TABLE
 SELECT _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.u_op), x.blk) AS k,
        x.upper_id, x.u_start, x.u_end, _links_op(x.u_op) AS uop, x.u_off, x.u_len
-FROM _links_upper x JOIN _links_captures c USING (capture_id);
+FROM query_table(t) x JOIN _links_captures c USING (capture_id);
 
-CREATE OR REPLACE VIEW _links_upper_moved_keyed AS
-SELECT _links_key(c.ck, 2, _links_op(x.u_op), x.blk) AS k,
-       x.upper_id, x.u_start, x.u_end, _links_op(x.u_op) AS uop, x.u_off, x.u_len
-FROM _links_upper_moved x JOIN _links_captures c USING (capture_id);
+CREATE OR REPLACE VIEW _links_upper_keyed AS SELECT * FROM _links_keyed('_links_upper');
+CREATE OR REPLACE VIEW _links_upper_moved_keyed AS SELECT * FROM _links_keyed('_links_upper_moved');
 
 CREATE OR REPLACE VIEW _links_lower_keyed AS
 SELECT c.ck, _links_hop(x.lower_level) AS hop, _links_op(x.l_op) AS lop, x.lower_id, x.l_start,

@@ -1,20 +1,10 @@
 -- Module map.extents: where each traced file's bytes live on its device.
 -- INCLUDE base.levels
 
--- File extents of every traced file (guest files on the virtual disk, the
--- image on the host disk).  Per file the best source wins: the FIEMAP
--- snapshot at capture end, else the one at start, else the mapping events
--- seen during the capture (files created and deleted while tracing).
--- Delayed-allocation and unknown extents (no address yet) are left out.
--- @column capture_id VARCHAR      capture
--- @column role VARCHAR            guest_file or image
--- @column dev UINTEGER            kernel dev_t of the file system holding the file
--- @column ino UBIGINT             inode number
--- @column logical_bytes UBIGINT   file offset where the extent starts
--- @column physical_bytes UBIGINT  byte offset on the disk below where it starts (a partition's start added)
--- @column length_bytes UBIGINT    extent length
--- @column source VARCHAR          fiemap_end, fiemap_start or mapping_events
-CREATE OR REPLACE VIEW map_extents AS
+-- Every known extent of the traced files, from each source (FIEMAP at
+-- start and at end, mapping events), the partition start added; prio 1
+-- end snapshot, 2 start snapshot, 3 mapping events.
+CREATE OR REPLACE VIEW _map_extents_all AS
 WITH snap AS (
   SELECT capture_id, role, dev, ino, logical_bytes, physical_bytes, length_bytes,
          'fiemap_' || phase AS source,
@@ -34,13 +24,31 @@ ev AS (
   WHERE m.map_type IN (2, 3) AND m.disk_bytes <> 18446744073709551615
     AND l.fs_type <> 'btrfs'                      -- btrfs reports logical addresses
 ),
-allx AS (SELECT * FROM snap UNION ALL SELECT * FROM ev),
-best AS (SELECT capture_id, dev, ino, min(prio) AS prio FROM allx GROUP BY ALL)
+allx AS (SELECT * FROM snap UNION ALL SELECT * FROM ev)
 SELECT a.capture_id, a.role, a.dev, a.ino, a.logical_bytes,
        a.physical_bytes + coalesce(p.part_start_bytes, 0) AS physical_bytes,
-       a.length_bytes, a.source
-FROM allx a JOIN best b USING (capture_id, dev, ino, prio)
+       a.length_bytes, a.source, a.prio
+FROM allx a
 -- FIEMAP and iomap give addresses on the file system's own device: on a
 -- partition, its start carries them to the disk the requests are on
 LEFT JOIN device_map p ON p.capture_id = a.capture_id AND p.dev = a.dev
                       AND p.level = CASE a.role WHEN 'guest_file' THEN 'vfs' ELSE 'hostfs' END;
+
+-- File extents of every traced file (guest files on the virtual disk, the
+-- image on the host disk).  Per file the best source wins: the FIEMAP
+-- snapshot at capture end, else the one at start, else the mapping events
+-- seen during the capture (files created and deleted while tracing).
+-- Delayed-allocation and unknown extents (no address yet) are left out.
+-- @column capture_id VARCHAR      capture
+-- @column role VARCHAR            guest_file or image
+-- @column dev UINTEGER            kernel dev_t of the file system holding the file
+-- @column ino UBIGINT             inode number
+-- @column logical_bytes UBIGINT   file offset where the extent starts
+-- @column physical_bytes UBIGINT  byte offset on the disk below where it starts (a partition's start added)
+-- @column length_bytes UBIGINT    extent length
+-- @column source VARCHAR          fiemap_end, fiemap_start or mapping_events
+CREATE OR REPLACE VIEW map_extents AS
+WITH best AS (SELECT capture_id, dev, ino, min(prio) AS prio FROM _map_extents_all GROUP BY ALL)
+SELECT a.capture_id, a.role, a.dev, a.ino, a.logical_bytes, a.physical_bytes, a.length_bytes,
+       a.source
+FROM _map_extents_all a JOIN best b USING (capture_id, dev, ino, prio);

@@ -18,13 +18,9 @@ SELECT capture_id, logical_bytes, physical_bytes, length_bytes FROM map_extents 
 -- lo, hi: image bytes; delta: old disk offset minus image offset.
 CREATE OR REPLACE VIEW _map_image_moved AS
 WITH st AS (
-  SELECT e.capture_id, e.logical_bytes::BIGINT AS lo,
-         (e.logical_bytes + e.length_bytes)::BIGINT AS hi,
-         (e.physical_bytes + coalesce(p.part_start_bytes, 0))::BIGINT
-           - e.logical_bytes::BIGINT AS delta
-  FROM extent_maps e
-  LEFT JOIN device_map p ON p.capture_id = e.capture_id AND p.dev = e.dev AND p.level = 'hostfs'
-  WHERE e.role = 'image' AND e.phase = 'start' AND (e.flags & 6) = 0),
+  SELECT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
+  FROM _map_extents_all WHERE role = 'image' AND source = 'fiemap_start'),
 now AS (
   SELECT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
          physical_bytes::BIGINT - logical_bytes::BIGINT AS delta

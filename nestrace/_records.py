@@ -142,9 +142,10 @@ TABLES = {
         ('dev', 'uint32', '', 'kernel dev_t of the file system holding the file'),
         ('ino', 'uint64', '', 'inode number'),
         ('logical_bytes', 'uint64', 'bytes', 'file offset of the extent'),
-        ('physical_bytes', 'uint64', 'bytes', 'device byte address of the extent (btrfs: already mapped through the chunk tree)'),
+        ('physical_bytes', 'uint64', 'bytes', "byte address of the extent on its file system's device (btrfs: mapped through the chunk tree to physical_dev)"),
         ('length_bytes', 'uint64', 'bytes', 'extent length'),
         ('flags', 'uint32', '', 'FIEMAP_EXTENT_* flags'),
+        ('physical_dev', 'uint32', '', 'kernel dev_t of the disk holding these bytes (a btrfs on several devices has a row per copy and per stripe); NULL for vdisk_image and image_metadata, and in stores written before: the one disk below'),
     ]},
     'device_map': {'doc': 'Which device is which level of the traced stack, with the loop configuration.', 'fields': [
         ('capture_id', 'string', '', 'capture'),

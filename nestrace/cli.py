@@ -106,16 +106,23 @@ def _onoff(_ctx, _param, value: str) -> bool:
               "(no preallocation) before the guest mkfs, so its extents are scattered.")
 @click.option("--partitions", is_flag=True, help="Put both file systems on a partition "
               "(one per disk, 1 MiB in), as in a real VM image, not on the whole disk.")
+@click.option("--host-disks", type=int, default=1, show_default=True,
+              help="A btrfs host on this many disks (each one a loop device like the first).")
+@click.option("--host-profile", default="", help="btrfs host data profile: single, dup, raid0, "
+              "raid1, raid1c3, raid1c4, raid10, raid5, raid6 (metadata: raid1 on several "
+              "disks, dup on one); default mkfs.btrfs's.")
 @user_errors
 @needs_root
 def lab_up(name, guest_fs, host_fs, image_size, disk_size, guest_dio, host_dio,
-           guest_block_size, host_block_size, fragment_image, partitions) -> None:
+           guest_block_size, host_block_size, fragment_image, partitions, host_disks,
+           host_profile) -> None:
     """Build a nested stack; print the guest mount point."""
     cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, image_size=parse_size(image_size),
                     disk_size=parse_size(disk_size) if disk_size else 0,
                     guest_dio=guest_dio, host_dio=host_dio,
                     guest_block_size=guest_block_size, host_block_size=host_block_size,
-                    fragment_image=fragment_image, partitions=partitions, name=name)
+                    fragment_image=fragment_image, partitions=partitions,
+                    host_disks=host_disks, host_profile=host_profile, name=name)
     st = Lab(name).up(cfg)
     click.echo(st["guest_mount"])
 

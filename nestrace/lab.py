@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+BTRFS_PROFILES = ("single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6")
 STATE_ROOT = Path(os.environ.get("NESTRACE_LAB_STATE", "/run/nestrace/labs"))
 DATA_ROOT = Path(os.environ.get("NESTRACE_LAB_DATA", "/var/tmp/nestrace-labs"))
 # where --partitions puts each file system: 1 MiB in, as partitioning tools do
@@ -61,7 +62,10 @@ def mount_cmd(fs: str, dev: str, mount_point) -> list[str]:
     return ["mount", "-t", fs, *opts, dev, str(mount_point)]
 
 
-def mkfs_cmd(fs: str, dev: str, block_size: int | None) -> list[str]:
+def mkfs_cmd(fs: str, dev: str, block_size: int | None, more: list[str] = (),
+             profile: str = "") -> list[str]:
+    """mkfs of `fs` on `dev` (btrfs: and on the `more` devices, data laid
+    out by `profile`, metadata mirrored)."""
     if fs in ("ext2", "ext3", "ext4"):
         # no lazy init: background zeroing would pollute every trace; no
         # discard: on a loop device it punches holes in the image (undoing
@@ -79,7 +83,9 @@ def mkfs_cmd(fs: str, dev: str, block_size: int | None) -> list[str]:
         cmd = ["mkfs.btrfs", "-q", "-f", "-K"]
         if block_size:
             cmd += ["-s", str(block_size)]
-        return cmd + [dev]
+        if profile:
+            cmd += ["-d", profile, "-m", "raid1" if more else "dup"]
+        return cmd + [dev, *more]
     raise LabError(f"unknown file system {fs!r} (choose from {', '.join(FILESYSTEMS)})")
 
 
@@ -95,6 +101,8 @@ class LabConfig:
     host_block_size: int | None = None
     fragment_image: bool = False    # fill the image with random 64 KiB writes before mkfs
     partitions: bool = False        # each file system on a partition at PART_START, not a whole disk
+    host_disks: int = 1             # a btrfs host on this many disks
+    host_profile: str = ""          # btrfs data profile (single, dup, raid0, raid1, raid10, raid5, ...)
     name: str = "default"
 
     def validate(self) -> None:
@@ -105,6 +113,13 @@ class LabConfig:
         if self.image_size < MIN_FS_BYTES.get(self.guest_fs, 16 << 20):
             raise LabError(f"--image-size {self.image_size >> 20} MiB is below the "
                            f"{self.guest_fs} minimum of {MIN_FS_BYTES[self.guest_fs] >> 20} MiB")
+        if self.host_disks < 1 or self.host_disks > 8:
+            raise LabError(f"--host-disks {self.host_disks}: from 1 to 8")
+        if (self.host_disks > 1 or self.host_profile) and self.host_fs != "btrfs":
+            raise LabError("--host-disks and --host-profile lay out a btrfs host (--host-fs btrfs)")
+        if self.host_profile and self.host_profile not in BTRFS_PROFILES:
+            raise LabError(f"unknown btrfs profile {self.host_profile!r} "
+                           f"(choose from {', '.join(BTRFS_PROFILES)})")
         if not self.name.replace("-", "").replace("_", "").isalnum():
             raise LabError(f"bad lab name {self.name!r}")
 
@@ -158,7 +173,16 @@ class Lab:
             self._step(st, "file", path=str(disk_file))
             disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
             host_dev = _partition(disk, disk_size) if cfg.partitions else disk
-            _run(mkfs_cmd(cfg.host_fs, host_dev, cfg.host_block_size), f"mkfs.{cfg.host_fs} (host)")
+            more = []
+            for i in range(2, cfg.host_disks + 1):
+                f = self.data_dir / f"disk{i}.raw"
+                with open(f, "wb") as fh:
+                    fh.truncate(disk_size)
+                self._step(st, "file", path=str(f))
+                d = self._attach(st, f, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
+                more.append(_partition(d, disk_size) if cfg.partitions else d)
+            _run(mkfs_cmd(cfg.host_fs, host_dev, cfg.host_block_size, more, cfg.host_profile),
+                 f"mkfs.{cfg.host_fs} (host)")
             self.host_mount.mkdir(parents=True, exist_ok=True)
             _run(mount_cmd(cfg.host_fs, host_dev, self.host_mount), "mounting the host FS")
             self._step(st, "mount", path=str(self.host_mount), role="host")

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ._paths import agent_path
 from .schema import ENUMS, table_schema
-from .stack import Stack, btrfs_chunks, extent_rows, file_id, fs_device, kdev_str
+from .stack import Stack, btrfs_chunks, btrfs_devices, extent_rows, file_id, fs_device, kdev_str
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
@@ -50,7 +50,7 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
                 "backing_format": "raw" if bd and level == "vdisk" else None,
                 "fs_type": fs, "block_size_bytes": bs, "part_start_bytes": part,
                 "machine": machine}
-    v, d = stack.vdisk, stack.disk
+    v = stack.vdisk
     rows = []
     if stack.has_guest:
         # a guest's loop device is the lab's virtual disk: its backing file
@@ -62,8 +62,8 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
     if stack.has_host:
         rows += [row("hostfs", stack.host_kdev, stack.host_mount, fs=stack.host_fs,
                      bs=stack.host_block_bytes, part=stack.host_part_start_bytes),
-                 row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None,
-                     bs=d.logical_block_bytes)]
+                 *(row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None,
+                       bs=d.logical_block_bytes) for d in stack.disks)]
     return rows
 
 
@@ -153,8 +153,8 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
         args += ["--dev", f"{kdev_str(stack.guest_kdev)}=vfs,cache,map",
                  "--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
     if stack.has_host:
-        args += ["--dev", f"{kdev_str(stack.disk.kdev)}=block",
-                 "--ino", f"{kdev_str(stack.host_kdev)}:{stack.image_ino}=file,cache,map"]
+        args += [a for d in stack.disks for a in ("--dev", f"{kdev_str(d.kdev)}=block")]
+        args += ["--ino", f"{kdev_str(stack.host_kdev)}:{stack.image_ino}=file,cache,map"]
     skip = () if all_hooks or not stack.has_host else unused_hooks(stack.host_fs)
     if skip:
         args += ["--skip-hooks", ",".join(skip)]
@@ -226,20 +226,28 @@ def cluster_rows(image: str, phase: str, capture_id: str) -> list[dict]:
 def snapshot_extents(stack: Stack, capture_id: str, phase: str,
                      inos: set[int] | None = None) -> pa.Table:
     """FIEMAP of the image and of the guest files (btrfs addresses mapped
-    through the chunk tree to device offsets)."""
+    through the chunk tree to devices and their offsets)."""
     rows = []
     if stack.has_host:
-        host_chunks = btrfs_chunks(f"/dev/{fs_device(stack.host_mount)}") if stack.host_fs == "btrfs" else None
-        rows += extent_rows(stack.image_path, "image", phase, capture_id, host_chunks)
+        chunks = devices = None
+        if stack.host_fs == "btrfs":
+            chunks = btrfs_chunks(f"/dev/{fs_device(stack.host_mount)}")
+            devices = btrfs_devices(stack.host_mount)
+        rows += extent_rows(stack.image_path, "image", phase, capture_id, stack.disk.kdev,
+                            chunks, devices)
         if stack.image_format == "qcow2":
             rows += cluster_rows(stack.image_path, phase, capture_id)
     if not stack.has_guest:
         return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
     subprocess.run(["sync", "-f", stack.guest_mount], check=False)
-    guest_chunks = btrfs_chunks(f"/dev/{fs_device(stack.guest_mount)}") if stack.guest_fs == "btrfs" else None
+    chunks = devices = None
+    if stack.guest_fs == "btrfs":
+        chunks = btrfs_chunks(f"/dev/{fs_device(stack.guest_mount)}")
+        devices = btrfs_devices(stack.guest_mount)
     for p in guest_files(stack, inos):
         try:
-            rows += extent_rows(p, "guest_file", phase, capture_id, guest_chunks)
+            rows += extent_rows(p, "guest_file", phase, capture_id, stack.vdisk.kdev,
+                                chunks, devices)
         except OSError:
             continue   # removed while we looked
     return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))

@@ -28,7 +28,7 @@ def raw_tables() -> dict[str, pa.Schema]:
 # views `nestrace correlate` stores, each with a `_<view>_computed` twin
 MATERIALIZED = ("block_requests", "links")
 # small store tables that gained columns after stores were first written
-GROWN = ("device_map", "capture_meta")
+GROWN = ("device_map", "capture_meta", "extent_maps")
 
 
 def _quiet(con) -> None:

@@ -13,6 +13,7 @@ import os
 import re
 import struct
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -186,6 +187,9 @@ class Stack:
     host_fs: str = ""
     host_kdev: int = 0
     disk: BlockDev | None = None
+    # a host file system on several devices (btrfs RAID): the others, each
+    # a `disk` level device of its own
+    more_disks: list[BlockDev] = field(default_factory=list)
     below: list[dict] = field(default_factory=list)   # further loop levels under disk
     guest_block_bytes: int = 0
     host_block_bytes: int = 0
@@ -205,6 +209,10 @@ class Stack:
     def has_host(self) -> bool:
         return self.side in ("both", "host")
 
+    @property
+    def disks(self) -> list[BlockDev]:
+        return [self.disk, *self.more_disks] if self.disk else []
+
     def to_json(self) -> dict:
         return asdict(self)
 
@@ -218,6 +226,7 @@ def discover(mount_point: str) -> Stack:
             f"{mount_point}: on {vdisk.name}, which is not a loop device: not a nested "
             "stack on this machine (in a VM: `nestrace record --side guest` here, "
             "`--side host --image FILE` on the host, then `nestrace merge`)")
+    _one_device(gm)
     return from_devices(gm, vdisk)
 
 
@@ -252,6 +261,7 @@ def guest_side(mount_point: str, vdisk_path: str | None = None) -> Stack:
     and the virtual disk under it (a virtio disk, or any block device)."""
     gm = mount_of(mount_point)
     vdisk = block_dev_of_path(vdisk_path) if vdisk_path else mount_block_dev(gm)
+    _one_device(gm)
     return Stack(guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev,
                  vdisk=vdisk, guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
                  guest_part_start_bytes=_part_start(gm), side="guest")
@@ -272,6 +282,33 @@ def image_format(path: str) -> str:
     except OSError as e:
         raise StackError(f"{path}: {e.strerror}") from None
     return next((fmt for magic, fmt in IMAGE_MAGIC if head.startswith(magic)), "raw")
+
+
+def _more_disks(m: Mount, disk: BlockDev) -> list[BlockDev]:
+    """The other devices of a btrfs on several (RAID profiles): all of
+    them are the disk level.  Their file system addresses are the same
+    offsets on each device, so their partitions must start alike."""
+    devs = sorted(btrfs_devices(m.mount_point).items())
+    starts = {bd.part_start_bytes for _, bd in devs} | {disk.part_start_bytes}
+    if len(starts) > 1:
+        raise StackError(
+            f"{m.mount_point}: btrfs on " + ", ".join(bd.part_name or bd.name for _, bd in devs)
+            + ": partitions starting at different offsets; nestrace maps a file system on "
+            "several devices only when they start alike (whole disks, or partitions at "
+            "the same offset)")
+    return [bd for _, bd in devs if bd.kdev != disk.kdev]
+
+
+def _one_device(m: Mount) -> None:
+    """A guest btrfs on several virtual disks is refused: only the one
+    under the mount is traced, the others' bytes would be lost."""
+    if m.fs_type == "btrfs":
+        devs = btrfs_devices(m.mount_point)
+        if len({bd.kdev for bd in devs.values()}) > 1:
+            raise StackError(
+                f"{m.mount_point}: a guest btrfs on {len(devs)} devices ("
+                + ", ".join(bd.part_name or bd.name for bd in devs.values())
+                + "): nestrace traces one virtual disk under the guest file system")
 
 
 def host_side(image: str, disk_path: str | None = None) -> Stack:
@@ -298,9 +335,10 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
                 f"({hm.major}:{hm.minor}), which has no block device under it: nestrace "
                 "traces a host file system on a disk (put the image on one, or trace "
                 "the guest's half alone with `record --side guest`)") from None
+    more = _more_disks(hm, disk) if hm.fs_type == "btrfs" and not disk_path else []
     return Stack(image_path=os.path.realpath(image), image_ino=st.st_ino,
                  host_mount=hm.mount_point, host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk,
-                 below=_host_below(disk), host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
+                 more_disks=more, below=_host_below(disk), host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
                  host_part_start_bytes=_part_start(hm), side="host",
                  image_format=image_format(image))
 
@@ -312,7 +350,8 @@ def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
     return Stack(
         guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev, vdisk=vdisk,
         image_path=image_path, image_ino=host.image_ino, host_mount=host.host_mount,
-        host_fs=host.host_fs, host_kdev=host.host_kdev, disk=host.disk, below=host.below,
+        host_fs=host.host_fs, host_kdev=host.host_kdev, disk=host.disk,
+        more_disks=host.more_disks, below=host.below,
         guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
         host_block_bytes=host.host_block_bytes,
         guest_part_start_bytes=_part_start(gm), host_part_start_bytes=host.host_part_start_bytes)
@@ -356,36 +395,110 @@ def fiemap(path: str) -> list[tuple[int, int, int, int]]:
 
 # ---- btrfs: logical -> device address --------------------------------------
 
+# Block-group profiles whose every stripe holds a full copy of the chunk
+MIRRORED = {"single": 1, "DUP": 2, "RAID1": 2, "RAID1C3": 3, "RAID1C4": 4}
+# Striped profiles, with their parity stripes
+STRIPED = {"RAID0": 0, "RAID10": 0, "RAID5": 1, "RAID6": 2}
+
+
 @dataclass
 class Chunk:
+    """One btrfs chunk: `length` logical bytes from `logical`, laid out by
+    `profile` over `stripes` ((devid, device offset), in stripe order)."""
     logical: int
     length: int
-    physical: int
+    profile: str = "single"
+    stripe_len: int = 65536
+    sub_stripes: int = 1
+    stripes: list[tuple[int, int]] = field(default_factory=list)
 
 
 def btrfs_chunks(device: str) -> list[Chunk]:
-    """Chunk map of a single-device btrfs, from its chunk tree."""
+    """Chunk map of a btrfs (any number of devices), from its chunk tree."""
     subprocess.run(["sync"], check=False)
     out = subprocess.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", device],
                          capture_output=True, text=True)
     if out.returncode:
         raise StackError(f"{device}: btrfs dump-tree failed: {out.stderr.strip()}")
-    chunks = []
-    logical = length = None
+    chunks: list[Chunk] = []
+    cur: Chunk | None = None
     for line in out.stdout.splitlines():
-        m = re.search(r"CHUNK_ITEM (\d+)\)", line)
-        if m:
-            logical, length = int(m.group(1)), None
+        if m := re.search(r"CHUNK_ITEM (\d+)\)", line):
+            cur = Chunk(int(m.group(1)), 0)
+            chunks.append(cur)
+        elif cur is None:
             continue
-        m = re.search(r"^\s*length (\d+) owner", line)
-        if m and logical is not None:
-            length = int(m.group(1))
-            continue
-        m = re.search(r"stripe 0 devid \d+ offset (\d+)", line)
-        if m and logical is not None and length is not None:
-            chunks.append(Chunk(logical, length, int(m.group(1))))
-            logical = None
+        elif m := re.search(r"^\s*length (\d+) owner \d+ stripe_len (\d+) type (\S+)", line):
+            cur.length, cur.stripe_len = int(m.group(1)), int(m.group(2))
+            prof = [t for t in m.group(3).split("|") if t in MIRRORED or t in STRIPED]
+            cur.profile = prof[0] if prof else "single"
+        elif m := re.search(r"num_stripes \d+ sub_stripes (\d+)", line):
+            cur.sub_stripes = max(1, int(m.group(1)))
+        elif m := re.search(r"stripe \d+ devid (\d+) offset (\d+)", line):
+            cur.stripes.append((int(m.group(1)), int(m.group(2))))
+    for c in chunks:
+        if not c.length or not c.stripes:
+            raise StackError(f"{device}: chunk at logical {c.logical}: no length or stripes "
+                             "in `btrfs inspect-internal dump-tree -t chunk`")
+    chunks.sort(key=lambda c: c.logical)
     return chunks
+
+
+def btrfs_pieces(chunks: list[Chunk], logical: int, length: int
+                 ) -> list[tuple[int, int, int, int]] | None:
+    """Where btrfs keeps the logical bytes [logical, logical + length):
+    (logical, devid, device offset, length) per piece, every copy of a
+    mirrored profile, the data stripes of a striped one (as the kernel's
+    btrfs_map_block: RAID5/6 data rotate by full stripe; parity is not
+    file data).  None if some byte is in no chunk."""
+    import bisect
+    starts = [c.logical for c in chunks]
+    out = []
+    pos, end = logical, logical + length
+    while pos < end:
+        i = bisect.bisect_right(starts, pos) - 1
+        if i < 0 or pos >= chunks[i].logical + chunks[i].length:
+            return None
+        c = chunks[i]
+        off = pos - c.logical
+        n = min(end, c.logical + c.length) - pos
+        if c.profile in MIRRORED:
+            out += [(pos, devid, doff + off, n) for devid, doff in c.stripes]
+        else:
+            sl, ns = c.stripe_len, len(c.stripes)
+            nr, within = divmod(off, sl)
+            n = min(n, sl - within)
+            if c.profile == "RAID0":
+                row, first, copies = nr // ns, nr % ns, 1
+            elif c.profile == "RAID10":
+                factor = ns // c.sub_stripes
+                row, first, copies = nr // factor, (nr % factor) * c.sub_stripes, c.sub_stripes
+            else:   # RAID5, RAID6
+                data = ns - STRIPED[c.profile]
+                row = nr // data
+                first, copies = (row + nr % data) % ns, 1
+            for k in range(first, first + copies):
+                devid, doff = c.stripes[k]
+                out.append((pos, devid, doff + row * sl + within, n))
+        pos += n
+    return out
+
+
+def btrfs_devices(mount_point: str) -> dict[int, BlockDev]:
+    """devid -> block device (a partition's whole disk, with its start) of
+    a mounted btrfs."""
+    out = subprocess.run(["btrfs", "filesystem", "show", "--raw", mount_point],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise StackError(f"{mount_point}: btrfs filesystem show failed: {out.stderr.strip()}")
+    devs = {}
+    for m in re.finditer(r"devid\s+(\d+) size \d+ used \d+ path (\S+)", out.stdout):
+        if m.group(2) == "<missing":
+            raise StackError(f"{mount_point}: btrfs devid {m.group(1)} is missing")
+        devs[int(m.group(1))] = block_dev_of_path(m.group(2))
+    if not devs:
+        raise StackError(f"{mount_point}: no devices in `btrfs filesystem show`")
+    return devs
 
 
 def fs_device(mount_point: str) -> str:
@@ -393,13 +506,6 @@ def fs_device(mount_point: str) -> str:
     mount's source (a partition, when it is on one)."""
     bd = mount_block_dev(mount_of(mount_point))
     return bd.part_name or bd.name
-
-
-def btrfs_to_physical(chunks: list[Chunk], logical: int) -> int | None:
-    for c in chunks:
-        if c.logical <= logical < c.logical + c.length:
-            return c.physical + (logical - c.logical)
-    return None
 
 
 def file_id(path: str) -> tuple[int, int]:
@@ -410,15 +516,37 @@ def file_id(path: str) -> tuple[int, int]:
     return (m.kdev if m else kdev_of(st.st_dev)), st.st_ino
 
 
-def extent_rows(path: str, role: str, phase: str, capture_id: str,
-                chunks: list[Chunk] | None = None) -> list[dict]:
+def extent_rows(path: str, role: str, phase: str, capture_id: str, disk_dev: int,
+                chunks: list[Chunk] | None = None,
+                devices: dict[int, BlockDev] | None = None) -> list[dict]:
+    """The FIEMAP extents of `path`, one row per piece on a device: on
+    ext2/3/4 and xfs one per extent, on `disk_dev`; on btrfs (`chunks`,
+    `devices`: devid -> disk) one per copy and per stripe, on the disk of
+    the device that holds it.  physical_bytes are on the file system's
+    own device (its partition, when on one: map_extents adds its start;
+    host_side refuses a btrfs whose devices' partitions start apart)."""
     dev, ino = file_id(path)
     rows = []
-    for lo, ph, ln, fl in fiemap(path):
-        if chunks is not None:
-            mapped = btrfs_to_physical(chunks, ph)
-            ph = mapped if mapped is not None else ph
+
+    def row(lo, ph, ln, fl, pdev):
         rows.append({"capture_id": capture_id, "phase": phase, "role": role, "path": path,
-                     "dev": dev, "ino": ino, "logical_bytes": lo,
-                     "physical_bytes": ph, "length_bytes": ln, "flags": fl})
+                     "dev": dev, "ino": ino, "logical_bytes": lo, "physical_bytes": ph,
+                     "length_bytes": ln, "flags": fl, "physical_dev": pdev})
+
+    for lo, ph, ln, fl in fiemap(path):
+        if chunks is None or fl & 6:    # (no address yet: kept as it is, left out in SQL)
+            row(lo, ph, ln, fl, disk_dev)
+            continue
+        pieces = btrfs_pieces(chunks, ph, ln)
+        if pieces is None:
+            print(f"nestrace: {path}: btrfs logical bytes {ph}+{ln} (file offset {lo}) are "
+                  "in no chunk of the chunk tree: extent left out of the map", file=sys.stderr)
+            continue
+        for plog, devid, poff, plen in pieces:
+            bd = (devices or {}).get(devid)
+            if bd is None:
+                print(f"nestrace: {path}: btrfs devid {devid} (file offset {lo}) is not among "
+                      "the file system's devices: piece left out of the map", file=sys.stderr)
+                continue
+            row(lo + plog - ph, poff, plen, fl, bd.kdev)
     return rows

@@ -124,6 +124,34 @@ def test_an_image_on_a_file_system_with_no_disk_is_refused_by_name(tmp_path, not
 
 
 @pytest.mark.root
+def test_a_guest_btrfs_on_two_virtual_disks_is_refused_by_name(tmp_path, nothing_left):
+    """Only the virtual disk under the guest mount is traced: a guest btrfs
+    on two would lose the other's bytes, so record names both and stops."""
+    guest = tmp_path / "guest"
+    guest.mkdir()
+    loops: list[str] = []
+    try:
+        for i in range(2):
+            img = tmp_path / f"img{i}.raw"
+            subprocess.run(["truncate", "-s", "256M", str(img)], check=True)
+            loops.append(subprocess.run(["losetup", "-f", "--show", str(img)], check=True,
+                                        capture_output=True, text=True).stdout.strip())
+        subprocess.run(["mkfs.btrfs", "-q", "-f", "-d", "raid1", "-m", "raid1", *loops],
+                       check=True, capture_output=True)
+        subprocess.run(["mount", loops[0], str(guest)], check=True)
+        line = one_error_line(run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(guest),
+                                      "--", "true", check=False))
+        names = [os.path.basename(x) for x in loops]
+        assert line.startswith(f"nestrace: error: {guest}: a guest btrfs on 2 devices ("), line
+        assert all(n in line for n in names), line
+        assert not (tmp_path / "s").exists()
+    finally:
+        subprocess.run(["umount", str(guest)], capture_output=True)
+        for dev in loops:
+            subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+@pytest.mark.root
 def test_no_btf_is_refused(tmp_path, nothing_left):
     env = os.environ | {"NESTRACE_BTF": "/nonexistent/vmlinux"}
     line = one_error_line(run_cli("record", "-o", str(tmp_path / "s"), "--stack", "/",

@@ -185,6 +185,41 @@ def test_rmw_read_of_where_a_copy_on_write_host_had_the_block_before_it_moved():
                    {"kind": "writeback", "tied": False, "bytes": 3584, "op": "write"}]
 
 
+def test_a_host_on_two_disks_maps_each_request_through_its_own_disk():
+    """A mirrored btrfs host: the image's bytes are at 100 MiB on one disk
+    and at 200 MiB on the other.  A write reaches both copies; a write at
+    the second disk's 104 MiB is not the image's (on the first disk it
+    would be), and must not be tied to it."""
+    disk2 = DISK + 2
+    dm = device_map() + [r | {"dev": disk2, "name": "loop9"}
+                         for r in device_map() if r["level"] == "disk"]
+    ext = [r | {"physical_dev": VDISK} for r in extents() if r["role"] == "guest_file"]
+    img = [r for r in extents() if r["role"] == "image"]
+    ext += [r | {"physical_dev": DISK} for r in img]
+    ext += [r | {"physical_dev": disk2, "physical_bytes": 200 * MiB} for r in img]
+    t = dict(device_map=dm, extent_maps=ext,
+             block_events=request(100, 110, 200, VDISK, 4 * MiB, 4096, rq=1, bio=11, op=1)
+             + request(300, 310, 400, DISK, 104 * MiB, 4096, rq=2, bio=12, op=1)
+             + request(300, 311, 401, disk2, 204 * MiB, 4096, rq=3, bio=13, op=1)
+             + request(500, 510, 600, disk2, 104 * MiB, 4096, rq=4, bio=14, op=1))
+    s = session(**t)
+    assert s.rows("SELECT disk_dev, disk_offset_bytes // 1048576 AS mib, bytes FROM map_vdisk "
+                  "ORDER BY 1") == [{"disk_dev": DISK, "mib": 104, "bytes": 4096},
+                                    {"disk_dev": disk2, "mib": 204, "bytes": 4096}]
+    assert s.rows("SELECT b.dev, m.disk_offset_bytes // 1048576 AS mib, m.image_offset_bytes "
+                  "FROM map_disk m JOIN block_requests b USING (io_id) ORDER BY 1") == [
+        {"dev": DISK, "mib": 104, "image_offset_bytes": 4 * MiB},
+        {"dev": disk2, "mib": 204, "image_offset_bytes": 4 * MiB}]
+    got = s.rows("SELECT b.dev, b.offset_bytes // 1048576 AS mib, l.kind, l.upper_id IS NOT NULL "
+                 "AS tied, l.bytes FROM links l JOIN block_requests b ON b.io_id = l.lower_id "
+                 "WHERE l.lower_level = 'disk' ORDER BY b.d_ns")
+    assert got == [{"dev": DISK, "mib": 104, "kind": "writeback", "tied": True, "bytes": 4096},
+                   {"dev": disk2, "mib": 204, "kind": "writeback", "tied": True, "bytes": 4096},
+                   {"dev": disk2, "mib": 104, "kind": "writeback", "tied": False, "bytes": 4096}]
+    assert s.rows("SELECT requests, bytes FROM amplification "
+                  "WHERE level = 'disk' AND op = 'write'") == [{"requests": 3, "bytes": 3 * 4096}]
+
+
 def test_unaligned_app_write_reads_the_guest_block():
     t = dict(vfs_events=[vfs(100, 800, off=1024, req=512, ret=512, syscall=4)],
              block_events=request(200, 210, 400, VDISK, 4 * MiB, 4096, rq=1, bio=11))

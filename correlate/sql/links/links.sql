@@ -9,6 +9,16 @@
 --   vdisk -> disk  host-disk bytes (through the image's extents); the
 --                  host FS access has no end time, so disk requests are tied
 --                  to the virtual-disk request whose image range they serve.
+--                  A host FS on several disks (btrfs RAID) puts each disk
+--                  in its own stretch of this space: + shift (_links_disks).
+
+-- The host disks of each capture, numbered: disk k's bytes are at
+-- k << 50 (1 PiB each; blocks stay under _links_key's 2^48).
+CREATE OR REPLACE VIEW _links_disks AS
+SELECT capture_id, dev,
+       ((row_number() OVER (PARTITION BY capture_id ORDER BY dev) - 1) << 50)::BIGINT AS shift
+FROM (SELECT DISTINCT capture_id, dev FROM device_map WHERE level = 'disk');
+
 CREATE OR REPLACE VIEW _links_upper AS
 SELECT 'vfs' AS upper_level, 'vdisk' AS lower_level, capture_id, io_id AS upper_id,
        ts_ns AS u_start, end_ns AS u_end, op AS u_op,
@@ -20,9 +30,11 @@ SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, coalesce(c_ns, start_ns),
        s, t - s, unnest(_blocks(s, t - s))
 FROM _map_vdisk_pieces WHERE s IS NOT NULL
 UNION ALL
-SELECT 'vdisk', 'disk', capture_id, io_id, start_ns, coalesce(c_ns, start_ns), op,
-       disk_offset_bytes::BIGINT, bytes::BIGINT, unnest(_blocks(disk_offset_bytes, bytes))
-FROM map_vdisk WHERE disk_offset_bytes IS NOT NULL;
+SELECT 'vdisk', 'disk', m.capture_id, m.io_id, m.start_ns, coalesce(m.c_ns, m.start_ns), m.op,
+       m.disk_offset_bytes::BIGINT + x.shift, m.bytes::BIGINT,
+       unnest(_blocks(m.disk_offset_bytes::BIGINT + x.shift, m.bytes))
+FROM map_vdisk m JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev
+WHERE m.disk_offset_bytes IS NOT NULL;
 
 -- The same hop vdisk -> disk through where moved image bytes were at the
 -- start (_map_image_moved, copy-on-write hosts): used for reads, and for
@@ -39,9 +51,11 @@ WITH v AS (
   FROM _map_into_image('_links_moved_ranges') WHERE idelta IS NOT NULL),
 p AS (
   SELECT v.capture_id, v.io_id, v.start_ns, coalesce(v.c_ns, v.start_ns) AS u_end, v.op,
-         greatest(v.s, m.lo) + m.delta AS u_off, least(v.t, m.hi) - greatest(v.s, m.lo) AS u_len
+         greatest(v.s, m.lo) + m.delta + x.shift AS u_off,
+         least(v.t, m.hi) - greatest(v.s, m.lo) AS u_len
   FROM v JOIN _map_image_moved m
-    ON m.capture_id = v.capture_id AND m.lo < v.t AND v.s < m.hi)
+    ON m.capture_id = v.capture_id AND m.lo < v.t AND v.s < m.hi
+  JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev)
 SELECT 'vdisk' AS upper_level, 'disk' AS lower_level, capture_id, io_id AS upper_id,
        start_ns AS u_start, u_end, op AS u_op, u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk
 FROM p;
@@ -59,9 +73,11 @@ SELECT 'hostfs', h.capture_id, h.io_id, h.ts_ns, h.op,
 FROM hostfs_io h LEFT JOIN _map_image_metadata_io m USING (capture_id, io_id)
 WHERE h.bytes > 0
 UNION ALL
-SELECT 'disk', capture_id, io_id, start_ns, op, req_flags, offset_bytes::BIGINT, bytes::BIGINT,
-       unnest(_blocks(offset_bytes, bytes))
-FROM disk_io WHERE bytes > 0;
+SELECT 'disk', d.capture_id, d.io_id, d.start_ns, d.op, d.req_flags,
+       d.offset_bytes::BIGINT + x.shift, d.bytes::BIGINT,
+       unnest(_blocks(d.offset_bytes::BIGINT + x.shift, d.bytes))
+FROM disk_io d JOIN _links_disks x ON x.capture_id = d.capture_id AND x.dev = d.dev
+WHERE d.bytes > 0;
 
 -- (capture, hop, op, block) as one integer: DuckDB's ASOF join is ~2.5x
 -- faster on one integer key than on several columns.  Captures are

@@ -3,11 +3,13 @@
 
 -- Every known extent of the traced files, from each source (FIEMAP at
 -- start and at end, mapping events), the partition start added; prio 1
--- end snapshot, 2 start snapshot, 3 mapping events.
+-- end snapshot, 2 start snapshot, 3 mapping events.  disk_dev: the disk
+-- the bytes are on (a btrfs on several devices names it per piece;
+-- mapping events and stores written before: the one device below).
 CREATE OR REPLACE VIEW _map_extents_all AS
 WITH snap AS (
   SELECT capture_id, role, dev, ino, logical_bytes, physical_bytes, length_bytes,
-         'fiemap_' || phase AS source,
+         physical_dev AS disk_dev, 'fiemap_' || phase AS source,
          CASE phase WHEN 'end' THEN 1 ELSE 2 END AS prio
   FROM extent_maps
   WHERE (flags & 6) = 0                           -- FIEMAP_EXTENT_UNKNOWN | DELALLOC
@@ -17,18 +19,23 @@ ev AS (
   SELECT DISTINCT m.capture_id,
          CASE l.level WHEN 'vfs' THEN 'guest_file' ELSE 'image' END AS role,
          m.dev, m.ino, m.file_offset_bytes AS logical_bytes, m.disk_bytes AS physical_bytes,
-         m.length_bytes, 'mapping_events' AS source, 3 AS prio
+         m.length_bytes, NULL::UINTEGER AS disk_dev, 'mapping_events' AS source, 3 AS prio
   FROM mapping_events m
   JOIN base_levels l ON l.capture_id = m.capture_id AND l.dev = m.dev
                     AND l.level IN ('vfs', 'hostfs')
   WHERE m.map_type IN (2, 3) AND m.disk_bytes <> 18446744073709551615
     AND l.fs_type <> 'btrfs'                      -- btrfs reports logical addresses
 ),
-allx AS (SELECT * FROM snap UNION ALL SELECT * FROM ev)
+allx AS (SELECT * FROM snap UNION ALL SELECT * FROM ev),
+below AS (
+  SELECT capture_id, CASE level WHEN 'vdisk' THEN 'guest_file' ELSE 'image' END AS role,
+         min(dev) AS dev
+  FROM device_map WHERE level IN ('vdisk', 'disk') GROUP BY ALL)
 SELECT a.capture_id, a.role, a.dev, a.ino, a.logical_bytes,
        a.physical_bytes + coalesce(p.part_start_bytes, 0) AS physical_bytes,
-       a.length_bytes, a.source, a.prio
+       a.length_bytes, coalesce(a.disk_dev, b.dev) AS disk_dev, a.source, a.prio
 FROM allx a
+LEFT JOIN below b ON b.capture_id = a.capture_id AND b.role = a.role
 -- FIEMAP and iomap give addresses on the file system's own device: on a
 -- partition, its start carries them to the disk the requests are on
 LEFT JOIN device_map p ON p.capture_id = a.capture_id AND p.dev = a.dev
@@ -46,9 +53,10 @@ LEFT JOIN device_map p ON p.capture_id = a.capture_id AND p.dev = a.dev
 -- @column logical_bytes UBIGINT   file offset where the extent starts
 -- @column physical_bytes UBIGINT  byte offset on the disk below where it starts (a partition's start added)
 -- @column length_bytes UBIGINT    extent length
+-- @column disk_dev UINTEGER       kernel dev_t of the disk the bytes are on (a file system on several devices, btrfs RAID: one row per copy and per stripe)
 -- @column source VARCHAR          fiemap_end, fiemap_start or mapping_events
 CREATE OR REPLACE VIEW map_extents AS
 WITH best AS (SELECT capture_id, dev, ino, min(prio) AS prio FROM _map_extents_all GROUP BY ALL)
 SELECT a.capture_id, a.role, a.dev, a.ino, a.logical_bytes, a.physical_bytes, a.length_bytes,
-       a.source
+       a.disk_dev, a.source
 FROM _map_extents_all a JOIN best b USING (capture_id, dev, ino, prio);

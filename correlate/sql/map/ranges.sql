@@ -6,28 +6,38 @@
 -- INCLUDE hostfs.io
 -- INCLUDE map.image
 
--- The image extents, with their device.
+-- The image extents, with their disk (a btrfs on several devices: a row
+-- per copy and per stripe).
 CREATE OR REPLACE VIEW _map_image_extents AS
-SELECT capture_id, logical_bytes, physical_bytes, length_bytes FROM map_extents WHERE role = 'image';
+SELECT capture_id, logical_bytes, physical_bytes, length_bytes, disk_dev
+FROM map_extents WHERE role = 'image';
 
 -- Image bytes that moved during the capture: where the start snapshot had
 -- them, for the parts where map_extents (the end snapshot, as a rule)
 -- has them elsewhere.  A copy-on-write host (btrfs) writes a rewritten
 -- block to a new place; a read of the old place before that (the host's
 -- read-modify-write of a partial page, say) is found through these.
--- lo, hi: image bytes; delta: old disk offset minus image offset.
+-- lo, hi: image bytes; delta: old disk offset minus image offset;
+-- disk_dev: the old place's disk.  (A part is moved when no copy of it
+-- in map_extents is on the same disk with the same delta: on a mirrored
+-- host each copy is cut at the same image offsets.)
 CREATE OR REPLACE VIEW _map_image_moved AS
 WITH st AS (
   SELECT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
-         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
   FROM _map_extents_all WHERE role = 'image' AND source = 'fiemap_start'),
 now AS (
   SELECT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
-         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
-  FROM _map_image_extents)
-SELECT st.capture_id, greatest(st.lo, now.lo) AS lo, least(st.hi, now.hi) AS hi, st.delta
-FROM st JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi
-WHERE now.delta <> st.delta;
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
+  FROM _map_image_extents),
+cand AS (
+  SELECT DISTINCT st.capture_id, greatest(st.lo, now.lo) AS lo, least(st.hi, now.hi) AS hi,
+         st.delta, st.disk_dev
+  FROM st JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi
+  WHERE now.delta <> st.delta OR now.disk_dev <> st.disk_dev)
+SELECT c.* FROM cand c
+ANTI JOIN now n ON n.capture_id = c.capture_id AND n.disk_dev = c.disk_dev AND n.delta = c.delta
+               AND n.lo <= c.lo AND c.hi <= n.hi;
 
 -- The rows of view `t` (capture_id, dev, ino and a guest-file byte range
 -- [off, stop), plus any columns) carried through the guest file's extents
@@ -69,6 +79,7 @@ SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk(
 -- @column vdisk_offset_bytes UBIGINT byte offset on the virtual disk
 -- @column image_offset_bytes UBIGINT byte offset in the image file (NULL: no place in it, see map_vdisk_image)
 -- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL if the image range is unmapped)
+-- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
 CREATE OR REPLACE VIEW map_vfs AS
 WITH v AS (   -- carried into the image (pieces: qcow2 clusters)
   SELECT capture_id, io_id, ts_ns, end_ns, op, ps - delta AS file_offset_bytes,
@@ -78,7 +89,7 @@ WITH v AS (   -- carried into the image (pieces: qcow2 clusters)
 -- a piece that crosses an image extent's end (a guest block smaller than
 -- the host's, or an image offset not aligned to it) splits there too
 w AS (
-  SELECT v.*, ie.logical_bytes AS il, ie.physical_bytes AS ip,
+  SELECT v.*, ie.logical_bytes AS il, ie.physical_bytes AS ip, ie.disk_dev,
          greatest(v.image_offset_bytes::BIGINT, ie.logical_bytes::BIGINT) AS ps,
          least((v.image_offset_bytes + v.bytes)::BIGINT,
                (ie.logical_bytes + ie.length_bytes)::BIGINT) AS pt
@@ -91,7 +102,7 @@ SELECT capture_id, io_id, ts_ns, end_ns, op,
        coalesce((pt - ps)::UBIGINT, bytes) AS bytes,
        (vdisk_offset_bytes + coalesce(ps - image_offset_bytes::BIGINT, 0))::UBIGINT AS vdisk_offset_bytes,
        coalesce(ps::UBIGINT, image_offset_bytes) AS image_offset_bytes,
-       (ip + (ps - il))::UBIGINT AS disk_offset_bytes
+       (ip + (ps - il))::UBIGINT AS disk_offset_bytes, disk_dev
 FROM w;
 
 -- Virtual-disk requests carried to the image (through a qcow2 image's
@@ -107,6 +118,7 @@ FROM w;
 -- @column image_offset_bytes UBIGINT start of the piece in the image file
 -- @column bytes UBIGINT          piece length
 -- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL: a hole in the image)
+-- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
 CREATE OR REPLACE VIEW map_vdisk AS
 WITH r AS (
   SELECT capture_id, io_id, start_ns, c_ns, op, s, t
@@ -115,7 +127,7 @@ p AS (
   SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op, r.s, r.t,
          greatest(r.s, ie.logical_bytes::BIGINT) AS ps,
          least(r.t, (ie.logical_bytes + ie.length_bytes)::BIGINT) AS pt,
-         ie.physical_bytes::BIGINT - ie.logical_bytes::BIGINT AS delta
+         ie.physical_bytes::BIGINT - ie.logical_bytes::BIGINT AS delta, ie.disk_dev
   FROM r JOIN _map_image_extents ie
     ON ie.capture_id = r.capture_id AND ie.logical_bytes::BIGINT < r.t
    AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT),
@@ -133,10 +145,10 @@ holes AS (   -- from the end of what is mapped so far to the next piece
                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s)) AS hs
   FROM edges)
 SELECT capture_id, io_id, start_ns, c_ns, op, ps::UBIGINT AS image_offset_bytes,
-       (pt - ps)::UBIGINT AS bytes, (ps + delta)::UBIGINT AS disk_offset_bytes
+       (pt - ps)::UBIGINT AS bytes, (ps + delta)::UBIGINT AS disk_offset_bytes, disk_dev
 FROM p
 UNION ALL
-SELECT capture_id, io_id, start_ns, c_ns, op, hs::UBIGINT, (he - hs)::UBIGINT, NULL
+SELECT capture_id, io_id, start_ns, c_ns, op, hs::UBIGINT, (he - hs)::UBIGINT, NULL, NULL
 FROM holes WHERE he > hs;
 
 -- Host disk requests carried back into the image file (inverse of the
@@ -159,7 +171,8 @@ SELECT d.capture_id, d.io_id, d.start_ns, d.d_ns, d.c_ns, d.op,
        greatest(d.offset_bytes, ie.physical_bytes) - ie.physical_bytes + ie.logical_bytes
          AS image_offset_bytes
 FROM disk_io d JOIN _map_image_extents ie
-  ON ie.capture_id = d.capture_id AND ie.physical_bytes < d.offset_bytes + d.bytes
+  ON ie.capture_id = d.capture_id AND ie.disk_dev = d.dev
+ AND ie.physical_bytes < d.offset_bytes + d.bytes
  AND d.offset_bytes < ie.physical_bytes + ie.length_bytes
 WHERE d.bytes > 0
 UNION ALL
@@ -169,6 +182,6 @@ SELECT d.capture_id, d.io_id, d.start_ns, d.d_ns, d.c_ns, d.op,
         - greatest(d.offset_bytes::BIGINT, m.lo + m.delta))::UBIGINT,
        (greatest(d.offset_bytes::BIGINT, m.lo + m.delta) - m.delta)::UBIGINT
 FROM disk_io d JOIN _map_image_moved m
-  ON m.capture_id = d.capture_id AND m.lo + m.delta < (d.offset_bytes + d.bytes)::BIGINT
+  ON m.capture_id = d.capture_id AND m.disk_dev = d.dev AND m.lo + m.delta < (d.offset_bytes + d.bytes)::BIGINT
  AND d.offset_bytes::BIGINT < m.hi + m.delta
 WHERE d.bytes > 0;

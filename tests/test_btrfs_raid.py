@@ -1,0 +1,139 @@
+"""A host file system on several disks (btrfs RAID profiles): where the
+chunk tree puts each byte, checked on the raw devices, and captures where
+the disk level is two devices."""
+from __future__ import annotations
+
+import mmap
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import nestrace
+from conftest import drop_caches, loop_devices, run_cli
+from nestrace.stack import btrfs_chunks, btrfs_devices, btrfs_pieces, fiemap
+
+pytestmark = pytest.mark.root
+
+
+def _tag(block: int) -> bytes:
+    """4 KiB naming its own block number."""
+    return (b"blk%08d" % block) * 372 + b"\0" * 4
+
+
+@pytest.mark.parametrize("profile,disks", [("single", 1), ("dup", 1), ("raid0", 2), ("raid1", 2),
+                                           ("raid10", 4), ("raid5", 3), ("raid6", 4),
+                                           ("raid1c3", 3)])
+def test_every_block_of_a_file_is_where_the_chunk_map_says_on_the_raw_disks(tmp_path, profile,
+                                                                            disks):
+    """32 MiB written block by block, each block naming itself; every piece
+    btrfs_pieces gives (each copy, each stripe) is read back from its raw
+    device with O_DIRECT and must hold the file's block there."""
+    loops: list[str] = []
+    mnt = tmp_path / "m"
+    mnt.mkdir()
+    before = loop_devices()
+    try:
+        for i in range(disks):
+            f = tmp_path / f"d{i}"
+            with open(f, "wb") as fh:
+                fh.truncate(400 << 20)
+            loops.append(subprocess.run(["losetup", "-f", "--show", str(f)], check=True,
+                                        capture_output=True, text=True).stdout.strip())
+        subprocess.run(["mkfs.btrfs", "-q", "-f", "-d", profile,
+                        "-m", "raid1" if disks > 1 else "dup", *loops],
+                       check=True, capture_output=True)
+        subprocess.run(["mount", loops[0], str(mnt)], check=True)
+        path = mnt / "f"
+        blocks = 8192
+        with open(path, "wb") as fh:
+            for b in range(blocks):
+                fh.write(_tag(b))
+        subprocess.run(["sync"], check=True)
+        chunks, devs = btrfs_chunks(loops[0]), btrfs_devices(str(mnt))
+        assert sorted(bd.name for bd in devs.values()) == sorted(Path(x).name for x in loops)
+        copies = {"single": 1, "dup": 2, "raid0": 1, "raid1": 2, "raid10": 2, "raid5": 1,
+                  "raid6": 1, "raid1c3": 3}[profile]
+        seen: dict[int, int] = {}
+        per_dev: dict[int, int] = {}
+        buf = mmap.mmap(-1, 4096)
+        for lo, ph, ln, _fl in fiemap(str(path)):
+            pieces = btrfs_pieces(chunks, ph, ln)
+            assert pieces is not None, (lo, ph, ln)
+            for plog, devid, poff, plen in pieces:
+                per_dev[devid] = per_dev.get(devid, 0) + plen
+                fd = os.open(f"/dev/{devs[devid].name}", os.O_RDONLY | os.O_DIRECT)
+                try:
+                    for off in range(0, plen, 4096):
+                        block = (lo + plog - ph + off) // 4096
+                        assert os.preadv(fd, [buf], poff + off) == 4096
+                        assert buf[:] == _tag(block), (profile, devid, poff + off, block)
+                        seen[block] = seen.get(block, 0) + 1
+                finally:
+                    os.close(fd)
+        assert seen == {b: copies for b in range(blocks)}
+        # striped and mirrored profiles spread the file over every disk
+        assert len(per_dev) == disks, per_dev
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+        for dev in loops:
+            subprocess.run(["losetup", "-d", dev], capture_output=True)
+    assert loop_devices() <= before
+
+
+@pytest.mark.parametrize("profile", ["raid1", "raid0"])
+def test_a_host_on_two_disks_traces_both_and_ties_their_bytes_to_the_app(lab_factory, tmp_path,
+                                                                         profile):
+    """fio 4k randrw O_DIRECT in the guest, the image through the host page
+    cache (--guest-dio off), the host btrfs on two disks.  Both disks are
+    the disk level; raid1 writes every byte on each (2x the virtual disk's
+    writes), raid0 once, spread over the two; links tie every disk byte
+    but btrfs's own metadata and readahead to the virtual disk's requests."""
+    lab = lab_factory("ext4", "btrfs", guest_dio="off", host_dio="on", host_disks=2,
+                      host_profile=profile)
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    drop_caches()
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--",
+            "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
+            "--output=/dev/null", "--size=64M", "--rw=randrw", "--bs=4k", "--direct=1",
+            "--io_size=8M", "--end_fsync=1")
+    s = nestrace.open(store)
+    disks = [r["dev"] for r in s.rows("SELECT dev FROM device_map WHERE level = 'disk' ORDER BY dev")]
+    assert len(disks) == 2
+    by_dev = {r["dev"]: r for r in s.rows(
+        "SELECT dev, count(*) FILTER (WHERE op = 'write') AS writes, "
+        "sum(bytes) FILTER (WHERE op = 'write') AS wbytes FROM disk_io GROUP BY dev")}
+    assert set(by_dev) == set(disks) and all(r["writes"] > 50 for r in by_dev.values()), by_dev
+    vdisk_w = s.rows("SELECT sum(bytes) AS b FROM vdisk_io WHERE op = 'write'")[0]["b"]
+    disk_w = sum(r["wbytes"] for r in by_dev.values())
+    # the disks' writes tied to the virtual disk's: each byte once per copy
+    tied_w = s.rows("SELECT sum(l.bytes) AS b FROM links l JOIN disk_io d "
+                    "ON d.capture_id = l.capture_id AND d.io_id = l.lower_id "
+                    "WHERE l.lower_level = 'disk' AND l.upper_id IS NOT NULL "
+                    "AND d.op = 'write'")[0]["b"]
+    want = 2 if profile == "raid1" else 1
+    assert want * 0.9 <= tied_w / vdisk_w <= want * 1.1, (tied_w, vdisk_w, disk_w)
+    if profile == "raid1":   # each copy is the whole of what was written
+        a, b = (by_dev[d]["wbytes"] for d in disks)
+        assert 0.9 <= a / b <= 1.1, by_dev
+    got = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
+    assert got["vdisk"] >= 0.99, got
+    # at the disks, btrfs's own metadata (mirrored too) and its readahead
+    # are classified; every other byte is tied to the virtual disk's request
+    kinds = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
+        "SELECT kind, upper_id IS NOT NULL AS tied, sum(bytes) AS b FROM links "
+        "WHERE lower_level = 'disk' GROUP BY ALL")}
+    untied = {k: b for (k, tied), b in kinds.items() if not tied}
+    assert set(untied) <= {"metadata", "readahead", "journal"}, kinds
+    tied = sum(b for (_, t), b in kinds.items() if t)
+    assert tied >= 0.9 * disk_w, (kinds, disk_w)
+    # every mapped piece of a disk request is on that request's own disk
+    assert s.rows("SELECT count(*) AS n FROM map_disk m JOIN disk_io d USING (capture_id, io_id) "
+                  "JOIN map_extents e ON e.capture_id = m.capture_id AND e.role = 'image' "
+                  " AND m.image_offset_bytes >= e.logical_bytes "
+                  " AND m.image_offset_bytes < e.logical_bytes + e.length_bytes "
+                  " AND m.disk_offset_bytes::BIGINT - m.image_offset_bytes::BIGINT "
+                  "     = e.physical_bytes::BIGINT - e.logical_bytes::BIGINT "
+                  "WHERE e.disk_dev <> d.dev")[0]["n"] == 0

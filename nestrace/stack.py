@@ -338,7 +338,8 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
     more = _more_disks(hm, disk) if hm.fs_type == "btrfs" and not disk_path else []
     return Stack(image_path=os.path.realpath(image), image_ino=st.st_ino,
                  host_mount=hm.mount_point, host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk,
-                 more_disks=more, below=_host_below(disk), host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
+                 more_disks=more, below=_host_below(disk),
+                 host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
                  host_part_start_bytes=_part_start(hm), side="host",
                  image_format=image_format(image))
 

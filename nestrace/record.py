@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ._paths import agent_path
 from .schema import ENUMS, table_schema
-from .stack import Stack, btrfs_chunks, btrfs_devices, extent_rows, file_id, fs_device, kdev_str
+from .stack import Stack, btrfs_layout, extent_rows, file_id, kdev_str
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
@@ -229,10 +229,7 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
     through the chunk tree to devices and their offsets)."""
     rows = []
     if stack.has_host:
-        chunks = devices = None
-        if stack.host_fs == "btrfs":
-            chunks = btrfs_chunks(f"/dev/{fs_device(stack.host_mount)}")
-            devices = btrfs_devices(stack.host_mount)
+        chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
         rows += extent_rows(stack.image_path, "image", phase, capture_id, stack.disk.kdev,
                             chunks, devices)
         if stack.image_format == "qcow2":
@@ -240,10 +237,7 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
     if not stack.has_guest:
         return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
     subprocess.run(["sync", "-f", stack.guest_mount], check=False)
-    chunks = devices = None
-    if stack.guest_fs == "btrfs":
-        chunks = btrfs_chunks(f"/dev/{fs_device(stack.guest_mount)}")
-        devices = btrfs_devices(stack.guest_mount)
+    chunks, devices = btrfs_layout(stack.guest_mount, stack.guest_fs)
     for p in guest_files(stack, inos):
         try:
             rows += extent_rows(p, "guest_file", phase, capture_id, stack.vdisk.kdev,

@@ -397,7 +397,7 @@ def fiemap(path: str) -> list[tuple[int, int, int, int]]:
 # ---- btrfs: logical -> device address --------------------------------------
 
 # Block-group profiles whose every stripe holds a full copy of the chunk
-MIRRORED = {"single": 1, "DUP": 2, "RAID1": 2, "RAID1C3": 3, "RAID1C4": 4}
+MIRRORED = frozenset({"single", "DUP", "RAID1", "RAID1C3", "RAID1C4"})
 # Striped profiles, with their parity stripes
 STRIPED = {"RAID0": 0, "RAID10": 0, "RAID5": 1, "RAID6": 2}
 
@@ -453,11 +453,10 @@ def btrfs_pieces(chunks: list[Chunk], logical: int, length: int
     btrfs_map_block: RAID5/6 data rotate by full stripe; parity is not
     file data).  None if some byte is in no chunk."""
     import bisect
-    starts = [c.logical for c in chunks]
     out = []
     pos, end = logical, logical + length
     while pos < end:
-        i = bisect.bisect_right(starts, pos) - 1
+        i = bisect.bisect_right(chunks, pos, key=lambda c: c.logical) - 1
         if i < 0 or pos >= chunks[i].logical + chunks[i].length:
             return None
         c = chunks[i]
@@ -483,6 +482,15 @@ def btrfs_pieces(chunks: list[Chunk], logical: int, length: int
                 out.append((pos, devid, doff + row * sl + within, n))
         pos += n
     return out
+
+
+def btrfs_layout(mount_point: str, fs_type: str
+                 ) -> tuple[list[Chunk] | None, dict[int, BlockDev] | None]:
+    """A btrfs's chunk map and devices (extent_rows maps through them);
+    (None, None) for any other file system."""
+    if fs_type != "btrfs":
+        return None, None
+    return btrfs_chunks(f"/dev/{fs_device(mount_point)}"), btrfs_devices(mount_point)
 
 
 def btrfs_devices(mount_point: str) -> dict[int, BlockDev]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -160,14 +161,100 @@ def requests_without_completion(s, level: str, op: str = "read") -> int:
                   "AND r.d_ns <= m.end_ns", [level, op])[0]["n"]
 
 
+# An ftrace instance that records every block completion while the tests
+# run: the witness that tells a completion the kernel ran no BPF program
+# for (README, "Design choices and limits") from one nestrace lost.
+# (one per test run: two runs at once must not share, or remove, it)
+WITNESS = Path(f"/sys/kernel/tracing/instances/nestrace_tests_{os.getpid()}")
+# " comm-tid  (  tgid) [cpu] flags secs.usecs: block_rq_complete: maj,min rwbs () sector + n ..."
+WITNESS_LINE = re.compile(r"^\s*(.*)-(\d+)\s+\(\s*([\d-]+)\)\s+\[\d+\]\s+\S+\s+(\d+)\.(\d{6}): "
+                          r"block_rq_complete: (\d+),(\d+) \S+ \(\S*\) (\d+) \+ \d+")
+
+
+def _witness(on: bool) -> None:
+    enable = WITNESS / "events" / "block" / "block_rq_complete" / "enable"
+    if on:
+        for old in WITNESS.parent.glob("nestrace_tests_*"):   # of runs that were killed
+            if not Path(f"/proc/{old.name.rsplit('_', 1)[1]}").exists():
+                (old / "events" / "block" / "block_rq_complete" / "enable").write_text("0\n")
+                old.rmdir()
+        WITNESS.mkdir()
+        (WITNESS / "trace_clock").write_text("mono\n")   # bpf_ktime_get_ns's clock
+        (WITNESS / "options" / "record-tgid").write_text("1\n")
+        (WITNESS / "buffer_size_kb").write_text("16384\n")
+        enable.write_text("1\n")
+    elif WITNESS.exists():
+        enable.write_text("0\n")
+        WITNESS.rmdir()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def completion_witness():
+    """The witness instance, for the whole run (root only); removed after."""
+    if _why_no_root() or not WITNESS.parent.is_dir():
+        yield False
+        return
+    _witness(True)
+    try:
+        yield True
+    finally:
+        _witness(False)
+
+
+@pytest.fixture(autouse=True)
+def _witness_cleared(completion_witness):
+    """Each test reads only its own completions."""
+    if completion_witness:
+        (WITNESS / "trace").write_text("")
+    yield
+
+
+def witnessed_completions() -> dict[tuple[int, int], list[tuple[int, str, int]]]:
+    """(dev_t as nestrace stores it, sector) -> [(time ns, "comm-tid", tgid)]
+    of every completion the witness recorded since the test began."""
+    seen: dict[tuple[int, int], list[tuple[int, str, int]]] = {}
+    for line in (WITNESS / "trace").read_text().splitlines():
+        m = WITNESS_LINE.match(line)
+        if m:
+            tgid = int(m[3]) if m[3].isdigit() else -1
+            seen.setdefault(((int(m[6]) << 20) | int(m[7]), int(m[8])), []).append(
+                (int(m[4]) * 10**9 + int(m[5]) * 1000, f"{m[1].strip()}-{m[2]}", tgid))
+    return seen
+
+
+def why_no_completion(rows, end_ns: int) -> list[str]:
+    """For each block request without a completion record (dev, sector,
+    d_ns), what the witness saw: its first completion at (dev, sector)
+    after the dispatch (ftrace prints microseconds, hence the slack)."""
+    seen = witnessed_completions()
+    overrun = sum(int(line.split()[1]) for f in (WITNESS / "per_cpu").glob("cpu*/stats")
+                  for line in f.read_text().splitlines() if line.startswith("overrun:"))
+    why = []
+    for r in rows:
+        after = sorted(c for c in seen.get((r["dev"], r["sector"]), []) if c[0] > r["d_ns"] - 1000)
+        if not after:
+            why.append(f"no completion in ftrace either (witness overruns: {overrun})")
+        elif after[0][0] > end_ns:
+            why.append("completed after the capture's end")
+        elif after[0][2] == 1:
+            why.append("completed in PID 1's context")
+        else:
+            why.append(f"completed in {after[0][1]} (tgid {after[0][2]}): a loss of nestrace's")
+    return why
+
+
 def assert_losses_counted(s, output: str | None = None, capture_id: str | None = None) -> int:
     """Nothing lost in the ring buffer, the stream or to recursion, and
     every block request without a completion record counted in
     capture_meta (completions_missed, or requests_unfinished at the end),
     the missed ones in lost_total and in `output`'s "lost events".  On this
-    machine the kernel now and then runs no program for a block_rq_complete
-    hit and counts no miss (README, "Design choices and limits"): such
-    completions must be counted, and few.  Returns how many there were.
+    machine the kernel now and then runs no BPF program for a
+    block_rq_complete hit in the context of its init (PID 1) and counts no
+    miss (README, "Design choices and limits"); in bursts when PID 1 is
+    busy.  So for a capture of this machine's kernel the witness must show
+    each request without a C completed in PID 1's context, or after the
+    capture's end; for another kernel's (a VM guest's), they must be few.
+    Returns how many there were.
     capture_id: that capture of a store of several (else the only one)."""
     if capture_id is None:
         (capture_id,) = [r["capture_id"] for r in s.rows("SELECT capture_id FROM capture_meta")]
@@ -176,14 +263,22 @@ def assert_losses_counted(s, output: str | None = None, capture_id: str | None =
                   [capture_id])[0]
     assert lost == {"drops": 0, "gaps": 0}, lost
     (m,) = s.rows("SELECT lost_total, hook_misses, completions_missed AS missed, "
-                  "requests_unfinished AS unfinished FROM capture_meta WHERE capture_id = ?",
-                  [capture_id])
+                  "requests_unfinished AS unfinished, end_ns, kernel, machine "
+                  "FROM capture_meta WHERE capture_id = ?", [capture_id])
     assert m["hook_misses"] == 0 and m["lost_total"] == m["missed"], m
-    n, total = s.rows("SELECT count(*) FILTER (WHERE r.c_ns IS NULL AND r.d_ns BETWEEN m.start_ns AND m.end_ns) AS n, "
-                      "count(*) AS total FROM block_requests r, capture_meta m "
-                      "WHERE r.capture_id = m.capture_id AND m.capture_id = ?", [capture_id])[0].values()
+    rows = s.rows("SELECT r.dev, r.sector, r.d_ns FROM block_requests r, capture_meta m "
+                  "WHERE r.capture_id = m.capture_id AND m.capture_id = ? AND r.c_ns IS NULL "
+                  "AND r.d_ns BETWEEN m.start_ns AND m.end_ns ORDER BY r.d_ns", [capture_id])
+    total = s.rows("SELECT count(*) AS n FROM block_requests WHERE capture_id = ?",
+                   [capture_id])[0]["n"]
+    n = len(rows)
     assert n == m["missed"] + m["unfinished"], (n, m)
-    assert n <= max(2, total // 100), f"{n} of {total} block requests without a completion"
+    if (m["kernel"], m["machine"]) == (os.uname().release, os.uname().nodename) and WITNESS.is_dir():
+        why = why_no_completion(rows, m["end_ns"])
+        bad = [(r, w) for r, w in zip(rows, why) if w.endswith("nestrace's") or w.startswith("no ")]
+        assert not bad, f"{len(bad)} of {n} requests without a C unexplained: {bad[:5]}"
+    else:
+        assert n <= max(2, total // 100), f"{n} of {total} block requests without a completion"
     if output is not None:
         assert f"lost events: {m['missed']}" in output, output
     return n

@@ -154,16 +154,18 @@ def test_unaligned_direct_writes_into_a_sparse_xfs_image_are_one_access_each(lab
                    "WHERE source = 4 GROUP BY ALL ORDER BY ALL")
     retried = {r["excl"]: r["n"] for r in tries}
     assert retried.get(True, 0) >= 100, tries       # the kernel did retry: the case is real
+    # (a write whose C the kernel ran no program for has no window: counted apart)
+    assert_losses_counted(s)
+    no_c = requests_without_completion(s, "vdisk", "write")
     writes = s.rows("""
         SELECT count(*) AS vdisk,
                count(*) FILTER (WHERE (SELECT count(*) FROM hostfs_io h WHERE h.op = 'write'
                    AND h.offset_bytes = v.offset_bytes AND h.bytes = v.bytes
                    AND h.ts_ns BETWEEN v.d_ns AND v.c_ns) = 1) AS one_access
         FROM vdisk_io v WHERE v.op = 'write' AND v.c_ns IS NOT NULL""")[0]
-    assert writes["vdisk"] >= 1024 and writes["one_access"] == writes["vdisk"], writes
+    assert writes["vdisk"] + no_c >= 1024 and writes["one_access"] == writes["vdisk"], (writes, no_c)
     n = s.rows("SELECT count(*) AS n FROM hostfs_io WHERE op = 'write'")[0]["n"]
     assert n == s.rows("SELECT count(*) AS n FROM vdisk_io WHERE op = 'write'")[0]["n"]
-    assert_losses_counted(s)
 
 
 @pytest.mark.parametrize("host_fs", ["ext4", "btrfs"])

@@ -87,7 +87,7 @@ RECORDS = {
             ('ino', '<u8', 'uint64', '', 'inode number', 24),
             ('index', '<u8', 'uint64', 'pages', 'first page index (offset / 4096)', 32),
             ('nr_pages', '<u8', 'uint64', 'pages', 'pages concerned (folio size, readahead size, writeback length, fault-around range)', 40),
-            ('aux', '<u8', 'uint64', '', 'readahead: pages asked for by the caller (req_count); async_size for ra_order; otherwise 0', 48),
+            ('aux', '<u8', 'uint64', '', 'readahead: pages asked for by the caller (req_count); async_size for ra_order; folio dirtied: 1 when a store through a shared mapping dirtied it (in a page fault taken in user mode, not a system call); otherwise 0', 48),
             ('dev', '<u4', 'uint32', '', 'kernel dev_t of the file system', 56),
             ('pid', '<u4', 'uint32', '', 'process id (tgid) current at the event', 60),
             ('event', '<u2', 'uint16', '', '1 add to page cache 2 delete from page cache 3 sync readahead 4 async readahead 5 readahead unbounded (the actual read) 6 readahead order 7 folio dirtied 8 iomap writeback folio 9 page fault on a mapped file that found the page unmapped (filemap_fault; it reads the page if it is not cached) 10 fault-around: the cached pages index..index+nr_pages-1 mapped around a faulting one (filemap_map_pages)', 64),

@@ -73,6 +73,6 @@ def request(q, d, c, dev, offset, nbytes, rq, bio, op=0, flags=0):
             blk("C", c, dev=dev, sector=sec, nr=nr, rq=rq, bio=bio, op=op, flags=flags)]
 
 
-def pagecache(ts, index, nr_pages, event, ino=12, dev=GUEST):
-    return _hdr(4, ts) | {"ino": ino, "index": index, "nr_pages": nr_pages, "aux": 0, "dev": dev,
+def pagecache(ts, index, nr_pages, event, ino=12, dev=GUEST, aux=0):
+    return _hdr(4, ts) | {"ino": ino, "index": index, "nr_pages": nr_pages, "aux": aux, "dev": dev,
                           "pid": 1, "event": event, "comm": "t"}

@@ -124,6 +124,39 @@ def test_buffered_write_is_tied_to_its_writeback_with_the_lag():
         {"kind": "writeback", "bytes": 4096, "lag_ns": 4890}]
 
 
+def test_write_back_of_a_store_through_a_mapping_is_put_down_to_the_store():
+    """Four file pages written back in one virtual-disk write at 5000 ns.
+    Page 0: a store through a mapping (a folio dirtied in a user page
+    fault, aux 1) at 100.  Page 1: a write call at 200, then a store at
+    300: the store's.  Page 2: a store at 100, then a write call at 400:
+    the call's.  Page 3: dirtied by something else (aux 0): write-back of
+    no known cause."""
+    t = dict(vfs_events=[vfs(200, 10, off=4096, syscall=4), vfs(400, 10, off=8192, syscall=4)],
+             pagecache_events=[pagecache(100, 0, 1, 7, aux=1), pagecache(300, 1, 1, 7, aux=1),
+                               pagecache(100, 2, 1, 7, aux=1), pagecache(150, 3, 1, 7)],
+             block_events=request(5000, 5010, 6000, VDISK, 4 * MiB, 16384, rq=1, bio=11, op=1))
+    s = session(**t)
+    later = s.rows("SELECT io_id FROM vfs_io WHERE ts_ns = 400")[0]["io_id"]
+    assert s.rows("SELECT kind, upper_id, bytes, lag_ns FROM links ORDER BY kind, upper_id") == [
+        {"kind": "store", "upper_id": None, "bytes": 8192, "lag_ns": 4700},
+        {"kind": "writeback", "upper_id": later, "bytes": 4096, "lag_ns": 4590},
+        {"kind": "writeback", "upper_id": None, "bytes": 4096, "lag_ns": None}]
+
+
+def test_a_sync_write_nobody_asked_for_is_write_back_in_a_file_and_journal_elsewhere():
+    """Two REQ_SYNC virtual-disk writes no write call explains (data an
+    fsync wrote back, dirtied before the capture): one in the guest
+    file's extent (4 MiB on), one outside every file (1 MiB)."""
+    t = dict(block_events=request(100, 110, 200, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11, op=1,
+                                  flags=1)
+             + request(300, 310, 400, VDISK, 1 * MiB, 4096, rq=2, bio=12, op=1, flags=1))
+    s = session(**t)
+    assert s.rows("SELECT v.offset_bytes, l.kind, l.bytes FROM links l JOIN vdisk_io v "
+                  "ON v.io_id = l.lower_id ORDER BY 1") == [
+        {"offset_bytes": 1 * MiB, "kind": "journal", "bytes": 4096},
+        {"offset_bytes": 4 * MiB + 8192, "kind": "writeback", "bytes": 4096}]
+
+
 def test_journal_write_nobody_asked_for_is_classified_by_its_flags():
     t = dict(block_events=request(10, 11, 20, DISK, 50 * MiB, 4096, rq=1, bio=1, op=1, flags=1 | 16 | 8))
     s = session(**t)

@@ -165,6 +165,30 @@ def test_memory_mapped_reads_use_the_readahead_and_fault_pages_in(lab_factory, t
     assert got.get("fault", 0) >= 0.9 * sum(got.values()) > 0, got
 
 
+def test_stores_through_a_memory_mapping_are_put_down_to_their_stores(lab_factory, tmp_path):
+    # fio's mmap engine writes by copying into a shared mapping: no system
+    # call, only page faults that dirty the pages; their write-back (at
+    # fio's end fsync) is kind store in links (it was unattributed
+    # write-back or, flagged sync, "journal"), with the lag since the store
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=randwrite", "--bs=4k", "--ioengine=mmap", "--io_size=4M",
+                "--end_fsync=1")
+    stores = s.rows("SELECT count(DISTINCT index) AS pages, count(*) AS n FROM pagecache_events "
+                    "WHERE event = 7 AND aux = 1 AND comm = 'fio'")[0]
+    # fio's random map: 1024 distinct pages, each stored to once
+    assert stores == {"pages": 1024, "n": 1024}, stores
+    assert s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'write'")[0]["n"] == 0
+    got = {r["kind"]: r["bytes"] for r in s.rows(
+        "SELECT kind, bytes FROM links_summary WHERE lower_level = 'vdisk' AND upper_level = 'vfs'")}
+    writes = s.rows("SELECT sum(bytes) AS b FROM vdisk_io WHERE op = 'write'")[0]["b"]
+    # every page written back is the store's; the rest is the journal's
+    assert got["store"] == 4 << 20 and writes - got["store"] == got.get("journal", 0), (got, writes)
+    # and the first store of a page not cached read it in: a fault
+    assert got["fault"] == 4 << 20, got
+    lag = s.rows("SELECT min(lag_ns) AS lo FROM links WHERE kind = 'store'")[0]
+    assert lag["lo"] > 0, lag
+
+
 def test_buffered_image_reads_and_writes_on_ext4_count_each_byte_once_at_hostfs(lab_factory, tmp_path):
     # ext4 has no read or write tracepoint of its own: hostfs reads are
     # filemap's page lookups and writes are write_begin per folio, and the

@@ -126,6 +126,23 @@ NT_TWIN(xfs_bunmap)
 			    NT_HOSTFS_SOURCE_XFS_BUNMAP, HOP_DISCARD, btf);
 }
 
+/* 1 when the task is in a page fault it took in user mode, not in a
+ * system call: a folio dirtied then was dirtied by a store through a
+ * shared mapping.  The entry code writes -1 as the "system call number"
+ * of an exception (ptrace's orig_rax); a kernel thread's is 0. */
+static __always_inline __u64 task__in_user_fault(void)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
+#if defined(__TARGET_ARCH_x86)
+	return (long)BPF_CORE_READ(regs, orig_ax) == -1;
+#elif defined(__TARGET_ARCH_arm64)
+	return (int)BPF_CORE_READ(regs, syscallno) == -1;
+#else
+#error "nestrace hostfs: how does this architecture mark an exception's entry registers?"
+#endif
+}
+
 static __always_inline int cache__emit(struct inode *inode, __u64 index,
 				       __u64 nr_pages, __u64 aux, __u16 event, const bool btf)
 {
@@ -143,7 +160,8 @@ static __always_inline int cache__emit(struct inode *inode, __u64 index,
 	e->ino = ino;
 	e->index = index;
 	e->nr_pages = nr_pages;
-	e->aux = aux;
+	/* (asked only for a file traced: a dirtied folio's aux says who dirtied it) */
+	e->aux = event == P_DIRTY ? task__in_user_fault() : aux;
 	e->dev = dev;
 	e->pid = task__tgid();
 	e->event = event;

@@ -90,7 +90,7 @@ struct nt_pagecache_event {
 	__u64 ino; /* inode number */
 	__u64 index; /* first page index (offset / 4096) */
 	__u64 nr_pages; /* pages concerned (folio size, readahead size, writeback length, fault-around range) */
-	__u64 aux; /* readahead: pages asked for by the caller (req_count); async_size for ra_order; otherwise 0 */
+	__u64 aux; /* readahead: pages asked for by the caller (req_count); async_size for ra_order; folio dirtied: 1 when a store through a shared mapping dirtied it (in a page fault taken in user mode, not a system call); otherwise 0 */
 	__u32 dev; /* kernel dev_t of the file system */
 	__u32 pid; /* process id (tgid) current at the event */
 	__u16 event; /* 1 add to page cache 2 delete from page cache 3 sync readahead 4 async readahead 5 readahead unbounded (the actual read) 6 readahead order 7 folio dirtied 8 iomap writeback folio 9 page fault on a mapped file that found the page unmapped (filemap_fault; it reads the page if it is not cached) 10 fault-around: the cached pages index..index+nr_pages-1 mapped around a faulting one (filemap_map_pages) */

@@ -137,6 +137,21 @@ WITH b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk
 SELECT _links_key(c.ck, 0, 0, b.blk) AS k, b.ts_ns AS f_ns
 FROM b JOIN _links_captures c USING (capture_id);
 
+-- Stores through shared mappings of guest files (no system call): the
+-- folios a user-mode page fault dirtied, carried onto virtual-disk blocks.
+-- A virtual-disk write of a block a store dirtied after the last write
+-- call on it (or with none) is put down to the store: kind store.
+CREATE OR REPLACE VIEW _links_stores AS
+SELECT capture_id, dev, ino, ts_ns, (index * 4096)::BIGINT AS off,
+       ((index + nr_pages) * 4096)::BIGINT AS stop
+FROM pagecache_events WHERE event = 7 AND aux = 1;
+
+CREATE OR REPLACE VIEW _links_stores_keyed AS
+WITH b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk
+           FROM _map_into_vdisk('_links_stores'))
+SELECT _links_key(c.ck, 0, 1, b.blk) AS k, b.ts_ns AS s_ns
+FROM b JOIN _links_captures c USING (capture_id);
+
 -- Per lower block, the upper event that caused it: the latest upper event
 -- of the same op on the same block that started before it (ASOF) — a
 -- write is written back for the last write that dirtied the block, reads
@@ -149,10 +164,22 @@ WITH same_op AS MATERIALIZED (
   ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed
                   UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop = 0) u
     ON u.k = l.k AND l.l_asof >= u.u_start),
+stored AS (   -- virtual-disk writes: the last store through a mapping before them
+  SELECT l.* EXCLUDE (upper_id),
+         -- (a write in flight with its call stays the call's)
+         CASE WHEN s.s_ns > l.u_start AND l.l_start > l.u_end + l.l_err THEN NULL
+              ELSE l.upper_id END AS upper_id,
+         CASE WHEN l.upper_id IS NULL
+                   OR (s.s_ns > l.u_start AND l.l_start > l.u_end + l.l_err) THEN s.s_ns END AS s_ns
+  FROM (SELECT * FROM same_op WHERE hop = 0 AND lop = 1) l
+  ASOF LEFT JOIN _links_stores_keyed s
+    ON s.k = _links_key(l.ck, 0, 1, l.blk) AND l.l_asof >= s.s_ns
+  UNION ALL BY NAME
+  SELECT * FROM same_op WHERE NOT (hop = 0 AND lop = 1)),
 unread AS (   -- reads no upper read was in flight for, keyed to upper writes
   SELECT * EXCLUDE (upper_id, u_start, u_end, uop, u_off, u_len),
          _links_key(ck, hop, 1, blk) AS k
-  FROM same_op WHERE lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false)),
+  FROM stored WHERE lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false)),
 rmw AS (      -- (the writes of those blocks only: usually few, often none)
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM unread l
@@ -162,8 +189,8 @@ rmw AS (      -- (the writes of those blocks only: usually few, often none)
                   WHERE uop = 1 AND k IN (SELECT k FROM unread)) u
     ON u.k = l.k AND l.l_asof >= u.u_start),
 j AS (
-  SELECT * FROM same_op WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
-  UNION ALL SELECT * FROM rmw),
+  SELECT * FROM stored WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
+  UNION ALL BY NAME SELECT * FROM rmw),
 k AS (
   SELECT *,
     _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,
@@ -181,6 +208,15 @@ m AS (
                                least(l_off + l_len, blk * 4096 + 4096) - greatest(l_off, blk * 4096),
                                u_off, u_len) END AS attributed
   FROM k),
+filed AS (    -- virtual-disk blocks written with no cause found that hold a
+              -- guest file's data (its extents): write-back, whatever the
+              -- flags say (fsync writes data with REQ_SYNC too)
+  SELECT DISTINCT r.ck, r.blk
+  FROM m r JOIN _links_captures c USING (ck)
+  JOIN map_extents e ON e.capture_id = c.capture_id AND e.role = 'guest_file'
+   AND e.physical_bytes::BIGINT <= r.blk * 4096
+   AND r.blk * 4096 < (e.physical_bytes + e.length_bytes)::BIGINT
+  WHERE r.hop = 0 AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL),
 out AS (
   SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
          CASE kind0 WHEN 'writeback' THEN l_start::BIGINT - u_end::BIGINT
@@ -189,10 +225,13 @@ out AS (
   UNION ALL
   SELECT r.ck, r.hop, r.lower_id, NULL,
          CASE WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
+              WHEN r.s_ns IS NOT NULL THEN 'store'
+              WHEN d.blk IS NOT NULL THEN 'writeback'
               ELSE _unattributed_kind(['read', 'write', 'discard', 'other'][r.lop + 1], r.l_flags) END,
-         r.block_bytes - r.attributed, NULL
+         r.block_bytes - r.attributed, r.l_start::BIGINT - r.s_ns::BIGINT
   FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM m WHERE block_bytes - attributed > 0) r
-  ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns)
+  ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
+  LEFT JOIN filed d ON d.ck = r.ck AND d.blk = r.blk AND r.hop = 0 AND r.lop = 1)
 SELECT c.capture_id, CASE o.hop WHEN 0 THEN 'vfs' ELSE 'vdisk' END AS upper_level,
        ['vdisk', 'hostfs', 'disk'][o.hop + 1] AS lower_level, o.lower_id, o.upper_id, o.kind,
        o.bytes, o.lag_ns
@@ -209,7 +248,10 @@ GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
 -- Each lower-level request tied to each upper-level event that caused part
 -- of it (kind sync, writeback or rmw), plus the unattributed rest of it,
 -- classified (upper_id NULL; kind fault: a virtual-disk read of a block
--- a page fault on a memory-mapped file asked for; else readahead,
+-- a page fault on a memory-mapped file asked for; kind store: a
+-- virtual-disk write of a block last dirtied by a store through a shared
+-- mapping, no write call; kind writeback: other virtual-disk writes of
+-- a guest file's blocks; else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
 -- and flags, and for host-FS accesses to a qcow2 image's own tables,
 -- metadata).  bytes are exact overlaps of the mapped ranges.
@@ -218,9 +260,9 @@ GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
 -- @column lower_level VARCHAR  vdisk, hostfs or disk
 -- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
 -- @column upper_id UBIGINT     io_id of the upper event (vfs_io or vdisk_io); NULL when unattributed
--- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), or for the unattributed: fault, readahead, journal, metadata, writeback, discard, other
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), or for the unattributed: fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
--- @column lag_ns BIGINT        writeback: lower start - upper end; otherwise lower start - upper start; NULL when unattributed
+-- @column lag_ns BIGINT        writeback: lower start - upper end; otherwise lower start - upper start; store: lower start - the store's page fault; NULL for the other unattributed
 CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;
 
 -- Share of each level's bytes explained, per hop and kind.

@@ -3,10 +3,12 @@ plus every SQL module under correlate/sql."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import sqlmod
 from .schema import RECORDS, TABLES, record_schema, table_schema
@@ -103,11 +105,20 @@ class Session:
             files = list(self.store.glob(f"{view}/capture=*/data.parquet"))
             if not files:
                 continue
+            want = self._documented_columns(view)
+            stale = [f for f in files if pq.read_schema(f).names != want]
+            if stale:   # written by an older nestrace: computed again until re-run
+                print(f"nestrace: {view} stored by an older version in {len(stale)} "
+                      f"capture(s) of {self.store} (e.g. {stale[0]}): computing it; "
+                      "run `nestrace correlate` again to store it anew", file=sys.stderr)
+                files = [f for f in files if f not in stale]
+                if not files:
+                    continue
             stored = {f.parent.name.split("=", 1)[1] for f in files}
-            glob = str(self.store / view / "capture=*" / "data.parquet").replace("'", "''")
+            paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in sorted(files))
             self.con.execute(sqlmod.deferred(
                 f"CREATE OR REPLACE VIEW _{view}_stored AS SELECT * FROM "
-                f"read_parquet('{glob}', hive_partitioning = false)"))
+                f"read_parquet([{paths}], hive_partitioning = false)"))
             missing = sorted(caps - stored)
             if not missing:         # the common case: never plan the computation
                 self.stored_views.add(view)
@@ -119,6 +130,14 @@ class Session:
                 f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _{view}_stored "
                 f"UNION ALL BY NAME SELECT * FROM _{view}_computed "
                 f"WHERE capture_id IN ({ids})"))
+
+    def _documented_columns(self, view: str) -> list[str]:
+        """The public view's columns, as its module documents them."""
+        for m in self.modules.values():
+            for v in m.views:
+                if v.name == view:
+                    return [c.name for c in v.columns]
+        raise KeyError(view)
 
     @classmethod
     def from_tables(cls, tables: dict[str, pa.Table]) -> "Session":

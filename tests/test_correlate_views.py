@@ -84,6 +84,29 @@ def test_links_tie_each_level_to_the_read_that_caused_it():
         {"level": "disk", "fraction": 1.0}, {"level": "vdisk", "fraction": 1.0}]
 
 
+def test_a_request_whose_completion_was_lost_serves_until_its_id_is_used_again():
+    # the vdisk read's C was not recorded; its request id is dispatched
+    # again at 5000 (so it had completed by then): the host access and
+    # disk read at 300 are its, a disk read of the block at 6000 is not
+    t = direct_read_stack()
+    t["block_events"] = ([e for e in t["block_events"] if not (e["dev"] == VDISK and e["action"] == 7)]
+                         + [blk("D", 5000, dev=VDISK, sector=(4 * MiB + 65536) // 512, rq=1, bio=13)]
+                         + request(6000, 6010, 6500, DISK, 100 * MiB + 4 * MiB + 8192, 4096,
+                                   rq=3, bio=14))
+    s = session(**t)
+    assert s.rows("SELECT c_ns, done_by_ns FROM vdisk_io ORDER BY d_ns") == [
+        {"c_ns": None, "done_by_ns": 5000}, {"c_ns": None, "done_by_ns": None}]
+    lost = s.rows("SELECT io_id FROM vdisk_io WHERE d_ns = 210")[0]["io_id"]
+    got = s.rows("SELECT l.lower_level, d.start_ns, l.upper_id, l.kind, l.bytes FROM links l "
+                 "LEFT JOIN disk_io d ON l.lower_level = 'disk' AND d.io_id = l.lower_id "
+                 "WHERE l.upper_level = 'vdisk' ORDER BY ALL")
+    assert got == [
+        {"lower_level": "disk", "start_ns": 310, "upper_id": lost, "kind": "sync", "bytes": 4096},
+        {"lower_level": "disk", "start_ns": 6000, "upper_id": None, "kind": "other", "bytes": 4096},
+        {"lower_level": "hostfs", "start_ns": None, "upper_id": lost, "kind": "sync",
+         "bytes": 4096}]
+
+
 def test_readahead_beyond_the_read_is_classified_not_attributed():
     t = dict(vfs_events=[vfs(100, 900, off=0)],
              block_events=request(200, 210, 800, VDISK, 4 * MiB, 16384, rq=1, bio=11, flags=32))

@@ -111,7 +111,7 @@ def test_fragmented_image_makes_sequential_guest_reads_random_on_disk(lab_factor
     assert d["median_abs"] > 10_000, d        # sectors: seeks of megabytes
 
 
-def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path):
+def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, capsys):
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     s = capture(lab, tmp_path, "--rw=randrw", "--bs=4k", "--direct=1", "--io_size=8M")
     got = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
@@ -132,6 +132,16 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path):
         s.rows("SELECT level, fraction FROM links_to_vfs ORDER BY level")
     # and the report read from the stored links is the one computed without them
     assert json.loads(run_cli("report", str(s.store), "--json").stdout) == rep
+    # requests stored by an older nestrace (a column fewer): computed again, and said so
+    import pyarrow.parquet as pq
+    f = next(s.store.glob("block_requests/capture=*/data.parquet"))
+    pq.write_table(pq.read_table(f).drop_columns(["done_by_ns"]), f)
+    capsys.readouterr()
+    s3 = nestrace.open(s.store)
+    assert "block_requests stored by an older version" in capsys.readouterr().err
+    assert "block_requests" not in s3.stored_views
+    assert s3.rows("SELECT count(done_by_ns) AS n FROM block_requests") == \
+        s.rows("SELECT count(done_by_ns) AS n FROM block_requests")
 
 
 def test_buffered_writes_fill_both_page_caches_without_readahead(lab_factory, tmp_path):

@@ -48,6 +48,7 @@ rq AS (   -- each D with the insert right before it, the completion right after 
          (cpu::UBIGINT << 48) | seq AS io_id,
          CASE WHEN prev_action = 5 THEN prev_ns END AS i_ns,
          CASE WHEN next_action = 7 THEN next_ns END AS c_ns,
+         next_ns AS done_by_ns,
          CASE WHEN next_action = 7 THEN next_error END AS error
   FROM by_rq WHERE action = 6),
 by_bio AS (   -- Q, X, G, D of each bio address, in time order
@@ -69,7 +70,7 @@ joined AS (
                                AND sq.bio_id = rq.bio_id AND sq.ts_ns = bio.x_ns)
 SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns,
        coalesce(j.q_ns, j.g_ns, j.ts_ns) AS start_ns, j.q_ns, j.g_ns, j.i_ns,
-       j.ts_ns AS d_ns, j.c_ns,
+       j.ts_ns AS d_ns, j.c_ns, j.done_by_ns,
        j.g_ns::BIGINT - j.q_ns::BIGINT AS q2g_ns,
        j.i_ns::BIGINT - j.g_ns::BIGINT AS g2i_ns,
        j.ts_ns::BIGINT - j.i_ns::BIGINT AS i2d_ns,
@@ -105,6 +106,7 @@ JOIN base_levels l ON l.capture_id = j.capture_id AND l.dev = j.dev
 -- @column i_ns UBIGINT         insert (I) time
 -- @column d_ns UBIGINT         dispatch (D) time
 -- @column c_ns UBIGINT         completion (C) time
+-- @column done_by_ns UBIGINT   when the request was over at the latest: c_ns, or with no C recorded (lost, see capture_meta.completions_missed) the next insert or dispatch of its request id (the kernel frees a request at completion; a requeue ends a dispatch too); NULL when neither was seen
 -- @column q2g_ns BIGINT        G - Q
 -- @column g2i_ns BIGINT        I - G
 -- @column i2d_ns BIGINT        D - I

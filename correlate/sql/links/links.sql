@@ -26,11 +26,11 @@ SELECT 'vfs' AS upper_level, 'vdisk' AS lower_level, capture_id, io_id AS upper_
        unnest(_blocks(vdisk_offset_bytes, bytes)) AS blk
 FROM map_vfs
 UNION ALL
-SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, coalesce(c_ns, start_ns), op,
+SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, op,
        s, t - s, unnest(_blocks(s, t - s))
 FROM _map_vdisk_pieces WHERE s IS NOT NULL
 UNION ALL
-SELECT 'vdisk', 'disk', m.capture_id, m.io_id, m.start_ns, coalesce(m.c_ns, m.start_ns), m.op,
+SELECT 'vdisk', 'disk', m.capture_id, m.io_id, m.start_ns, m.done_by_ns, m.op,
        m.disk_offset_bytes::BIGINT + x.shift, m.bytes::BIGINT,
        unnest(_blocks(m.disk_offset_bytes::BIGINT + x.shift, m.bytes))
 FROM map_vdisk m JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev
@@ -47,10 +47,10 @@ WHERE capture_id IN (SELECT DISTINCT capture_id FROM _map_image_moved);
 
 CREATE OR REPLACE VIEW _links_upper_moved AS
 WITH v AS (
-  SELECT capture_id, io_id, start_ns, c_ns, op, ps + idelta AS s, pt + idelta AS t
+  SELECT capture_id, io_id, start_ns, done_by_ns, op, ps + idelta AS s, pt + idelta AS t
   FROM _map_into_image('_links_moved_ranges') WHERE idelta IS NOT NULL),
 p AS (
-  SELECT v.capture_id, v.io_id, v.start_ns, coalesce(v.c_ns, v.start_ns) AS u_end, v.op,
+  SELECT v.capture_id, v.io_id, v.start_ns, v.done_by_ns AS u_end, v.op,
          greatest(v.s, m.lo) + m.delta + x.shift AS u_off,
          least(v.t, m.hi) - greatest(v.s, m.lo) AS u_len
   FROM v JOIN _map_image_moved m
@@ -88,11 +88,14 @@ WHERE d.bytes > 0;
 -- host-side time may be off by this much against a guest-side one, so the
 -- hops down to hostfs and disk widen their time windows by it (DESIGN:
 -- [start - err, end + err]).
+-- end_ns: the capture's end, the end of an upper request with none
+-- known (a virtual-disk request whose C was lost and whose request id
+-- was not used again).
 CREATE OR REPLACE VIEW _links_captures AS
 SELECT d.capture_id, (row_number() OVER (ORDER BY d.capture_id) - 1)::UBIGINT AS ck,
-       coalesce(m.clock_offset_err_ns, 0)::UBIGINT AS err
+       coalesce(m.clock_offset_err_ns, 0)::UBIGINT AS err, m.end_ns
 FROM (SELECT DISTINCT capture_id FROM device_map) d
-LEFT JOIN (SELECT capture_id, max(clock_offset_err_ns) AS clock_offset_err_ns
+LEFT JOIN (SELECT capture_id, max(clock_offset_err_ns) AS clock_offset_err_ns, max(end_ns) AS end_ns
            FROM capture_meta GROUP BY capture_id) m USING (capture_id);
 
 CREATE OR REPLACE MACRO _links_hop(lvl) AS
@@ -109,7 +112,8 @@ CREATE OR REPLACE MACRO _links_key(ck, hop, op, blk) AS
 -- (t: _links_upper or _links_upper_moved)
 CREATE OR REPLACE MACRO _links_keyed(t) AS TABLE
 SELECT _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.u_op), x.blk) AS k,
-       x.upper_id, x.u_start, x.u_end, _links_op(x.u_op) AS uop, x.u_off, x.u_len
+       x.upper_id, x.u_start, coalesce(x.u_end, greatest(c.end_ns, x.u_start)) AS u_end,
+       _links_op(x.u_op) AS uop, x.u_off, x.u_len
 FROM query_table(t) x JOIN _links_captures c USING (capture_id);
 
 CREATE OR REPLACE VIEW _links_upper_keyed AS SELECT * FROM _links_keyed('_links_upper');
@@ -254,7 +258,9 @@ GROUP BY capture_id, upper_level, lower_level, lower_id, upper_id, kind;
 -- a guest file's blocks; else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
 -- and flags, and for host-FS accesses to a qcow2 image's own tables,
--- metadata).  bytes are exact overlaps of the mapped ranges.
+-- metadata).  bytes are exact overlaps of the mapped ranges.  A
+-- virtual-disk request whose C was lost ends, for its hops, at its
+-- done_by_ns (the next use of its request id), else at the capture's end.
 -- @column capture_id VARCHAR   capture
 -- @column upper_level VARCHAR  vfs or vdisk
 -- @column lower_level VARCHAR  vdisk, hostfs or disk

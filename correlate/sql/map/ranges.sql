@@ -114,6 +114,7 @@ FROM w;
 -- @column io_id UBIGINT          vdisk_io row
 -- @column start_ns UBIGINT       first seen (Q)
 -- @column c_ns UBIGINT           completion
+-- @column done_by_ns UBIGINT     over at the latest (vdisk_io.done_by_ns: c_ns, or when its C was lost the next use of its request id)
 -- @column op VARCHAR             read, write, ...
 -- @column image_offset_bytes UBIGINT start of the piece in the image file
 -- @column bytes UBIGINT          piece length
@@ -121,10 +122,10 @@ FROM w;
 -- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
 CREATE OR REPLACE VIEW map_vdisk AS
 WITH r AS (
-  SELECT capture_id, io_id, start_ns, c_ns, op, s, t
+  SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, s, t
   FROM _map_vdisk_pieces WHERE s IS NOT NULL),
 p AS (
-  SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.op, r.s, r.t,
+  SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.done_by_ns, r.op, r.s, r.t,
          greatest(r.s, ie.logical_bytes::BIGINT) AS ps,
          least(r.t, (ie.logical_bytes + ie.length_bytes)::BIGINT) AS pt,
          ie.physical_bytes::BIGINT - ie.logical_bytes::BIGINT AS delta, ie.disk_dev
@@ -135,20 +136,20 @@ whole AS (SELECT capture_id, io_id, s FROM p WHERE ps = s AND pt = t),
 holey AS (   -- pieces not inside one extent (few: the rest skip the window)
   SELECT r.* FROM r ANTI JOIN whole USING (capture_id, io_id, s)),
 edges AS (   -- their mapped pieces, and an empty one at the end
-  SELECT h.capture_id, h.io_id, h.start_ns, h.c_ns, h.op, h.s, p.ps, p.pt
+  SELECT h.capture_id, h.io_id, h.start_ns, h.c_ns, h.done_by_ns, h.op, h.s, p.ps, p.pt
   FROM holey h JOIN p USING (capture_id, io_id, s)
   UNION ALL
-  SELECT capture_id, io_id, start_ns, c_ns, op, s, t, t FROM holey),
+  SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, s, t, t FROM holey),
 holes AS (   -- from the end of what is mapped so far to the next piece
-  SELECT capture_id, io_id, start_ns, c_ns, op, ps AS he,
+  SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, ps AS he,
          greatest(s, coalesce(max(pt) OVER (PARTITION BY capture_id, io_id, s ORDER BY ps, pt
                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s)) AS hs
   FROM edges)
-SELECT capture_id, io_id, start_ns, c_ns, op, ps::UBIGINT AS image_offset_bytes,
+SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, ps::UBIGINT AS image_offset_bytes,
        (pt - ps)::UBIGINT AS bytes, (ps + delta)::UBIGINT AS disk_offset_bytes, disk_dev
 FROM p
 UNION ALL
-SELECT capture_id, io_id, start_ns, c_ns, op, hs::UBIGINT, (he - hs)::UBIGINT, NULL, NULL
+SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, hs::UBIGINT, (he - hs)::UBIGINT, NULL, NULL
 FROM holes WHERE he > hs;
 
 -- Host disk requests carried back into the image file (inverse of the

@@ -59,7 +59,7 @@ demand AS (
          unnest(range((offset_bytes // 4096)::BIGINT, ((offset_bytes + req_bytes + 4095) // 4096)::BIGINT)) AS page
   FROM vfs_io WHERE op IN ('read', 'write') AND offset_bytes >= 0 AND req_bytes > 0
   UNION ALL   -- image pages are demanded by virtual-disk I/O, for as long as it lasts
-  SELECT v.capture_id, m.backing_dev, m.backing_ino, v.op, v.start_ns, coalesce(v.c_ns, v.start_ns),
+  SELECT v.capture_id, m.backing_dev, m.backing_ino, v.op, v.start_ns, coalesce(v.done_by_ns, v.start_ns),
          unnest(range((v.s // 4096)::BIGINT, ((v.t + 4095) // 4096)::BIGINT))
   FROM _map_vdisk_pieces v JOIN device_map m ON m.capture_id = v.capture_id AND m.level = 'vdisk'
   WHERE v.op IN ('read', 'write') AND v.s IS NOT NULL),

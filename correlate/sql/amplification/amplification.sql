@@ -46,16 +46,19 @@ FROM grid;
 -- @column vdisk_bytes BIGINT   virtual-disk bytes attributed to it
 -- @column disk_bytes DOUBLE    host-disk bytes attributed to it
 CREATE OR REPLACE VIEW amplification_per_io AS
-WITH v AS (
+WITH l AS MATERIALIZED (   -- (links planned and computed once, not twice)
+  SELECT capture_id, lower_level, lower_id, upper_id, bytes FROM links
+  WHERE lower_level IN ('vdisk', 'disk') AND upper_id IS NOT NULL),
+v AS (
   SELECT capture_id, upper_id AS vfs_id, lower_id AS vdisk_id, sum(bytes) AS bytes
-  FROM links WHERE lower_level = 'vdisk' AND upper_id IS NOT NULL GROUP BY ALL),
+  FROM l WHERE lower_level = 'vdisk' GROUP BY ALL),
 vshare AS (
   SELECT capture_id, vdisk_id, vfs_id, bytes / sum(bytes) OVER (PARTITION BY capture_id, vdisk_id) AS share
   FROM v),
 d AS (
   SELECT l.capture_id, s.vfs_id, sum(l.bytes * s.share) AS bytes
-  FROM links l JOIN vshare s ON s.capture_id = l.capture_id AND s.vdisk_id = l.upper_id
-  WHERE l.lower_level = 'disk' AND l.upper_id IS NOT NULL GROUP BY ALL),
+  FROM l JOIN vshare s ON s.capture_id = l.capture_id AND s.vdisk_id = l.upper_id
+  WHERE l.lower_level = 'disk' GROUP BY ALL),
 vv AS (SELECT capture_id, vfs_id, sum(bytes) AS bytes FROM v GROUP BY ALL)
 SELECT f.capture_id, f.io_id, f.op, f.ret_bytes AS app_bytes,
        coalesce(vv.bytes, 0)::BIGINT AS vdisk_bytes, coalesce(d.bytes, 0)::DOUBLE AS disk_bytes

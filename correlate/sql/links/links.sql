@@ -296,19 +296,22 @@ FROM links GROUP BY capture_id, upper_level, lower_level, kind, upper_id IS NOT 
 -- @column app_bytes DOUBLE     bytes attributed to a vfs event
 -- @column fraction DOUBLE      app_bytes / bytes
 CREATE OR REPLACE VIEW links_to_vfs AS
-WITH vd AS (
+WITH l AS MATERIALIZED (   -- (links planned and computed once, not three times)
+  SELECT capture_id, lower_level, lower_id, upper_id, bytes FROM links
+  WHERE lower_level IN ('vdisk', 'disk')),
+vd AS (
   SELECT capture_id, lower_id AS vdisk_id,
          sum(bytes) FILTER (WHERE upper_id IS NOT NULL) / sum(bytes) AS frac
-  FROM links WHERE lower_level = 'vdisk' GROUP BY ALL),
+  FROM l WHERE lower_level = 'vdisk' GROUP BY ALL),
 d AS (
   SELECT l.capture_id, sum(l.bytes) AS bytes,
          sum(CASE WHEN l.upper_id IS NULL THEN 0 ELSE l.bytes * coalesce(vd.frac, 0) END) AS app
-  FROM links l LEFT JOIN vd ON vd.capture_id = l.capture_id AND vd.vdisk_id = l.upper_id
+  FROM l LEFT JOIN vd ON vd.capture_id = l.capture_id AND vd.vdisk_id = l.upper_id
   WHERE l.lower_level = 'disk' GROUP BY ALL),
 v AS (
   SELECT capture_id, sum(bytes) AS bytes,
          sum(bytes) FILTER (WHERE upper_id IS NOT NULL) AS app
-  FROM links WHERE lower_level = 'vdisk' GROUP BY ALL)
+  FROM l WHERE lower_level = 'vdisk' GROUP BY ALL)
 SELECT capture_id, 'vdisk' AS level, bytes::BIGINT AS bytes, coalesce(app, 0)::DOUBLE AS app_bytes,
        coalesce(app, 0) / bytes AS fraction FROM v
 UNION ALL

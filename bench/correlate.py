@@ -68,9 +68,16 @@ def main() -> int:
             n = replicate(src, dst, copies)
             for limit in (args.memory_limit, args.small_limit):
                 # each measured in its own process, so peak RSS is its own
-                wall_c, rss_c = timed(NT + ["correlate", str(dst), "--memory-limit", limit])
-                wall_r, rss_r = timed(NT + ["report", str(dst), "--json", "--memory-limit", limit])
-                rows.append((n, limit, wall_c, wall_r, n / (wall_c + wall_r), max(rss_c, rss_r)))
+                try:
+                    wall_c, rss_c = timed(NT + ["correlate", str(dst), "--memory-limit", limit])
+                    wall_r, rss_r = timed(NT + ["report", str(dst), "--json", "--memory-limit",
+                                                limit])
+                except RuntimeError as e:   # a failed run is a row of the table too
+                    rows.append((n, limit, None, None, None, None, str(e).splitlines()[0][-120:]))
+                    print(f"{n} events, {limit}: failed: {e}", file=sys.stderr)
+                    continue
+                rows.append((n, limit, wall_c, wall_r, n / (wall_c + wall_r), max(rss_c, rss_r),
+                             None))
                 print(f"{n} events, {limit}: correlate {wall_c:.1f} s, report {wall_r:.1f} s",
                       file=sys.stderr)
             shutil.rmtree(dst)
@@ -78,10 +85,13 @@ def main() -> int:
     print("| events | DuckDB memory limit | correlate s | report s | events/s (both) "
           "| events/s per core | peak RSS GiB |")
     print("|---|---|---|---|---|---|---|")
-    for n, lim, wc, wr, eps, rss in rows:
+    for n, lim, wc, wr, eps, rss, err in rows:
+        if err:
+            print(f"| {n} | {lim} | failed: {err} | | | | |")
+            continue
         print(f"| {n} | {lim} | {wc:.1f} | {wr:.1f} | {eps:,.0f} | {eps / os.cpu_count():,.0f} "
               f"| {rss:.2f} |")
-    return 0
+    return 1 if any(r[-1] for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from .session import Session
+from .session import LINKS_INPUTS, Session
 from .store import check_store
 
 REPORT_VERSION = 1
 # shared intermediates the report's views build on, lower first
-CACHED = ["block_requests", "map_extents", "map_vfs", "map_vdisk", "map_disk", "links"]
+CACHED = ["block_requests", *LINKS_INPUTS, "map_disk", "links"]
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
 VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "hostfs": "hostfs_io", "disk": "disk_io"}
 
@@ -271,6 +271,8 @@ def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict
     out = {}
     with Session(p, memory_limit=memory_limit) as s:
         for view in MATERIALIZED:
+            if view == "links":
+                s.cache(LINKS_INPUTS)
             for cid in s.captures():
                 d = p / view / f"capture={cid}"
                 d.mkdir(parents=True, exist_ok=True)

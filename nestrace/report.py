@@ -189,12 +189,12 @@ def render(rep: dict, console=None) -> None:
     for lv in rep["levels"]:
         if not lv.get("traced", True):
             continue
-        unit = "sect" if lv["seek_unit"] == "sectors" else "B"
+        # block levels in sectors, as btt counts them; files in bytes
+        seek = (lambda d: "-" if d is None else f"{d} sect") if lv["seek_unit"] == "sectors" \
+            else _fmt_bytes
         t.add_row(lv["level"], str(lv["requests"]), _fmt_bytes(lv["read_bytes"]),
                   _fmt_bytes(lv["write_bytes"]), _fmt_bytes(lv["median_size_bytes"]),
-                  _fmt(lv["sequential_fraction"]),
-                  "-" if lv["seek_median"] is None else f"{lv['seek_median']} {unit}",
-                  "-" if lv["seek_p90"] is None else f"{lv['seek_p90']} {unit}")
+                  _fmt(lv["sequential_fraction"]), seek(lv["seek_median"]), seek(lv["seek_p90"]))
     con.print(t)
     t = Table(title="Block phases (btt): median / p99")
     for c in ("level", "Q2G", "G2I", "I2D", "D2C", "Q2C", "Q2M"):

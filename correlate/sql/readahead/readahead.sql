@@ -54,14 +54,19 @@ dels AS (
   SELECT p.capture_id, p.dev, p.ino, p.ts_ns AS evicted_ns,
          unnest(range(p.index::BIGINT, (p.index + p.nr_pages)::BIGINT)) AS page
   FROM pagecache_events p WHERE p.event = 2),
+filled AS (   -- files with pages added: only their demand matters (an
+              -- O_DIRECT run has none, and its I/O is never cut into pages)
+  SELECT DISTINCT capture_id, dev, ino FROM pagecache_events WHERE event = 1),
 demand AS (
   SELECT capture_id, dev, ino, op, ts_ns AS d_start, end_ns AS d_end,
          unnest(range((offset_bytes // 4096)::BIGINT, ((offset_bytes + req_bytes + 4095) // 4096)::BIGINT)) AS page
-  FROM vfs_io WHERE op IN ('read', 'write') AND offset_bytes >= 0 AND req_bytes > 0
+  FROM vfs_io v SEMI JOIN filled f USING (capture_id, dev, ino)
+  WHERE op IN ('read', 'write') AND offset_bytes >= 0 AND req_bytes > 0
   UNION ALL   -- image pages are demanded by virtual-disk I/O, for as long as it lasts
   SELECT v.capture_id, m.backing_dev, m.backing_ino, v.op, v.start_ns, coalesce(v.done_by_ns, v.start_ns),
          unnest(range((v.s // 4096)::BIGINT, ((v.t + 4095) // 4096)::BIGINT))
   FROM _map_vdisk_pieces v JOIN device_map m ON m.capture_id = v.capture_id AND m.level = 'vdisk'
+  SEMI JOIN filled f ON f.capture_id = m.capture_id AND f.dev = m.backing_dev AND f.ino = m.backing_ino
   WHERE v.op IN ('read', 'write') AND v.s IS NOT NULL),
 reads AS (SELECT * EXCLUDE (op) FROM demand WHERE op = 'read'),
 writes AS (SELECT * EXCLUDE (op) FROM demand WHERE op = 'write'),

@@ -79,6 +79,12 @@ struct {
 	__type(value, struct aio_start);
 } aio_inflight SEC(".maps");
 
+/* A system call argument from the user registers sys_enter gets: on
+ * tp_btf the registers are a BTF pointer, read with plain loads; on
+ * raw_tp, through a CO-RE probe read (a helper call each). */
+#define SC_ARG(btf, regs, n)						\
+	((btf) ? (long)PT_REGS_PARM##n##_SYSCALL(regs) : (long)PT_REGS_PARM##n##_CORE_SYSCALL(regs))
+
 /* Syscall numbers are per architecture. */
 static __always_inline __u16 syscall__code(long id)
 {
@@ -278,9 +284,9 @@ static long aio_submit_raw(__u64 i, void *c) { return aio__submit_one(i, c, fals
  * one verified body for any batch size). */
 static __always_inline void aio__submit(struct pt_regs *regs, const bool btf)
 {
-	long nr = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	long nr = SC_ARG(btf, regs, 2);
 	struct aio_submit_ctx c = {
-		.iocbpp = (void *)PT_REGS_PARM3_CORE_SYSCALL(regs),
+		.iocbpp = (void *)SC_ARG(btf, regs, 3),
 		.ts = bpf_ktime_get_ns(),
 		.id = bpf_get_current_pid_tgid(),
 	};
@@ -375,9 +381,9 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		return 0;
 	}
 	if (code == SC_IO_GETEVENTS) {	/* the events land at exit */
-		s.offset = PT_REGS_PARM4_CORE_SYSCALL(regs);
+		s.offset = SC_ARG(btf, regs, 4);
 	} else {
-		s.fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
+		s.fd = SC_ARG(btf, regs, 1);
 		if (!vfs__file(&s, btf))
 			return 0;
 	}
@@ -387,12 +393,12 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	switch (code) {
 	case SC_READ:
 	case SC_WRITE:
-		s.req_bytes = PT_REGS_PARM3_CORE_SYSCALL(regs);
+		s.req_bytes = SC_ARG(btf, regs, 3);
 		break;
 	case SC_PREAD64:
 	case SC_PWRITE64:
-		s.req_bytes = PT_REGS_PARM3_CORE_SYSCALL(regs);
-		s.offset = PT_REGS_PARM4_CORE_SYSCALL(regs);
+		s.req_bytes = SC_ARG(btf, regs, 3);
+		s.offset = SC_ARG(btf, regs, 4);
 		break;
 	case SC_READV:
 	case SC_WRITEV:
@@ -400,18 +406,18 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	case SC_PWRITEV:
 	case SC_PREADV2:
 	case SC_PWRITEV2: {
-		__s64 pos = PT_REGS_PARM4_CORE_SYSCALL(regs);
+		__s64 pos = SC_ARG(btf, regs, 4);
 
-		s.iov_count = PT_REGS_PARM3_CORE_SYSCALL(regs);
-		s.req_bytes = iov__sum((void *)PT_REGS_PARM2_CORE_SYSCALL(regs), s.iov_count);
+		s.iov_count = SC_ARG(btf, regs, 3);
+		s.req_bytes = iov__sum((void *)SC_ARG(btf, regs, 2), s.iov_count);
 		/* preadv2/pwritev2 with offset -1 use and move f_pos */
 		if (code >= SC_PREADV && pos != -1)
 			s.offset = pos;
 		break;
 	}
 	case SC_SYNC_FILE_RANGE:
-		s.offset = PT_REGS_PARM2_CORE_SYSCALL(regs);
-		s.req_bytes = PT_REGS_PARM3_CORE_SYSCALL(regs);
+		s.offset = SC_ARG(btf, regs, 2);
+		s.req_bytes = SC_ARG(btf, regs, 3);
 		break;
 	case SC_IO_GETEVENTS:
 		break;

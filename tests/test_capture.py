@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import nestrace
-from conftest import (NESTRACE, ROOT, assert_losses_counted, drop_caches,
-                      requests_without_completion, run_cli)
+from conftest import (NESTRACE, ROOT, WITNESS, assert_losses_counted, drop_caches,
+                      requests_without_completion, run_cli, why_no_completion)
 
 pytestmark = pytest.mark.root
 
@@ -519,14 +519,20 @@ def test_attaching_to_a_running_workload_counts_no_loss_while_attaching(lab_fact
         job.terminate()
         job.wait(timeout=30)
     s = nestrace.open(store)
-    early, unseen = s.rows(
-        "WITH e AS (SELECT action, ts_ns, lead(action) OVER (PARTITION BY dev, rq_id "
-        "                                  ORDER BY ts_ns, cpu, seq) AS next "
+    early = s.rows(
+        "WITH e AS (SELECT dev, sector, action, ts_ns AS d_ns, lead(action) OVER "
+        "             (PARTITION BY dev, rq_id ORDER BY ts_ns, cpu, seq) AS next "
         "           FROM block_events WHERE action IN (5, 6, 7, 10)) "
-        "SELECT count(*) AS early, count(*) FILTER (WHERE next IN (5, 6)) AS unseen "
-        "FROM e, capture_meta m WHERE e.action = 6 AND e.ts_ns < m.start_ns")[0].values()
-    assert early > 0                      # requests were dispatched while attaching
-    assert unseen <= max(2, early // 100), (unseen, early)   # and seen to complete
+        "SELECT e.dev, e.sector, e.d_ns, e.next IN (5, 6) AS unseen "
+        "FROM e, capture_meta m WHERE e.action = 6 AND e.d_ns < m.start_ns")
+    assert early                          # requests were dispatched while attaching
+    # and seen to complete: but for the completions this kernel ran no
+    # program for (PID 1's context, see assert_losses_counted)
+    unseen = [r for r in early if r["unseen"]]
+    why = why_no_completion(unseen, s.rows("SELECT end_ns FROM capture_meta")[0]["end_ns"]) \
+        if WITNESS.is_dir() else ["?"] * len(unseen)
+    ours = [(r, w) for r, w in zip(unseen, why) if w != "completed in PID 1's context"]
+    assert len(ours) <= max(2, len(early) // 100), (len(early), ours[:5])
     assert_losses_counted(s, r.stdout + r.stderr)
 
 

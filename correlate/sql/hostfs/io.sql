@@ -61,7 +61,7 @@ unaligned AS (   -- xfs direct writes not aligned to the FS block, with the
   JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
   WHERE e.source = 4 AND l.fs_type = 'xfs'   -- xfs_file_direct_write
     AND (e.offset_bytes % l.block_size_bytes <> 0 OR e.bytes % l.block_size_bytes <> 0)
-  WINDOW w AS (PARTITION BY e.capture_id, e.dev, e.ino, e.pid, e.offset_bytes, e.bytes
+  WINDOW w AS (PARTITION BY e.offset_bytes, e.ino, e.pid, e.bytes, e.dev, e.capture_id
                ORDER BY e.ts_ns, e.cpu, e.seq)),
 asks AS (   -- buffered reads' page lookups and buffered writes' per-folio
             -- begins, with the task's previous one of the same direction
@@ -69,14 +69,14 @@ asks AS (   -- buffered reads' page lookups and buffered writes' per-folio
          lag(offset_bytes) OVER w AS prev_offset, lag(offset_bytes + bytes) OVER w AS prev_end
   FROM hostfs_events
   WHERE source IN (6, 7, 8)   -- mm_filemap_get_pages, ext4_write_begin, ext4_da_write_begin
-  WINDOW w AS (PARTITION BY capture_id, dev, ino, pid, op ORDER BY ts_ns, cpu, seq)),
+  WINDOW w AS (PARTITION BY ino, pid, op, dev, capture_id ORDER BY ts_ns, cpu, seq)),
 unmaps AS (   -- xfs unmaps with the task's previous one
   SELECT capture_id, cpu, seq, ts_ns, offset_bytes, bytes,
          lag(ts_ns) OVER w AS prev_ns, lag(offset_bytes) OVER w AS prev_offset,
          lag(bytes) OVER w AS prev_bytes
   FROM hostfs_events
   WHERE source = 9   -- xfs_bunmap
-  WINDOW w AS (PARTITION BY capture_id, dev, ino, pid ORDER BY ts_ns, cpu, seq)),
+  WINDOW w AS (PARTITION BY ino, pid, dev, capture_id ORDER BY ts_ns, cpu, seq)),
 dropped AS (
   -- a try under the shared iolock (overwrites only) that xfs gave up and
   -- made again under the exclusive one

@@ -142,7 +142,7 @@ edges AS (   -- their mapped pieces, and an empty one at the end
   SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, s, t, t FROM holey),
 holes AS (   -- from the end of what is mapped so far to the next piece
   SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, ps AS he,
-         greatest(s, coalesce(max(pt) OVER (PARTITION BY capture_id, io_id, s ORDER BY ps, pt
+         greatest(s, coalesce(max(pt) OVER (PARTITION BY io_id, s, capture_id ORDER BY ps, pt
                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s)) AS hs
   FROM edges)
 SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, ps::UBIGINT AS image_offset_bytes,

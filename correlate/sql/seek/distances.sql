@@ -25,7 +25,7 @@ WITH b AS (   -- each branch orders its own streams: a lag per branch sorts
               -- only its own rows (1.5x faster than one over their union)
   SELECT b.capture_id, b.level, b.dev, 0::UBIGINT AS ino, b.io_id, b.ts_ns, b.op,
          b.sector::BIGINT - lag((b.sector + b.nr_sectors)::BIGINT)
-           OVER (PARTITION BY b.capture_id, b.dev ORDER BY b.ts_ns, b.io_id) AS distance,
+           OVER (PARTITION BY b.dev, b.capture_id ORDER BY b.ts_ns, b.io_id) AS distance,
          l.size_sectors::DOUBLE AS size
   FROM block_requests b
   JOIN base_levels l ON l.capture_id = b.capture_id AND l.dev = b.dev AND l.level = b.level
@@ -33,15 +33,15 @@ WITH b AS (   -- each branch orders its own streams: a lag per branch sorts
 v AS (
   SELECT capture_id, 'vfs' AS level, dev, ino, io_id, ts_ns, op,
          offset_bytes - lag(offset_bytes + ret_bytes) OVER w AS distance,
-         max(offset_bytes + ret_bytes) OVER (PARTITION BY capture_id, dev, ino)::DOUBLE AS size
+         max(offset_bytes + ret_bytes) OVER (PARTITION BY ino, dev, capture_id)::DOUBLE AS size
   FROM vfs_io WHERE op IN ('read', 'write') AND offset_bytes >= 0 AND ret_bytes > 0
-  WINDOW w AS (PARTITION BY capture_id, dev, ino ORDER BY ts_ns, io_id)),
+  WINDOW w AS (PARTITION BY ino, dev, capture_id ORDER BY ts_ns, io_id)),
 h AS (
   SELECT capture_id, 'hostfs' AS level, dev, ino, io_id, ts_ns, op,
          offset_bytes - lag(offset_bytes + bytes::BIGINT) OVER w AS distance,
-         max(offset_bytes + bytes) OVER (PARTITION BY capture_id, dev, ino)::DOUBLE AS size
+         max(offset_bytes + bytes) OVER (PARTITION BY ino, dev, capture_id)::DOUBLE AS size
   FROM hostfs_io WHERE op IN ('read', 'write') AND bytes > 0
-  WINDOW w AS (PARTITION BY capture_id, dev, ino ORDER BY ts_ns, io_id)),
+  WINDOW w AS (PARTITION BY ino, dev, capture_id ORDER BY ts_ns, io_id)),
 d AS (SELECT * FROM b UNION ALL SELECT * FROM v UNION ALL SELECT * FROM h)
 SELECT capture_id, level, dev, ino, io_id, ts_ns, op, distance, abs(distance) AS abs_distance,
        abs(distance) / nullif(size, 0) AS normalized, distance = 0 AS sequential

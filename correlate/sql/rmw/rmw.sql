@@ -20,10 +20,10 @@
 CREATE OR REPLACE VIEW rmw AS
 WITH gb AS (SELECT capture_id, block_size_bytes AS bs FROM device_map WHERE level = 'vfs'),
 -- guest hop: pieces of app writes on the virtual disk
-gw AS (
-  SELECT p.capture_id, p.io_id, p.ts_ns, p.end_ns, p.vdisk_offset_bytes::BIGINT AS s,
-         (p.vdisk_offset_bytes + p.bytes)::BIGINT AS t, gb.bs
-  FROM map_vfs p JOIN gb USING (capture_id) WHERE p.op = 'write'),
+gw AS (   -- (through the guest file's extents only: where the pieces
+          -- lie in the image and on the host disk does not matter here)
+  SELECT p.capture_id, p.io_id, p.ts_ns, p.end_ns, p.vs AS s, p.vt AS t, gb.bs
+  FROM _map_vfs_ranges p JOIN gb USING (capture_id) WHERE p.op = 'write'),
 gw_partial AS (   -- the partial head and tail blocks, in vdisk bytes
   SELECT capture_id, io_id, ts_ns, end_ns, bs, (s // bs) * bs AS blk_s FROM gw WHERE s % bs <> 0
   UNION
@@ -42,10 +42,9 @@ g AS (
          coalesce(sum(read_bytes), 0) AS read_bytes, coalesce(sum(read_ns), 0) AS read_ns
   FROM g_reads GROUP BY ALL),
 -- host hop: virtual-disk writes on the image, 4 KiB host pages
-hw AS (
-  SELECT capture_id, io_id, start_ns, c_ns, image_offset_bytes::BIGINT AS s,
-         (image_offset_bytes + bytes)::BIGINT AS t
-  FROM map_vdisk WHERE op = 'write' AND c_ns IS NOT NULL),
+hw AS (   -- (the image's pages are what counts, not its extents on disk)
+  SELECT capture_id, io_id, start_ns, c_ns, s, t
+  FROM _map_vdisk_pieces WHERE op = 'write' AND c_ns IS NOT NULL AND s IS NOT NULL),
 hw_partial AS (
   SELECT capture_id, io_id, start_ns, c_ns, (s // 4096) * 4096 AS blk_s FROM hw WHERE s % 4096 <> 0
   UNION

@@ -37,40 +37,45 @@ SELECT capture_id, dev, bio_id, ts_ns, q_ns FROM root;
 -- partition keys, the many-valued key first: the same partitions, sorted
 -- ~25 % faster than with the capture's name first.)
 CREATE OR REPLACE VIEW _block_requests_computed AS
-WITH by_rq AS (   -- I, D, C of each request address, in time order; D's own
-                  -- columns ride along (one join fewer than reading D again)
+WITH by_bio AS (   -- Q, X, G, D of each bio address, in time order; D's own
+                   -- columns ride along to the request window (one window
+                   -- feeding the other: no join of two 2 M-row halves at
+                   -- 10 M events, 5.5 -> 4.5 s)
   SELECT capture_id, dev, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm,
          action, cpu, seq,
-         lag(action) OVER w AS prev_action, lag(ts_ns) OVER w AS prev_ns,
-         lead(action) OVER w AS next_action, lead(ts_ns) OVER w AS next_ns,
-         lead(error) OVER w AS next_error
-  FROM block_events WHERE action IN (5, 6, 7)
-  WINDOW w AS (PARTITION BY rq_id, dev, capture_id ORDER BY ts_ns, cpu, seq)),
-rq AS (   -- each D with the insert right before it, the completion right after it
-  SELECT capture_id, dev, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm,
-         (cpu::UBIGINT << 48) | seq AS io_id,
-         CASE WHEN prev_action = 5 THEN prev_ns END AS i_ns,
-         CASE WHEN next_action = 7 THEN next_ns END AS c_ns,
-         next_ns AS done_by_ns,
-         CASE WHEN next_action = 7 THEN next_error END AS error
-  FROM by_rq WHERE action = 6),
-by_bio AS (   -- Q, X, G, D of each bio address, in time order
-  SELECT capture_id, action, cpu, seq,
          lag(action) OVER w AS a1, lag(ts_ns) OVER w AS t1,
          lag(action, 2) OVER w AS a2, lag(ts_ns, 2) OVER w AS t2
   FROM block_events WHERE action IN (1, 4, 6, 8)
   WINDOW w AS (PARTITION BY bio_id, dev, capture_id ORDER BY ts_ns, cpu, seq)),
-bio AS (   -- D's first bio: Q G D, Q D (no G seen), or a split piece's X G D, X D
-  SELECT capture_id, (cpu::UBIGINT << 48) | seq AS io_id,
-         CASE WHEN a1 = 1 THEN t1 WHEN a1 = 4 AND a2 = 1 THEN t2 END AS q_ns,
+ev AS (   -- each D with its first bio's Q, X, G (Q G D, Q D, X G D, X D); I and C
+  SELECT capture_id, dev, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm,
+         action, cpu, seq, NULL::INTEGER AS error,
+         CASE WHEN a1 = 1 THEN t1 WHEN a1 = 4 AND a2 = 1 THEN t2 END AS bq_ns,
          CASE WHEN a1 = 8 THEN t1 WHEN a1 = 4 AND a2 = 8 THEN t2 END AS x_ns,
          CASE WHEN a1 = 4 THEN t1 END AS g_ns
-  FROM by_bio WHERE action = 6),
-joined AS (
-  SELECT rq.*, coalesce(bio.q_ns, sq.q_ns) AS q_ns, bio.g_ns
-  FROM rq LEFT JOIN bio ON bio.capture_id = rq.capture_id AND bio.io_id = rq.io_id
-  LEFT JOIN _block_split_q sq ON sq.capture_id = rq.capture_id AND sq.dev = rq.dev
-                               AND sq.bio_id = rq.bio_id AND sq.ts_ns = bio.x_ns)
+  FROM by_bio WHERE action = 6
+  UNION ALL
+  SELECT capture_id, dev, rq_id, bio_id, ts_ns, NULL, NULL, NULL, NULL, NULL, NULL,
+         action, cpu, seq, error, NULL, NULL, NULL
+  FROM block_events WHERE action IN (5, 7)),
+by_rq AS (   -- I, D, C of each request address, in time order
+  SELECT *, lag(action) OVER w AS prev_action, lag(ts_ns) OVER w AS prev_ns,
+         lead(action) OVER w AS next_action, lead(ts_ns) OVER w AS next_ns,
+         lead(error) OVER w AS next_error
+  FROM ev
+  WINDOW w AS (PARTITION BY rq_id, dev, capture_id ORDER BY ts_ns, cpu, seq)),
+joined AS (   -- each D with the insert right before it, the completion right after it
+  SELECT r.capture_id, r.dev, r.rq_id, r.bio_id, r.ts_ns, r.sector, r.nr_sectors, r.req_op,
+         r.req_flags, r.pid, r.comm, (r.cpu::UBIGINT << 48) | r.seq AS io_id,
+         CASE WHEN r.prev_action = 5 THEN r.prev_ns END AS i_ns,
+         CASE WHEN r.next_action = 7 THEN r.next_ns END AS c_ns,
+         r.next_ns AS done_by_ns,
+         CASE WHEN r.next_action = 7 THEN r.next_error END AS error,
+         coalesce(r.bq_ns, sq.q_ns) AS q_ns, r.g_ns
+  FROM by_rq r
+  LEFT JOIN _block_split_q sq ON sq.capture_id = r.capture_id AND sq.dev = r.dev
+                              AND sq.bio_id = r.bio_id AND sq.ts_ns = r.x_ns
+  WHERE r.action = 6)
 SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns,
        coalesce(j.q_ns, j.g_ns, j.ts_ns) AS start_ns, j.q_ns, j.g_ns, j.i_ns,
        j.ts_ns AS d_ns, j.c_ns, j.done_by_ns,

@@ -65,6 +65,7 @@ def test_a_session_on_a_store_with_missing_tables_keeps_their_types_and_needs_no
                        capture_output=True, text=True, check=True)
     assert r.stdout.split() == ["[]", "[{'data_type':", "'UBIGINT'}]", "False"], r.stdout
 
+
 def test_import_of_a_file_that_is_not_blktrace(tmp_path):
     f = tmp_path / "trace.txt"
     f.write_text("  fio-123  [001] ....  12.345: block_rq_issue: 7,1 W 4096 () 8 + 8\n")

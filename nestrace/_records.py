@@ -71,7 +71,7 @@ RECORDS = {
             ('pid', '<u4', 'uint32', '', 'process id (tgid) current at the event', 60),
             ('iocb_flags', '<u4', 'uint32', '', 'nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND 32 IOLOCK_EXCL (xfs direct write under the exclusive inode lock)', 64),
             ('source', '<u2', 'uint16', '', 'tracepoint that produced the record (enum hostfs_source)', 68),
-            ('op', '<u2', 'uint16', '', '0 read 1 write 2 sync 3 discard (blocks of the file unmapped: a hole punched)', 70),
+            ('op', '<u2', 'uint16', '', '0 read 1 write 2 sync 3 discard (blocks of the file unmapped or zeroed: a hole punched, a range zeroed)', 70),
             ('comm', 'S16', 'string', '', 'task command name', 72),
         ],
     },
@@ -212,5 +212,6 @@ ENUMS = {
         (8, 'ext4_da_write_begin', ('ext2', 'ext3', 'ext4')),
         (9, 'xfs_bunmap', ('xfs',)),
         (10, 'ext4_punch_hole', ('ext2', 'ext3', 'ext4')),
+        (11, 'ext4_zero_range', ('ext2', 'ext3', 'ext4')),
     ]},
 }

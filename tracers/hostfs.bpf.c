@@ -110,6 +110,11 @@ NT_TWIN(ext4_da_write_begin)
  * attribute and copy-on-write forks are not the file's data. */
 NT_TWIN(ext4_punch_hole)
 { return access__emit(ARG(0, struct inode *), ctx[1], ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_PUNCH_HOLE, HOP_DISCARD, btf); }
+/* A range zeroed in place (the loop device's write-zeroes that must not
+ * unmap: fallocate ZERO_RANGE; ext4 keeps the blocks, as unwritten
+ * extents).  What the level above reads there is zeroes, as from a hole. */
+NT_TWIN(ext4_zero_range)
+{ return access__emit(ARG(0, struct inode *), ctx[1], ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_ZERO_RANGE, HOP_DISCARD, btf); }
 
 #define NT_XFS_BMAPI_ATTRFORK (1 << 2)
 #define NT_XFS_BMAPI_COWFORK (1 << 8)

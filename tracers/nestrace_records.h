@@ -78,7 +78,7 @@ struct nt_hostfs_event {
 	__u32 pid; /* process id (tgid) current at the event */
 	__u32 iocb_flags; /* nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND 32 IOLOCK_EXCL (xfs direct write under the exclusive inode lock) */
 	__u16 source; /* tracepoint that produced the record (enum hostfs_source) */
-	__u16 op; /* 0 read 1 write 2 sync 3 discard (blocks of the file unmapped: a hole punched) */
+	__u16 op; /* 0 read 1 write 2 sync 3 discard (blocks of the file unmapped or zeroed: a hole punched, a range zeroed) */
 	char comm[16]; /* task command name */
 };
 
@@ -136,5 +136,6 @@ struct nt_cpu_stats {
 #define NT_HOSTFS_SOURCE_EXT4_DA_WRITE_BEGIN 8
 #define NT_HOSTFS_SOURCE_XFS_BUNMAP 9
 #define NT_HOSTFS_SOURCE_EXT4_PUNCH_HOLE 10
+#define NT_HOSTFS_SOURCE_EXT4_ZERO_RANGE 11
 
 #endif /* NESTRACE_RECORDS_H */

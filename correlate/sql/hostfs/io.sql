@@ -23,8 +23,10 @@
 -- write_begin events do the same with large folios (ext2/3/4 on 6.16 and
 -- later): each folio's event carries what is left of the write, up to the
 -- page cache's largest folio, and a buffered write is one row too.
--- Holes punched in the image (the loop device's discards) are op
--- discard: ext4_punch_hole on ext2/3/4, and on xfs the unmaps
+-- Holes punched in the image (the loop device's discards, and its
+-- write-zeroes) and ranges zeroed in it (write-zeroes that must not
+-- unmap) are op discard: ext4_punch_hole and ext4_zero_range on
+-- ext2/3/4, and on xfs the unmaps
 -- (xfs_bunmap) its hole punching makes, each repeated for every
 -- transaction the range takes (the repeats, the same task's same range
 -- within 10 ms, are left out). btrfs has no such tracepoint.

@@ -32,5 +32,8 @@ SELECT * FROM (VALUES
   (9, 'xfs_bunmap', 'xfs'),
   (10, 'ext4_punch_hole', 'ext2'),
   (10, 'ext4_punch_hole', 'ext3'),
-  (10, 'ext4_punch_hole', 'ext4')
+  (10, 'ext4_punch_hole', 'ext4'),
+  (11, 'ext4_zero_range', 'ext2'),
+  (11, 'ext4_zero_range', 'ext3'),
+  (11, 'ext4_zero_range', 'ext4')
 ) AS t(source, hook, fs_type);

@@ -849,3 +849,42 @@ def test_a_guest_fstrim_punches_its_bytes_out_of_the_image_as_hostfs_discards(la
     assert kinds == {("vdisk", "discard", False): got["vdisk"][1],
                      ("hostfs", "sync", True): got["hostfs"][1]}, kinds
     assert_losses_counted(s)
+
+
+@pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
+def test_write_zeroes_on_the_virtual_disk_are_tied_to_the_range_zeroed_or_punched_in_the_image(
+        lab_factory, tmp_path, host_fs):
+    # fallocate on the virtual disk itself sends REQ_OP_WRITE_ZEROES: with
+    # --zero-range REQ_NOUNMAP, and the loop device zeroes the range in the
+    # image (fallocate ZERO_RANGE: ext4_zero_range, or xfs's unmaps); with
+    # --punch-hole it may unmap, and punches a hole (ext4_punch_hole).  Each
+    # host-FS row is tied to its virtual-disk request.  The 1 MiB ranges
+    # are near the end of the disk, in the guest FS's free space, and
+    # written first so that the image has blocks there.
+    lab = lab_factory("ext4", host_fs, guest_dio="on", host_dio="on")
+    vdisk = subprocess.run(["findmnt", "-n", "-o", "SOURCE", lab.mount], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    size = int(subprocess.run(["blockdev", "--getsize64", vdisk], check=True,
+                              capture_output=True, text=True).stdout)
+    off = size - (16 << 20)
+    subprocess.run(["dd", "if=/dev/urandom", f"of={vdisk}", "bs=1M", f"seek={off >> 20}",
+                    "count=4", "oflag=direct", "status=none"], check=True)
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
+            f"fallocate --zero-range -o {off} -l 1MiB {vdisk} && "
+            f"fallocate --punch-hole -o {off + (2 << 20)} -l 1MiB {vdisk}")
+    s = nestrace.open(store)
+    zeroes = s.rows("SELECT io_id, offset_bytes, bytes FROM vdisk_io WHERE req_op = 9 "
+                    "ORDER BY offset_bytes")
+    assert sum(r["bytes"] for r in zeroes) == 2 << 20, zeroes
+    assert {r["offset_bytes"] >> 20 for r in zeroes} == {off >> 20, (off >> 20) + 2}, zeroes
+    holes = s.rows("SELECT source, sum(bytes) AS bytes FROM hostfs_io WHERE op = 'discard' "
+                   "GROUP BY ALL ORDER BY source")
+    want = ({"ext4_punch_hole": 1 << 20, "ext4_zero_range": 1 << 20} if host_fs == "ext4"
+            else {"xfs_bunmap": 2 << 20})
+    assert {r["source"]: r["bytes"] for r in holes} == want, holes
+    kinds = s.rows("SELECT kind, upper_id IN (SELECT io_id FROM vdisk_io WHERE req_op = 9) AS "
+                   "to_zeroes, sum(bytes) AS bytes FROM links WHERE lower_level = 'hostfs' AND "
+                   "lower_id IN (SELECT io_id FROM hostfs_io WHERE op = 'discard') GROUP BY ALL")
+    assert kinds == [{"kind": "sync", "to_zeroes": True, "bytes": 2 << 20}], kinds
+    assert_losses_counted(s)

@@ -757,6 +757,40 @@ def test_a_discard_punched_into_the_image_is_tied_to_the_virtual_disk_discard():
     assert "ASOF_JOIN" in joins and "NESTED_LOOP_JOIN" not in joins, joins
 
 
+def test_a_write_zeroes_made_into_a_hole_or_a_zeroed_range_is_tied_to_its_virtual_disk_request():
+    """A write-zeroes request (REQ_OP_WRITE_ZEROES, op write at the block
+    level) that the loop device makes a hole punched in the image (ext4's
+    punch_hole, 10) or a range zeroed (ext4's zero_range, 11) is tied to
+    its virtual-disk request, like a discard; a hypervisor writing the
+    zeroes instead is tied as a write.  A host-FS discard before the
+    request started is not."""
+    t = dict(device_map=device_map(host_fs="ext4"),
+             block_events=request(100, 110, 900, VDISK, 8 * MiB, 1 * MiB, rq=1, bio=11, op=9)
+             + request(1000, 1010, 1900, VDISK, 12 * MiB, 8192, rq=2, bio=12, op=9),
+             hostfs_events=[hostfs(200, 8 * MiB, 512 * 1024, source=10, op=3),
+                            hostfs(300, 8 * MiB + 512 * 1024, 512 * 1024, source=11, op=3),
+                            hostfs(1100, 12 * MiB, 4096, source=5, op=1, flags=1),
+                            hostfs(1200, 12 * MiB + 4096, 4096, source=10, op=3),
+                            hostfs(50, 16 * MiB, 4096, source=10, op=3)])
+    s = session(**t)
+    vd = {r["offset_bytes"]: r["io_id"] for r in s.rows("SELECT offset_bytes, io_id FROM vdisk_io")}
+    assert s.rows("SELECT DISTINCT op FROM vdisk_io") == [{"op": "write"}]
+    got = s.rows("SELECT h.offset_bytes, h.source, l.upper_id, l.kind, l.bytes FROM links l "
+                 "JOIN hostfs_io h ON h.io_id = l.lower_id WHERE l.lower_level = 'hostfs' "
+                 "ORDER BY h.offset_bytes")
+    assert got == [
+        {"offset_bytes": 8 * MiB, "source": "ext4_punch_hole", "upper_id": vd[8 * MiB],
+         "kind": "sync", "bytes": 512 * 1024},
+        {"offset_bytes": 8 * MiB + 512 * 1024, "source": "ext4_zero_range", "upper_id": vd[8 * MiB],
+         "kind": "sync", "bytes": 512 * 1024},
+        {"offset_bytes": 12 * MiB, "source": "iomap_dio_rw_begin", "upper_id": vd[12 * MiB],
+         "kind": "sync", "bytes": 4096},
+        {"offset_bytes": 12 * MiB + 4096, "source": "ext4_punch_hole", "upper_id": vd[12 * MiB],
+         "kind": "sync", "bytes": 4096},
+        {"offset_bytes": 16 * MiB, "source": "ext4_punch_hole", "upper_id": None,
+         "kind": "discard", "bytes": 4096}]
+
+
 def test_compare_captures_puts_each_capture_s_stack_and_numbers_in_one_row():
     """Two captures: c1 a 4 KiB direct read that became 32 KiB at the disk,
     on ext4 over xfs with an O_DIRECT loop vdisk; c2 two 4 KiB writes on xfs

@@ -30,6 +30,14 @@ SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, op,
        s, t - s, unnest(_blocks(s, t - s))
 FROM _map_vdisk_pieces WHERE s IS NOT NULL
 UNION ALL
+-- a write-zeroes request (REQ_OP_WRITE_ZEROES, op write) is also offered
+-- to the host FS's discards: the loop device makes it an fallocate of the
+-- image (a hole punched, or with REQ_NOUNMAP a range zeroed), where a
+-- hypervisor may write the zeroes instead
+SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'discard',
+       s, t - s, unnest(_blocks(s, t - s))
+FROM _map_vdisk_pieces WHERE s IS NOT NULL AND req_op = 9
+UNION ALL
 SELECT 'vdisk', 'disk', m.capture_id, m.io_id, m.start_ns, m.done_by_ns, m.op,
        m.disk_offset_bytes::BIGINT + x.shift, m.bytes::BIGINT,
        unnest(_blocks(m.disk_offset_bytes::BIGINT + x.shift, m.bytes))

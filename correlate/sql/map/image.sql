@@ -87,8 +87,10 @@ JOIN _map_image_buckets b ON b.capture_id = r.capture_id AND b.bkt = r.bkt
  AND b.lo < r.vt AND r.vs < b.hi
  AND greatest(r.vs, b.lo) >> 24 = b.bkt;   -- once, in the bucket the piece starts in
 
+-- (req_op: a write-zeroes request, 9, is op write, and the loop device
+-- turns it into an fallocate of the image: links needs to know)
 CREATE OR REPLACE VIEW _map_vdisk_ranges AS
-SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, offset_bytes::BIGINT AS vs,
+SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, req_op, offset_bytes::BIGINT AS vs,
        (offset_bytes + bytes)::BIGINT AS vt
 FROM vdisk_io WHERE bytes > 0;
 
@@ -96,7 +98,7 @@ FROM vdisk_io WHERE bytes > 0;
 -- vdisk_s is where the piece starts on the virtual disk, s and t where it
 -- starts and ends in the image.
 CREATE OR REPLACE VIEW _map_vdisk_pieces AS
-SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, ps AS vdisk_s, ps + idelta AS s,
+SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, req_op, ps AS vdisk_s, ps + idelta AS s,
        pt + idelta AS t
 FROM _map_into_image('_map_vdisk_ranges');
 

@@ -53,13 +53,15 @@ def _run(cmd: list[str], what: str) -> str:
     return r.stdout.strip()
 
 
-def mount_cmd(fs: str, dev: str, mount_point) -> list[str]:
+def mount_cmd(fs: str, dev: str, mount_point, discard: bool = False) -> list[str]:
     """ext2/3/4 (the ext4 driver) prefetch block bitmaps in the background
     after mounting (the ext4lazyinit thread, seconds on a small file system
     with 1 KiB blocks): metadata reads in the middle of a trace, so the lab
-    turns it off like lazy init."""
-    opts = ["-o", "no_prefetch_block_bitmaps"] if fs in ("ext2", "ext3", "ext4") else []
-    return ["mount", "-t", fs, *opts, dev, str(mount_point)]
+    turns it off like lazy init.  `discard`: online discard, the FS sends
+    its disk a discard for the blocks it frees (at its journal commit)."""
+    opts = ["no_prefetch_block_bitmaps"] if fs in ("ext2", "ext3", "ext4") else []
+    opts += ["discard"] if discard else []
+    return ["mount", "-t", fs, *(["-o", ",".join(opts)] if opts else []), dev, str(mount_point)]
 
 
 def mkfs_cmd(fs: str, dev: str, block_size: int | None, more: list[str] = (),
@@ -103,6 +105,7 @@ class LabConfig:
     partitions: bool = False        # each file system on a partition at PART_START, not a whole disk
     host_disks: int = 1             # a btrfs host on this many disks
     host_profile: str = ""          # btrfs data profile (single, dup, raid0, raid1, raid10, raid5, ...)
+    host_discard: bool = False      # mount the host FS with online discard
     name: str = "default"
 
     def validate(self) -> None:
@@ -184,7 +187,8 @@ class Lab:
             _run(mkfs_cmd(cfg.host_fs, host_dev, cfg.host_block_size, more, cfg.host_profile),
                  f"mkfs.{cfg.host_fs} (host)")
             self.host_mount.mkdir(parents=True, exist_ok=True)
-            _run(mount_cmd(cfg.host_fs, host_dev, self.host_mount), "mounting the host FS")
+            _run(mount_cmd(cfg.host_fs, host_dev, self.host_mount, cfg.host_discard),
+                 "mounting the host FS")
             self._step(st, "mount", path=str(self.host_mount), role="host")
             image = self.host_mount / "image.raw"
             with open(image, "wb") as f:

@@ -852,6 +852,44 @@ def test_a_guest_fstrim_punches_its_bytes_out_of_the_image_as_hostfs_discards(la
 
 
 @pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
+def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_discard(
+        lab_factory, tmp_path, host_fs):
+    # with --host-discard the host FS discards, at its commit, the blocks
+    # of the image that the holes punched for the guest's discards freed:
+    # at least the deleted file's 32 MiB.  Every host-disk discard of a
+    # place the image had at the start is tied to the virtual-disk discard
+    # that freed it (kind discard, or sync if it came while that was in
+    # flight).  The command waits until the host disk has no request in
+    # flight after the host FS's commit.
+    lab = lab_factory("ext4", host_fs, guest_dio="on", host_dio="on", host_discard=True)
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
+    subprocess.run(["sync"], check=True)
+    os.unlink(f"{lab.mount}/t.0.0")
+    subprocess.run(["sync"], check=True)
+    host = str(Path(lab.mount).parent / "host")
+    disk = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", host], check=True,
+                               capture_output=True, text=True).stdout.strip()).name
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
+            f"fstrim {lab.mount} && sync -f {host} && for i in $(seq 100); do "
+            f"[ \"$(cat /sys/block/{disk}/inflight)\" = \"$(echo 0 0)\" ] && break; "
+            f"sleep 0.1; done")
+    s = nestrace.open(store)
+    got = s.rows("""
+        WITH d AS (SELECT io_id FROM disk_io WHERE op = 'discard'),
+        l AS (SELECT * FROM links WHERE lower_level = 'disk' AND lower_id IN (SELECT * FROM d))
+        SELECT (SELECT sum(bytes) FROM map_disk WHERE io_id IN (SELECT * FROM d)) AS image_bytes,
+               (SELECT sum(bytes) FROM l WHERE upper_id IS NOT NULL) AS tied,
+               (SELECT list(DISTINCT kind ORDER BY kind) FROM l WHERE upper_id IS NOT NULL) AS kinds,
+               (SELECT count(*) FROM l WHERE upper_id IS NOT NULL AND upper_id NOT IN
+                  (SELECT io_id FROM vdisk_io WHERE op = 'discard')) AS tied_to_other""")[0]
+    assert got["image_bytes"] >= 32 << 20, got
+    assert got["tied"] == got["image_bytes"], got
+    assert set(got["kinds"]) <= {"discard", "sync"} and got["tied_to_other"] == 0, got
+    assert_losses_counted(s)
+
+
+@pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
 def test_write_zeroes_on_the_virtual_disk_are_tied_to_the_range_zeroed_or_punched_in_the_image(
         lab_factory, tmp_path, host_fs):
     # fallocate on the virtual disk itself sends REQ_OP_WRITE_ZEROES: with

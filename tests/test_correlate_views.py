@@ -791,6 +791,60 @@ def test_a_write_zeroes_made_into_a_hole_or_a_zeroed_range_is_tied_to_its_virtua
          "kind": "discard", "bytes": 4096}]
 
 
+def test_a_host_disk_discard_of_blocks_a_punched_hole_freed_is_tied_to_the_virtual_disk_request():
+    """A host FS with online discard discards, at its commit, the blocks a
+    hole punched in the image freed.  The image's blocks were at host-disk
+    100 MiB (image 0-64 MiB) and 300 MiB (image 64-65 MiB) at the start; at
+    the end image 8-9 MiB, 63-64 MiB and 64-65 MiB are holes.  The host-disk
+    discards of those old places are tied to the virtual-disk discard or
+    write-zeroes that punched them: kind discard after it ended (lag from
+    its end), sync while it was in flight.  A discard of the old place
+    before the request started, and one of blocks still in the image, are
+    not; a write-zeroes nobody above explains is kind zeroes."""
+    ext = extents(image=((0, 100 * MiB, 8 * MiB), (9 * MiB, 109 * MiB, 54 * MiB)))
+    ext += [r | {"phase": "start"} for r in extents(image=((0, 100 * MiB, 64 * MiB),
+                                                          (64 * MiB, 300 * MiB, 1 * MiB)))
+            if r["role"] == "image"]
+    t = dict(extent_maps=ext,
+             block_events=request(50, 51, 60, DISK, 108 * MiB, 4096, rq=9, bio=19, op=3)
+             + request(100, 110, 900, VDISK, 8 * MiB, 1 * MiB, rq=1, bio=11, op=3)
+             + request(2000, 2010, 2100, DISK, 108 * MiB, 1 * MiB, rq=2, bio=12, op=3)
+             + request(3000, 3010, 3500, VDISK, 63 * MiB, 1 * MiB, rq=3, bio=13, op=9)
+             + request(3100, 3110, 3200, DISK, 163 * MiB, 1 * MiB, rq=4, bio=14, op=3)
+             + request(4000, 4010, 4500, VDISK, 64 * MiB, 1 * MiB, rq=5, bio=15, op=9)
+             + request(5000, 5010, 5100, DISK, 300 * MiB, 1 * MiB, rq=6, bio=16, op=3)
+             + request(6000, 6010, 6100, DISK, 120 * MiB, 1 * MiB, rq=7, bio=17, op=3))
+    s = session(**t)
+    assert s.rows("SELECT lo // 1048576 AS lo, hi // 1048576 AS hi, (lo + delta) // 1048576 AS disk "
+                  "FROM _map_image_moved ORDER BY lo") == [
+        {"lo": 8, "hi": 9, "disk": 108}, {"lo": 63, "hi": 64, "disk": 163},
+        {"lo": 64, "hi": 65, "disk": 300}]
+    vd = {r["offset_bytes"] // MiB: r["io_id"]
+          for r in s.rows("SELECT offset_bytes, io_id FROM vdisk_io")}
+    got = s.rows("SELECT d.offset_bytes // 1048576 AS mib, d.start_ns, l.upper_id, l.kind, "
+                 "l.bytes, l.lag_ns FROM links l JOIN disk_io d ON d.io_id = l.lower_id "
+                 "WHERE l.lower_level = 'disk' ORDER BY d.start_ns")
+    assert got == [
+        {"mib": 108, "start_ns": 50, "upper_id": None, "kind": "discard", "bytes": 4096,
+         "lag_ns": None},
+        {"mib": 108, "start_ns": 2000, "upper_id": vd[8], "kind": "discard", "bytes": MiB,
+         "lag_ns": 2000 - 900},
+        {"mib": 163, "start_ns": 3100, "upper_id": vd[63], "kind": "sync", "bytes": MiB,
+         "lag_ns": 100},
+        {"mib": 300, "start_ns": 5000, "upper_id": vd[64], "kind": "discard", "bytes": MiB,
+         "lag_ns": 500},
+        {"mib": 120, "start_ns": 6000, "upper_id": None, "kind": "discard", "bytes": MiB,
+         "lag_ns": None}]
+    assert s.rows("SELECT d.offset_bytes // 1048576 AS mib, m.image_offset_bytes // 1048576 AS "
+                  "image_mib FROM map_disk m JOIN disk_io d USING (io_id) ORDER BY d.start_ns") == [
+        {"mib": 108, "image_mib": 8}, {"mib": 108, "image_mib": 8}, {"mib": 163, "image_mib": 63},
+        {"mib": 300, "image_mib": 64}, {"mib": 120, "image_mib": 20}]
+    assert s.rows("SELECT v.offset_bytes // 1048576 AS mib, l.kind FROM links l "
+                  "JOIN vdisk_io v ON v.io_id = l.lower_id WHERE l.lower_level = 'vdisk' "
+                  "ORDER BY 1") == [{"mib": 8, "kind": "discard"}, {"mib": 63, "kind": "zeroes"},
+                                    {"mib": 64, "kind": "zeroes"}]
+
+
 def test_compare_captures_puts_each_capture_s_stack_and_numbers_in_one_row():
     """Two captures: c1 a 4 KiB direct read that became 32 KiB at the disk,
     on ext4 over xfs with an O_DIRECT loop vdisk; c2 two 4 KiB writes on xfs

@@ -44,14 +44,20 @@ SELECT 'vdisk', 'disk', m.capture_id, m.io_id, m.start_ns, m.done_by_ns, m.op,
 FROM map_vdisk m JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev
 WHERE m.disk_offset_bytes IS NOT NULL;
 
--- The same hop vdisk -> disk through where moved image bytes were at the
--- start (_map_image_moved, copy-on-write hosts): used for reads, and for
--- the writes a read-modify-write read is put down to, not for write-back
--- (a freed old place may hold other data later).
+-- The same hop vdisk -> disk through where moved or freed image bytes
+-- were at the start (_map_image_moved: copy-on-write hosts, holes
+-- punched): used for reads, for discards (a host FS with online discard
+-- discards the blocks a hole punched for a virtual-disk discard or
+-- write-zeroes freed), and for the writes a read-modify-write read is put
+-- down to, not for write-back (a freed old place may hold other data
+-- later).
 -- (only the captures with moved bytes are carried into the image again)
 CREATE OR REPLACE VIEW _links_moved_ranges AS
 SELECT * FROM _map_vdisk_ranges
-WHERE capture_id IN (SELECT DISTINCT capture_id FROM _map_image_moved);
+WHERE capture_id IN (SELECT DISTINCT capture_id FROM _map_image_moved)
+UNION ALL
+SELECT * REPLACE ('discard' AS op) FROM _map_vdisk_ranges
+WHERE req_op = 9 AND capture_id IN (SELECT DISTINCT capture_id FROM _map_image_moved);
 
 CREATE OR REPLACE VIEW _links_upper_moved AS
 WITH v AS (
@@ -70,18 +76,18 @@ FROM p;
 
 CREATE OR REPLACE VIEW _links_lower AS
 SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_start, op AS l_op,
-       req_flags AS l_flags, offset_bytes::BIGINT AS l_off, bytes::BIGINT AS l_len,
-       unnest(_blocks(offset_bytes, bytes)) AS blk
+       req_flags AS l_flags, req_op = 9 AS l_zeroes, offset_bytes::BIGINT AS l_off,
+       bytes::BIGINT AS l_len, unnest(_blocks(offset_bytes, bytes)) AS blk
 FROM vdisk_io WHERE bytes > 0
 UNION ALL
 -- (an access to a qcow2 image's own tables counts as metadata: REQ_META)
 SELECT 'hostfs', h.capture_id, h.io_id, h.ts_ns, h.op,
-       CASE WHEN m.io_id IS NULL THEN 0 ELSE 2 END::USMALLINT,
+       CASE WHEN m.io_id IS NULL THEN 0 ELSE 2 END::USMALLINT, false,
        h.offset_bytes::BIGINT, h.bytes::BIGINT, unnest(_blocks(h.offset_bytes, h.bytes))
 FROM hostfs_io h LEFT JOIN _map_image_metadata_io m USING (capture_id, io_id)
 WHERE h.bytes > 0
 UNION ALL
-SELECT 'disk', d.capture_id, d.io_id, d.start_ns, d.op, d.req_flags,
+SELECT 'disk', d.capture_id, d.io_id, d.start_ns, d.op, d.req_flags, d.req_op = 9,
        d.offset_bytes::BIGINT + x.shift, d.bytes::BIGINT,
        unnest(_blocks(d.offset_bytes::BIGINT + x.shift, d.bytes))
 FROM disk_io d JOIN _links_disks x ON x.capture_id = d.capture_id AND x.dev = d.dev
@@ -131,7 +137,7 @@ CREATE OR REPLACE VIEW _links_lower_keyed AS
 SELECT c.ck, _links_hop(x.lower_level) AS hop, _links_op(x.l_op) AS lop, x.lower_id, x.l_start,
        CASE WHEN x.lower_level = 'vdisk' THEN 0 ELSE c.err END AS l_err,
        x.l_start + CASE WHEN x.lower_level = 'vdisk' THEN 0 ELSE c.err END AS l_asof,
-       x.l_flags, x.l_off, x.l_len, x.blk,
+       x.l_flags, x.l_zeroes, x.l_off, x.l_len, x.blk,
        _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.l_op), x.blk) AS k
 FROM _links_lower x JOIN _links_captures c USING (capture_id);
 
@@ -174,7 +180,7 @@ WITH same_op AS MATERIALIZED (
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM _links_lower_keyed l
   ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed
-                  UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop = 0) u
+                  UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop IN (0, 2)) u
     ON u.k = l.k AND l.l_asof >= u.u_start),
 stored AS (   -- virtual-disk writes: the last store through a mapping before them
   SELECT l.* EXCLUDE (upper_id),
@@ -210,6 +216,7 @@ k AS (
          WHEN l_start <= u_end + l_err AND lop = uop THEN 'sync'
          WHEN l_start <= u_end + l_err AND uop = 1 AND lop = 0 THEN 'rmw'
          WHEN uop = 1 AND lop = 1 THEN 'writeback'
+         WHEN uop = 2 AND lop = 2 THEN 'discard'
     END AS kind0
   FROM j),
 m AS (
@@ -231,13 +238,14 @@ filed AS (    -- virtual-disk blocks written with no cause found that hold a
   WHERE r.hop = 0 AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL),
 out AS (
   SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
-         CASE kind0 WHEN 'writeback' THEN l_start::BIGINT - u_end::BIGINT
-                    ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
+         CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
+              ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
   FROM m WHERE kind0 IS NOT NULL AND attributed > 0
   UNION ALL
   SELECT r.ck, r.hop, r.lower_id, NULL,
          CASE WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
               WHEN r.s_ns IS NOT NULL THEN 'store'
+              WHEN r.l_zeroes THEN 'zeroes'
               WHEN d.blk IS NOT NULL THEN 'writeback'
               ELSE _unattributed_kind(['read', 'write', 'discard', 'other'][r.lop + 1], r.l_flags) END,
          r.block_bytes - r.attributed, r.l_start::BIGINT - r.s_ns::BIGINT
@@ -259,8 +267,10 @@ FROM (SELECT ck, hop, lower_id, upper_id, kind, sum(bytes)::BIGINT AS bytes, min
 JOIN _links_captures c USING (ck);
 
 -- Each lower-level request tied to each upper-level event that caused part
--- of it (kind sync, writeback or rmw), plus the unattributed rest of it,
--- classified (upper_id NULL; kind fault: a virtual-disk read of a block
+-- of it (kind sync, writeback, rmw or discard), plus the unattributed rest of it,
+-- classified (upper_id NULL; kind zeroes: a write-zeroes request
+-- (REQ_OP_WRITE_ZEROES: fallocate of a block device, a file system
+-- zeroing blocks, mkfs); kind fault: a virtual-disk read of a block
 -- a page fault on a memory-mapped file asked for; kind store: a
 -- virtual-disk write of a block last dirtied by a store through a shared
 -- mapping, no write call; kind writeback: other virtual-disk writes of
@@ -275,9 +285,9 @@ JOIN _links_captures c USING (ck);
 -- @column lower_level VARCHAR  vdisk, hostfs or disk
 -- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
 -- @column upper_id UBIGINT     io_id of the upper event (vfs_io or vdisk_io); NULL when unattributed
--- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), or for the unattributed: fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a host FS's online discard, at its commit, of the blocks a hole punched for it freed), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
--- @column lag_ns BIGINT        writeback: lower start - upper end; otherwise lower start - upper start; store: lower start - the store's page fault; NULL for the other unattributed
+-- @column lag_ns BIGINT        writeback and discard: lower start - upper end; otherwise lower start - upper start; store: lower start - the store's page fault; NULL for the other unattributed
 CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;
 
 -- Share of each level's bytes explained, per hop and kind.

@@ -12,11 +12,14 @@ CREATE OR REPLACE VIEW _map_image_extents AS
 SELECT capture_id, logical_bytes, physical_bytes, length_bytes, disk_dev
 FROM map_extents WHERE role = 'image';
 
--- Image bytes that moved during the capture: where the start snapshot had
--- them, for the parts where map_extents (the end snapshot, as a rule)
--- has them elsewhere.  A copy-on-write host (btrfs) writes a rewritten
--- block to a new place; a read of the old place before that (the host's
--- read-modify-write of a partial page, say) is found through these.
+-- Image bytes that moved or were freed during the capture: where the
+-- start snapshot had them, for the parts where map_extents (the end
+-- snapshot, as a rule) has them elsewhere or nowhere.  A copy-on-write
+-- host (btrfs) writes a rewritten block to a new place; a read of the old
+-- place before that (the host's read-modify-write of a partial page, say)
+-- is found through these.  A hole punched in the image (the loop device's
+-- discards) frees its blocks, and a host FS with online discard discards
+-- them on its disk: found through these too.
 -- lo, hi: image bytes; delta: old disk offset minus image offset;
 -- disk_dev: the old place's disk.  (A part is moved when no copy of it
 -- in map_extents is on the same disk with the same delta: on a mirrored
@@ -34,10 +37,29 @@ cand AS (
   SELECT DISTINCT st.capture_id, greatest(st.lo, now.lo) AS lo, least(st.hi, now.hi) AS hi,
          st.delta, st.disk_dev
   FROM st JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi
-  WHERE now.delta <> st.delta OR now.disk_dev <> st.disk_dev)
+  WHERE now.delta <> st.delta OR now.disk_dev <> st.disk_dev),
+covered AS (  -- each start extent's parts that some extent covers now
+  SELECT st.capture_id, st.lo, st.hi, st.delta, st.disk_dev,
+         greatest(st.lo, now.lo) AS clo, least(st.hi, now.hi) AS chi
+  FROM st JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi),
+gaps AS (     -- (covered to: the furthest end of the parts before; copies may overlap)
+  SELECT capture_id, delta, disk_dev, clo, hi,
+         coalesce(max(chi) OVER (PARTITION BY capture_id, lo, hi, delta, disk_dev ORDER BY clo, chi
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), lo) AS covered_to,
+         max(chi) OVER (PARTITION BY capture_id, lo, hi, delta, disk_dev) AS last_end
+  FROM covered),
+freed AS (
+  SELECT capture_id, covered_to AS lo, clo AS hi, delta, disk_dev FROM gaps WHERE clo > covered_to
+  UNION ALL
+  SELECT DISTINCT capture_id, last_end, hi, delta, disk_dev FROM gaps WHERE last_end < hi
+  UNION ALL
+  SELECT st.* FROM st
+  ANTI JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi)
 SELECT c.* FROM cand c
 ANTI JOIN now n ON n.capture_id = c.capture_id AND n.disk_dev = c.disk_dev AND n.delta = c.delta
-               AND n.lo <= c.lo AND c.hi <= n.hi;
+               AND n.lo <= c.lo AND c.hi <= n.hi
+UNION ALL
+SELECT * FROM freed;
 
 -- The rows of view `t` (capture_id, dev, ino and a guest-file byte range
 -- [off, stop), plus any columns) carried through the guest file's extents

@@ -114,6 +114,9 @@ def build(s: Session, capture_id: str | None = None) -> dict:
                 "FROM readahead_summary WHERE capture_id = ? ORDER BY level", p)
     sync = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes, stable_fraction "
                   "FROM sync_transform WHERE capture_id = ? ORDER BY level", p)
+    discard = s.rows("SELECT level, requests, discard_bytes, zeroes_bytes, tied_bytes, tied_fraction, "
+                     "lag_median_ns FROM discard_summary WHERE capture_id = ? "
+                     "ORDER BY list_position(['vdisk', 'hostfs', 'disk'], level)", p)
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
                    "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
                    "WHERE capture_id = ?", p)
@@ -135,6 +138,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "rmw": rmw,
         "readahead": ra,
         "sync": sync,
+        "discard": discard,
     }
 
 
@@ -230,7 +234,7 @@ def render(rep: dict, console=None) -> None:
     else:
         con.print("Attribution: none (it needs two traced levels and the stack's offset maps, "
                   "which `nestrace record` stores)")
-    t = Table(title="Read-modify-write, page cache, sync")
+    t = Table(title="Read-modify-write, page cache, sync, discard")
     t.add_column("what")
     t.add_column("numbers")
     for r in rep["rmw"]:
@@ -248,6 +252,13 @@ def render(rep: dict, console=None) -> None:
     for r in rep["sync"]:
         t.add_row(f"sync {r['level']}", f"{r['stable_writes']}/{r['writes']} stable writes, "
                   f"{r['flushes']} flushes, {r['fsync_bound_writes']} fsync-bound")
+    for r in rep.get("discard", []):
+        tied = "" if r["level"] == "vdisk" else (
+            f", {_fmt_bytes(r['tied_bytes'])} tied to vdisk ({_fmt(r['tied_fraction'], 3)})"
+            + (f", median lag {_fmt_ns(r['lag_median_ns'])}" if r["lag_median_ns"] is not None else ""))
+        t.add_row(f"discard {r['level']}", f"{r['requests']} requests: "
+                  f"{_fmt_bytes(r['discard_bytes'])} discarded, "
+                  f"{_fmt_bytes(r['zeroes_bytes'])} write-zeroes{tied}")
     con.print(t)
     lost = rep["lost"]
     style = "bold red" if lost["total"] else "green"

@@ -274,6 +274,9 @@ class Session:
     def sync_transform(self, capture_id: str | None = None) -> pa.Table:
         return self._view("sync_transform", capture_id)
 
+    def discard_summary(self, capture_id: str | None = None) -> pa.Table:
+        return self._view("discard_summary", capture_id)
+
     def compare_captures(self, capture_id: str | None = None) -> pa.Table:
         """One row per capture (in capture order): its stack and the numbers
         that tell stacks apart."""

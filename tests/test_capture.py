@@ -886,6 +886,9 @@ def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_disc
     assert got["image_bytes"] >= 32 << 20, got
     assert got["tied"] == got["image_bytes"], got
     assert set(got["kinds"]) <= {"discard", "sync"} and got["tied_to_other"] == 0, got
+    rep = {r["level"]: r for r in json.loads(run_cli("report", "--json", str(store)).stdout)["discard"]}
+    assert rep["disk"]["tied_bytes"] == got["tied"] and rep["disk"]["lag_median_ns"] > 0, rep
+    assert rep["hostfs"]["tied_fraction"] == 1.0, rep
     assert_losses_counted(s)
 
 

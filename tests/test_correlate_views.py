@@ -791,6 +791,30 @@ def test_a_write_zeroes_made_into_a_hole_or_a_zeroed_range_is_tied_to_its_virtua
          "kind": "discard", "bytes": 4096}]
 
 
+def punched_holes_discarded_on_the_host_disk():
+    """The image's blocks were at host-disk 100 MiB (image 0-64 MiB) and
+    300 MiB (image 64-65 MiB) at the start; at the end image 8-9 MiB,
+    63-64 MiB and 64-65 MiB are holes: a virtual-disk discard punched the
+    first, write-zeroes the others; the host disk sees discards of the old
+    places (one before any request, one of blocks still in the image)."""
+    ext = extents(image=((0, 100 * MiB, 8 * MiB), (9 * MiB, 109 * MiB, 54 * MiB)))
+    ext += [r | {"phase": "start"} for r in extents(image=((0, 100 * MiB, 64 * MiB),
+                                                          (64 * MiB, 300 * MiB, 1 * MiB)))
+            if r["role"] == "image"]
+    return dict(device_map=device_map(host_fs="ext4"), extent_maps=ext,
+                block_events=request(50, 51, 60, DISK, 108 * MiB, 4096, rq=9, bio=19, op=3)
+                + request(100, 110, 900, VDISK, 8 * MiB, 1 * MiB, rq=1, bio=11, op=3)
+                + request(2000, 2010, 2100, DISK, 108 * MiB, 1 * MiB, rq=2, bio=12, op=3)
+                + request(3000, 3010, 3500, VDISK, 63 * MiB, 1 * MiB, rq=3, bio=13, op=9)
+                + request(3100, 3110, 3200, DISK, 163 * MiB, 1 * MiB, rq=4, bio=14, op=3)
+                + request(4000, 4010, 4500, VDISK, 64 * MiB, 1 * MiB, rq=5, bio=15, op=9)
+                + request(5000, 5010, 5100, DISK, 300 * MiB, 1 * MiB, rq=6, bio=16, op=3)
+                + request(6000, 6010, 6100, DISK, 120 * MiB, 1 * MiB, rq=7, bio=17, op=3),
+                hostfs_events=[hostfs(200, 8 * MiB, 1 * MiB, source=10, op=3),
+                               hostfs(3200, 63 * MiB, 1 * MiB, source=10, op=3),
+                               hostfs(4100, 64 * MiB, 1 * MiB, source=10, op=3)])
+
+
 def test_a_host_disk_discard_of_blocks_a_punched_hole_freed_is_tied_to_the_virtual_disk_request():
     """A host FS with online discard discards, at its commit, the blocks a
     hole punched in the image freed.  The image's blocks were at host-disk
@@ -801,20 +825,7 @@ def test_a_host_disk_discard_of_blocks_a_punched_hole_freed_is_tied_to_the_virtu
     its end), sync while it was in flight.  A discard of the old place
     before the request started, and one of blocks still in the image, are
     not; a write-zeroes nobody above explains is kind zeroes."""
-    ext = extents(image=((0, 100 * MiB, 8 * MiB), (9 * MiB, 109 * MiB, 54 * MiB)))
-    ext += [r | {"phase": "start"} for r in extents(image=((0, 100 * MiB, 64 * MiB),
-                                                          (64 * MiB, 300 * MiB, 1 * MiB)))
-            if r["role"] == "image"]
-    t = dict(extent_maps=ext,
-             block_events=request(50, 51, 60, DISK, 108 * MiB, 4096, rq=9, bio=19, op=3)
-             + request(100, 110, 900, VDISK, 8 * MiB, 1 * MiB, rq=1, bio=11, op=3)
-             + request(2000, 2010, 2100, DISK, 108 * MiB, 1 * MiB, rq=2, bio=12, op=3)
-             + request(3000, 3010, 3500, VDISK, 63 * MiB, 1 * MiB, rq=3, bio=13, op=9)
-             + request(3100, 3110, 3200, DISK, 163 * MiB, 1 * MiB, rq=4, bio=14, op=3)
-             + request(4000, 4010, 4500, VDISK, 64 * MiB, 1 * MiB, rq=5, bio=15, op=9)
-             + request(5000, 5010, 5100, DISK, 300 * MiB, 1 * MiB, rq=6, bio=16, op=3)
-             + request(6000, 6010, 6100, DISK, 120 * MiB, 1 * MiB, rq=7, bio=17, op=3))
-    s = session(**t)
+    s = session(**punched_holes_discarded_on_the_host_disk())
     assert s.rows("SELECT lo // 1048576 AS lo, hi // 1048576 AS hi, (lo + delta) // 1048576 AS disk "
                   "FROM _map_image_moved ORDER BY lo") == [
         {"lo": 8, "hi": 9, "disk": 108}, {"lo": 63, "hi": 64, "disk": 163},
@@ -843,6 +854,24 @@ def test_a_host_disk_discard_of_blocks_a_punched_hole_freed_is_tied_to_the_virtu
                   "JOIN vdisk_io v ON v.io_id = l.lower_id WHERE l.lower_level = 'vdisk' "
                   "ORDER BY 1") == [{"mib": 8, "kind": "discard"}, {"mib": 63, "kind": "zeroes"},
                                     {"mib": 64, "kind": "zeroes"}]
+
+
+def test_discard_summary_follows_discards_and_write_zeroes_down_to_the_host_disk():
+    """Per level: the discard and write-zeroes requests, and the bytes tied
+    to the level above (hostfs: the holes, each tied to the request that
+    punched it, 100, 200 and 100 ns after its start; disk: 3 of 4 MiB +
+    4 KiB, the lags 1100 after a request's end, 100 from a start while in
+    flight, 500 after an end)."""
+    s = session(**punched_holes_discarded_on_the_host_disk())
+    got = s.rows("SELECT * EXCLUDE (capture_id) FROM discard_summary ORDER BY requests, level")
+    assert got == [
+        {"level": "hostfs", "requests": 3, "discard_bytes": 3 * MiB, "zeroes_bytes": 0,
+         "tied_bytes": 3 * MiB, "tied_fraction": 1.0, "lag_median_ns": 100.0},
+        {"level": "vdisk", "requests": 3, "discard_bytes": MiB, "zeroes_bytes": 2 * MiB,
+         "tied_bytes": 0, "tied_fraction": 0.0, "lag_median_ns": None},
+        {"level": "disk", "requests": 5, "discard_bytes": 4 * MiB + 4096, "zeroes_bytes": 0,
+         "tied_bytes": 3 * MiB, "tied_fraction": 3 * MiB / (4 * MiB + 4096),
+         "lag_median_ns": 500.0}]
 
 
 def test_compare_captures_puts_each_capture_s_stack_and_numbers_in_one_row():

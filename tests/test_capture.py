@@ -851,16 +851,19 @@ def test_a_guest_fstrim_punches_its_bytes_out_of_the_image_as_hostfs_discards(la
     assert_losses_counted(s)
 
 
-@pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
+@pytest.mark.parametrize("host_fs", ["xfs", "ext4", "btrfs"])
 def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_discard(
         lab_factory, tmp_path, host_fs):
     # with --host-discard the host FS discards, at its commit, the blocks
     # of the image that the holes punched for the guest's discards freed:
-    # at least the deleted file's 32 MiB.  Every host-disk discard of a
+    # at least the deleted file's 32 MiB.  Every host-disk discard byte at a
     # place the image had at the start is tied to the virtual-disk discard
     # that freed it (kind discard, or sync if it came while that was in
-    # flight).  The command waits until the host disk has no request in
-    # flight after the host FS's commit.
+    # flight).  (Counted in distinct 4 KiB blocks: btrfs may reuse a freed
+    # place for an image block written later, and map_disk then gives that
+    # block both image offsets.)  btrfs has no hostfs discard rows.  The
+    # command waits until the host disk has no request in flight after
+    # the host FS's commit.
     lab = lab_factory("ext4", host_fs, guest_dio="on", host_dio="on", host_discard=True)
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
     subprocess.run(["sync"], check=True)
@@ -878,7 +881,10 @@ def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_disc
     got = s.rows("""
         WITH d AS (SELECT io_id FROM disk_io WHERE op = 'discard'),
         l AS (SELECT * FROM links WHERE lower_level = 'disk' AND lower_id IN (SELECT * FROM d))
-        SELECT (SELECT sum(bytes) FROM map_disk WHERE io_id IN (SELECT * FROM d)) AS image_bytes,
+        SELECT (SELECT count(*) * 4096 FROM (
+                  SELECT DISTINCT io_id, unnest(range((disk_offset_bytes // 4096)::BIGINT,
+                                                      ((disk_offset_bytes + bytes + 4095) // 4096)::BIGINT))
+                  FROM map_disk WHERE io_id IN (SELECT * FROM d))) AS image_bytes,
                (SELECT sum(bytes) FROM l WHERE upper_id IS NOT NULL) AS tied,
                (SELECT list(DISTINCT kind ORDER BY kind) FROM l WHERE upper_id IS NOT NULL) AS kinds,
                (SELECT count(*) FROM l WHERE upper_id IS NOT NULL AND upper_id NOT IN
@@ -888,7 +894,7 @@ def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_disc
     assert set(got["kinds"]) <= {"discard", "sync"} and got["tied_to_other"] == 0, got
     rep = {r["level"]: r for r in json.loads(run_cli("report", "--json", str(store)).stdout)["discard"]}
     assert rep["disk"]["tied_bytes"] == got["tied"] and rep["disk"]["lag_median_ns"] > 0, rep
-    assert rep["hostfs"]["tied_fraction"] == 1.0, rep
+    assert host_fs == "btrfs" or rep["hostfs"]["tied_fraction"] == 1.0, rep
     assert_losses_counted(s)
 
 

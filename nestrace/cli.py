@@ -114,11 +114,14 @@ def _onoff(_ctx, _param, value: str) -> bool:
 @click.option("--host-discard", is_flag=True, help="Mount the host FS with online discard: "
               "blocks of the image it frees (holes the virtual disk's discards punch) are "
               "discarded on the host disk.")
+@click.option("--guest-discard", is_flag=True, help="Mount the guest FS with online discard: "
+              "the blocks it frees (a file deleted) are discarded on the virtual disk, which "
+              "punches them out of the image, without an fstrim.")
 @user_errors
 @needs_root
 def lab_up(name, guest_fs, host_fs, image_size, disk_size, guest_dio, host_dio,
            guest_block_size, host_block_size, fragment_image, partitions, host_disks,
-           host_profile, host_discard) -> None:
+           host_profile, host_discard, guest_discard) -> None:
     """Build a nested stack; print the guest mount point."""
     cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, image_size=parse_size(image_size),
                     disk_size=parse_size(disk_size) if disk_size else 0,
@@ -126,7 +129,7 @@ def lab_up(name, guest_fs, host_fs, image_size, disk_size, guest_dio, host_dio,
                     guest_block_size=guest_block_size, host_block_size=host_block_size,
                     fragment_image=fragment_image, partitions=partitions,
                     host_disks=host_disks, host_profile=host_profile,
-                    host_discard=host_discard, name=name)
+                    host_discard=host_discard, guest_discard=guest_discard, name=name)
     st = Lab(name).up(cfg)
     click.echo(st["guest_mount"])
 

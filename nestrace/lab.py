@@ -106,6 +106,7 @@ class LabConfig:
     host_disks: int = 1             # a btrfs host on this many disks
     host_profile: str = ""          # btrfs data profile (single, dup, raid0, raid1, raid10, raid5, ...)
     host_discard: bool = False      # mount the host FS with online discard
+    guest_discard: bool = False     # mount the guest FS with online discard
     name: str = "default"
 
     def validate(self) -> None:
@@ -204,7 +205,8 @@ class Lab:
             guest_dev = _partition(vdisk, cfg.image_size) if cfg.partitions else vdisk
             _run(mkfs_cmd(cfg.guest_fs, guest_dev, cfg.guest_block_size), f"mkfs.{cfg.guest_fs} (guest)")
             self.guest_mount.mkdir(parents=True, exist_ok=True)
-            _run(mount_cmd(cfg.guest_fs, guest_dev, self.guest_mount), "mounting the guest FS")
+            _run(mount_cmd(cfg.guest_fs, guest_dev, self.guest_mount, cfg.guest_discard),
+                 "mounting the guest FS")
             self._step(st, "mount", path=str(self.guest_mount), role="guest")
             st.update(guest_mount=str(self.guest_mount), host_mount=str(self.host_mount),
                       vdisk=vdisk, disk=disk, image=str(image), disk_file=str(disk_file))

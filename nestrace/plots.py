@@ -358,6 +358,9 @@ def _tables_html(rep: dict) -> str:
             + "<h3>Page cache and readahead</h3>" + table(rep["readahead"], [
                 "level", "filled_bytes", "readahead_bytes", "used_bytes", "unused_bytes", "unused_fraction",
                 "read_filled_bytes", "write_filled_bytes", "fault_filled_bytes", "other_filled_bytes"])
+            + ("<h3>Discards and write-zeroes</h3>" + table(rep["discard"], [
+                "level", "requests", "discard_bytes", "zeroes_bytes", "tied_bytes", "tied_fraction",
+                "lag_median_ns"]) if rep.get("discard") else "")
             + f"<p>lost events: {rep['lost']['total']}</p>")
 
 

@@ -874,6 +874,18 @@ def test_discard_summary_follows_discards_and_write_zeroes_down_to_the_host_disk
          "lag_median_ns": 500.0}]
 
 
+def test_the_report_and_its_html_tables_list_discards_only_where_there_are_some():
+    from nestrace import plots, report
+    rep = report.build(session(**punched_holes_discarded_on_the_host_disk()))
+    assert [(r["level"], r["requests"]) for r in rep["discard"]] == [
+        ("vdisk", 3), ("hostfs", 3), ("disk", 5)]
+    page = plots._tables_html(rep)
+    assert "<h3>Discards and write-zeroes</h3>" in page
+    assert f"<tr><td>disk</td><td>5</td><td>{4 * MiB + 4096}</td>" in page
+    none = report.build(session(**direct_read_stack()))
+    assert none["discard"] == [] and "Discards" not in plots._tables_html(none)
+
+
 def test_compare_captures_puts_each_capture_s_stack_and_numbers_in_one_row():
     """Two captures: c1 a 4 KiB direct read that became 32 KiB at the disk,
     on ext4 over xfs with an O_DIRECT loop vdisk; c2 two 4 KiB writes on xfs

@@ -25,6 +25,8 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        SC_AIO_PREADV, SC_AIO_PWRITEV,
        /* io_uring: one record per request, from submission to its CQE */
        SC_URING_READ, SC_URING_WRITE, SC_URING_READV, SC_URING_WRITEV, SC_URING_FSYNC,
+       /* fallocate(2): its mode in iov_count (PUNCH_HOLE, ZERO_RANGE, ...) */
+       SC_FALLOCATE,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -99,6 +101,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 74: return SC_FSYNC;
 	case 75: return SC_FDATASYNC;
 	case 277: return SC_SYNC_FILE_RANGE;
+	case 285: return SC_FALLOCATE;
 	case 295: return SC_PREADV;
 	case 296: return SC_PWRITEV;
 	case 327: return SC_PREADV2;
@@ -118,6 +121,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 82: return SC_FSYNC;
 	case 83: return SC_FDATASYNC;
 	case 84: return SC_SYNC_FILE_RANGE;
+	case 47: return SC_FALLOCATE;
 	case 286: return SC_PREADV2;
 	case 287: return SC_PWRITEV2;
 	case 2: return SC_IO_SUBMIT;
@@ -418,6 +422,11 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	case SC_SYNC_FILE_RANGE:
 		s.offset = SC_ARG(btf, regs, 2);
 		s.req_bytes = SC_ARG(btf, regs, 3);
+		break;
+	case SC_FALLOCATE:	/* fd, mode, offset, len */
+		s.iov_count = SC_ARG(btf, regs, 2);
+		s.offset = SC_ARG(btf, regs, 3);
+		s.req_bytes = SC_ARG(btf, regs, 4);
 		break;
 	case SC_IO_GETEVENTS:
 		break;

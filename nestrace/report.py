@@ -253,8 +253,9 @@ def render(rep: dict, console=None) -> None:
         t.add_row(f"sync {r['level']}", f"{r['stable_writes']}/{r['writes']} stable writes, "
                   f"{r['flushes']} flushes, {r['fsync_bound_writes']} fsync-bound")
     for r in rep.get("discard", []):
-        tied = "" if r["level"] == "vdisk" else (
-            f", {_fmt_bytes(r['tied_bytes'])} tied to vdisk ({_fmt(r['tied_fraction'], 3)})"
+        above = "vfs" if r["level"] == "vdisk" else "vdisk"
+        tied = "" if r["level"] == "vdisk" and not r["tied_bytes"] else (
+            f", {_fmt_bytes(r['tied_bytes'])} tied to {above} ({_fmt(r['tied_fraction'], 3)})"
             + (f", median lag {_fmt_ns(r['lag_median_ns'])}" if r["lag_median_ns"] is not None else ""))
         t.add_row(f"discard {r['level']}", f"{r['requests']} requests: "
                   f"{_fmt_bytes(r['discard_bytes'])} discarded, "

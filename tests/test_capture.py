@@ -905,6 +905,49 @@ def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_disc
     assert_losses_counted(s)
 
 
+def test_a_hole_punched_in_a_guest_file_is_followed_from_the_call_to_the_host_disk(lab_factory,
+                                                                                  tmp_path):
+    # fallocate --punch-hole on a guest file: a vfs row (op discard, mode
+    # PUNCH_HOLE | KEEP_SIZE); the guest FS (online discard) discards the
+    # 2 MiB it freed at its commit, tied to the call; the host FS (online
+    # discard) discards the image blocks the loop device's hole freed,
+    # tied to those virtual-disk discards.
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on", guest_discard=True,
+                      host_discard=True)
+    f = f"{lab.mount}/f"
+    subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=1M", "count=4", "oflag=direct",
+                    "status=none"], check=True)
+    subprocess.run(["sync"], check=True)
+    host = str(Path(lab.mount).parent / "host")
+    disk = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", host], check=True,
+                               capture_output=True, text=True).stdout.strip()).name
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
+            f"fallocate --punch-hole -o 1MiB -l 2MiB {f} && sync -f {lab.mount} && sync -f {host} "
+            f"&& for i in $(seq 100); do "
+            f"[ \"$(cat /sys/block/{disk}/inflight)\" = \"$(echo 0 0)\" ] && break; "
+            f"sleep 0.1; done")
+    s = nestrace.open(store)
+    calls = s.rows("SELECT io_id, op, falloc_mode, offset_bytes, bytes FROM vfs_io "
+                   "WHERE syscall = 'fallocate'")
+    assert [{k: v for k, v in r.items() if k != "io_id"} for r in calls] == [
+        {"op": "discard", "falloc_mode": 3, "offset_bytes": 1 << 20, "bytes": 2 << 20}], calls
+    vdisk = s.rows("SELECT kind, sum(bytes) AS bytes FROM links WHERE lower_level = 'vdisk' "
+                   "AND upper_id = ? GROUP BY ALL", [calls[0]["io_id"]])
+    assert sum(r["bytes"] for r in vdisk) == 2 << 20 and {r["kind"] for r in vdisk} <= {
+        "discard", "sync"}, vdisk
+    disk = s.rows("""SELECT sum(bytes) AS bytes FROM links WHERE lower_level = 'disk'
+                     AND upper_id IN (SELECT lower_id FROM links WHERE lower_level = 'vdisk'
+                                      AND upper_id = ?)
+                     AND lower_id IN (SELECT io_id FROM disk_io WHERE op = 'discard')""",
+                  [calls[0]["io_id"]])
+    assert disk[0]["bytes"] == 2 << 20, disk
+    rep = {r["level"]: r for r in json.loads(run_cli("report", "--json", str(store)).stdout)["discard"]}
+    assert rep["vdisk"]["tied_bytes"] == 2 << 20 and rep["disk"]["tied_bytes"] >= 2 << 20, rep
+    assert "tied to vfs (1.000)" in run_cli("report", str(store)).stdout
+    assert_losses_counted(s)
+
+
 @pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
 def test_write_zeroes_on_the_virtual_disk_are_tied_to_the_range_zeroed_or_punched_in_the_image(
         lab_factory, tmp_path, host_fs):

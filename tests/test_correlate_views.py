@@ -856,6 +856,39 @@ def test_a_host_disk_discard_of_blocks_a_punched_hole_freed_is_tied_to_the_virtu
                                     {"mib": 64, "kind": "zeroes"}]
 
 
+def test_a_hole_an_application_punches_in_a_guest_file_is_followed_down_to_the_host_disk():
+    """fallocate(PUNCH_HOLE | KEEP_SIZE) of the second half of a 1 MiB guest
+    file (at virtual-disk 4 MiB at the start; only its first half mapped at
+    the end).  The guest FS, with online discard, discards the freed blocks
+    at its commit, after the call returned; the loop device punches them out
+    of the image, and the host FS discards them on its disk.  Each is tied
+    to the one above: kind discard, the lag from the upper one's end.  A
+    plain fallocate (mode 0) is op other and ties nothing."""
+    ext = extents(guest=((0, 4 * MiB, MiB // 2),),
+                  image=((0, 100 * MiB, 4 * MiB + MiB // 2), (5 * MiB, 105 * MiB, 59 * MiB)))
+    ext += [r | {"phase": "start"} for r in extents(image=((0, 100 * MiB, 64 * MiB),))]
+    t = dict(extent_maps=ext,
+             vfs_events=[vfs(100, 100, off=MiB // 2, req=MiB // 2, ret=0, syscall=25) | {"iov_count": 3},
+                         vfs(300, 50, off=2 * MiB, req=MiB, ret=0, syscall=25) | {"iov_count": 0}],
+             block_events=request(1000, 1010, 1100, VDISK, 4 * MiB + MiB // 2, MiB // 2,
+                                  rq=1, bio=11, op=3)
+             + request(2000, 2010, 2100, DISK, 104 * MiB + MiB // 2, MiB // 2, rq=2, bio=12, op=3))
+    s = session(**t)
+    calls = s.rows("SELECT io_id, syscall, op, falloc_mode, bytes FROM vfs_io ORDER BY ts_ns")
+    assert [{k: v for k, v in r.items() if k != "io_id"} for r in calls] == [
+        {"syscall": "fallocate", "op": "discard", "falloc_mode": 3, "bytes": MiB // 2},
+        {"syscall": "fallocate", "op": "other", "falloc_mode": 0, "bytes": MiB}]
+    assert s.rows("SELECT vdisk_offset_bytes, bytes FROM map_vfs") == [
+        {"vdisk_offset_bytes": 4 * MiB + MiB // 2, "bytes": MiB // 2}]
+    vd = s.rows("SELECT io_id FROM vdisk_io")[0]["io_id"]
+    got = s.rows("SELECT lower_level, upper_id, kind, bytes, lag_ns FROM links ORDER BY lower_level DESC")
+    assert got == [
+        {"lower_level": "vdisk", "upper_id": calls[0]["io_id"], "kind": "discard",
+         "bytes": MiB // 2, "lag_ns": 1000 - 200},
+        {"lower_level": "disk", "upper_id": vd, "kind": "discard", "bytes": MiB // 2,
+         "lag_ns": 2000 - 1100}]
+
+
 def test_discard_summary_follows_discards_and_write_zeroes_down_to_the_host_disk():
     """Per level: the discard and write-zeroes requests, and the bytes tied
     to the level above (hostfs: the holes, each tied to the request that

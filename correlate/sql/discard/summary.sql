@@ -4,9 +4,11 @@
 -- Per level, the requests that unmap or zero a range: discards and
 -- write-zeroes at the block levels (REQ_OP_WRITE_ZEROES, op write), holes
 -- punched or ranges zeroed in the image at hostfs; and how many of their
--- bytes `links` ties to a request of the level above (hostfs and disk: to
--- the virtual-disk request that punched the hole; a host-disk discard
--- comes from a host FS with online discard, at its commit).  Bytes a
+-- bytes `links` ties to a request of the level above (vdisk: to an
+-- application's fallocate that punched a hole in a guest file, whose
+-- blocks a guest FS with online discard discards at its commit; hostfs
+-- and disk: to the virtual-disk request that punched the hole in the
+-- image; a host-disk discard comes from a host FS with online discard).  Bytes a
 -- guest discards that the image never held reach no lower level.
 -- @column capture_id VARCHAR       capture
 -- @column level VARCHAR            vdisk, hostfs or disk

@@ -285,7 +285,7 @@ JOIN _links_captures c USING (ck);
 -- @column lower_level VARCHAR  vdisk, hostfs or disk
 -- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
 -- @column upper_id UBIGINT     io_id of the upper event (vfs_io or vdisk_io); NULL when unattributed
--- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a host FS's online discard, at its commit, of the blocks a hole punched for it freed), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a file system's online discard, at its commit, of the blocks a hole punched for it freed: an fallocate's in a guest file, a virtual-disk discard's in the image), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
 -- @column lag_ns BIGINT        writeback and discard: lower start - upper end; otherwise lower start - upper start; store: lower start - the store's page fault; NULL for the other unattributed
 CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;

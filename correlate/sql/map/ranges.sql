@@ -12,6 +12,41 @@ CREATE OR REPLACE VIEW _map_image_extents AS
 SELECT capture_id, logical_bytes, physical_bytes, length_bytes, disk_dev
 FROM map_extents WHERE role = 'image';
 
+-- Bytes of files of role r ('image' or 'guest_file') that were freed
+-- during the capture: in the start snapshot, in no extent of map_extents
+-- (a hole punched, a range zeroed by unmapping it).  lo, hi: file bytes;
+-- delta: their old place minus file offset; disk_dev: the old place's
+-- device.  (Where map_extents has no end snapshot of a file, it is the
+-- start one, and nothing is freed.)
+CREATE OR REPLACE MACRO _map_extents_freed(r) AS TABLE
+WITH st AS (
+  SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo,
+         (logical_bytes + length_bytes)::BIGINT AS hi,
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
+  FROM _map_extents_all WHERE role = r AND source = 'fiemap_start'),
+now AS (
+  SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi
+  FROM map_extents WHERE role = r),
+covered AS (  -- each start extent's parts that some extent covers now
+  SELECT st.*, greatest(st.lo, now.lo) AS clo, least(st.hi, now.hi) AS chi
+  FROM st JOIN now ON now.capture_id = st.capture_id AND now.dev = st.dev AND now.ino = st.ino
+   AND now.lo < st.hi AND st.lo < now.hi),
+gaps AS (     -- (covered to: the furthest end of the parts before; copies may overlap)
+  SELECT capture_id, dev, ino, delta, disk_dev, clo, hi,
+         coalesce(max(chi) OVER (PARTITION BY capture_id, dev, ino, lo, hi, delta, disk_dev
+                                 ORDER BY clo, chi
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), lo) AS covered_to,
+         max(chi) OVER (PARTITION BY capture_id, dev, ino, lo, hi, delta, disk_dev) AS last_end
+  FROM covered)
+SELECT capture_id, dev, ino, covered_to AS lo, clo AS hi, delta, disk_dev FROM gaps
+WHERE clo > covered_to
+UNION ALL
+SELECT DISTINCT capture_id, dev, ino, last_end, hi, delta, disk_dev FROM gaps WHERE last_end < hi
+UNION ALL
+SELECT st.* FROM st
+ANTI JOIN now ON now.capture_id = st.capture_id AND now.dev = st.dev AND now.ino = st.ino
+ AND now.lo < st.hi AND st.lo < now.hi;
+
 -- Image bytes that moved or were freed during the capture: where the
 -- start snapshot had them, for the parts where map_extents (the end
 -- snapshot, as a rule) has them elsewhere or nowhere.  A copy-on-write
@@ -37,29 +72,12 @@ cand AS (
   SELECT DISTINCT st.capture_id, greatest(st.lo, now.lo) AS lo, least(st.hi, now.hi) AS hi,
          st.delta, st.disk_dev
   FROM st JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi
-  WHERE now.delta <> st.delta OR now.disk_dev <> st.disk_dev),
-covered AS (  -- each start extent's parts that some extent covers now
-  SELECT st.capture_id, st.lo, st.hi, st.delta, st.disk_dev,
-         greatest(st.lo, now.lo) AS clo, least(st.hi, now.hi) AS chi
-  FROM st JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi),
-gaps AS (     -- (covered to: the furthest end of the parts before; copies may overlap)
-  SELECT capture_id, delta, disk_dev, clo, hi,
-         coalesce(max(chi) OVER (PARTITION BY capture_id, lo, hi, delta, disk_dev ORDER BY clo, chi
-                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), lo) AS covered_to,
-         max(chi) OVER (PARTITION BY capture_id, lo, hi, delta, disk_dev) AS last_end
-  FROM covered),
-freed AS (
-  SELECT capture_id, covered_to AS lo, clo AS hi, delta, disk_dev FROM gaps WHERE clo > covered_to
-  UNION ALL
-  SELECT DISTINCT capture_id, last_end, hi, delta, disk_dev FROM gaps WHERE last_end < hi
-  UNION ALL
-  SELECT st.* FROM st
-  ANTI JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi)
+  WHERE now.delta <> st.delta OR now.disk_dev <> st.disk_dev)
 SELECT c.* FROM cand c
 ANTI JOIN now n ON n.capture_id = c.capture_id AND n.disk_dev = c.disk_dev AND n.delta = c.delta
                AND n.lo <= c.lo AND c.hi <= n.hi
 UNION ALL
-SELECT * FROM freed;
+SELECT capture_id, lo, hi, delta, disk_dev FROM _map_extents_freed('image');
 
 -- The rows of view `t` (capture_id, dev, ino and a guest-file byte range
 -- [off, stop), plus any columns) carried through the guest file's extents
@@ -78,12 +96,21 @@ FROM query_table(t) io JOIN map_extents e
 CREATE OR REPLACE VIEW _map_vfs_io AS
 SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, op, offset_bytes AS off,
        offset_bytes + ret_bytes AS stop
-FROM vfs_io WHERE op IN ('read', 'write') AND ret_bytes > 0 AND offset_bytes >= 0;
+FROM vfs_io WHERE op IN ('read', 'write', 'discard') AND ret_bytes > 0 AND offset_bytes >= 0;
 
 -- Each file syscall's pieces on the virtual disk (through the guest
 -- file's extents): [vs, vt), and delta = virtual-disk minus file offset.
+-- A hole punched (fallocate, op discard) is carried through where the
+-- start snapshot had the bytes it freed: the end snapshot has none there.
 CREATE OR REPLACE VIEW _map_vfs_ranges AS
-SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk('_map_vfs_io');
+SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk('_map_vfs_io')
+UNION ALL
+SELECT io.capture_id, io.io_id, io.ts_ns, io.end_ns, io.op, f.delta,
+       greatest(io.off, f.lo) + f.delta AS vs, least(io.stop, f.hi) + f.delta AS vt
+FROM _map_vfs_io io JOIN _map_extents_freed('guest_file') f
+  ON f.capture_id = io.capture_id AND f.dev = io.dev AND f.ino = io.ino
+ AND f.lo < io.stop AND io.off < f.hi
+WHERE io.op = 'discard';
 
 -- Pieces of each file syscall's byte range, mapped through the guest file's
 -- extents to the virtual disk and through the image's extents to the host
@@ -95,7 +122,7 @@ SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk(
 -- @column io_id UBIGINT          vfs_io row
 -- @column ts_ns UBIGINT          syscall entry
 -- @column end_ns UBIGINT         syscall exit
--- @column op VARCHAR             read or write
+-- @column op VARCHAR             read, write or discard (fallocate punching a hole or zeroing a range)
 -- @column file_offset_bytes BIGINT start of the piece in the file
 -- @column bytes UBIGINT          piece length
 -- @column vdisk_offset_bytes UBIGINT byte offset on the virtual disk

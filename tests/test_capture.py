@@ -851,6 +851,17 @@ def test_a_guest_fstrim_punches_its_bytes_out_of_the_image_as_hostfs_discards(la
     assert_losses_counted(s)
 
 
+def host_commit_and_disk_idle(lab) -> str:
+    """Shell that makes the lab's host FS commit (its online discards are
+    sent then) and waits, up to 10 s, until its disk has nothing in flight."""
+    host = str(Path(lab.mount).parent / "host")
+    disk = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", host], check=True,
+                               capture_output=True, text=True).stdout.strip()).name
+    return (f"sync -f {host} && for i in $(seq 100); do "
+            f"[ \"$(cat /sys/block/{disk}/inflight)\" = \"$(echo 0 0)\" ] && break; "
+            f"sleep 0.1; done")
+
+
 @pytest.mark.parametrize("host_fs,trim", [("xfs", "fstrim"), ("ext4", "fstrim"), ("btrfs", "fstrim"),
                                           ("xfs", "guest online discard")])
 def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_discard(
@@ -875,15 +886,10 @@ def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_disc
     if not online:
         os.unlink(f"{lab.mount}/t.0.0")
         subprocess.run(["sync"], check=True)
-    host = str(Path(lab.mount).parent / "host")
-    disk = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", host], check=True,
-                               capture_output=True, text=True).stdout.strip()).name
     store = tmp_path / "s"
     first = (f"rm {lab.mount}/t.0.0 && sync -f {lab.mount}" if online else f"fstrim {lab.mount}")
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
-            f"{first} && sync -f {host} && for i in $(seq 100); do "
-            f"[ \"$(cat /sys/block/{disk}/inflight)\" = \"$(echo 0 0)\" ] && break; "
-            f"sleep 0.1; done")
+            f"{first} && {host_commit_and_disk_idle(lab)}")
     s = nestrace.open(store)
     got = s.rows("""
         WITH d AS (SELECT io_id FROM disk_io WHERE op = 'discard'),
@@ -918,15 +924,10 @@ def test_a_hole_punched_in_a_guest_file_is_followed_from_the_call_to_the_host_di
     subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=1M", "count=4", "oflag=direct",
                     "status=none"], check=True)
     subprocess.run(["sync"], check=True)
-    host = str(Path(lab.mount).parent / "host")
-    disk = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", host], check=True,
-                               capture_output=True, text=True).stdout.strip()).name
     store = tmp_path / "s"
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
-            f"fallocate --punch-hole -o 1MiB -l 2MiB {f} && sync -f {lab.mount} && sync -f {host} "
-            f"&& for i in $(seq 100); do "
-            f"[ \"$(cat /sys/block/{disk}/inflight)\" = \"$(echo 0 0)\" ] && break; "
-            f"sleep 0.1; done")
+            f"fallocate --punch-hole -o 1MiB -l 2MiB {f} && sync -f {lab.mount} && "
+            f"{host_commit_and_disk_idle(lab)}")
     s = nestrace.open(store)
     calls = s.rows("SELECT io_id, op, falloc_mode, offset_bytes, bytes FROM vfs_io "
                    "WHERE syscall = 'fallocate'")

@@ -25,6 +25,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
@@ -36,6 +38,7 @@
 #include "nestrace_records.h"
 #include "nestrace_bpf.h"
 #include "nestrace_arrow.h"
+#include "guest.h"
 #include "vfs.skel.h"
 #include "block.skel.h"
 #include "hostfs.skel.h"
@@ -59,6 +62,9 @@ static struct env {
 	long duration_s;
 	long flush_ms;
 	__u32 target_tgid;
+	const char *guest_mount;	/* a guest capture without Python: */
+	const char *guest_dir;		/* ... its directory */
+	char **cmd;			/* ... the command it traces */
 	int ndevs, ninos;
 	struct { __u32 dev; __u32 roles; } devs[NT_MAX_DEVS];
 	struct { struct nt_ino_key key; __u32 roles; } inos[NT_MAX_INOS];
@@ -71,6 +77,9 @@ static struct env {
 
 static volatile sig_atomic_t exiting;
 static const char *exit_reason = "signal";
+static volatile pid_t child_pid;	/* the traced command (guest capture) */
+static volatile sig_atomic_t child_done, child_signalled;
+static struct guest_stack guest;
 
 const char *argp_program_version = "nestrace-agent " NT_AGENT_VERSION;
 static const char doc[] =
@@ -83,9 +92,14 @@ static const char doc[] =
 "                 --ino 7:1:131=file,cache,map -o trace.ntr\n"
 "      trace a guest FS on loop0 whose image (inode 131) lives on loop1\n"
 "  nestrace-agent --families block --dev 253:0=block -d 10 > blk.ntr\n"
-"      only block events of one disk, for 10 seconds\n";
+"      only block events of one disk, for 10 seconds\n"
+"  nestrace-agent --guest /data --guest-capture /tmp/g -- fio job.fio\n"
+"      in a VM without nestrace's Python: the file system at /data and its\n"
+"      disk while fio runs, into /tmp/g (then `nestrace import /tmp/g -o\n"
+"      guest.store` wherever nestrace is installed)\n";
 
-enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE };
+enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
+       OPT_GUEST_DIR };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -96,6 +110,8 @@ static const struct argp_option opts[] = {
 	{ "output", 'o', "FILE", 0, "Write the stream here (default stdout)" },
 	{ "arrow-dir", OPT_ARROW, "DIR", 0, "Write the records as Arrow IPC streams DIR/<table>.arrows, one batch per flush; the stream keeps the metadata frames" },
 	{ "tee", OPT_TEE, NULL, 0, "With --arrow-dir: keep the records in the stream too" },
+	{ "guest", OPT_GUEST, "MOUNT", 0, "Guest capture without Python: the file system at MOUNT (ext2/3/4, xfs) and its disk, the filters found here" },
+	{ "guest-capture", OPT_GUEST_DIR, "DIR", 0, "With --guest: write the capture into DIR (new or empty): records, metadata, extent maps; run the command after -- and stop when it exits" },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this long (default: until SIGINT/SIGTERM)" },
 	{ "ringbuf-kb", 'r', "KB", 0, "Ring buffer size in KiB, a power of two >= 4 (default 16384)" },
 	{ "wakeup-kb", OPT_WAKEUP, "KB", 0, "Wake the agent when this much waits (default ringbuf/4)" },
@@ -123,6 +139,21 @@ static __u32 roles__parse(const char *s)
 	return r;
 }
 
+/* The same device may be given several times: roles add up. */
+static bool env__add_dev(__u32 dev, __u32 roles)
+{
+	for (int i = 0; i < env.ndevs; i++)
+		if (env.devs[i].dev == dev) {
+			env.devs[i].roles |= roles;
+			return true;
+		}
+	if (env.ndevs >= NT_MAX_DEVS)
+		return false;
+	env.devs[env.ndevs].dev = dev;
+	env.devs[env.ndevs++].roles = roles;
+	return true;
+}
+
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
 	unsigned int maj, min;
@@ -131,18 +162,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 
 	switch (key) {
 	case 'D':
-		if (env.ndevs >= NT_MAX_DEVS ||
-		    sscanf(arg, "%u:%u=%127s", &maj, &min, roles) != 3 ||
-		    !roles__parse(roles))
+		if (sscanf(arg, "%u:%u=%127s", &maj, &min, roles) != 3 || !roles__parse(roles) ||
+		    !env__add_dev((maj << 20) | min, roles__parse(roles)))	/* kernel dev_t */
 			argp_error(state, "bad --dev '%s' (want MAJ:MIN=ROLES)", arg);
-		/* the same device may be given several times: roles add up */
-		for (int i = 0; i < env.ndevs; i++)
-			if (env.devs[i].dev == ((maj << 20) | min)) {
-				env.devs[i].roles |= roles__parse(roles);
-				return 0;
-			}
-		env.devs[env.ndevs].dev = (maj << 20) | min;	/* kernel dev_t */
-		env.devs[env.ndevs++].roles = roles__parse(roles);
 		break;
 	case 'I':
 		if (env.ninos >= NT_MAX_INOS ||
@@ -177,6 +199,15 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_DIE: env.die_with_parent = true; break;
 	case 'v': env.verbose = true; break;
+	case OPT_GUEST: env.guest_mount = arg; break;
+	case OPT_GUEST_DIR: env.guest_dir = arg; break;
+	case ARGP_KEY_ARGS: env.cmd = state->argv + state->next; break;
+	case ARGP_KEY_END:
+		if (!env.guest_mount != !env.guest_dir)
+			argp_error(state, "--guest and --guest-capture go together");
+		if (env.cmd && !env.guest_dir)
+			argp_error(state, "a command (after --) runs only in a --guest-capture");
+		break;
 	default: return ARGP_ERR_UNKNOWN;
 	}
 	return 0;
@@ -195,6 +226,20 @@ static int libbpf_print_fn(enum libbpf_print_level level, const char *fmt, va_li
 
 static void sig_handler(int sig)
 {
+	/* A traced command ends the capture: SIGTERM is passed on to it, and
+	 * it has 5 s to exit; Ctrl-C reaches it from the terminal already. */
+	if (child_pid > 0 && !child_done && !child_signalled) {
+		child_signalled = 1;
+		if (sig == SIGTERM)
+			kill(child_pid, sig);
+		return;
+	}
+	exiting = 1;
+}
+
+static void sigchld_handler(int sig)
+{
+	child_done = 1;
 	exiting = 1;
 }
 
@@ -532,6 +577,11 @@ static int on_record(void *ctx, void *data, size_t size)
 			return 0;
 		}
 		out__append(p, h->kind);
+		/* a guest capture snapshots the files it touched at the end */
+		if (env.guest_dir && h->kind == NT_KIND_VFS_EVENT)
+			touched__add(((const struct nt_vfs_event *)p)->ino);
+		else if (env.guest_dir && h->kind == NT_KIND_PAGECACHE_EVENT)
+			touched__add(((const struct nt_pagecache_event *)p)->ino);
 		p += rec_sizes[h->kind];
 	}
 	return 0;
@@ -937,13 +987,214 @@ static void hooks__json(char *buf, size_t len)
 		snprintf(buf + n, len - n, "}");
 }
 
+/* ---- a guest capture without Python ------------------------------------ */
+
+static struct {
+	FILE *extents;			/* DIR/extents.jsonl */
+	char start_wall[64], end_wall[64];
+	int files_start, files_end;
+	bool made_dir;
+	char out_path[PATH_MAX];
+} gcap;
+
+static void wall__iso(char *buf, size_t len)
+{
+	struct timespec ts;
+	struct tm tm;
+	size_t n;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, len - n, ".%06ld+00:00", ts.tv_nsec / 1000);
+}
+
+/* DIR/guest.json, written whole and renamed into place: at the start,
+ * and again with the end's facts (command_exit < -1: not ended yet). */
+static int gcap__facts(int command_exit)
+{
+	char tmp[PATH_MAX], path[PATH_MAX], cmd[4096] = "";
+	struct utsname u;
+	size_t n = 0;
+	FILE *f;
+
+	uname(&u);
+	for (char **a = env.cmd; a && *a && n < sizeof(cmd); a++)
+		n += snprintf(cmd + n, sizeof(cmd) - n, "%s%s", a == env.cmd ? "" : " ", *a);
+	snprintf(tmp, sizeof(tmp), "%s/guest.json.tmp", env.guest_dir);
+	snprintf(path, sizeof(path), "%s/guest.json", env.guest_dir);
+	f = fopen(tmp, "we");
+	if (!f)
+		goto fail;
+	fprintf(f, "{\"format\":\"%s\",\"version\":%d,\"agent_version\":\"%s\",\"machine\":",
+		GUEST_FORMAT, GUEST_FORMAT_VERSION, NT_AGENT_VERSION);
+	guest__json_str(f, u.nodename);
+	fprintf(f, ",\"kernel\":");
+	guest__json_str(f, u.release);
+	fprintf(f, ",\"start_wall\":\"%s\",\"command\":", gcap.start_wall);
+	guest__json_str(f, cmd);
+	fprintf(f, ",\"stack\":");
+	guest__stack_json(f, &guest);
+	fprintf(f, ",\"files_start\":%d", gcap.files_start);
+	if (command_exit >= -1) {
+		fprintf(f, ",\"end_wall\":\"%s\",\"files_end\":%d,\"command_exit\":",
+			gcap.end_wall, gcap.files_end);
+		if (command_exit >= 0)
+			fprintf(f, "%d", command_exit);
+		else
+			fprintf(f, "null");
+	}
+	fprintf(f, "}\n");
+	if (fclose(f))
+		goto fail;
+	if (!rename(tmp, path))
+		return 0;
+fail:
+	fprintf(stderr, "nestrace-agent: cannot write %s: %s\n", path, strerror(errno));
+	return -1;
+}
+
+/* A guest capture that could not begin leaves nothing behind. */
+static void gcap__undo(void)
+{
+	const char *made[] = { "extents.jsonl", "guest.json", "guest.json.tmp" };
+	char path[PATH_MAX];
+
+	if (gcap.extents)
+		fclose(gcap.extents);
+	for (size_t i = 0; gcap.made_dir && i < sizeof(made) / sizeof(made[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", env.guest_dir, made[i]);
+		unlink(path);
+	}
+	if (gcap.made_dir)
+		rmdir(env.guest_dir);
+}
+
+/* Before tracing: the stack, the filters, the start snapshot. */
+static int gcap__begin(void)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+
+	if (!mkdir(env.guest_dir, 0755))
+		gcap.made_dir = true;
+	else if (errno != EEXIST) {
+		fprintf(stderr, "nestrace-agent: --guest-capture %s: %s\n", env.guest_dir,
+			strerror(errno));
+		return -1;
+	}
+	d = opendir(env.guest_dir);
+	if (!d) {
+		fprintf(stderr, "nestrace-agent: --guest-capture %s: %s\n", env.guest_dir,
+			strerror(errno));
+		return -1;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			fprintf(stderr, "nestrace-agent: --guest-capture %s: not empty (%s): a capture "
+				"goes into a new or empty directory\n", env.guest_dir, de->d_name);
+			closedir(d);
+			return -1;
+		}
+	closedir(d);
+	if (guest__discover(env.guest_mount, &guest))
+		return -1;
+	/* as `nestrace record --side guest`: file calls, page cache and
+	 * mappings on the file system, block events on its disk */
+	env.families = "vfs,block";
+	env__add_dev(guest.fs_major << 20 | guest.fs_minor,
+		     NT_ROLE_VFS | NT_ROLE_CACHE | NT_ROLE_MAP);
+	env__add_dev(guest.disk_major << 20 | guest.disk_minor, NT_ROLE_BLOCK);
+	env.arrow_dir = env.guest_dir;
+	snprintf(gcap.out_path, sizeof(gcap.out_path), "%s/agent.stream", env.guest_dir);
+	env.output = gcap.out_path;
+	snprintf(path, sizeof(path), "%s/extents.jsonl", env.guest_dir);
+	gcap.extents = fopen(path, "we");
+	if (!gcap.extents) {
+		fprintf(stderr, "nestrace-agent: cannot create %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	wall__iso(gcap.start_wall, sizeof(gcap.start_wall));
+	gcap.files_start = guest__snapshot(&guest, "start", gcap.extents, NULL);
+	if (gcap.files_start < 0) {
+		fprintf(stderr, "nestrace-agent: cannot write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return gcap__facts(-2);
+}
+
+static int command__start(void)
+{
+	pid_t pid;
+
+	signal(SIGCHLD, sigchld_handler);
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "nestrace-agent: cannot start %s: %s\n", env.cmd[0], strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGPIPE, SIG_DFL);
+		signal(SIGCHLD, SIG_DFL);
+		execvp(env.cmd[0], env.cmd);
+		fprintf(stderr, "nestrace-agent: %s: %s\n", env.cmd[0], strerror(errno));
+		_exit(127);
+	}
+	child_pid = pid;
+	return 0;
+}
+
+/* The command's exit status as a shell gives it (128 + N for signal N);
+ * one still running when the capture ends gets SIGTERM, 5 s, SIGKILL. */
+static int command__finish(void)
+{
+	int status;
+
+	if (!child_pid)
+		return -1;
+	if (!child_done) {
+		kill(child_pid, SIGTERM);
+		for (int i = 0; i < 50 && !waitpid(child_pid, &status, WNOHANG); i++)
+			usleep(100000);
+		kill(child_pid, SIGKILL);
+	}
+	while (waitpid(child_pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* After tracing: the end snapshot of the files touched, the end facts. */
+static int gcap__end(void)
+{
+	int rc = command__finish();
+
+	wall__iso(gcap.end_wall, sizeof(gcap.end_wall));
+	gcap.files_end = guest__snapshot(&guest, "end", gcap.extents, touched__has);
+	if (fclose(gcap.extents) || gcap.files_end < 0) {
+		fprintf(stderr, "nestrace-agent: cannot write %s/extents.jsonl: %s\n",
+			env.guest_dir, strerror(errno));
+		return -1;
+	}
+	if (gcap__facts(rc))
+		return -1;
+	if (rc >= 0)
+		fprintf(stderr, "nestrace-agent: %s exited %d\n", env.cmd[0], rc);
+	fprintf(stderr, "nestrace-agent: guest capture in %s (%llu records): "
+		"`nestrace import %s -o STORE` makes a store of it\n", env.guest_dir,
+		(unsigned long long)out.records, env.guest_dir);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
 	struct family *first = NULL;
 	struct ring_buffer *rb = NULL;
 	char hooks_json[4096];
-	__u64 start, end, last_flush, drops = 0, misses = 0;
+	__u64 start, end, last_flush, drops = 0, misses = 0, signal_ns = 0;
 	static char misses_json[4096];
 	int err, nloaded = 0;
 
@@ -958,6 +1209,10 @@ int main(int argc, char **argv)
 	signal(SIGINT, sig_handler);
 	signal(SIGTERM, sig_handler);
 	signal(SIGPIPE, SIG_IGN);
+	if (env.guest_dir && gcap__begin()) {
+		gcap__undo();
+		return 2;
+	}
 
 	out.fd = STDOUT_FILENO;
 	if (env.output && strcmp(env.output, "-")) {
@@ -1049,6 +1304,8 @@ int main(int argc, char **argv)
 		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
 	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB)\n",
 		nloaded, (unsigned long long)env.ringbuf_bytes >> 10);
+	if (env.cmd && command__start())
+		exiting = 1, exit_reason = "command failed to start";
 
 	while (!exiting) {
 		__u64 t;
@@ -1068,11 +1325,18 @@ int main(int argc, char **argv)
 			out__flush();
 			last_flush = t;
 		}
-		if (env.duration_s && t - start >= (__u64)env.duration_s * 1000000000ULL) {
+		if (env.duration_s && !env.cmd &&
+		    t - start >= (__u64)env.duration_s * 1000000000ULL) {
 			exit_reason = "duration";
 			break;
 		}
+		if (child_signalled && !signal_ns)
+			signal_ns = t;
+		if (signal_ns && !child_done && t - signal_ns >= 5000000000ULL)
+			break;		/* the command did not exit: it is killed */
 	}
+	if (child_done)
+		exit_reason = "command";
 	err = 0;
 	/* The capture ends now, while every hook is still attached: an event
 	 * before end_ns was seen by all of them.  (Taken after the detach
@@ -1113,6 +1377,8 @@ int main(int argc, char **argv)
 	if (drops)
 		fprintf(stderr, "nestrace-agent: WARNING: %llu events lost (ring buffer full); "
 			"raise --ringbuf-kb\n", (unsigned long long)drops);
+	if (env.guest_dir && gcap__end())
+		err = 1;
 
 cleanup:
 	ring_buffer__free(rb);

@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* The agent's guest capture without Python: what `nestrace record --side
+ * guest` finds and snapshots in Python (nestrace/stack.py, record.py),
+ * done here for a guest that has only this binary. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+
+#include "guest.h"
+
+/* file systems whose FIEMAP addresses are on their own device: btrfs's
+ * are logical and need the chunk tree, which the Python side reads */
+static const char *const mapped_fs[] = { "ext2", "ext3", "ext4", "xfs" };
+
+static void unescape(char *s)
+{
+	char *w = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*w++ = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 | (s[3] - '0'));
+			s += 3;
+		} else {
+			*w++ = *s;
+		}
+	}
+	*w = 0;
+}
+
+static int read_sysfs(const char *dir, const char *name, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}
+
+static unsigned long long sysfs_ull(const char *dir, const char *name, unsigned long long dflt)
+{
+	char buf[64];
+
+	return read_sysfs(dir, name, buf, sizeof(buf)) ? dflt : strtoull(buf, NULL, 10);
+}
+
+int guest__discover(const char *mount, struct guest_stack *g)
+{
+	char real[PATH_MAX], line[4 * PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64];
+	bool found = false, mapped = false;
+	struct statvfs sv;
+	FILE *mi;
+
+	memset(g, 0, sizeof(*g));
+	if (!realpath(mount, real)) {
+		fprintf(stderr, "nestrace-agent: --guest %s: %s\n", mount, strerror(errno));
+		return -1;
+	}
+	mi = fopen("/proc/self/mountinfo", "re");
+	if (!mi) {
+		fprintf(stderr, "nestrace-agent: /proc/self/mountinfo: %s\n", strerror(errno));
+		return -1;
+	}
+	/* the last line of a mount point is the mount on top */
+	while (fgets(line, sizeof(line), mi)) {
+		char mp[PATH_MAX], fs[32], *sep = strstr(line, " - ");
+		unsigned int maj, min;
+
+		if (!sep || sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, mp) != 3 ||
+		    sscanf(sep + 3, "%31s", fs) != 1)
+			continue;
+		unescape(mp);
+		if (strcmp(mp, real))
+			continue;
+		found = true;
+		g->fs_major = maj;
+		g->fs_minor = min;
+		snprintf(g->fs, sizeof(g->fs), "%s", fs);
+	}
+	fclose(mi);
+	if (!found) {
+		fprintf(stderr, "nestrace-agent: --guest %s: not a mount point\n", real);
+		return -1;
+	}
+	snprintf(g->mount, sizeof(g->mount), "%s", real);
+	for (size_t i = 0; i < sizeof(mapped_fs) / sizeof(mapped_fs[0]); i++)
+		mapped |= !strcmp(g->fs, mapped_fs[i]);
+	if (!mapped) {
+		fprintf(stderr, "nestrace-agent: --guest %s: a %s file system: the agent alone maps "
+			"ext2/3/4 and xfs (btrfs needs `nestrace record --side guest`)\n", real, g->fs);
+		return -1;
+	}
+	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", g->fs_major, g->fs_minor);
+	if (!realpath(sys, dev)) {
+		fprintf(stderr, "nestrace-agent: --guest %s: on %u:%u, not a block device\n", real,
+			g->fs_major, g->fs_minor);
+		return -1;
+	}
+	if (!read_sysfs(dev, "partition", buf, sizeof(buf))) {
+		snprintf(g->part_name, sizeof(g->part_name), "%s", basename(dev));
+		g->part_start_bytes = sysfs_ull(dev, "start", 0) * 512;
+		*strrchr(dev, '/') = 0;		/* the whole disk's directory */
+	}
+	if (read_sysfs(dev, "dev", buf, sizeof(buf)) ||
+	    sscanf(buf, "%u:%u", &g->disk_major, &g->disk_minor) != 2) {
+		fprintf(stderr, "nestrace-agent: %s/dev: cannot read the disk's number\n", dev);
+		return -1;
+	}
+	snprintf(g->disk_name, sizeof(g->disk_name), "%s", basename(dev));
+	g->size_sectors = sysfs_ull(dev, "size", 0);
+	g->logical_block_bytes = sysfs_ull(dev, "queue/logical_block_size", 512);
+	if (statvfs(real, &sv)) {
+		fprintf(stderr, "nestrace-agent: statvfs %s: %s\n", real, strerror(errno));
+		return -1;
+	}
+	g->fs_block_bytes = sv.f_bsize;
+	return 0;
+}
+
+void guest__json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = *s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+void guest__stack_json(FILE *f, const struct guest_stack *g)
+{
+	fprintf(f, "{\"mount\":");
+	guest__json_str(f, g->mount);
+	fprintf(f, ",\"fs\":");
+	guest__json_str(f, g->fs);
+	fprintf(f, ",\"fs_major\":%u,\"fs_minor\":%u,\"disk_major\":%u,\"disk_minor\":%u,"
+		"\"disk_name\":", g->fs_major, g->fs_minor, g->disk_major, g->disk_minor);
+	guest__json_str(f, g->disk_name);
+	fprintf(f, ",\"part_name\":");
+	guest__json_str(f, g->part_name);
+	fprintf(f, ",\"size_sectors\":%llu,\"part_start_bytes\":%llu,"
+		"\"logical_block_bytes\":%u,\"fs_block_bytes\":%u}",
+		g->size_sectors, g->part_start_bytes, g->logical_block_bytes, g->fs_block_bytes);
+}
+
+/* ---- extent snapshots ------------------------------------------------- */
+
+#define FIEMAP_BATCH 512
+
+static struct {
+	FILE *f;
+	const char *phase;
+	bool (*want)(__u64 ino);
+	int nfiles;
+	bool failed;
+	struct fiemap *fm;
+} snap;
+
+/* One file's extents as a JSON line; false if it could not be read (gone). */
+static bool snapshot__file(const char *path, const struct stat *st)
+{
+	struct fiemap *fm = snap.fm;
+	__u64 start = 0;
+	bool first = true, last = false;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd < 0)
+		return false;
+	fprintf(snap.f, "{\"phase\":\"%s\",\"ino\":%llu,\"path\":", snap.phase,
+		(unsigned long long)st->st_ino);
+	guest__json_str(snap.f, path);
+	fprintf(snap.f, ",\"extents\":[");
+	while (!last) {
+		memset(fm, 0, sizeof(*fm));
+		fm->fm_start = start;
+		fm->fm_length = ~0ULL - start;
+		fm->fm_flags = 0;	/* no FIEMAP_FLAG_SYNC: delayed allocations show as such */
+		fm->fm_extent_count = FIEMAP_BATCH;
+		if (ioctl(fd, FS_IOC_FIEMAP, fm) || fm->fm_mapped_extents == 0)
+			break;
+		for (__u32 i = 0; i < fm->fm_mapped_extents; i++) {
+			struct fiemap_extent *e = &fm->fm_extents[i];
+
+			fprintf(snap.f, "%s[%llu,%llu,%llu,%u]", first ? "" : ",",
+				(unsigned long long)e->fe_logical, (unsigned long long)e->fe_physical,
+				(unsigned long long)e->fe_length, e->fe_flags);
+			first = false;
+			last = e->fe_flags & FIEMAP_EXTENT_LAST;
+			start = e->fe_logical + e->fe_length;
+		}
+	}
+	close(fd);
+	fprintf(snap.f, "]}\n");
+	return true;
+}
+
+static int snapshot__visit(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	if (type == FTW_D && ftw->level > 0 && !strcmp(path + ftw->base, "lost+found"))
+		return FTW_SKIP_SUBTREE;
+	if (type != FTW_F || !S_ISREG(st->st_mode))
+		return FTW_CONTINUE;
+	if (snap.want && !snap.want(st->st_ino))
+		return FTW_CONTINUE;
+	if (snapshot__file(path, st))
+		snap.nfiles++;
+	if (ferror(snap.f)) {
+		snap.failed = true;
+		return FTW_STOP;
+	}
+	return snap.nfiles >= GUEST_MAX_FILES ? FTW_STOP : FTW_CONTINUE;
+}
+
+int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
+		    bool (*want)(__u64 ino))
+{
+	int fd = open(g->mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	/* what is written but not yet allocated has no address yet */
+	if (fd >= 0) {
+		syncfs(fd);
+		close(fd);
+	}
+	snap.f = f;
+	snap.phase = phase;
+	snap.want = want;
+	snap.nfiles = 0;
+	snap.failed = false;
+	snap.fm = calloc(1, sizeof(struct fiemap) + FIEMAP_BATCH * sizeof(struct fiemap_extent));
+	if (!snap.fm)
+		return -1;
+	/* this file system only (FTW_MOUNT), links not followed */
+	nftw(g->mount, snapshot__visit, 64, FTW_PHYS | FTW_MOUNT | FTW_ACTIONRETVAL);
+	free(snap.fm);
+	if (fflush(f) || snap.failed)
+		return -1;
+	return snap.nfiles;
+}
+
+/* ---- the inodes a capture touched -------------------------------------- */
+
+static struct {
+	__u64 *slots;		/* open addressing; ino + 1, 0 = empty */
+	size_t cap, n;
+	bool all;		/* out of memory: take every file */
+} touched;
+
+static void touched__put(__u64 key)
+{
+	size_t i = (key * 0x9E3779B97F4A7C15ULL) & (touched.cap - 1);
+
+	while (touched.slots[i] && touched.slots[i] != key)
+		i = (i + 1) & (touched.cap - 1);
+	if (!touched.slots[i]) {
+		touched.slots[i] = key;
+		touched.n++;
+	}
+}
+
+void touched__add(__u64 ino)
+{
+	if (touched.all)
+		return;
+	if (touched.n * 2 >= touched.cap) {
+		__u64 *old = touched.slots;
+		size_t ocap = touched.cap;
+		__u64 *grown = calloc(ocap ? ocap * 2 : 1024, sizeof(__u64));
+
+		if (!grown) {
+			touched.all = true;
+			return;
+		}
+		touched.slots = grown;
+		touched.cap = ocap ? ocap * 2 : 1024;
+		touched.n = 0;
+		for (size_t i = 0; i < ocap; i++)
+			if (old[i])
+				touched__put(old[i]);
+		free(old);
+	}
+	touched__put(ino + 1);
+}
+
+bool touched__has(__u64 ino)
+{
+	size_t i;
+
+	if (touched.all)
+		return true;
+	if (!touched.cap)
+		return false;
+	for (i = ((ino + 1) * 0x9E3779B97F4A7C15ULL) & (touched.cap - 1); touched.slots[i];
+	     i = (i + 1) & (touched.cap - 1))
+		if (touched.slots[i] == ino + 1)
+			return true;
+	return false;
+}

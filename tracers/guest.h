@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* The agent's guest capture without Python (`--guest-capture DIR --guest
+ * MOUNT`): find the file system's disk, snapshot its files' extents, and
+ * write what `nestrace import DIR` needs to make a store of it. */
+#ifndef __NESTRACE_GUEST_H
+#define __NESTRACE_GUEST_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <linux/types.h>
+
+#define GUEST_FORMAT "nestrace-guest-capture"
+#define GUEST_FORMAT_VERSION 1
+/* files snapshotted at most, per phase (as `nestrace record`) */
+#define GUEST_MAX_FILES 4096
+
+struct guest_stack {
+	char mount[PATH_MAX];
+	char fs[32];
+	unsigned int fs_major, fs_minor;	/* the file system's device */
+	unsigned int disk_major, disk_minor;	/* its whole disk */
+	char disk_name[64];
+	char part_name[64];			/* "" unless on a partition */
+	unsigned long long size_sectors;
+	unsigned long long part_start_bytes;
+	unsigned int logical_block_bytes;
+	unsigned int fs_block_bytes;
+};
+
+/* Fill g from the mount point; on error print one line and return -1. */
+int guest__discover(const char *mount, struct guest_stack *g);
+/* Append one JSON line per regular file of the file system (those whose
+ * inode `want` accepts, if given) with its FIEMAP extents; returns the
+ * number of files, -1 on a write error. */
+int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
+		    bool (*want)(__u64 ino));
+/* The stack as the JSON object `nestrace import` reads. */
+void guest__stack_json(FILE *f, const struct guest_stack *g);
+/* s as a JSON string (quoted, escaped). */
+void guest__json_str(FILE *f, const char *s);
+
+/* The set of inodes the capture touched (vfs and page-cache records). */
+void touched__add(__u64 ino);
+bool touched__has(__u64 ino);
+
+#endif /* __NESTRACE_GUEST_H */

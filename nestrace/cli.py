@@ -384,14 +384,33 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
     files (blktrace's DEV.blktrace.N, or the ftrace blk tracer's trace_pipe
     in bin mode), or one trace-cmd trace.dat (versions 6 and 7) with the
     block tracepoints in it.  block_requests, phases, seeks, sizes and the
-    report work on it."""
+    report work on it.  Or one directory the agent wrote alone in a guest
+    (`nestrace-agent --guest MOUNT --guest-capture DIR -- CMD`): a guest
+    capture like `record --side guest` makes, for `merge`."""
     from .blktrace import import_files
+    from .guestdir import GuestDirError, import_guest_dir, is_guest_dir
     from .tracecmd import TraceCmdError, import_file, is_dat
+    if any(is_guest_dir(f) for f in files):
+        if len(files) > 1:
+            raise UserError(f"{next(f for f in files if is_guest_dir(f))} is a guest capture "
+                            "directory: import it on its own")
+        if vdisks or machine:
+            raise UserError("--vdisk and --machine are for block traces: a guest capture "
+                            "directory names its disk and machine itself")
+        try:
+            r = import_guest_dir(files[0], output, capture_id)
+        except GuestDirError as e:
+            raise UserError(str(e)) from None
+        for p in r.problems:
+            click.secho(f"nestrace: warning: {p}", err=True, fg="red", bold=True)
+        _report_capture(Path(output), r.capture_id, r.seal)
+        return
     for f in files:
         if not Path(f).exists():
             raise UserError(f"{f}: no such file")
         if not Path(f).is_file():
-            raise UserError(f"{f}: not a regular file")
+            raise UserError(f"{f}: not a regular file, nor a guest capture directory "
+                            "(no guest.json)")
     levels = {kdev_arg(v): "vdisk" for v in vdisks}
     dat = [f for f in files if is_dat(f)]
     if dat and len(files) > 1:

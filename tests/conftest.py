@@ -100,6 +100,17 @@ def _stuck(pid: int) -> str:
     return "\n".join(lines)
 
 
+def kill_fio_jobs(mount: str) -> None:
+    """SIGKILL the fio processes working in `mount` and wait (up to 10 s)
+    until they are gone: fio's job processes run in sessions of their own,
+    so killing the process group that started fio leaves them."""
+    subprocess.run(["pkill", "-KILL", "-f", f"directory={mount}"], check=False)
+    for _ in range(100):
+        if subprocess.run(["pgrep", "-f", f"directory={mount}"], capture_output=True).returncode:
+            break
+        time.sleep(0.1)
+
+
 def run_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
     r = subprocess.run(NESTRACE + list(args), capture_output=True, text=True, cwd=ROOT, **kw)
     if check and r.returncode:

@@ -13,7 +13,7 @@ import pytest
 
 import nestrace
 from conftest import (NESTRACE, ROOT, WITNESS, assert_losses_counted, drop_caches,
-                      requests_without_completion, run_cli, why_no_completion)
+                      kill_fio_jobs, requests_without_completion, run_cli, why_no_completion)
 
 pytestmark = pytest.mark.root
 
@@ -62,6 +62,24 @@ SELECT (SELECT count(DISTINCT io_id) FROM p) AS mapped,
 """
 TRACE_THROUGH = TRACE_THROUGH_VIA.replace(
     "{image_map}", "SELECT 0::UBIGINT AS lo, 0::UBIGINT AS ph, 1::UBIGINT << 62 AS len")
+# The same through the correlator's own map (map_vfs, which adds
+# partition starts): each read's pieces (a read crossing an extent's end
+# is two) and those a request or access of each level covers in flight.
+TRACE_THROUGH_MAPPED = """
+SELECT count(DISTINCT io_id) AS reads, count(*) AS pieces,
+  count(*) FILTER (WHERE EXISTS (SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
+    AND v.offset_bytes <= m.vdisk_offset_bytes
+    AND m.vdisk_offset_bytes + m.bytes <= v.offset_bytes + v.bytes
+    AND v.ts_ns BETWEEN m.ts_ns AND m.end_ns)) AS vdisk,
+  count(*) FILTER (WHERE EXISTS (SELECT 1 FROM hostfs_io h WHERE h.op = 'read'
+    AND h.offset_bytes <= m.image_offset_bytes
+    AND m.image_offset_bytes + m.bytes <= h.offset_bytes + h.bytes
+    AND h.ts_ns BETWEEN m.ts_ns - $err AND m.end_ns + $err)) AS hostfs,
+  count(*) FILTER (WHERE EXISTS (SELECT 1 FROM disk_io d WHERE d.op = 'read'
+    AND d.offset_bytes <= m.disk_offset_bytes
+    AND m.disk_offset_bytes + m.bytes <= d.offset_bytes + d.bytes
+    AND d.ts_ns BETWEEN m.ts_ns - $err AND m.end_ns + $err)) AS disk
+FROM map_vfs m WHERE m.op = 'read'"""
 
 
 def fio_log_offsets(path: Path) -> list[int]:
@@ -408,13 +426,7 @@ def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_fac
     assert live is not None, "no live batches appeared"
     os.killpg(proc.pid, signal.SIGKILL)   # recorder, agent and fio's main process
     proc.wait()
-    # fio's job processes run in sessions of their own
-    subprocess.run(["pkill", "-KILL", "-f", f"directory={lab.mount}"], check=False)
-    for _ in range(100):
-        if subprocess.run(["pgrep", "-f", f"directory={lab.mount}"],
-                          capture_output=True).returncode:
-            break
-        time.sleep(0.1)
+    kill_fio_jobs(lab.mount)
     import pyarrow as pa
     with pa.ipc.open_stream(pa.memory_map(str(live / "block_events.arrows"))) as rd:
         n = 0
@@ -790,18 +802,8 @@ def test_file_systems_on_partitions_trace_through_to_the_whole_disks(lab_factory
     # each read's mapped pieces (a read crossing the end of an image extent
     # is two: mke2fs gives a file system this small 1 KiB blocks) fall in a
     # request of that level in flight with it
-    got = s.rows("""
-        SELECT count(DISTINCT io_id) AS reads, count(*) AS n,
-          count(*) FILTER (WHERE EXISTS (SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
-            AND v.offset_bytes <= m.vdisk_offset_bytes
-            AND m.vdisk_offset_bytes + m.bytes <= v.offset_bytes + v.bytes
-            AND v.ts_ns BETWEEN m.ts_ns AND m.end_ns)) AS vdisk,
-          count(*) FILTER (WHERE EXISTS (SELECT 1 FROM disk_io d WHERE d.op = 'read'
-            AND d.offset_bytes <= m.disk_offset_bytes
-            AND m.disk_offset_bytes + m.bytes <= d.offset_bytes + d.bytes
-            AND d.ts_ns BETWEEN m.ts_ns AND m.end_ns)) AS disk
-        FROM map_vfs m""")
-    assert got[0]["reads"] == 4096 and got[0]["n"] == got[0]["vdisk"] == got[0]["disk"]
+    reads, n, vdisk, hostfs, disk = s.con.execute(TRACE_THROUGH_MAPPED, {"err": 0}).fetchone()
+    assert reads == 4096 and n == vdisk == hostfs == disk, (reads, n, vdisk, hostfs, disk)
     to_app = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
     nc = requests_without_completion(s, "vdisk")   # a vdisk request without C ties no disk request
     assert_losses_counted(s)

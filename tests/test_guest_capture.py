@@ -1,0 +1,152 @@
+"""The agent alone in a guest (`nestrace-agent --guest MOUNT --guest-capture
+DIR -- CMD`, for a VM without nestrace's Python) and `nestrace import DIR`.
+Two-machine merges of such a capture are in test_merge.py."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import nestrace
+from conftest import assert_losses_counted, kill_fio_jobs, run_cli
+from nestrace._paths import agent_path
+
+pytestmark = pytest.mark.root
+
+
+def agent(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(agent_path()), *args], capture_output=True, text=True, **kw)
+
+
+def test_the_agent_alone_refuses_what_it_cannot_capture_and_leaves_nothing(lab_factory, tmp_path):
+    """One line and exit 2 for a path that is no mount point, a file system
+    whose extents it cannot map alone, a capture directory in use; and no
+    directory left behind by a capture that never began."""
+    lab = lab_factory("ext4", "xfs")
+    d = tmp_path / "g"
+    cases = [
+        (["--guest", str(tmp_path)], "not a mount point"),
+        (["--guest", "/proc"], "a proc file system"),
+    ]
+    for args, want in cases:
+        r = agent(*args, "--guest-capture", str(d), "--", "true")
+        assert r.returncode == 2 and want in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not d.exists(), "a capture that never began left its directory"
+    d.mkdir()
+    (d / "other").write_text("x")
+    r = agent("--guest", lab.mount, "--guest-capture", str(d), "--", "true")
+    assert r.returncode == 2 and "not empty (other)" in r.stderr, r.stderr
+    assert sorted(p.name for p in d.iterdir()) == ["other"]
+    # the two options go together, and a command needs them
+    r = agent("--guest", lab.mount, "--", "true")
+    assert r.returncode != 0 and "go together" in r.stderr, r.stderr
+    r = agent("--dev", "7:0=block", "--", "true")
+    assert r.returncode != 0 and "runs only in a --guest-capture" in r.stderr, r.stderr
+
+
+def test_a_guest_capture_directory_imports_once_and_bad_parts_are_named(lab_factory, tmp_path):
+    """A capture the agent made alone imports as a guest-side capture
+    (vfs and vdisk) with the command's exit code; importing it again into
+    the same store is refused.  A guest.json that does not parse, or an
+    agent stream with no start, is one error line naming the file and the
+    offset; an extents line that does not parse is left out with a warning
+    naming its offset, and the other files' extents are kept."""
+    lab = lab_factory("ext4", "xfs")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=8M")
+    for name in ("a", "b"):
+        Path(lab.mount, name).write_bytes(b"x" * 8192)
+    d = tmp_path / "g"
+    r = agent("--guest", lab.mount, "--guest-capture", str(d), "--", "sh", "-c",
+              f"cat {lab.mount}/a {lab.mount}/b > /dev/null; "
+              f"dd if={lab.mount}/t.0.0 of=/dev/null bs=4k count=16 iflag=direct status=none; "
+              "exit 3")
+    assert r.returncode == 0, r.stderr
+    assert "sh exited 3" in r.stderr
+    facts = json.loads((d / "guest.json").read_text())
+    assert (facts["command_exit"], facts["stack"]["fs"], facts["files_start"]) == (3, "ext4", 3)
+    assert facts["files_end"] == 3          # the three were read
+
+    store = tmp_path / "s"
+    out = run_cli("import", str(d), "-o", str(store))
+    with nestrace.open(store) as s:
+        assert_losses_counted(s, out.stdout)
+        meta = s.rows("SELECT command_exit, lost_total FROM capture_meta")[0]
+        assert meta == {"command_exit": 3, "lost_total": 0}
+        assert {r["level"] for r in s.rows("SELECT level FROM device_map")} == {"vfs", "vdisk"}
+        assert s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'read' AND ino = "
+                      f"{os.stat(Path(lab.mount, 't.0.0')).st_ino}")[0]["n"] == 16
+        # the direct reads are at the places the imported map gives
+        got = s.rows("""SELECT count(*) AS n, count(*) FILTER (WHERE EXISTS (
+                            SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
+                            AND v.offset_bytes <= m.vdisk_offset_bytes
+                            AND m.vdisk_offset_bytes + m.bytes <= v.offset_bytes + v.bytes))
+                            AS found
+                        FROM map_vfs m JOIN vfs_io f USING (capture_id, io_id)
+                        WHERE f.syscall = 'pread64' OR f.req_bytes = 4096""")
+        assert got[0]["n"] >= 16 and got[0]["found"] == got[0]["n"], got
+        phases = s.rows("SELECT phase, count(DISTINCT ino) AS files FROM extent_maps "
+                        "GROUP BY 1 ORDER BY 1")
+        assert phases == [{"phase": "end", "files": 3}, {"phase": "start", "files": 3}]
+    again = run_cli("import", str(d), "-o", str(store), check=False)
+    assert again.returncode == 2 and "already holds capture" in again.stderr
+
+    # damaged copies
+    def copy(name: str) -> Path:
+        c = tmp_path / name
+        shutil.copytree(d, c)
+        return c
+
+    bad = copy("badjson")
+    (bad / "guest.json").write_text('{"format": "nestrace-guest-capture", "version": 1,')
+    r = run_cli("import", str(bad), "-o", str(tmp_path / "x1"), check=False)
+    assert r.returncode == 2 and f"{bad}/guest.json: offset 50: not JSON" in r.stderr, r.stderr
+    nostart = copy("nostart")
+    (nostart / "agent.stream").write_bytes(b"")
+    r = run_cli("import", str(nostart), "-o", str(tmp_path / "x2"), check=False)
+    assert r.returncode == 2 and "agent.stream: offset 0: no start frame" in r.stderr, r.stderr
+    assert not any((tmp_path / "x2").glob("*/capture=*")), "a refused import stored something"
+    torn = copy("torn")
+    lines = (torn / "extents.jsonl").read_bytes().splitlines(keepends=True)
+    at = len(lines[0])
+    (torn / "extents.jsonl").write_bytes(lines[0] + lines[1][:20] + b"\n" + b"".join(lines[2:]))
+    r = run_cli("import", str(torn), "-o", str(tmp_path / "x3"))
+    assert f"extents.jsonl: offset {at}: not a file's extents" in r.stderr, r.stderr
+    with nestrace.open(tmp_path / "x3") as s:
+        kept = s.rows("SELECT count(*) AS n FROM (SELECT DISTINCT phase, ino FROM extent_maps)")
+    assert kept == [{"n": 5}]
+
+
+def test_a_guest_capture_killed_mid_run_imports_what_it_wrote(lab_factory, tmp_path):
+    """The agent and its command killed with SIGKILL while tracing: the
+    import keeps every batch written so far and says the end is missing."""
+    lab = lab_factory("ext4", "xfs")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
+    d = tmp_path / "g"
+    p = subprocess.Popen([str(agent_path()), "--guest", lab.mount, "--guest-capture", str(d),
+                          "--flush-ms", "50", "--", "fio", "--name=t", f"--directory={lab.mount}",
+                          "--rw=randread", "--bs=4k", "--direct=1", "--size=32M",
+                          "--time_based", "--runtime=60", "--output=/dev/null"],
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in p.stderr:
+            if "tracing" in line:
+                break
+        time.sleep(1.5)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        kill_fio_jobs(lab.mount)
+    r = run_cli("import", str(d), "-o", str(tmp_path / "s"))
+    assert "no end frame" in r.stderr and "no agent_stats" in r.stderr, r.stderr
+    with nestrace.open(tmp_path / "s") as s:
+        n = s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'read'")[0]["n"]
+        v = s.rows("SELECT count(*) AS n FROM vdisk_io WHERE op = 'read'")[0]["n"]
+        assert n > 100 and v > 100, (n, v)
+        assert s.rows("SELECT count(*) AS n FROM extent_maps WHERE phase = 'start'")[0]["n"] > 0

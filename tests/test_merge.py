@@ -14,11 +14,12 @@ import pytest
 import nestrace
 from conftest import (assert_losses_counted, drop_caches, host_side_recording,
                       requests_without_completion, run_cli)
+from nestrace._paths import agent_path
 from nestrace.merge import MergeError, estimate_offset
 from nestrace.session import Session
 from nestrace.store import write_parquet_file
 from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
-from test_capture import FIO_RANDREAD, TRACE_THROUGH, fio_log_offsets
+from test_capture import FIO_RANDREAD, TRACE_THROUGH, TRACE_THROUGH_MAPPED, fio_log_offsets
 
 MiB = 1 << 20
 O = 5_000_000_000
@@ -130,31 +131,61 @@ def shift_store(store: Path, shift_ns: int, machine: str) -> None:
         write_parquet_file(t, f)
 
 
-def record_both_sides(lab, tmp_path: Path) -> tuple[Path, Path, list[int], str]:
+def record_both_sides(lab, tmp_path: Path, guest_by: str = "record"
+                      ) -> tuple[Path, Path, list[int], str]:
     """The host side records in the background (until SIGINT) while the
-    guest side records an fio job: two agents, two stores."""
+    guest side records an fio job: two agents, two stores.  guest_by
+    "agent": the guest side is the agent alone (`--guest-capture`, no
+    Python), made a store by `nestrace import`."""
     from nestrace.stack import discover
     image = discover(lab.mount).image_path
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
     drop_caches()
     gstore, hstore, log = tmp_path / "guest", tmp_path / "host", tmp_path / "fio.iolog"
+    fio = ["fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
+           "--output=/dev/null", f"--write_iolog={log}", *FIO_RANDREAD]
     with host_side_recording(hstore, image) as host:
-        run_cli("record", "-o", str(gstore), "--side", "guest", "--stack", lab.mount, "--",
-                "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
-                "--output=/dev/null", f"--write_iolog={log}", *FIO_RANDREAD)
+        if guest_by == "agent":
+            r = subprocess.run([str(agent_path()), "--guest", lab.mount, "--guest-capture",
+                                str(tmp_path / "gdir"), "--", *fio], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            assert "fio exited 0" in r.stderr, r.stderr
+        else:
+            run_cli("record", "-o", str(gstore), "--side", "guest", "--stack", lab.mount, "--", *fio)
+    if guest_by == "agent":
+        r = run_cli("import", str(tmp_path / "gdir"), "-o", str(gstore))
+        assert "lost events: 0" in r.stdout and "warning" not in r.stderr, (r.stdout, r.stderr)
     out = host["stdout"]
     return gstore, hstore, fio_log_offsets(log), out
 
 
 @pytest.mark.root
-def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_factory, tmp_path):
+@pytest.mark.parametrize("guest_by", ["record", "agent"])
+def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_factory, tmp_path,
+                                                                         guest_by):
     """ext4 on xfs, direct I/O: the guest side (vfs, vdisk) and the host
     side (hostfs, disk) recorded by two agents; the host store's clock
     moved by SHIFT as if recorded on another machine.  merge finds SHIFT
     within its error bound, and in the merged capture every fio read is
-    followed to a vdisk request, a host access and a disk request."""
-    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
-    gstore, hstore, offsets, host_out = record_both_sides(lab, tmp_path)
+    followed to a vdisk request, a host access and a disk request.
+    guest_by "agent": the guest side is the agent alone, on file systems
+    on partitions (as in a real VM image), imported on "the host"."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on",
+                      **({"partitions": True} if guest_by == "agent" else {}))
+    gstore, hstore, offsets, host_out = record_both_sides(lab, tmp_path, guest_by)
+    if guest_by == "agent":
+        # the agent's own snapshot of the guest file system is what
+        # record's Python takes (the file is only read meanwhile)
+        from nestrace.record import snapshot_extents
+        from nestrace.stack import guest_side
+        cols = ["phase", "role", "path", "dev", "ino", "logical_bytes", "physical_bytes",
+                "length_bytes", "flags", "physical_dev"]
+        py = snapshot_extents(guest_side(lab.mount), "x", "start").select(cols).to_pylist()
+        with nestrace.open(gstore) as s:
+            got = s.rows(f"SELECT {', '.join(cols)} FROM extent_maps WHERE phase = 'start'")
+            dm = s.rows("SELECT level, name, part_start_bytes FROM device_map ORDER BY level")
+        assert py and sorted(got, key=str) == sorted(py, key=str)
+        assert [(r["level"], r["part_start_bytes"]) for r in dm] == [("vdisk", 0), ("vfs", MiB)]
     counted = {}
     with nestrace.open(gstore) as s:
         assert_losses_counted(s)
@@ -194,9 +225,16 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
 
     assert sorted(r["offset_bytes"] for r in s.rows(
         "SELECT offset_bytes FROM vfs_io WHERE syscall = 'pread64'")) == sorted(offsets)
-    got = s.con.execute(TRACE_THROUGH, {"syscall": "pread64", "err": m["e"]}).fetchone()
-    assert dict(zip(("mapped", "vdisk", "hostfs", "disk"), got)) == \
-        {"mapped": 4096, "vdisk": 4096, "hostfs": 4096, "disk": 4096}
+    if guest_by == "agent":
+        # each read's pieces in map_vfs (which adds the partitions' starts;
+        # the small partitioned guest FS has 1 KiB blocks, so a read may be
+        # two pieces) are in a request or access of each level in flight
+        got = s.con.execute(TRACE_THROUGH_MAPPED, {"err": m["e"]}).fetchone()
+        assert got[0] == 4096 and got[1] == got[2] == got[3] == got[4], got
+    else:
+        got = s.con.execute(TRACE_THROUGH, {"syscall": "pread64", "err": m["e"]}).fetchone()
+        assert dict(zip(("mapped", "vdisk", "hostfs", "disk"), got)) == \
+            {"mapped": 4096, "vdisk": 4096, "hostfs": 4096, "disk": 4096}
     # each read tied across the machines; the host side also saw what the
     # guest wrote after its agent stopped (the end snapshot's sync) and its
     # own journal: classified, not attributed
@@ -209,7 +247,9 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
                                                for k in ("lost_total", "c", "u")}
     assert {(r["upper_level"], r["lower_level"]): r["requests"] for r in s.rows(
         "SELECT * FROM links_summary WHERE kind = 'sync'")} == \
-        {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): 4096 - nc, ("vdisk", "disk"): 4096 - nc}
+        {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): 4096 - nc,
+         # a read split across two image extents is two disk requests
+         ("vdisk", "disk"): (got[1] if guest_by == "agent" else 4096) - nc}
     to_app = {r["level"]: r["fraction"] for r in s.rows("SELECT level, fraction FROM links_to_vfs")}
     assert to_app["vdisk"] == 1.0 and to_app["disk"] >= 0.99
     lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
@@ -229,10 +269,13 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
 
 
 @pytest.mark.root
-def test_guest_side_on_this_machines_own_virtio_disk(tmp_path):
+@pytest.mark.parametrize("guest_by", ["record", "agent"])
+def test_guest_side_on_this_machines_own_virtio_disk(tmp_path, guest_by):
     """This machine is a VM: its root file system is on virtio-blk.  The
     guest side traces fio's O_DIRECT reads there, each to a vda request at
-    the sector the file's extent map gives, in flight with the read."""
+    the sector the file's extent map gives, in flight with the read.
+    guest_by "agent": the agent alone records (as in a guest without
+    nestrace's Python), `nestrace import` makes the store."""
     d = Path("/var/tmp") / f"nestrace-virtio-{os.getpid()}"
     d.mkdir()
     try:
@@ -240,10 +283,16 @@ def test_guest_side_on_this_machines_own_virtio_disk(tmp_path):
                         "--size=16M", "--direct=1", "--output=/dev/null"], check=True)
         ino = next(d.iterdir()).stat().st_ino
         store = tmp_path / "s"
-        r = run_cli("record", "-o", str(store), "--side", "guest", "--stack", "/", "--",
-                    "fio", "--name=t", f"--directory={d}", "--rw=randread", "--bs=4k",
-                    "--size=16M", "--io_size=4M", "--direct=1", "--ioengine=psync",
-                    "--output=/dev/null")
+        fio = ["fio", "--name=t", f"--directory={d}", "--rw=randread", "--bs=4k",
+               "--size=16M", "--io_size=4M", "--direct=1", "--ioengine=psync",
+               "--output=/dev/null"]
+        if guest_by == "agent":
+            a = subprocess.run([str(agent_path()), "--guest", "/", "--guest-capture",
+                                str(tmp_path / "gdir"), "--", *fio], capture_output=True, text=True)
+            assert a.returncode == 0 and "fio exited 0" in a.stderr, a.stderr
+            r = run_cli("import", str(tmp_path / "gdir"), "-o", str(store))
+        else:
+            r = run_cli("record", "-o", str(store), "--side", "guest", "--stack", "/", "--", *fio)
     finally:
         subprocess.run(["rm", "-rf", str(d)], check=True)
     s = nestrace.open(store)

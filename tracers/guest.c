@@ -14,14 +14,18 @@
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#include <endian.h>
+#include <stddef.h>
+#include <linux/btrfs.h>
+#include <linux/btrfs_tree.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
 
 #include "guest.h"
 
-/* file systems whose FIEMAP addresses are on their own device: btrfs's
- * are logical and need the chunk tree, which the Python side reads */
-static const char *const mapped_fs[] = { "ext2", "ext3", "ext4", "xfs" };
+/* file systems whose extents the agent maps: FIEMAP addresses on their
+ * own device, or (btrfs) logical ones, with the chunk tree to map them */
+static const char *const mapped_fs[] = { "ext2", "ext3", "ext4", "xfs", "btrfs" };
 
 static void unescape(char *s)
 {
@@ -65,9 +69,120 @@ static unsigned long long sysfs_ull(const char *dir, const char *name, unsigned 
 	return read_sysfs(dir, name, buf, sizeof(buf)) ? dflt : strtoull(buf, NULL, 10);
 }
 
+/* A guest btrfs on several disks is refused (only the one under the
+ * mount is traced: the others' bytes would be lost), as by record. */
+static int btrfs__one_device(const char *mount, struct guest_stack *g)
+{
+	struct btrfs_ioctl_fs_info_args fi = {};
+	int fd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 || ioctl(fd, BTRFS_IOC_FS_INFO, &fi)) {
+		fprintf(stderr, "nestrace-agent: --guest %s: btrfs FS_INFO: %s\n", mount,
+			strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	if (fi.num_devices != 1) {
+		fprintf(stderr, "nestrace-agent: --guest %s: a btrfs on %llu devices: nestrace "
+			"traces one virtual disk under the guest file system\n", mount,
+			(unsigned long long)fi.num_devices);
+		close(fd);
+		return -1;
+	}
+	for (__u64 id = 1; id <= fi.max_id; id++) {
+		struct btrfs_ioctl_dev_info_args di = { .devid = id };
+
+		if (!ioctl(fd, BTRFS_IOC_DEV_INFO, &di)) {
+			g->btrfs_devid = id;
+			break;
+		}
+	}
+	close(fd);
+	if (!g->btrfs_devid) {
+		fprintf(stderr, "nestrace-agent: --guest %s: btrfs DEV_INFO found no device\n",
+			mount);
+		return -1;
+	}
+	return 0;
+}
+
+/* The chunk tree as one JSON line: a chunk is [logical, length, type,
+ * stripe_len, sub_stripes, [[devid, offset], ...]]; `nestrace import`
+ * maps btrfs's logical extent addresses through it as `record` does. */
+static int btrfs__chunks(const char *mount, const char *phase, FILE *f)
+{
+	struct btrfs_ioctl_search_args args;
+	struct btrfs_ioctl_search_key *sk = &args.key;
+	bool first = true;
+	int fd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	memset(&args, 0, sizeof(args));
+	sk->tree_id = BTRFS_CHUNK_TREE_OBJECTID;
+	sk->min_objectid = sk->max_objectid = BTRFS_FIRST_CHUNK_TREE_OBJECTID;
+	sk->min_type = sk->max_type = BTRFS_CHUNK_ITEM_KEY;
+	sk->max_offset = sk->max_transid = ~0ULL;
+	fprintf(f, "{\"phase\":\"%s\",\"btrfs_chunks\":[", phase);
+	for (;;) {
+		size_t off = 0;
+		__u32 n;
+
+		sk->nr_items = 4096;
+		if (ioctl(fd, BTRFS_IOC_TREE_SEARCH, &args)) {
+			int e = errno;
+
+			close(fd);
+			errno = e;
+			return -1;
+		}
+		n = sk->nr_items;
+		if (!n)
+			break;
+		for (__u32 i = 0; i < n; i++) {
+			struct btrfs_ioctl_search_header sh;
+			struct btrfs_chunk c;
+			const char *item;
+
+			memcpy(&sh, args.buf + off, sizeof(sh));
+			item = args.buf + off + sizeof(sh);
+			off += sizeof(sh) + sh.len;
+			sk->min_offset = sh.offset + 1;
+			if (sh.type != BTRFS_CHUNK_ITEM_KEY || sh.len < sizeof(c))
+				continue;
+			memcpy(&c, item, sizeof(c));
+			fprintf(f, "%s[%llu,%llu,%llu,%llu,%u,[", first ? "" : ",",
+				(unsigned long long)sh.offset, (unsigned long long)le64toh(c.length),
+				(unsigned long long)le64toh(c.type),
+				(unsigned long long)le64toh(c.stripe_len), le16toh(c.sub_stripes));
+			first = false;
+			for (__u16 k = 0; k < le16toh(c.num_stripes); k++) {
+				struct btrfs_stripe st;
+				size_t at = offsetof(struct btrfs_chunk, stripe) + k * sizeof(st);
+
+				if (at + sizeof(st) > sh.len)
+					break;
+				memcpy(&st, item + at, sizeof(st));
+				fprintf(f, "%s[%llu,%llu]", k ? "," : "",
+					(unsigned long long)le64toh(st.devid),
+					(unsigned long long)le64toh(st.offset));
+			}
+			fprintf(f, "]]");
+		}
+		if (sk->min_offset == 0)	/* wrapped past the last key */
+			break;
+	}
+	close(fd);
+	fprintf(f, "]}\n");
+	return 0;
+}
+
 int guest__discover(const char *mount, struct guest_stack *g)
 {
 	char real[PATH_MAX], line[4 * PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64];
+	static char src[PATH_MAX];
+	unsigned int blk_major = 0, blk_minor = 0;
 	bool found = false, mapped = false;
 	struct statvfs sv;
 	FILE *mi;
@@ -85,10 +200,11 @@ int guest__discover(const char *mount, struct guest_stack *g)
 	/* the last line of a mount point is the mount on top */
 	while (fgets(line, sizeof(line), mi)) {
 		char mp[PATH_MAX], fs[32], *sep = strstr(line, " - ");
+		struct stat st;
 		unsigned int maj, min;
 
 		if (!sep || sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, mp) != 3 ||
-		    sscanf(sep + 3, "%31s", fs) != 1)
+		    sscanf(sep + 3, "%31s %4095s", fs, src) != 2)
 			continue;
 		unescape(mp);
 		if (strcmp(mp, real))
@@ -97,6 +213,13 @@ int guest__discover(const char *mount, struct guest_stack *g)
 		g->fs_major = maj;
 		g->fs_minor = min;
 		snprintf(g->fs, sizeof(g->fs), "%s", fs);
+		/* the disk: the mount's source when that is a block device (a
+		 * btrfs's major:minor is an anonymous one), else major:minor */
+		unescape(src);
+		if (!stat(src, &st) && S_ISBLK(st.st_mode))
+			blk_major = major(st.st_rdev), blk_minor = minor(st.st_rdev);
+		else
+			blk_major = maj, blk_minor = min;
 	}
 	fclose(mi);
 	if (!found) {
@@ -107,14 +230,16 @@ int guest__discover(const char *mount, struct guest_stack *g)
 	for (size_t i = 0; i < sizeof(mapped_fs) / sizeof(mapped_fs[0]); i++)
 		mapped |= !strcmp(g->fs, mapped_fs[i]);
 	if (!mapped) {
-		fprintf(stderr, "nestrace-agent: --guest %s: a %s file system: the agent alone maps "
-			"ext2/3/4 and xfs (btrfs needs `nestrace record --side guest`)\n", real, g->fs);
+		fprintf(stderr, "nestrace-agent: --guest %s: a %s file system: the agent maps "
+			"the extents of ext2/3/4, xfs and btrfs\n", real, g->fs);
 		return -1;
 	}
-	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", g->fs_major, g->fs_minor);
+	if (!strcmp(g->fs, "btrfs") && btrfs__one_device(real, g))
+		return -1;
+	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", blk_major, blk_minor);
 	if (!realpath(sys, dev)) {
 		fprintf(stderr, "nestrace-agent: --guest %s: on %u:%u, not a block device\n", real,
-			g->fs_major, g->fs_minor);
+			blk_major, blk_minor);
 		return -1;
 	}
 	if (!read_sysfs(dev, "partition", buf, sizeof(buf))) {
@@ -166,8 +291,9 @@ void guest__stack_json(FILE *f, const struct guest_stack *g)
 	fprintf(f, ",\"part_name\":");
 	guest__json_str(f, g->part_name);
 	fprintf(f, ",\"size_sectors\":%llu,\"part_start_bytes\":%llu,"
-		"\"logical_block_bytes\":%u,\"fs_block_bytes\":%u}",
-		g->size_sectors, g->part_start_bytes, g->logical_block_bytes, g->fs_block_bytes);
+		"\"logical_block_bytes\":%u,\"fs_block_bytes\":%u,\"btrfs_devid\":%llu}",
+		g->size_sectors, g->part_start_bytes, g->logical_block_bytes, g->fs_block_bytes,
+		g->btrfs_devid);
 }
 
 /* ---- extent snapshots ------------------------------------------------- */
@@ -247,6 +373,11 @@ int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
 	if (fd >= 0) {
 		syncfs(fd);
 		close(fd);
+	}
+	if (g->btrfs_devid && btrfs__chunks(g->mount, phase, f)) {
+		fprintf(stderr, "nestrace-agent: %s: btrfs chunk tree: %s\n", g->mount,
+			strerror(errno));
+		return -1;
 	}
 	snap.f = f;
 	snap.phase = phase;

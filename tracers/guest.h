@@ -26,6 +26,7 @@ struct guest_stack {
 	unsigned long long part_start_bytes;
 	unsigned int logical_block_bytes;
 	unsigned int fs_block_bytes;
+	unsigned long long btrfs_devid;		/* btrfs: its one device's id */
 };
 
 /* Fill g from the mount point; on error print one line and return -1. */

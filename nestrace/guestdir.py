@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from .record import device_map_rows
 from .schema import table_schema
-from .stack import BlockDev, Stack, kdev
+from .stack import BlockDev, Chunk, Stack, kdev, map_extent_rows
 from .store import LiveCapture, SealResult, StoreError, captures, init_store, seal
 from .stream import DecodeState, iter_frames
 
@@ -28,6 +28,10 @@ FORMAT = "nestrace-guest-capture"
 VERSION = 1
 # how the agent's capture may end without anything having gone wrong
 CLEAN_ENDS = ("signal", "duration", "command")
+# btrfs block-group type bits -> the profile names stack.btrfs_pieces reads
+BTRFS_PROFILES = ((1 << 3, "RAID0"), (1 << 4, "RAID1"), (1 << 5, "DUP"), (1 << 6, "RAID10"),
+                  (1 << 7, "RAID5"), (1 << 8, "RAID6"), (1 << 9, "RAID1C3"),
+                  (1 << 10, "RAID1C4"))
 
 
 class GuestDirError(ValueError):
@@ -107,11 +111,19 @@ def _agent_meta(d: Path) -> tuple[dict, dict | None, list[str]]:
     return start, end, [str(x) for x in state.problems]
 
 
-def _extent_rows(d: Path, stack: Stack, capture_id: str, touched: set[int],
+def _chunk(c: list) -> Chunk:
+    logical, length, typ, stripe_len, sub_stripes, stripes = c
+    profile = next((name for bit, name in BTRFS_PROFILES if int(typ) & bit), "single")
+    return Chunk(int(logical), int(length), profile, int(stripe_len), max(1, int(sub_stripes)),
+                 [(int(devid), int(off)) for devid, off in stripes])
+
+
+def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: set[int],
                  problems: list[str]) -> list[dict]:
-    """extent_maps rows from extents.jsonl.  A line that does not parse is
-    left out and named (file, offset); the end snapshot keeps the files the
-    capture touched (as `record` does)."""
+    """extent_maps rows from extents.jsonl (on btrfs, mapped through the
+    phase's chunk tree, as `record` maps them).  A line that does not
+    parse is left out and named (file, offset); the end snapshot keeps the
+    files the capture touched (as `record` does)."""
     p = d / "extents.jsonl"
     rows: list[dict] = []
     try:
@@ -119,6 +131,7 @@ def _extent_rows(d: Path, stack: Stack, capture_id: str, touched: set[int],
     except OSError as e:
         problems.append(f"{p}: cannot read: {e.strerror}: no extent maps stored")
         return rows
+    files, chunks = [], {}
     off = 0
     for line in data.splitlines(keepends=True):
         at, off = off, off + len(line)
@@ -126,19 +139,27 @@ def _extent_rows(d: Path, stack: Stack, capture_id: str, touched: set[int],
             continue
         try:
             f = json.loads(line.decode("utf-8", errors="replace"))
-            phase, ino, path, extents = f["phase"], int(f["ino"]), str(f["path"]), f["extents"]
+            phase = f["phase"]
             if phase not in ("start", "end"):
                 raise ValueError(f"phase {phase!r}")
-            exts = [(int(lo), int(ph), int(ln), int(fl)) for lo, ph, ln, fl in extents]
+            if "btrfs_chunks" in f:
+                chunks[phase] = sorted((_chunk(c) for c in f["btrfs_chunks"]),
+                                       key=lambda c: c.logical)
+                continue
+            files.append((phase, int(f["ino"]), str(f["path"]),
+                          [(int(lo), int(ph), int(ln), int(fl)) for lo, ph, ln, fl in f["extents"]]))
         except (ValueError, KeyError, TypeError) as e:
             problems.append(f"{p}: offset {at}: not a file's extents ({e}): left out")
-            continue
+    devices = {devid: stack.vdisk} if devid else None
+    for phase, ino, path, exts in files:
         if phase == "end" and ino not in touched:
             continue
-        rows += [{"capture_id": capture_id, "phase": phase, "role": "guest_file", "path": path,
-                  "dev": stack.guest_kdev, "ino": ino, "logical_bytes": lo,
-                  "physical_bytes": ph, "length_bytes": ln, "flags": fl,
-                  "physical_dev": stack.vdisk.kdev} for lo, ph, ln, fl in exts]
+        if devid and phase not in chunks:
+            problems.append(f"{p}: no btrfs chunk tree for the {phase} snapshot: "
+                            f"{path}'s extents left out")
+            continue
+        rows += map_extent_rows(exts, path, stack.guest_kdev, ino, "guest_file", phase,
+                                capture_id, stack.vdisk.kdev, chunks.get(phase), devices)
     return rows
 
 
@@ -182,7 +203,8 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
         touched = live.unique_values("vfs_events", "ino") | \
             live.unique_values("pagecache_events", "ino")
         live.write_table("extent_maps", pa.Table.from_pylist(
-            _extent_rows(d, stack, cid, touched, problems), schema=table_schema("extent_maps")))
+            _extent_rows(d, stack, int(facts["stack"].get("btrfs_devid") or 0), cid, touched,
+                         problems), schema=table_schema("extent_maps")))
         live.close()
     except (OSError, StoreError) as e:
         live.close()

@@ -535,6 +535,16 @@ def extent_rows(path: str, role: str, phase: str, capture_id: str, disk_dev: int
     own device (its partition, when on one: map_extents adds its start;
     host_side refuses a btrfs whose devices' partitions start apart)."""
     dev, ino = file_id(path)
+    return map_extent_rows(fiemap(path), path, dev, ino, role, phase, capture_id, disk_dev,
+                           chunks, devices)
+
+
+def map_extent_rows(extents: list[tuple[int, int, int, int]], path: str, dev: int, ino: int,
+                    role: str, phase: str, capture_id: str, disk_dev: int,
+                    chunks: list[Chunk] | None = None,
+                    devices: dict[int, BlockDev] | None = None) -> list[dict]:
+    """extent_rows of a file's FIEMAP extents (logical, physical, length,
+    flags) taken elsewhere (the agent's own snapshot in a guest)."""
     rows = []
 
     def row(lo, ph, ln, fl, pdev):
@@ -542,7 +552,7 @@ def extent_rows(path: str, role: str, phase: str, capture_id: str, disk_dev: int
                      "dev": dev, "ino": ino, "logical_bytes": lo, "physical_bytes": ph,
                      "length_bytes": ln, "flags": fl, "physical_dev": pdev})
 
-    for lo, ph, ln, fl in fiemap(path):
+    for lo, ph, ln, fl in extents:
         if chunks is None or fl & 6:    # (no address yet: kept as it is, left out in SQL)
             row(lo, ph, ln, fl, disk_dev)
             continue

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from conftest import NESTRACE, ROOT, loop_devices, our_mounts, run_cli
+from nestrace._paths import agent_path
 
 
 def one_error_line(r: subprocess.CompletedProcess) -> str:
@@ -141,7 +142,8 @@ def test_an_image_on_a_file_system_with_no_disk_is_refused_by_name(tmp_path, not
 @pytest.mark.root
 def test_a_guest_btrfs_on_two_virtual_disks_is_refused_by_name(tmp_path, nothing_left):
     """Only the virtual disk under the guest mount is traced: a guest btrfs
-    on two would lose the other's bytes, so record names both and stops."""
+    on two would lose the other's bytes, so record names both and stops,
+    and the agent alone (--guest-capture) stops too."""
     guest = tmp_path / "guest"
     guest.mkdir()
     loops: list[str] = []
@@ -160,6 +162,13 @@ def test_a_guest_btrfs_on_two_virtual_disks_is_refused_by_name(tmp_path, nothing
         assert line.startswith(f"nestrace: error: {guest}: a guest btrfs on 2 devices ("), line
         assert all(n in line for n in names), line
         assert not (tmp_path / "s").exists()
+        # and so does the agent alone in a guest
+        r = subprocess.run([str(agent_path()), "--guest", str(guest), "--guest-capture",
+                            str(tmp_path / "g"), "--", "true"], capture_output=True, text=True)
+        assert r.returncode == 2 and r.stderr.strip() == (
+            f"nestrace-agent: --guest {guest}: a btrfs on 2 devices: nestrace traces one "
+            "virtual disk under the guest file system"), r.stderr
+        assert not (tmp_path / "g").exists()
     finally:
         subprocess.run(["umount", str(guest)], capture_output=True)
         for dev in loops:

@@ -26,8 +26,9 @@ def agent(*args: str, **kw) -> subprocess.CompletedProcess:
 
 def test_the_agent_alone_refuses_what_it_cannot_capture_and_leaves_nothing(lab_factory, tmp_path):
     """One line and exit 2 for a path that is no mount point, a file system
-    whose extents it cannot map alone, a capture directory in use; and no
-    directory left behind by a capture that never began."""
+    whose extents it cannot map, a capture directory in use (a btrfs on
+    two disks: test_cli); and no directory left behind by a capture that
+    never began."""
     lab = lab_factory("ext4", "xfs")
     d = tmp_path / "g"
     cases = [

@@ -193,7 +193,8 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
         live.update_facts(
             machine=machine, kernel=facts.get("kernel", ""), start_wall=facts.get("start_wall", ""),
             command=facts.get("command", ""), stack=stack.to_json(),
-            settings={"agent_only": True, "guest_capture": str(d.resolve())},
+            settings={"agent_only": True, "guest_capture": str(d.resolve()),
+                      "agent_cpus": facts.get("agent_cpus")},
             agent_start=start, start_ns=start.get("start_ns", 0),
             **({"agent_end": end, "end_ns": end.get("end_ns", 0)} if end else {}),
             **({"command_exit": facts["command_exit"]}

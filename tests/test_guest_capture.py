@@ -16,6 +16,7 @@ import pytest
 import nestrace
 from conftest import assert_losses_counted, kill_fio_jobs, run_cli
 from nestrace._paths import agent_path
+from nestrace.record import quiet_cpus
 
 pytestmark = pytest.mark.root
 
@@ -65,21 +66,30 @@ def test_a_guest_capture_directory_imports_once_and_bad_parts_are_named(lab_fact
         Path(lab.mount, name).write_bytes(b"x" * 8192)
     d = tmp_path / "g"
     r = agent("--guest", lab.mount, "--guest-capture", str(d), "--", "sh", "-c",
+              "grep Cpus_allowed_list /proc/self/status; "
               f"cat {lab.mount}/a {lab.mount}/b > /dev/null; "
               f"dd if={lab.mount}/t.0.0 of=/dev/null bs=4k count=16 iflag=direct status=none; "
               "exit 3")
     assert r.returncode == 0, r.stderr
     assert "sh exited 3" in r.stderr
+    # the agent runs away from the disk interrupts, as record's would, and
+    # the command where the agent could have
+    quiet = quiet_cpus(Path("/proc/interrupts").read_text(), os.sched_getaffinity(0))
+    own = subprocess.run(["grep", "Cpus_allowed_list", "/proc/self/status"],
+                         capture_output=True, text=True).stdout
+    assert r.stdout == own, (r.stdout, own)
     facts = json.loads((d / "guest.json").read_text())
     assert (facts["command_exit"], facts["stack"]["fs"], facts["files_start"]) == (3, "ext4", 3)
+    assert facts["agent_cpus"] == (sorted(quiet) if quiet else None)
     assert facts["files_end"] == 3          # the three were read
 
     store = tmp_path / "s"
     out = run_cli("import", str(d), "-o", str(store))
     with nestrace.open(store) as s:
         assert_losses_counted(s, out.stdout)
-        meta = s.rows("SELECT command_exit, lost_total FROM capture_meta")[0]
-        assert meta == {"command_exit": 3, "lost_total": 0}
+        meta = s.rows("SELECT command_exit, lost_total, settings_json FROM capture_meta")[0]
+        assert (meta["command_exit"], meta["lost_total"]) == (3, 0)
+        assert json.loads(meta["settings_json"])["agent_cpus"] == facts["agent_cpus"]
         assert {r["level"] for r in s.rows("SELECT level FROM device_map")} == {"vfs", "vdisk"}
         assert s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'read' AND ino = "
                       f"{os.stat(Path(lab.mount, 't.0.0')).st_ino}")[0]["n"] == 16

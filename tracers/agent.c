@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <regex.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -64,6 +66,7 @@ static struct env {
 	__u32 target_tgid;
 	const char *guest_mount;	/* a guest capture without Python: */
 	const char *guest_dir;		/* ... its directory */
+	bool cpus_all;			/* ... the agent not pinned (--agent-cpus all) */
 	char **cmd;			/* ... the command it traces */
 	int ndevs, ninos;
 	struct { __u32 dev; __u32 roles; } devs[NT_MAX_DEVS];
@@ -80,6 +83,8 @@ static const char *exit_reason = "signal";
 static volatile pid_t child_pid;	/* the traced command (guest capture) */
 static volatile sig_atomic_t child_done, child_signalled;
 static struct guest_stack guest;
+static cpu_set_t cpus_before;		/* the command runs where the agent could */
+static char cpus_json[256] = "null";	/* where the agent was pinned, for guest.json */
 
 const char *argp_program_version = "nestrace-agent " NT_AGENT_VERSION;
 static const char doc[] =
@@ -99,7 +104,7 @@ static const char doc[] =
 "      guest.store` wherever nestrace is installed)\n";
 
 enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
-       OPT_GUEST_DIR };
+       OPT_GUEST_DIR, OPT_CPUS };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -111,6 +116,7 @@ static const struct argp_option opts[] = {
 	{ "arrow-dir", OPT_ARROW, "DIR", 0, "Write the records as Arrow IPC streams DIR/<table>.arrows, one batch per flush; the stream keeps the metadata frames" },
 	{ "tee", OPT_TEE, NULL, 0, "With --arrow-dir: keep the records in the stream too" },
 	{ "guest", OPT_GUEST, "MOUNT", 0, "Guest capture without Python: the file system at MOUNT (ext2/3/4, xfs) and its disk, the filters found here" },
+	{ "agent-cpus", OPT_CPUS, "auto|all", 0, "With --guest-capture: auto (default) runs the agent on the CPUs that take no block-device interrupts, when some do and others not; all: anywhere" },
 	{ "guest-capture", OPT_GUEST_DIR, "DIR", 0, "With --guest: write the capture into DIR (new or empty): records, metadata, extent maps; run the command after -- and stop when it exits" },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this long (default: until SIGINT/SIGTERM)" },
 	{ "ringbuf-kb", 'r', "KB", 0, "Ring buffer size in KiB, a power of two >= 4 (default 16384)" },
@@ -201,6 +207,11 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case 'v': env.verbose = true; break;
 	case OPT_GUEST: env.guest_mount = arg; break;
 	case OPT_GUEST_DIR: env.guest_dir = arg; break;
+	case OPT_CPUS:
+		if (strcmp(arg, "auto") && strcmp(arg, "all"))
+			argp_error(state, "--agent-cpus is auto or all");
+		env.cpus_all = !strcmp(arg, "all");
+		break;
 	case ARGP_KEY_ARGS: env.cmd = state->argv + state->next; break;
 	case ARGP_KEY_END:
 		if (!env.guest_mount != !env.guest_dir)
@@ -1035,7 +1046,7 @@ static int gcap__facts(int command_exit)
 	guest__json_str(f, cmd);
 	fprintf(f, ",\"stack\":");
 	guest__stack_json(f, &guest);
-	fprintf(f, ",\"files_start\":%d", gcap.files_start);
+	fprintf(f, ",\"files_start\":%d,\"agent_cpus\":%s", gcap.files_start, cpus_json);
 	if (command_exit >= -1) {
 		fprintf(f, ",\"end_wall\":\"%s\",\"files_end\":%d,\"command_exit\":",
 			gcap.end_wall, gcap.files_end);
@@ -1124,6 +1135,83 @@ static int gcap__begin(void)
 	return gcap__facts(-2);
 }
 
+/* As `record --agent-cpus auto` (nestrace/record.py quiet_cpus): the
+ * CPUs of `allowed` that take under 1 % of the block devices' interrupts
+ * (virtio-blk queues, NVMe queues, AHCI), from /proc/interrupts; false
+ * when there is no such split. */
+static bool cpus__quiet(const cpu_set_t *allowed, cpu_set_t *quiet)
+{
+	static unsigned long long per_cpu[CPU_SETSIZE];
+	int cols[CPU_SETSIZE], ncols = 0, nquiet = 0, nallowed = 0;
+	unsigned long long total = 0;
+	char *line = NULL, *tok, *save;
+	size_t cap = 0;
+	regex_t re;
+	FILE *f = fopen("/proc/interrupts", "re");
+
+	if (!f)
+		return false;
+	if (getline(&line, &cap, f) > 0)
+		for (tok = strtok_r(line, " \t\n", &save); tok && ncols < CPU_SETSIZE;
+		     tok = strtok_r(NULL, " \t\n", &save))
+			if (!strncmp(tok, "CPU", 3))
+				cols[ncols++] = atoi(tok + 3);
+	regcomp(&re, "virtio[0-9]+-req|(^|[^a-z0-9])nvme[0-9]+q[0-9]+|(^|[^a-z0-9])ahci",
+		REG_EXTENDED | REG_NOSUB);
+	while (getline(&line, &cap, f) > 0) {
+		char *p = strchr(line, ':');
+
+		if (!p || regexec(&re, line, 0, NULL, 0))
+			continue;
+		p++;
+		for (int i = 0; i < ncols; i++) {
+			char *end;
+			unsigned long long n = strtoull(p, &end, 10);
+
+			if (end == p)
+				break;
+			if (cols[i] < CPU_SETSIZE)
+				per_cpu[cols[i]] += n;
+			p = end;
+		}
+	}
+	regfree(&re);
+	free(line);
+	fclose(f);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, allowed))
+			total += per_cpu[c], nallowed++;
+	if (nallowed < 2 || !total)
+		return false;
+	CPU_ZERO(quiet);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, allowed) && per_cpu[c] <= total / 100)
+			CPU_SET(c, quiet), nquiet++;
+	return nquiet && nquiet < nallowed;
+}
+
+
+/* Pin the agent away from the disk interrupts (a guest capture). */
+static void cpus__pin(void)
+{
+	cpu_set_t quiet;
+	char list[256] = "";
+	size_t n = 0;
+
+	if (sched_getaffinity(0, sizeof(cpus_before), &cpus_before))
+		return;
+	if (env.cpus_all || !cpus__quiet(&cpus_before, &quiet))
+		return;
+	if (sched_setaffinity(0, sizeof(quiet), &quiet)) {
+		fprintf(stderr, "nestrace-agent: cannot pin to the quiet CPUs: %s\n", strerror(errno));
+		return;
+	}
+	for (int c = 0; c < CPU_SETSIZE && n < sizeof(list) - 8; c++)
+		if (CPU_ISSET(c, &quiet))
+			n += snprintf(list + n, sizeof(list) - n, "%s%d", n ? "," : "", c);
+	snprintf(cpus_json, sizeof(cpus_json), "[%s]", list);
+}
+
 static int command__start(void)
 {
 	pid_t pid;
@@ -1139,6 +1227,7 @@ static int command__start(void)
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGPIPE, SIG_DFL);
 		signal(SIGCHLD, SIG_DFL);
+		sched_setaffinity(0, sizeof(cpus_before), &cpus_before);
 		execvp(env.cmd[0], env.cmd);
 		fprintf(stderr, "nestrace-agent: %s: %s\n", env.cmd[0], strerror(errno));
 		_exit(127);
@@ -1209,10 +1298,15 @@ int main(int argc, char **argv)
 	signal(SIGINT, sig_handler);
 	signal(SIGTERM, sig_handler);
 	signal(SIGPIPE, SIG_IGN);
+	if (env.guest_dir)
+		cpus__pin();
 	if (env.guest_dir && gcap__begin()) {
 		gcap__undo();
 		return 2;
 	}
+	if (env.guest_dir && strcmp(cpus_json, "null"))
+		fprintf(stderr, "nestrace-agent: on CPU %.*s, away from the disk interrupts "
+			"(--agent-cpus all: anywhere)\n", (int)strlen(cpus_json) - 2, cpus_json + 1);
 
 	out.fd = STDOUT_FILENO;
 	if (env.output && strcmp(env.output, "-")) {

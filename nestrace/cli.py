@@ -17,6 +17,7 @@ import click
 
 from . import __version__
 from ._paths import AgentNotFound
+from .imagemap import MAPPED, ImageMapError, cluster_map
 from .lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
 from .stack import StackError
 from .store import StoreError, check_store, live_captures, seal
@@ -316,15 +317,14 @@ def _side_stack(side: str, mount, vdisk, image, disk):
     if side == "guest":
         return guest_side(mount, vdisk)
     stack = host_side(image, disk)
-    if stack.image_format not in ("raw", "qcow2"):
+    if stack.image_format not in ("raw", *MAPPED):
         click.secho(f"nestrace: warning: {image} is a {stack.image_format} image: the host's "
-                    "levels are recorded, but `merge` maps raw and qcow2 images only and will "
-                    "refuse it", err=True, fg="yellow")
-    elif stack.image_format == "qcow2":
-        from .qcow2 import Qcow2Error, cluster_map
+                    f"levels are recorded, but `merge` maps raw, {' and '.join(MAPPED)} images "
+                    "only and will refuse it", err=True, fg="yellow")
+    elif stack.image_format in MAPPED:
         try:
-            backing = cluster_map(stack.image_path).backing_file
-        except Qcow2Error as e:
+            backing = cluster_map(stack.image_path, stack.image_format).backing_file
+        except ImageMapError as e:
             click.secho(f"nestrace: warning: {e}: the host's levels are recorded, but `merge` "
                         "cannot map guest offsets into this image", err=True, fg="yellow")
             return stack

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import __version__
+from .imagemap import MAPPED
 from .schema import kernel_tables, table_schema
 from .stack import kdev
 from .store import _write_parquet, captures, check_store, init_store
@@ -249,18 +250,18 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
         raise MergeError(f"{hs}: capture {hid} names no image file in its stack_json")
     fmt = host_stack.get("image_format", "raw")
     clusters = None
-    if fmt == "qcow2":
+    if fmt in MAPPED:
         clusters = _cluster_map(h["extent_maps"])
         if clusters is None:
-            raise MergeError(f"{hs}: capture {hid}: the qcow2 image {image_path} has no cluster "
+            raise MergeError(f"{hs}: capture {hid}: the {fmt} image {image_path} has no cluster "
                              "map stored (`record --side host` could not read it, and said why)")
         if image_offset:
             raise MergeError("--image-offset is for a raw image's partition or loop offset; "
-                             f"{image_path} is qcow2, whose cluster map places the guest's bytes")
+                             f"{image_path} is {fmt}, whose cluster map places the guest's bytes")
     elif fmt != "raw":
         raise MergeError(f"{hs}: capture {hid}: the image {image_path} is {fmt}, and a {fmt} "
                          "image puts guest offsets where its own tables say: nestrace maps "
-                         "raw and qcow2 images only")
+                         f"raw, {' and '.join(MAPPED)} images only")
 
     est = None
     if offset_ns is None:
@@ -362,7 +363,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
 
 
 def _cluster_map(extent_maps: pa.Table) -> pa.Table | None:
-    """The host capture's qcow2 cluster map (the snapshot at end, else at
+    """The host capture's image cluster map (qcow2, vmdk; the snapshot at end, else at
     start) as (lo, ph, len), or None when it has none."""
     rows = [r for r in extent_maps.to_pylist() if r["role"] == "vdisk_image"]
     phase = "end" if any(r["phase"] == "end" for r in rows) else "start"
@@ -375,7 +376,7 @@ def _cluster_map(extent_maps: pa.Table) -> pa.Table | None:
 
 
 def _through_clusters(greq: pa.Table, clusters: pa.Table) -> pa.Table:
-    """Guest requests with their start offset carried into the qcow2 image
+    """Guest requests with their start offset carried into the image
     (requests starting in a cluster with no place in the image dropped)."""
     con = duckdb.connect()
     con.register("g", greq)

@@ -10,9 +10,9 @@ zeros (read as zeros, with no access to the file) or compressed have no
 place a guest byte can be read from directly, and are left out (counted)."""
 from __future__ import annotations
 
-import os
 import struct
-from dataclasses import dataclass, field
+
+from .imagemap import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
 
 MAGIC = b"QFI\xfb"
 OFFSET_MASK = 0x00FF_FFFF_FFFF_FE00      # bits 9-55 of an L1 or L2 entry
@@ -21,44 +21,17 @@ ZERO = 1                                 # version 3: the cluster reads as zeros
 INCOMPAT_DIRTY, INCOMPAT_CORRUPT, INCOMPAT_DATA_FILE, INCOMPAT_EXTL2 = 1, 2, 4, 16
 
 
-class Qcow2Error(ValueError):
+class Qcow2Error(ImageMapError):
     pass
 
 
-@dataclass
-class ClusterMap:
-    path: str
-    version: int
-    cluster_bytes: int
-    virtual_bytes: int
-    extents: list[tuple[int, int, int]]       # (guest offset, image offset, length)
-    zero_clusters: int = 0
-    compressed_clusters: int = 0
-    backing_file: str = ""
-    dirty: bool = False
-    # the image's own tables (header, L1, L2, refcount table and blocks),
-    # coalesced: (image offset, length)
-    metadata: list[tuple[int, int]] = field(default_factory=list)
-
-
 def _read(fd: int, path: str, offset: int, n: int) -> bytes:
-    b = os.pread(fd, n, offset)
-    if len(b) != n:
-        raise Qcow2Error(f"{path}: offset {offset}: {n} bytes expected, the file ends "
-                         f"after {len(b)}")
-    return b
+    return read_exact(fd, path, offset, n, Qcow2Error)
 
 
 def cluster_map(path: str) -> ClusterMap:
     """Read the cluster map of the qcow2 image at `path`."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise Qcow2Error(f"{path}: {e.strerror}") from None
-    try:
-        return _cluster_map(fd, path)
-    finally:
-        os.close(fd)
+    return read_file(path, _cluster_map, Qcow2Error)
 
 
 def _cluster_map(fd: int, path: str) -> ClusterMap:
@@ -114,24 +87,13 @@ def _cluster_map(fd: int, path: str) -> ClusterMap:
             if host % cs:
                 raise Qcow2Error(f"{path}: offset {l2_off + 8 * j}: L2 entry for guest "
                                  f"offset {guest} points to {host}, not a cluster boundary")
-            n = min(cs, size - guest)
-            last = extents[-1] if extents else None
-            if last and last[0] + last[2] == guest and last[1] + last[2] == host:
-                last[2] += n
-            else:
-                extents.append([guest, host, n])
+            add_run(extents, guest, host, min(cs, size - guest))
     # the refcount blocks the refcount table points to are metadata too
     if rc_clusters:
         rct = struct.unpack(f">{rc_clusters * cs // 8}Q", _read(fd, path, rc_off, rc_clusters * cs))
         meta += [(o & ~(cs - 1), cs) for o in rct if o]
-    merged: list[list[int]] = []
-    for off, n in sorted(m for m in meta if m[1]):
-        if merged and off <= merged[-1][0] + merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], off + n - merged[-1][0])
-        else:
-            merged.append([off, n])
     return ClusterMap(path=path, version=version, cluster_bytes=cs, virtual_bytes=size,
                       extents=[tuple(x) for x in extents], zero_clusters=zeros,
                       compressed_clusters=compressed, backing_file=backing,
                       dirty=bool(incompat & INCOMPAT_DIRTY),
-                      metadata=[tuple(x) for x in merged])
+                      metadata=coalesce(meta))

@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ._paths import agent_path
+from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
 from .stack import Stack, btrfs_layout, extent_rows, file_id, kdev_str
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
@@ -200,17 +201,17 @@ def _same_dev(path: str, dev: int) -> bool:
         return False
 
 
-def cluster_rows(image: str, phase: str, capture_id: str) -> list[dict]:
-    """A qcow2 image's cluster map as extent rows of role vdisk_image
-    (logical: virtual-disk offset, physical: offset in the image file), and
-    where its own tables are as rows of role image_metadata (both offsets
-    in the image file).
-    An image that cannot be read as qcow2 gives none, with a warning:
-    `merge` then refuses to map it."""
-    from .qcow2 import Qcow2Error, cluster_map
+def cluster_rows(image: str, fmt: str, phase: str, capture_id: str) -> list[dict]:
+    """A qcow2 or sparse vmdk image's cluster map as extent rows of role
+    vdisk_image (logical: virtual-disk offset, physical: offset in the image
+    file), and where its own tables are as rows of role image_metadata (both
+    offsets in the image file).
+    An image whose map cannot be read gives none, with a warning: `merge`
+    then refuses to map it."""
+    from .imagemap import ImageMapError, cluster_map
     try:
-        m = cluster_map(image)
-    except Qcow2Error as e:
+        m = cluster_map(image, fmt)
+    except ImageMapError as e:
         print(f"nestrace: warning: {e}: its cluster map is not stored, and `merge` will not "
               "map guest offsets into it", file=sys.stderr)
         return []
@@ -232,8 +233,8 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
         chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
         rows += extent_rows(stack.image_path, "image", phase, capture_id, stack.disk.kdev,
                             chunks, devices)
-        if stack.image_format == "qcow2":
-            rows += cluster_rows(stack.image_path, phase, capture_id)
+        if stack.image_format in MAPPED:
+            rows += cluster_rows(stack.image_path, stack.image_format, phase, capture_id)
     if not stack.has_guest:
         return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
     subprocess.run(["sync", "-f", stack.guest_mount], check=False)

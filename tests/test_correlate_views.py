@@ -596,11 +596,12 @@ def test_map_vdisk_adds_the_loop_offset():
 KiB = 1 << 10
 
 
-def qcow2_stack(**tables):
-    """The virtual disk in a qcow2 image (64 KiB clusters): its cluster map
-    at capture end (and an older one at start, which the end one beats)."""
+def qcow2_stack(fmt="qcow2", **tables):
+    """The virtual disk in a qcow2 image (or a sparse vmdk: the same map, of
+    grains) with 64 KiB clusters: its cluster map at capture end (and an
+    older one at start, which the end one beats)."""
     dm = device_map()
-    dm[1]["backing_format"] = "qcow2"
+    dm[1]["backing_format"] = fmt
     base = {"capture_id": CAP, "role": "vdisk_image", "path": "", "dev": HOSTFS, "ino": 131,
             "flags": 0}
     clusters = [base | {"phase": "end", "logical_bytes": lo, "physical_bytes": ph,
@@ -617,17 +618,19 @@ def qcow2_stack(**tables):
                                 "extent_maps": extents() + clusters} | tables)
 
 
-def test_map_vdisk_image_of_a_qcow2_image_is_its_cluster_map_and_the_gaps():
-    s = qcow2_stack()
+@pytest.mark.parametrize("fmt", ["qcow2", "vmdk"])
+def test_map_vdisk_image_of_a_qcow2_or_vmdk_image_is_its_cluster_map_and_the_gaps(fmt):
+    s = qcow2_stack(fmt)
     got = [tuple(r.values()) for r in s.rows(
         "SELECT vdisk_offset_bytes, image_offset_bytes, length_bytes, source FROM map_vdisk_image "
         "ORDER BY 1")]
-    assert got == [(0, None, 4 * MiB, "qcow2_end"),
-                   (4 * MiB, 1 * MiB, 64 * KiB, "qcow2_end"),
-                   (4 * MiB + 64 * KiB, 3 * MiB, 64 * KiB, "qcow2_end"),
-                   (4 * MiB + 128 * KiB, None, 12 * MiB - 192 * KiB, "qcow2_end"),
-                   (16 * MiB - 64 * KiB, 5 * MiB, 128 * KiB, "qcow2_end"),
-                   (16 * MiB + 64 * KiB, None, 512 * MiB - 16 * MiB - 64 * KiB, "qcow2_end")]
+    end = f"{fmt}_end"
+    assert got == [(0, None, 4 * MiB, end),
+                   (4 * MiB, 1 * MiB, 64 * KiB, end),
+                   (4 * MiB + 64 * KiB, 3 * MiB, 64 * KiB, end),
+                   (4 * MiB + 128 * KiB, None, 12 * MiB - 192 * KiB, end),
+                   (16 * MiB - 64 * KiB, 5 * MiB, 128 * KiB, end),
+                   (16 * MiB + 64 * KiB, None, 512 * MiB - 16 * MiB - 64 * KiB, end)]
     raw = session()
     assert raw.rows("SELECT * FROM map_vdisk_image") == [
         {"capture_id": CAP, "vdisk_offset_bytes": 0, "image_offset_bytes": 0,

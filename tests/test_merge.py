@@ -337,24 +337,34 @@ def test_side_options_are_checked(tmp_path):
 
 
 @pytest.mark.root
-def test_a_vmdk_image_is_recorded_but_not_merged(tmp_path):
-    """The host side of a VM whose image is vmdk records (its levels are
+def test_a_vhdx_image_is_recorded_but_not_merged(tmp_path):
+    """The host side of a VM whose image is vhdx records (its levels are
     real), says that merge cannot map it, and merge refuses it: a guest
     offset is not the image offset there.  A qcow2 image whose header
-    cannot be read records with a warning naming the file and offset."""
-    image = tmp_path / "vm.vmdk"
-    image.write_bytes(b"KDMV" + bytes(4096))
+    cannot be read, or a vmdk descriptor file given for the disk, records
+    with a warning naming the file and offset."""
+    image = tmp_path / "vm.vhdx"
+    image.write_bytes(b"vhdxfile" + bytes(4096))
     r = run_cli("record", "-o", str(tmp_path / "h"), "--side", "host", "--image", str(image),
                 "--duration", "0.5")
-    assert f"{image} is a vmdk image" in r.stderr
+    assert f"{image} is a vhdx image" in r.stderr
     st = json.loads(nestrace.open(tmp_path / "h").rows("SELECT stack_json FROM capture_meta")[0]
                     ["stack_json"])
-    assert st["image_format"] == "vmdk"
+    assert st["image_format"] == "vhdx"
     run_cli("record", "-o", str(tmp_path / "g"), "--side", "guest", "--stack", "/",
             "--duration", "0.5")
     r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h"), "-o", str(tmp_path / "m"),
                 check=False)
-    assert r.returncode == 2 and "is vmdk" in r.stderr and "raw and qcow2 images only" in r.stderr
+    assert r.returncode == 2 and "is vhdx" in r.stderr
+    assert "raw, qcow2 and vmdk images only" in r.stderr
+
+    desc = tmp_path / "flat.vmdk"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-o", "subformat=monolithicFlat",
+                    str(desc), "16M"], check=True)
+    r = run_cli("record", "-o", str(tmp_path / "h3"), "--side", "host", "--image", str(desc),
+                "--duration", "0.5")
+    assert f"{desc}: offset 0: a vmdk descriptor file, not a disk" in r.stderr
+    assert "flat-flat.vmdk (FLAT, raw from its byte 0: give it as the image)" in r.stderr
 
     bad = tmp_path / "vm.qcow2"
     bad.write_bytes(b"QFI\xfb\0\0\0\7" + bytes(4096))

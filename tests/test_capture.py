@@ -25,7 +25,7 @@ FIO_RANDREAD = ["--rw=randread", "--bs=4k", "--direct=1", "--size=64M", "--io_si
 # read was in flight ($err: a merged two-machine capture's clock error, for
 # the host's levels).  {image_map}: (lo, ph, len) rows carrying a virtual
 # disk offset into the image: one identity row for a raw image
-# (TRACE_THROUGH), QEMU's own map for a qcow2 one.
+# (TRACE_THROUGH), QEMU's own map for a qcow2 or vmdk one.
 TRACE_THROUGH_VIA = """
 WITH r AS (SELECT * FROM vfs_io WHERE syscall = $syscall AND op = 'read'),
 gm AS (SELECT * FROM extent_maps WHERE role = 'guest_file' AND phase = 'end'),
@@ -49,12 +49,19 @@ p AS (SELECT p1.*, im.physical_bytes + (greatest(p1.image_off, im.logical_bytes)
 v AS (SELECT io_id, EXISTS (SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
         AND v.offset_bytes <= p0.vdisk_off AND p0.vdisk_off + p0.bytes <= v.offset_bytes + v.bytes
         AND v.ts_ns BETWEEN p0.ts_ns AND p0.end_ns) AS ok FROM p0),
+-- below the guest, each 512-byte sector of a piece read in flight (QEMU
+-- cuts a vmdk read at each grain's end even where the next grain follows
+-- in the file: two accesses then cover one piece)
 h AS (SELECT io_id, EXISTS (SELECT 1 FROM hostfs_io h WHERE h.op = 'read'
-        AND h.offset_bytes <= p1.image_off AND p1.image_off + p1.n <= h.offset_bytes + h.bytes
-        AND h.ts_ns BETWEEN p1.ts_ns - $err AND p1.end_ns + $err) AS ok FROM p1),
+        AND h.offset_bytes <= p1.s AND p1.s + 512 <= h.offset_bytes + h.bytes
+        AND h.ts_ns BETWEEN p1.ts_ns - $err AND p1.end_ns + $err) AS ok
+      FROM (SELECT io_id, ts_ns, end_ns, unnest(range(image_off::BIGINT, (image_off + n)::BIGINT, 512)) AS s
+            FROM p1) p1),
 d AS (SELECT io_id, EXISTS (SELECT 1 FROM disk_io d WHERE d.op = 'read'
-        AND d.offset_bytes <= p.disk_off AND p.disk_off + p.dn <= d.offset_bytes + d.bytes
-        AND d.ts_ns BETWEEN p.ts_ns - $err AND p.end_ns + $err) AS ok FROM p)
+        AND d.offset_bytes <= p.s AND p.s + 512 <= d.offset_bytes + d.bytes
+        AND d.ts_ns BETWEEN p.ts_ns - $err AND p.end_ns + $err) AS ok
+      FROM (SELECT io_id, ts_ns, end_ns, unnest(range(disk_off::BIGINT, (disk_off + dn)::BIGINT, 512)) AS s
+            FROM p) p)
 SELECT (SELECT count(DISTINCT io_id) FROM p) AS mapped,
        (SELECT count(*) FROM (SELECT io_id FROM v GROUP BY 1 HAVING bool_and(ok))) AS vdisk,
        (SELECT count(*) FROM (SELECT io_id FROM h GROUP BY 1 HAVING bool_and(ok))) AS hostfs,

@@ -31,9 +31,9 @@ def host_image(request, tmp_path):
     """An xfs host file system on a loop device (direct I/O: the host disk
     is uncached) holding a 256 MiB image with ext4 on it (1 KiB blocks,
     mkfs's choice for so small a disk): a sparse raw file, or that file
-    converted to qcow2 (only the clusters mkfs wrote allocated, packed in
-    the file in disk order; the guest's own writes then allocate more at
-    its end).  Torn down whatever happens."""
+    converted to qcow2 or to a one-file sparse vmdk (only the clusters mkfs
+    wrote allocated, packed in the file in disk order; the guest's own
+    writes then allocate more at its end).  Torn down whatever happens."""
     if why := guestvm.missing():
         pytest.fail(f"cannot boot a guest: {why}; ci/setup installs what is needed")
     backing, mnt = tmp_path / "host.img", tmp_path / "host"
@@ -49,9 +49,10 @@ def host_image(request, tmp_path):
         image = mnt / "vm.raw"
         subprocess.run(["truncate", "-s", "256M", str(image)], check=True)
         subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-        if request.param == "qcow2":
-            raw, image = image, mnt / "vm.qcow2"
-            subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(image)], check=True)
+        if request.param != "raw":
+            raw, image = image, mnt / f"vm.{request.param}"
+            subprocess.run(["qemu-img", "convert", "-O", request.param, str(raw), str(image)],
+                           check=True)
             raw.unlink()
         yield image
     finally:
@@ -84,7 +85,8 @@ RECORDER = {
 
 
 @pytest.mark.parametrize("host_image, guest_by", [("raw", "record"), ("qcow2", "record"),
-                                                  ("raw", "agent")], indirect=["host_image"])
+                                                  ("vmdk", "record"), ("raw", "agent")],
+                         indirect=["host_image"])
 def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_image, guest_by,
                                                                          tmp_path):
     """fio in the guest reads 512 x 4 KiB with O_DIRECT; QEMU reads the
@@ -144,7 +146,7 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
          "hostfs": os.uname().nodename, "disk": os.uname().nodename}
     assert sorted(r["offset_bytes"] for r in s.rows(
         "SELECT offset_bytes FROM vfs_io WHERE syscall = 'pread64'")) == sorted(offsets)
-    if fmt == "qcow2":
+    if fmt != "raw":
         # QEMU's own map of the image, as the oracle
         s.con.register("qm", pa.table(dict(zip(("lo", "ph", "len"), zip(
             *test_qcow2.qemu_map(host_image))))))
@@ -157,7 +159,8 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
             "USING (io_id) WHERE v.image_offset_bytes <> v.vdisk_offset_bytes GROUP BY 1")}
         assert moved == {"pread64": READS, "pwrite64": WRITES}, moved
         # QEMU's reads and writes of the image's own tables (the L2 and
-        # refcount updates of the guest's first writes, say) are metadata
+        # refcount updates of the guest's first writes, say; a vmdk's grain
+        # table entries) are metadata
         assert s.rows("SELECT count(*) AS n FROM links WHERE lower_level = 'hostfs' "
                       "AND kind = 'metadata'")[0]["n"] > 0
     else:
@@ -166,7 +169,7 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
         {"mapped": READS, "vdisk": READS, "hostfs": READS, "disk": READS}
     # the correlator ties each read's virtual-disk request to QEMU's read
     # of the image and that to the host disk request
-    # (and each write: the new blocks' clusters allocated in a qcow2 image)
+    # (and each write: the new blocks' clusters allocated in a qcow2 or vmdk image)
     tied = {(r["syscall"], r["lower_level"]): r["n"] for r in s.rows(
         "SELECT r.syscall, l.lower_level, count(DISTINCT r.io_id) AS n FROM vfs_io r "
         "JOIN links a ON a.upper_level = 'vfs' AND a.upper_id = r.io_id AND a.kind = 'sync' "
@@ -200,9 +203,9 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
     # and names the image and how guest offsets are carried into it
     im = doc["image"]
     assert im["path"] == str(host_image) and im["format"] == fmt
-    if fmt == "qcow2":
-        assert im["map_source"] == "qcow2_end" and 0 < im["mapped_bytes"] < 256 << 20
-        assert "qcow2, the virtual disk mapped into it by its cluster map" in " ".join(rep.split())
+    if fmt != "raw":
+        assert im["map_source"] == f"{fmt}_end" and 0 < im["mapped_bytes"] < 256 << 20
+        assert f"{fmt}, the virtual disk mapped into it by its cluster map" in " ".join(rep.split())
     else:
         assert im == {"path": str(host_image), "format": "raw", "map_source": "raw",
                       "map_extents": 1, "mapped_bytes": 256 << 20}

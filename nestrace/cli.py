@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from ._paths import AgentNotFound
-from .imagemap import MAPPED, ImageMapError, cluster_map
+from .imagemap import FOLLOWED, MAPPED, ImageMapError, cluster_map
 from .lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
 from .stack import StackError
 from .store import StoreError, check_store, live_captures, seal
@@ -319,7 +319,7 @@ def _side_stack(side: str, mount, vdisk, image, disk):
     stack = host_side(image, disk)
     if stack.image_format not in ("raw", *MAPPED):
         click.secho(f"nestrace: warning: {image} is a {stack.image_format} image: the host's "
-                    f"levels are recorded, but `merge` maps raw, {' and '.join(MAPPED)} images "
+                    f"levels are recorded, but `merge` maps {FOLLOWED} images "
                     "only and will refuse it", err=True, fg="yellow")
     elif stack.image_format in MAPPED:
         try:

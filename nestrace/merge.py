@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import __version__
-from .imagemap import MAPPED
+from .imagemap import FOLLOWED, MAPPED
 from .schema import kernel_tables, table_schema
 from .stack import kdev
 from .store import _write_parquet, captures, check_store, init_store
@@ -261,7 +261,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     elif fmt != "raw":
         raise MergeError(f"{hs}: capture {hid}: the image {image_path} is {fmt}, and a {fmt} "
                          "image puts guest offsets where its own tables say: nestrace maps "
-                         f"raw, {' and '.join(MAPPED)} images only")
+                         f"{FOLLOWED} images only")
 
     est = None
     if offset_ns is None:

@@ -268,19 +268,23 @@ def guest_side(mount_point: str, vdisk_path: str | None = None) -> Stack:
 
 
 # image formats a hypervisor maps guest offsets through, by their first
-# bytes; a file starting otherwise is taken for a raw image
+# bytes (a vdi by its signature at byte 64: its first line varies, QEMU
+# writes "<<< QEMU VM Virtual Disk Image >>>"); a file starting otherwise
+# is taken for a raw image (a fixed VHD too: raw, with a footer at its end)
 IMAGE_MAGIC = ((b"QFI\xfb", "qcow2"), (b"KDMV", "vmdk"), (b"# Disk DescriptorFile", "vmdk"),
-               (b"vhdxfile", "vhdx"), (b"conectix", "vpc"),
-               (b"<<< Oracle VM VirtualBox Disk Image >>>", "vdi"), (b"QED\0", "qed"))
+               (b"vhdxfile", "vhdx"), (b"conectix", "vpc"), (b"QED\0", "qed"))
 
 
 def image_format(path: str) -> str:
     """The disk image format of a file, from its first bytes."""
+    from .vdi import is_vdi
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
+            head = f.read(72)
     except OSError as e:
         raise StackError(f"{path}: {e.strerror}") from None
+    if is_vdi(head):
+        return "vdi"
     return next((fmt for magic, fmt in IMAGE_MAGIC if head.startswith(magic)), "raw")
 
 

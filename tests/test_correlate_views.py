@@ -597,8 +597,8 @@ KiB = 1 << 10
 
 
 def qcow2_stack(fmt="qcow2", **tables):
-    """The virtual disk in a qcow2 image (or a sparse vmdk: the same map, of
-    grains) with 64 KiB clusters: its cluster map at capture end (and an
+    """The virtual disk in a qcow2 image (or a sparse vmdk or a vdi: the same
+    map, of grains or blocks) with 64 KiB clusters: its cluster map at capture end (and an
     older one at start, which the end one beats)."""
     dm = device_map()
     dm[1]["backing_format"] = fmt
@@ -618,8 +618,8 @@ def qcow2_stack(fmt="qcow2", **tables):
                                 "extent_maps": extents() + clusters} | tables)
 
 
-@pytest.mark.parametrize("fmt", ["qcow2", "vmdk"])
-def test_map_vdisk_image_of_a_qcow2_or_vmdk_image_is_its_cluster_map_and_the_gaps(fmt):
+@pytest.mark.parametrize("fmt", ["qcow2", "vmdk", "vdi"])
+def test_map_vdisk_image_of_a_mapped_image_is_its_cluster_map_and_the_gaps(fmt):
     s = qcow2_stack(fmt)
     got = [tuple(r.values()) for r in s.rows(
         "SELECT vdisk_offset_bytes, image_offset_bytes, length_bytes, source FROM map_vdisk_image "

@@ -356,7 +356,7 @@ def test_a_vhdx_image_is_recorded_but_not_merged(tmp_path):
     r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h"), "-o", str(tmp_path / "m"),
                 check=False)
     assert r.returncode == 2 and "is vhdx" in r.stderr
-    assert "raw, qcow2 and vmdk images only" in r.stderr
+    assert "raw, qcow2, vmdk and vdi images only" in r.stderr
 
     desc = tmp_path / "flat.vmdk"
     subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-o", "subformat=monolithicFlat",

@@ -4,8 +4,8 @@
 
 -- The virtual disk in its image file, as extents.  A raw image holds
 -- byte b of the disk at b + lo_offset (one extent, the loop device's
--- offset or 0); a qcow2 or sparse vmdk image where its cluster (grain)
--- map says, as read from the image by `record --side host` (the map at
+-- offset or 0); a qcow2, sparse vmdk or vdi image where its cluster map
+-- (of grains, of blocks) says, as read by `record --side host` (the map at
 -- capture end, else the one at start), and between its extents the
 -- stretches with no place in the file (image_offset_bytes NULL):
 -- unallocated, all-zero or compressed clusters, which the hypervisor
@@ -14,7 +14,7 @@
 -- @column vdisk_offset_bytes UBIGINT  byte offset on the virtual disk where the extent starts
 -- @column image_offset_bytes UBIGINT  byte offset in the image file where it starts (NULL: none)
 -- @column length_bytes UBIGINT        extent length
--- @column source VARCHAR              raw, or the format and the map's snapshot: qcow2_end, qcow2_start, vmdk_end, vmdk_start
+-- @column source VARCHAR              raw, or the format and the map's snapshot: qcow2_end, qcow2_start, vmdk_end, vdi_start, ...
 CREATE OR REPLACE VIEW map_vdisk_image AS
 WITH vd AS (
   SELECT capture_id, coalesce(backing_format, 'raw') AS fmt, backing_offset_bytes,
@@ -22,7 +22,7 @@ WITH vd AS (
   FROM device_map WHERE level = 'vdisk'),
 q AS (
   SELECT e.capture_id, e.phase, e.logical_bytes, e.physical_bytes, e.length_bytes
-  FROM extent_maps e SEMI JOIN vd ON vd.capture_id = e.capture_id AND vd.fmt IN ('qcow2', 'vmdk')
+  FROM extent_maps e SEMI JOIN vd ON vd.capture_id = e.capture_id AND vd.fmt <> 'raw'
   WHERE e.role = 'vdisk_image'),
 best AS (
   SELECT capture_id, CASE WHEN bool_or(phase = 'end') THEN 'end' ELSE 'start' END AS phase
@@ -32,7 +32,7 @@ x AS (
          vd.fmt || '_' || coalesce(best.phase, 'start') AS source, vd.size_bytes
   FROM vd LEFT JOIN best USING (capture_id)
   LEFT JOIN q ON q.capture_id = vd.capture_id AND q.phase = best.phase
-  WHERE vd.fmt IN ('qcow2', 'vmdk')),
+  WHERE vd.fmt <> 'raw'),
 gaps AS (   -- before each extent, and after the last one to the disk's end
   SELECT capture_id, source,
          coalesce(lag(logical_bytes + length_bytes) OVER w, 0) AS gs, logical_bytes AS ge
@@ -50,7 +50,7 @@ SELECT capture_id, gs::UBIGINT, NULL::UBIGINT, (ge - gs)::UBIGINT, source FROM g
 UNION ALL
 SELECT capture_id, 0::UBIGINT, coalesce(backing_offset_bytes, 0),
        CASE WHEN size_bytes > 0 THEN size_bytes ELSE 1::UBIGINT << 62 END, 'raw'
-FROM vd WHERE fmt NOT IN ('qcow2', 'vmdk');
+FROM vd WHERE fmt = 'raw';
 
 -- Mapped images split into 16 MiB buckets, so that a range finds its
 -- extents by an equi-join on the bucket, not by comparing every extent.
@@ -73,9 +73,10 @@ CREATE OR REPLACE MACRO _map_buckets(s, t) AS range((s >> 24)::BIGINT, (((t - 1)
 
 -- The rows of view `t` (capture_id, and a virtual-disk byte range
 -- [vs, vt), plus any columns) carried into the image file, in pieces: one
--- for a raw image, one per run of contiguous clusters for qcow2 or vmdk.  Each
--- row gains [ps, pt), the piece on the virtual disk, and idelta, what
--- carries it into the image (NULL where the image has no place for it).
+-- for a raw image, one per run of contiguous clusters for qcow2, vmdk or
+-- vdi.  Each row gains [ps, pt), the piece on the virtual disk, and
+-- idelta, what carries it into the image (NULL where the image has no
+-- place for it).
 CREATE OR REPLACE MACRO _map_into_image(t) AS TABLE
 SELECT r.*, greatest(r.vs, m.lo) AS ps, least(r.vt, m.hi) AS pt, m.delta AS idelta
 FROM query_table(t) r
@@ -103,10 +104,10 @@ SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, req_op, ps AS vdisk_s,
        pt + idelta AS t
 FROM _map_into_image('_map_vdisk_ranges');
 
--- Where a qcow2 or vmdk image keeps its own tables (header, L1, L2,
--- refcounts; grain directories and tables),
--- at capture start or end: the hypervisor's accesses there serve no
--- guest request byte for byte.
+-- Where a qcow2, vmdk or vdi image keeps its own tables (header, L1, L2,
+-- refcounts; grain directories and tables; block map), at capture start
+-- or end: the hypervisor's accesses there serve no guest request byte for
+-- byte.
 CREATE OR REPLACE VIEW _map_image_metadata AS
 SELECT DISTINCT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi
 FROM extent_maps WHERE role = 'image_metadata';

@@ -31,8 +31,8 @@ def host_image(request, tmp_path):
     """An xfs host file system on a loop device (direct I/O: the host disk
     is uncached) holding a 256 MiB image with ext4 on it (1 KiB blocks,
     mkfs's choice for so small a disk): a sparse raw file, or that file
-    converted to qcow2 or to a one-file sparse vmdk (only the clusters mkfs
-    wrote allocated, packed in the file in disk order; the guest's own
+    converted to qcow2, a one-file sparse vmdk or a vdi (only the clusters
+    mkfs wrote allocated, packed in the file in disk order; the guest's own
     writes then allocate more at its end).  Torn down whatever happens."""
     if why := guestvm.missing():
         pytest.fail(f"cannot boot a guest: {why}; ci/setup installs what is needed")
@@ -85,7 +85,8 @@ RECORDER = {
 
 
 @pytest.mark.parametrize("host_image, guest_by", [("raw", "record"), ("qcow2", "record"),
-                                                  ("vmdk", "record"), ("raw", "agent")],
+                                                  ("vmdk", "record"), ("vdi", "record"),
+                                                  ("raw", "agent")],
                          indirect=["host_image"])
 def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_image, guest_by,
                                                                          tmp_path):
@@ -160,7 +161,7 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
         assert moved == {"pread64": READS, "pwrite64": WRITES}, moved
         # QEMU's reads and writes of the image's own tables (the L2 and
         # refcount updates of the guest's first writes, say; a vmdk's grain
-        # table entries) are metadata
+        # table entries, a vdi's block map) are metadata
         assert s.rows("SELECT count(*) AS n FROM links WHERE lower_level = 'hostfs' "
                       "AND kind = 'metadata'")[0]["n"] > 0
     else:
@@ -169,7 +170,7 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
         {"mapped": READS, "vdisk": READS, "hostfs": READS, "disk": READS}
     # the correlator ties each read's virtual-disk request to QEMU's read
     # of the image and that to the host disk request
-    # (and each write: the new blocks' clusters allocated in a qcow2 or vmdk image)
+    # (and each write: the new blocks' clusters allocated in a mapped image)
     tied = {(r["syscall"], r["lower_level"]): r["n"] for r in s.rows(
         "SELECT r.syscall, l.lower_level, count(DISTINCT r.io_id) AS n FROM vfs_io r "
         "JOIN links a ON a.upper_level = 'vfs' AND a.upper_id = r.io_id AND a.kind = 'sync' "

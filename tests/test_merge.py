@@ -337,26 +337,26 @@ def test_side_options_are_checked(tmp_path):
 
 
 @pytest.mark.root
-def test_a_vhdx_image_is_recorded_but_not_merged(tmp_path):
-    """The host side of a VM whose image is vhdx records (its levels are
-    real), says that merge cannot map it, and merge refuses it: a guest
-    offset is not the image offset there.  A qcow2 image whose header
+def test_a_dynamic_vhd_image_is_recorded_but_not_merged(tmp_path):
+    """The host side of a VM whose image is a dynamic VHD (vpc) records (its
+    levels are real), says that merge cannot map it, and merge refuses it:
+    a guest offset is not the image offset there.  A qcow2 image whose header
     cannot be read, or a vmdk descriptor file given for the disk, records
     with a warning naming the file and offset."""
-    image = tmp_path / "vm.vhdx"
-    image.write_bytes(b"vhdxfile" + bytes(4096))
+    image = tmp_path / "vm.vhd"
+    image.write_bytes(b"conectix" + bytes(4096))
     r = run_cli("record", "-o", str(tmp_path / "h"), "--side", "host", "--image", str(image),
                 "--duration", "0.5")
-    assert f"{image} is a vhdx image" in r.stderr
+    assert f"{image} is a vpc image" in r.stderr
     st = json.loads(nestrace.open(tmp_path / "h").rows("SELECT stack_json FROM capture_meta")[0]
                     ["stack_json"])
-    assert st["image_format"] == "vhdx"
+    assert st["image_format"] == "vpc"
     run_cli("record", "-o", str(tmp_path / "g"), "--side", "guest", "--stack", "/",
             "--duration", "0.5")
     r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h"), "-o", str(tmp_path / "m"),
                 check=False)
-    assert r.returncode == 2 and "is vhdx" in r.stderr
-    assert "raw, qcow2, vmdk and vdi images only" in r.stderr
+    assert r.returncode == 2 and "is vpc" in r.stderr
+    assert "raw, qcow2, vmdk, vdi and vhdx images only" in r.stderr
 
     desc = tmp_path / "flat.vmdk"
     subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-o", "subformat=monolithicFlat",

@@ -4,7 +4,7 @@
 
 -- The virtual disk in its image file, as extents.  A raw image holds
 -- byte b of the disk at b + lo_offset (one extent, the loop device's
--- offset or 0); a qcow2, sparse vmdk or vdi image where its cluster map
+-- offset or 0); a qcow2, sparse vmdk, vdi or vhdx image where its cluster map
 -- (of grains, of blocks) says, as read by `record --side host` (the map at
 -- capture end, else the one at start), and between its extents the
 -- stretches with no place in the file (image_offset_bytes NULL):
@@ -73,8 +73,8 @@ CREATE OR REPLACE MACRO _map_buckets(s, t) AS range((s >> 24)::BIGINT, (((t - 1)
 
 -- The rows of view `t` (capture_id, and a virtual-disk byte range
 -- [vs, vt), plus any columns) carried into the image file, in pieces: one
--- for a raw image, one per run of contiguous clusters for qcow2, vmdk or
--- vdi.  Each row gains [ps, pt), the piece on the virtual disk, and
+-- for a raw image, one per run of contiguous clusters for the others.
+-- Each row gains [ps, pt), the piece on the virtual disk, and
 -- idelta, what carries it into the image (NULL where the image has no
 -- place for it).
 CREATE OR REPLACE MACRO _map_into_image(t) AS TABLE
@@ -104,8 +104,8 @@ SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, req_op, ps AS vdisk_s,
        pt + idelta AS t
 FROM _map_into_image('_map_vdisk_ranges');
 
--- Where a qcow2, vmdk or vdi image keeps its own tables (header, L1, L2,
--- refcounts; grain directories and tables; block map), at capture start
+-- Where a qcow2, vmdk, vdi or vhdx image keeps its own tables (header, L1, L2,
+-- refcounts; grain directories and tables; block map; BAT), at capture start
 -- or end: the hypervisor's accesses there serve no guest request byte for
 -- byte.
 CREATE OR REPLACE VIEW _map_image_metadata AS

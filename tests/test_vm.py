@@ -16,7 +16,9 @@ import pytest
 
 import guestvm
 import test_qcow2
+import test_vhdx
 import nestrace
+from nestrace.vhdx import bat_map
 from conftest import ROOT, assert_losses_counted, host_side_recording, loop_devices, run_cli
 from test_capture import TRACE_THROUGH, TRACE_THROUGH_VIA, fio_log_offsets
 
@@ -31,8 +33,8 @@ def host_image(request, tmp_path):
     """An xfs host file system on a loop device (direct I/O: the host disk
     is uncached) holding a 256 MiB image with ext4 on it (1 KiB blocks,
     mkfs's choice for so small a disk): a sparse raw file, or that file
-    converted to qcow2, a one-file sparse vmdk or a vdi (only the clusters
-    mkfs wrote allocated, packed in the file in disk order; the guest's own
+    converted to qcow2, a one-file sparse vmdk, a vdi or a vhdx (only the
+    clusters mkfs wrote allocated, packed in the file in disk order; the guest's own
     writes then allocate more at its end).  Torn down whatever happens."""
     if why := guestvm.missing():
         pytest.fail(f"cannot boot a guest: {why}; ci/setup installs what is needed")
@@ -86,7 +88,7 @@ RECORDER = {
 
 @pytest.mark.parametrize("host_image, guest_by", [("raw", "record"), ("qcow2", "record"),
                                                   ("vmdk", "record"), ("vdi", "record"),
-                                                  ("raw", "agent")],
+                                                  ("vhdx", "record"), ("raw", "agent")],
                          indirect=["host_image"])
 def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_image, guest_by,
                                                                          tmp_path):
@@ -148,9 +150,16 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
     assert sorted(r["offset_bytes"] for r in s.rows(
         "SELECT offset_bytes FROM vfs_io WHERE syscall = 'pread64'")) == sorted(offsets)
     if fmt != "raw":
-        # QEMU's own map of the image, as the oracle
-        s.con.register("qm", pa.table(dict(zip(("lo", "ph", "len"), zip(
-            *test_qcow2.qemu_map(host_image))))))
+        # QEMU's own map of the image, as the oracle (vhdx: QEMU gives no
+        # file offsets; the map read from the image now, checked against
+        # the disk QEMU reads out of it)
+        if fmt == "vhdx":
+            qm = bat_map(str(host_image))
+            test_vhdx.assert_map_reads_as_qemu(host_image, tmp_path, qm)
+            qm = qm.extents
+        else:
+            qm = test_qcow2.qemu_map(host_image)
+        s.con.register("qm", pa.table(dict(zip(("lo", "ph", "len"), zip(*qm)))))
         got = s.con.execute(TRACE_THROUGH_VIA.replace("{image_map}", "SELECT * FROM qm"),
                             {"syscall": "pread64", "err": m["e"]}).fetchone()
         # the reads' clusters are not where they are on the virtual disk (a
@@ -161,7 +170,7 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
         assert moved == {"pread64": READS, "pwrite64": WRITES}, moved
         # QEMU's reads and writes of the image's own tables (the L2 and
         # refcount updates of the guest's first writes, say; a vmdk's grain
-        # table entries, a vdi's block map) are metadata
+        # table entries, a vdi's block map, a vhdx's log and BAT) are metadata
         assert s.rows("SELECT count(*) AS n FROM links WHERE lower_level = 'hostfs' "
                       "AND kind = 'metadata'")[0]["n"] > 0
     else:

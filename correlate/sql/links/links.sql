@@ -230,11 +230,15 @@ m AS (
 filed AS (    -- virtual-disk blocks written with no cause found that hold a
               -- guest file's data (its extents): write-back, whatever the
               -- flags say (fsync writes data with REQ_SYNC too)
+              -- (the extents keyed by ck first: joined to the captures
+              -- after, the planner put the range join on its own, and,
+              -- expecting a row a side, made it a nested loop)
   SELECT DISTINCT r.ck, r.blk
-  FROM m r JOIN _links_captures c USING (ck)
-  JOIN map_extents e ON e.capture_id = c.capture_id AND e.role = 'guest_file'
-   AND e.physical_bytes::BIGINT <= r.blk * 4096
-   AND r.blk * 4096 < (e.physical_bytes + e.length_bytes)::BIGINT
+  FROM m r
+  JOIN (SELECT c.ck, e.physical_bytes::BIGINT AS lo, (e.physical_bytes + e.length_bytes)::BIGINT AS hi
+        FROM map_extents e JOIN _links_captures c USING (capture_id)
+        WHERE e.role = 'guest_file') e
+    ON e.ck = r.ck AND e.lo <= r.blk * 4096 AND r.blk * 4096 < e.hi
   WHERE r.hop = 0 AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL),
 out AS (
   SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,

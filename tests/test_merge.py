@@ -337,26 +337,26 @@ def test_side_options_are_checked(tmp_path):
 
 
 @pytest.mark.root
-def test_a_dynamic_vhd_image_is_recorded_but_not_merged(tmp_path):
-    """The host side of a VM whose image is a dynamic VHD (vpc) records (its
-    levels are real), says that merge cannot map it, and merge refuses it:
-    a guest offset is not the image offset there.  A qcow2 image whose header
-    cannot be read, or a vmdk descriptor file given for the disk, records
-    with a warning naming the file and offset."""
-    image = tmp_path / "vm.vhd"
-    image.write_bytes(b"conectix" + bytes(4096))
+def test_a_qed_image_is_recorded_but_not_merged(tmp_path):
+    """The host side of a VM whose image is a qed records (its levels are
+    real), says that merge cannot map it, and merge refuses it: a guest
+    offset is not the image offset there.  A qcow2 or dynamic VHD image
+    whose header cannot be read, or a vmdk descriptor file given for the
+    disk, records with a warning naming the file and offset."""
+    image = tmp_path / "vm.qed"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qed", str(image), "16M"], check=True)
     r = run_cli("record", "-o", str(tmp_path / "h"), "--side", "host", "--image", str(image),
                 "--duration", "0.5")
-    assert f"{image} is a vpc image" in r.stderr
+    assert f"{image} is a qed image" in r.stderr
     st = json.loads(nestrace.open(tmp_path / "h").rows("SELECT stack_json FROM capture_meta")[0]
                     ["stack_json"])
-    assert st["image_format"] == "vpc"
+    assert st["image_format"] == "qed"
     run_cli("record", "-o", str(tmp_path / "g"), "--side", "guest", "--stack", "/",
             "--duration", "0.5")
     r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h"), "-o", str(tmp_path / "m"),
                 check=False)
-    assert r.returncode == 2 and "is vpc" in r.stderr
-    assert "raw, qcow2, vmdk, vdi and vhdx images only" in r.stderr
+    assert r.returncode == 2 and "is qed" in r.stderr
+    assert "raw, qcow2, vmdk, vdi, vhdx and vpc images only" in r.stderr
 
     desc = tmp_path / "flat.vmdk"
     subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-o", "subformat=monolithicFlat",
@@ -366,13 +366,15 @@ def test_a_dynamic_vhd_image_is_recorded_but_not_merged(tmp_path):
     assert f"{desc}: offset 0: a vmdk descriptor file, not a disk" in r.stderr
     assert "flat-flat.vmdk (FLAT, raw from its byte 0: give it as the image)" in r.stderr
 
-    bad = tmp_path / "vm.qcow2"
-    bad.write_bytes(b"QFI\xfb\0\0\0\7" + bytes(4096))
-    r = run_cli("record", "-o", str(tmp_path / "h2"), "--side", "host", "--image", str(bad),
-                "--duration", "0.5")
-    assert f"{bad}: offset 4: qcow2 version 7" in r.stderr
-    assert nestrace.open(tmp_path / "h2").rows(
+    for name, head, want in (("vm.vhd", b"conectix", "offset 64: footer checksum 0x0"),
+                             ("vm.qcow2", b"QFI\xfb\0\0\0\7", "offset 4: qcow2 version 7")):
+        bad = tmp_path / name
+        bad.write_bytes(head + bytes(4096))
+        r = run_cli("record", "-o", str(tmp_path / f"h-{bad.suffix[1:]}"), "--side", "host",
+                    "--image", str(bad), "--duration", "0.5")
+        assert f"{bad}: {want}" in r.stderr
+    assert nestrace.open(tmp_path / "h-qcow2").rows(
         "SELECT count(*) AS n FROM extent_maps WHERE role = 'vdisk_image'") == [{"n": 0}]
-    r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h2"), "-o", str(tmp_path / "m2"),
-                check=False)
+    r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h-qcow2"), "-o",
+                str(tmp_path / "m2"), check=False)
     assert r.returncode == 2 and "has no cluster map stored" in r.stderr

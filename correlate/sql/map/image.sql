@@ -4,7 +4,7 @@
 
 -- The virtual disk in its image file, as extents.  A raw image holds
 -- byte b of the disk at b + lo_offset (one extent, the loop device's
--- offset or 0); a qcow2, sparse vmdk, vdi or vhdx image where its cluster map
+-- offset or 0); a qcow2, sparse vmdk, vdi, vhdx or vpc image where its cluster map
 -- (of grains, of blocks) says, as read by `record --side host` (the map at
 -- capture end, else the one at start), and between its extents the
 -- stretches with no place in the file (image_offset_bytes NULL):
@@ -104,7 +104,7 @@ SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, req_op, ps AS vdisk_s,
        pt + idelta AS t
 FROM _map_into_image('_map_vdisk_ranges');
 
--- Where a qcow2, vmdk, vdi or vhdx image keeps its own tables (header, L1, L2,
+-- Where a qcow2, vmdk, vdi, vhdx or vpc image keeps its own tables (header, L1, L2,
 -- refcounts; grain directories and tables; block map; BAT), at capture start
 -- or end: the hypervisor's accesses there serve no guest request byte for
 -- byte.

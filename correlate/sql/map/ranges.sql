@@ -130,7 +130,7 @@ WHERE io.op = 'discard';
 -- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL if the image range is unmapped)
 -- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
 CREATE OR REPLACE VIEW map_vfs AS
-WITH v AS (   -- carried into the image (pieces: qcow2, vmdk, vdi or vhdx clusters)
+WITH v AS (   -- carried into the image (pieces: qcow2, vmdk, vdi, vhdx or vpc clusters)
   SELECT capture_id, io_id, ts_ns, end_ns, op, ps - delta AS file_offset_bytes,
          (pt - ps)::UBIGINT AS bytes, ps::UBIGINT AS vdisk_offset_bytes,
          (ps + idelta)::UBIGINT AS image_offset_bytes
@@ -154,11 +154,11 @@ SELECT capture_id, io_id, ts_ns, end_ns, op,
        (ip + (ps - il))::UBIGINT AS disk_offset_bytes, disk_dev
 FROM w;
 
--- Virtual-disk requests carried to the image (through a qcow2, vmdk, vdi or vhdx image's
+-- Virtual-disk requests carried to the image (through a qcow2, vmdk, vdi, vhdx or vpc image's
 -- cluster map, see map_vdisk_image) and, piece by piece through the
 -- image's extents, to the host disk; the parts no extent covers (holes of
 -- a sparse image) are pieces too, with no disk offset.  Parts with no
--- place in a qcow2, vmdk, vdi or vhdx image give no row.
+-- place in a qcow2, vmdk, vdi, vhdx or vpc image give no row.
 -- @column capture_id VARCHAR     capture
 -- @column io_id UBIGINT          vdisk_io row
 -- @column start_ns UBIGINT       first seen (Q)

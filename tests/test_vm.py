@@ -33,7 +33,7 @@ def host_image(request, tmp_path):
     """An xfs host file system on a loop device (direct I/O: the host disk
     is uncached) holding a 256 MiB image with ext4 on it (1 KiB blocks,
     mkfs's choice for so small a disk): a sparse raw file, or that file
-    converted to qcow2, a one-file sparse vmdk, a vdi or a vhdx (only the
+    converted to qcow2, a one-file sparse vmdk, a vdi, a vhdx or a dynamic VHD (only the
     clusters mkfs wrote allocated, packed in the file in disk order; the guest's own
     writes then allocate more at its end).  Torn down whatever happens."""
     if why := guestvm.missing():
@@ -88,7 +88,8 @@ RECORDER = {
 
 @pytest.mark.parametrize("host_image, guest_by", [("raw", "record"), ("qcow2", "record"),
                                                   ("vmdk", "record"), ("vdi", "record"),
-                                                  ("vhdx", "record"), ("raw", "agent")],
+                                                  ("vhdx", "record"), ("vpc", "record"),
+                                                  ("raw", "agent")],
                          indirect=["host_image"])
 def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_image, guest_by,
                                                                          tmp_path):
@@ -170,7 +171,8 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
         assert moved == {"pread64": READS, "pwrite64": WRITES}, moved
         # QEMU's reads and writes of the image's own tables (the L2 and
         # refcount updates of the guest's first writes, say; a vmdk's grain
-        # table entries, a vdi's block map, a vhdx's log and BAT) are metadata
+        # table entries, a vdi's block map, a vhdx's log and BAT, a VHD's bitmaps, footer
+        # and BAT) are metadata
         assert s.rows("SELECT count(*) AS n FROM links WHERE lower_level = 'hostfs' "
                       "AND kind = 'metadata'")[0]["n"] > 0
     else:

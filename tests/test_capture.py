@@ -362,6 +362,81 @@ def test_each_kind_of_aio_iocb_is_one_row(lab_factory, tmp_path):
     assert s.rows("SELECT flushes FROM sync_transform WHERE level = 'vfs'") == [{"flushes": 2}]
 
 
+
+# io_uring without liburing: a buffered write, sync_file_range of it, a
+# hole punched further on, each submitted and reaped one at a time; then syncfs
+URING_EACH_KIND = r"""
+import ctypes, mmap, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+SETUP, ENTER = 425, 426                 # the same on x86_64 and aarch64
+params = ctypes.create_string_buffer(120)
+ring = libc.syscall(SETUP, 4, params)
+assert ring >= 0, ctypes.get_errno()
+sq_entries, = struct.unpack_from("I", params, 0)
+sq_off = struct.unpack_from("7I", params, 40)       # head tail mask entries flags dropped array
+cq_off = struct.unpack_from("6I", params, 80)       # head tail mask entries overflow cqes
+sq = mmap.mmap(ring, sq_off[6] + 4 * sq_entries, offset=0)
+sqes = mmap.mmap(ring, 64 * sq_entries, offset=0x10000000)
+cq = mmap.mmap(ring, cq_off[5] + 16 * 2 * sq_entries, offset=0x8000000)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+buf = ctypes.create_string_buffer(b"x" * 16384)
+def run(opcode, off, addr, length, op_flags=0):
+    tail, = struct.unpack_from("I", sq, sq_off[1])
+    i = tail & struct.unpack_from("I", sq, sq_off[2])[0]
+    struct.pack_into("BBHiQQII", sqes, 64 * i, opcode, 0, 0, fd, off, addr, length, op_flags)
+    struct.pack_into("I", sq, sq_off[6] + 4 * i, i)
+    struct.pack_into("I", sq, sq_off[1], tail + 1)
+    assert libc.syscall(ENTER, ring, 1, 1, 1, None, 0) == 1, ctypes.get_errno()
+    head, = struct.unpack_from("I", cq, cq_off[0])
+    _, res, _ = struct.unpack_from("QiI", cq, cq_off[5] + 16 * (head & struct.unpack_from(
+        "I", cq, cq_off[2])[0]))
+    struct.pack_into("I", cq, cq_off[0], head + 1)
+    assert res >= 0, (opcode, res)
+run(23, 0, ctypes.addressof(buf), 16384)         # IORING_OP_WRITE, 16 KiB at 0
+run(8, 0, 0, 16384, 7)                           # SYNC_FILE_RANGE, WAIT_BEFORE|WRITE|WAIT_AFTER
+run(17, 32768, 8192, 3)                          # FALLOCATE 8 KiB at 32 KiB, PUNCH_HOLE|KEEP_SIZE
+assert libc.syncfs(fd) == 0                      # the guest FS commits: its discards go down
+"""
+
+
+def test_io_uring_sync_file_range_and_fallocate_are_followed_down(lab_factory, tmp_path):
+    # a buffered io_uring write over a file's blocks, its sync_file_range,
+    # which writes it to the virtual disk while it runs, and a hole punched
+    # further on in the file, which the guest FS (online discard) discards
+    # at its commit, tied to the request
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on", guest_discard=True)
+    f = f"{lab.mount}/u"
+    subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=64k", "count=1", "status=none"],
+                   check=True)
+    subprocess.run(["sync"], check=True)
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c",
+            URING_EACH_KIND, f)
+    s = nestrace.open(store)
+    got = {r.pop("syscall"): r for r in s.rows(
+        "SELECT syscall, io_id, ts_ns, end_ns, op, offset_bytes, req_bytes, bytes, falloc_mode "
+        "FROM vfs_io WHERE syscall LIKE 'uring_%'")}
+    assert set(got) == {"uring_write", "uring_sync_file_range", "uring_fallocate"}, got
+    pick = ("op", "offset_bytes", "req_bytes", "bytes", "falloc_mode")
+    assert {k: {c: r[c] for c in pick} for k, r in got.items()} == {
+        "uring_write": dict(zip(pick, ("write", 0, 16384, 16384, None))),
+        "uring_sync_file_range": dict(zip(pick, ("sync", 0, 16384, 0, None))),
+        "uring_fallocate": dict(zip(pick, ("discard", 32768, 8192, 8192, 3)))}
+    # the write's 16 KiB reached the virtual disk inside the sync_file_range
+    sfr = got["uring_sync_file_range"]
+    wb = s.rows("SELECT sum(l.bytes) AS bytes, bool_and(v.start_ns BETWEEN ? AND ?) AS inside "
+                "FROM links l JOIN vdisk_io v ON v.io_id = l.lower_id "
+                "WHERE l.lower_level = 'vdisk' AND l.upper_id = ? AND l.kind = 'writeback'",
+                [sfr["ts_ns"], sfr["end_ns"], got["uring_write"]["io_id"]])
+    assert wb == [{"bytes": 16384, "inside": True}], wb
+    # the hole's 8 KiB discarded on the virtual disk, tied to the request
+    d = s.rows("SELECT sum(bytes) AS bytes FROM links WHERE lower_level = 'vdisk' "
+               "AND upper_id = ? AND kind IN ('discard', 'sync')",
+               [got["uring_fallocate"]["io_id"]])
+    assert d == [{"bytes": 8192}], d
+    assert_losses_counted(s)
+
+
 # each file system once as guest and once as host
 @pytest.mark.parametrize("guest,host", [("ext2", "ext3"), ("ext3", "btrfs"), ("xfs", "ext4"),
                                         ("btrfs", "ext2")])

@@ -39,8 +39,8 @@ struct nt_vfs_event {
 	__u32 pid; /* process id (tgid) */
 	__u32 tid; /* thread id */
 	__u32 f_flags; /* open flags of the file (O_DIRECT, O_SYNC, ...) */
-	__u16 syscall; /* nestrace syscall code: 1 read 2 write 3 pread64 4 pwrite64 5 readv 6 writev 7 preadv 8 pwritev 9 preadv2 10 pwritev2 11 fsync 12 fdatasync 13 sync_file_range 14 aio_pread 15 aio_pwrite 16 aio_fsync 17 aio_fdsync 18 aio_preadv 19 aio_pwritev (Linux AIO: one record per iocb, from io_submit to the io_getevents that reaped it) 20 uring_read 21 uring_write 22 uring_readv 23 uring_writev 24 uring_fsync (io_uring: one record per request, from submission to its CQE) 25 fallocate (its mode in iov_count) */
-	__u16 iov_count; /* number of iovecs (1 for plain read/write); fallocate: its mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...) */
+	__u16 syscall; /* nestrace syscall code: 1 read 2 write 3 pread64 4 pwrite64 5 readv 6 writev 7 preadv 8 pwritev 9 preadv2 10 pwritev2 11 fsync 12 fdatasync 13 sync_file_range 14 aio_pread 15 aio_pwrite 16 aio_fsync 17 aio_fdsync 18 aio_preadv 19 aio_pwritev (Linux AIO: one record per iocb, from io_submit to the io_getevents that reaped it) 20 uring_read 21 uring_write 22 uring_readv 23 uring_writev 24 uring_fsync (io_uring: one record per request, from submission to its CQE) 25 fallocate (its mode in iov_count) 26 uring_sync_file_range 27 uring_fallocate (its mode in iov_count) */
+	__u16 iov_count; /* number of iovecs (1 for plain read/write); fallocate, uring_fallocate: its mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...) */
 	__s32 fd; /* file descriptor */
 	char comm[16]; /* task command name */
 };

@@ -27,6 +27,8 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        SC_URING_READ, SC_URING_WRITE, SC_URING_READV, SC_URING_WRITEV, SC_URING_FSYNC,
        /* fallocate(2): its mode in iov_count (PUNCH_HOLE, ZERO_RANGE, ...) */
        SC_FALLOCATE,
+       /* io_uring's sync_file_range and fallocate (its mode in iov_count) */
+       SC_URING_SYNC_FILE_RANGE, SC_URING_FALLOCATE,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -486,6 +488,8 @@ static __always_inline __u16 uring__code(__u8 opcode)
 	case 3: return SC_URING_FSYNC;		/* IORING_OP_FSYNC */
 	case 4: return SC_URING_READ;		/* IORING_OP_READ_FIXED */
 	case 5: return SC_URING_WRITE;		/* IORING_OP_WRITE_FIXED */
+	case 8: return SC_URING_SYNC_FILE_RANGE;	/* IORING_OP_SYNC_FILE_RANGE */
+	case 17: return SC_URING_FALLOCATE;	/* IORING_OP_FALLOCATE */
 	case 22: return SC_URING_READ;		/* IORING_OP_READ */
 	case 23: return SC_URING_WRITE;		/* IORING_OP_WRITE */
 	}
@@ -538,9 +542,19 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 		return 0;
 	}
 	a.s.ts = bpf_ktime_get_ns();
-	async__range(&a.s, a.s.syscall == SC_URING_FSYNC ? ASYNC_SYNC :
-			   a.s.syscall >= SC_URING_READV ? ASYNC_RWV : ASYNC_RW,
-		     BPF_CORE_READ(rw, kiocb.ki_pos), BPF_CORE_READ(rw, addr), BPF_CORE_READ(rw, len));
+	if (a.s.syscall >= SC_URING_SYNC_FILE_RANGE && bpf_core_type_exists(struct io_sync)) {
+		/* a range in the request's io_sync; fallocate's mode with it */
+		struct io_sync *sync = (void *)req;
+
+		a.s.offset = BPF_CORE_READ(sync, off);
+		a.s.req_bytes = BPF_CORE_READ(sync, len);
+		a.s.iov_count = a.s.syscall == SC_URING_FALLOCATE ? BPF_CORE_READ(sync, mode) : 1;
+	} else {
+		async__range(&a.s, a.s.syscall == SC_URING_FSYNC ? ASYNC_SYNC :
+				   a.s.syscall >= SC_URING_READV ? ASYNC_RWV : ASYNC_RW,
+			     BPF_CORE_READ(rw, kiocb.ki_pos), BPF_CORE_READ(rw, addr),
+			     BPF_CORE_READ(rw, len));
+	}
 	id = bpf_get_current_pid_tgid();
 	a.tid = (__u32)id;
 	a.tgid = id >> 32;

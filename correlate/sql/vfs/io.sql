@@ -6,8 +6,10 @@
 -- end_ns the io_getevents call that reaped it, when the application learnt
 -- of the completion, which may be after the I/O ended), and one per
 -- io_uring request (ts_ns its submission, end_ns the posting of its CQE).
--- fallocate(2) is op discard when it punches a hole or zeroes a range
--- (its bytes: the range, on success), else other.
+-- fallocate(2), and io_uring's, is op discard when it punches a hole or
+-- zeroes a range (its bytes: the range, on success), else other;
+-- sync_file_range(2), and io_uring's, is op sync with its range.
+-- (io_uring's fsync: the whole file, as fsync(2).)
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'vfs'
@@ -17,14 +19,14 @@
 -- @column duration_ns UBIGINT  exit - entry
 -- @column dev UINTEGER         kernel dev_t of the guest file system
 -- @column ino UBIGINT          inode number
--- @column offset_bytes BIGINT  file offset (-1 for fsync/fdatasync)
--- @column req_bytes UBIGINT    bytes asked for (fallocate: the range's length)
+-- @column offset_bytes BIGINT  file offset (-1 for fsync/fdatasync; sync_file_range: where its range starts)
+-- @column req_bytes UBIGINT    bytes asked for (fallocate, sync_file_range: the range's length; 0 for sync_file_range: to the file's end)
 -- @column ret_bytes BIGINT     bytes done (0 on error; fallocate: the range, on success)
 -- @column ret BIGINT           raw return value (bytes, or -errno)
 -- @column bytes BIGINT         alias of ret_bytes, for cross-level queries
--- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ... for io_uring requests
+-- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, sync_file_range, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ..., uring_fsync, uring_sync_file_range, uring_fallocate for io_uring requests
 -- @column op VARCHAR           read, write, sync, discard (fallocate punching a hole or zeroing a range) or other (other fallocate)
--- @column falloc_mode USMALLINT fallocate's mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...); NULL for the other syscalls
+-- @column falloc_mode USMALLINT fallocate's and uring_fallocate's mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...); NULL for the other syscalls
 -- @column direct BOOLEAN       file opened with O_DIRECT
 -- @column sync BOOLEAN         file opened with O_SYNC or O_DSYNC
 -- @column pid UINTEGER         process id
@@ -34,23 +36,23 @@
 CREATE OR REPLACE VIEW vfs_io AS
 SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns, e.ts_ns + e.duration_ns AS end_ns,
        e.duration_ns, e.dev, e.ino, e.offset_bytes, e.req_bytes,
-       CASE WHEN e.syscall = 25 AND e.ret = 0 THEN e.req_bytes::BIGINT ELSE greatest(e.ret, 0) END
+       CASE WHEN e.syscall IN (25, 27) AND e.ret = 0 THEN e.req_bytes::BIGINT ELSE greatest(e.ret, 0) END
          AS ret_bytes,
        e.ret,
-       CASE WHEN e.syscall = 25 AND e.ret = 0 THEN e.req_bytes::BIGINT ELSE greatest(e.ret, 0) END
+       CASE WHEN e.syscall IN (25, 27) AND e.ret = 0 THEN e.req_bytes::BIGINT ELSE greatest(e.ret, 0) END
          AS bytes,
        ['read', 'write', 'pread64', 'pwrite64', 'readv', 'writev', 'preadv', 'pwritev',
         'preadv2', 'pwritev2', 'fsync', 'fdatasync', 'sync_file_range',
         'aio_pread', 'aio_pwrite', 'aio_fsync', 'aio_fdsync', 'aio_preadv', 'aio_pwritev',
         'uring_read', 'uring_write', 'uring_readv', 'uring_writev', 'uring_fsync',
-        'fallocate'][e.syscall]
+        'fallocate', 'uring_sync_file_range', 'uring_fallocate'][e.syscall]
          AS syscall,
        CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18, 20, 22) THEN 'read'
             WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19, 21, 23) THEN 'write'
-            WHEN e.syscall = 25 AND e.iov_count & (2 | 16) <> 0 THEN 'discard'
-            WHEN e.syscall = 25 THEN 'other'
+            WHEN e.syscall IN (25, 27) AND e.iov_count & (2 | 16) <> 0 THEN 'discard'
+            WHEN e.syscall IN (25, 27) THEN 'other'
             ELSE 'sync' END AS op,
-       CASE WHEN e.syscall = 25 THEN e.iov_count END AS falloc_mode,
+       CASE WHEN e.syscall IN (25, 27) THEN e.iov_count END AS falloc_mode,
        (e.f_flags & 16384) <> 0 AS direct,          -- O_DIRECT (x86 040000)
        (e.f_flags & 1052672) <> 0 AS sync,          -- O_SYNC | O_DSYNC
        e.pid, e.tid, e.fd, e.comm

@@ -19,12 +19,15 @@ SELECT capture_id, dev,
        ((row_number() OVER (PARTITION BY capture_id ORDER BY dev) - 1) << 50)::BIGINT AS shift
 FROM (SELECT DISTINCT capture_id, dev FROM device_map WHERE level = 'disk');
 
+-- (vfs -> vdisk: the pieces on the virtual disk, cut by the guest file's
+-- extents only: cut again where the image's extents end, as map_vfs
+-- is, two pieces of one call could share a block, and the block would
+-- be tied to one of them)
 CREATE OR REPLACE VIEW _links_upper AS
 SELECT 'vfs' AS upper_level, 'vdisk' AS lower_level, capture_id, io_id AS upper_id,
-       ts_ns AS u_start, end_ns AS u_end, op AS u_op,
-       vdisk_offset_bytes::BIGINT AS u_off, bytes::BIGINT AS u_len,
-       unnest(_blocks(vdisk_offset_bytes, bytes)) AS blk
-FROM map_vfs
+       ts_ns AS u_start, end_ns AS u_end, op AS u_op, vs AS u_off, vt - vs AS u_len,
+       unnest(_blocks(vs, vt - vs)) AS blk
+FROM _map_vfs_ranges
 UNION ALL
 SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, op,
        s, t - s, unnest(_blocks(s, t - s))

@@ -146,12 +146,13 @@ def initramfs(path: Path) -> Path:
     return path
 
 
-def boot(workdir: Path, script: str, disk: Path, *, timeout: float = 900,
-         memory_mb: int = 2048, fmt: str = "raw") -> tuple[int, str, str]:
-    """Boot the guest with `disk` as its virtio-blk disk (image format
-    `fmt`, cache=none like a production VM), run `script` in it, and
-    return (its exit code, what it printed, QEMU's console).  `workdir/out` is the guest's
-    /run/out: the script leaves its results there."""
+def boot(workdir: Path, script: str, disks: list[tuple[Path, str]], *, timeout: float = 900,
+         memory_mb: int = 2048) -> tuple[int, str, str]:
+    """Boot the guest with `disks`, (image, format) pairs, as its virtio-blk
+    disks (vda, vdb, ... in that order; cache=none like a production VM),
+    run `script` in it, and return (its exit code, what it printed, QEMU's
+    console).  `workdir/out` is the guest's /run/out: the script leaves its
+    results there."""
     if why := missing():
         raise GuestError(why)
     out = workdir / "out"
@@ -164,8 +165,9 @@ def boot(workdir: Path, script: str, disk: Path, *, timeout: float = 900,
            "-append", "console=ttyS0 quiet panic=-1",
            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=passthrough,readonly=on,"
                       "multidevs=remap",
-           "-virtfs", f"local,path={out},mount_tag=out,security_model=passthrough",
-           "-drive", f"file={disk},format={fmt},if=virtio,cache=none"]
+           "-virtfs", f"local,path={out},mount_tag=out,security_model=passthrough"]
+    for disk, fmt in disks:
+        cmd += ["-drive", f"file={disk},format={fmt},if=virtio,cache=none"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
                            stdin=subprocess.DEVNULL)

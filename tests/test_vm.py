@@ -5,6 +5,7 @@ the two captures on one clock.  The static agent copied into the guest
 runs, CO-RE-relocated, on a kernel it was not built on."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,14 +29,18 @@ READS = 512
 WRITES = 16     # 64 KiB each, into a new sparse file: blocks the image never held
 
 
+FORMATS = ("raw", "qcow2", "vmdk", "vdi", "vhdx", "vpc")
+
+
 @pytest.fixture
-def host_image(request, tmp_path):
+def host_images(request, tmp_path):
     """An xfs host file system on a loop device (direct I/O: the host disk
     is uncached) holding a 256 MiB image with ext4 on it (1 KiB blocks,
-    mkfs's choice for so small a disk): a sparse raw file, or that file
-    converted to qcow2, a one-file sparse vmdk, a vdi, a vhdx or a dynamic VHD (only the
-    clusters mkfs wrote allocated, packed in the file in disk order; the guest's own
-    writes then allocate more at its end).  Torn down whatever happens."""
+    mkfs's choice for so small a disk) in each format asked for: a sparse
+    raw file, or that file converted to qcow2, a one-file sparse vmdk, a
+    vdi, a vhdx or a dynamic VHD (vpc) (only the clusters mkfs wrote
+    allocated, packed in the file in disk order; the guest's own writes
+    then allocate more at its end).  Torn down whatever happens."""
     if why := guestvm.missing():
         pytest.fail(f"cannot boot a guest: {why}; ci/setup installs what is needed")
     backing, mnt = tmp_path / "host.img", tmp_path / "host"
@@ -43,20 +48,25 @@ def host_image(request, tmp_path):
     before = loop_devices()
     loop = None
     try:
-        subprocess.run(["truncate", "-s", "1G", str(backing)], check=True)
+        subprocess.run(["truncate", "-s", "2G", str(backing)], check=True)
         loop = subprocess.run(["losetup", "--direct-io=on", "--find", "--show", str(backing)],
                               check=True, capture_output=True, text=True).stdout.strip()
         subprocess.run(["mkfs.xfs", "-q", "-f", loop], check=True)
         subprocess.run(["mount", loop, str(mnt)], check=True)
-        image = mnt / "vm.raw"
-        subprocess.run(["truncate", "-s", "256M", str(image)], check=True)
-        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-        if request.param != "raw":
-            raw, image = image, mnt / f"vm.{request.param}"
-            subprocess.run(["qemu-img", "convert", "-O", request.param, str(raw), str(image)],
-                           check=True)
+        raw = mnt / "vm.raw"
+        subprocess.run(["truncate", "-s", "256M", str(raw)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(raw)], check=True)
+        images = {}
+        for fmt in request.param:
+            if fmt != "raw":
+                images[fmt] = mnt / f"vm.{fmt}"
+                subprocess.run(["qemu-img", "convert", "-O", fmt, str(raw), str(images[fmt])],
+                               check=True)
+        if "raw" in request.param:
+            images["raw"] = raw
+        else:
             raw.unlink()
-        yield image
+        yield {fmt: images[fmt] for fmt in request.param}
     finally:
         if os.path.ismount(mnt):
             subprocess.run(["umount", str(mnt)], check=True)
@@ -65,56 +75,70 @@ def host_image(request, tmp_path):
         assert loop_devices() <= before, "a loop device was left attached"
 
 
-GUEST_SCRIPT = """set -e
-mkdir -p /run/data
-mount /dev/vda /run/data
+# the guest's run on one of its disks: fio under the recorder, whose
+# capture it copies out
+GUEST_DISK = """mkdir -p /run/data{i}
+mount /dev/{disk} /run/data{i}
 cd {root}
-fio --name=t --directory=/run/data --rw=write --bs=1M --size=16M --direct=1 --output=/dev/null
+fio --name=t --directory=/run/data{i} --rw=write --bs=1M --size=16M --direct=1 --output=/dev/null
 {recorder} -- \\
-    sh -c 'fio --name=t --directory=/run/data --ioengine=psync --rw=randread --bs=4k --direct=1 \\
-             --size=16M --io_size={io_size} --output=/dev/null --write_iolog=/run/out/fio.iolog &&
-           fio --name=w --directory=/run/data --ioengine=psync --rw=randwrite --bs=64k \\
+    sh -c 'fio --name=t --directory=/run/data{i} --ioengine=psync --rw=randread --bs=4k \\
+             --direct=1 --size=16M --io_size={io_size} --output=/dev/null \\
+             --write_iolog=/run/out/fio{i}.iolog &&
+           fio --name=w --directory=/run/data{i} --ioengine=psync --rw=randwrite --bs=64k \\
              --direct=1 --size=8M --io_size={write_size} --fallocate=none --output=/dev/null'
-cp -a /run/tmp/guest /run/out/
-umount /run/data
+cp -a /run/tmp/guest{i} /run/out/
+umount /run/data{i}
 """
 # the guest side: nestrace's Python, or the static agent alone (a guest
 # without Python), whose capture directory the host imports
 RECORDER = {
-    "record": ".venv/bin/python -m nestrace record -o /run/tmp/guest --side guest --stack /run/data",
-    "agent": "tracers/build/nestrace-agent --guest /run/data --guest-capture /run/tmp/guest",
+    "record": ".venv/bin/python -m nestrace record -o /run/tmp/guest{i} --side guest "
+              "--stack /run/data{i}",
+    "agent": "tracers/build/nestrace-agent --guest /run/data{i} --guest-capture /run/tmp/guest{i}",
 }
 
 
-@pytest.mark.parametrize("host_image, guest_by", [("raw", "record"), ("qcow2", "record"),
-                                                  ("vmdk", "record"), ("vdi", "record"),
-                                                  ("vhdx", "record"), ("vpc", "record"),
-                                                  ("raw", "agent")],
-                         indirect=["host_image"])
-def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_image, guest_by,
+# One boot per guest side (the emulated guest is slow to boot and slower
+# to start Python): the agent alone runs on six disks, one per format, in
+# turn, while six host sides record the six images at once.
+@pytest.mark.parametrize("host_images, guest_by", [(("raw",), "record"), (FORMATS, "agent")],
+                         indirect=["host_images"], ids=["raw-record", "all-formats-agent"])
+def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_images, guest_by,
                                                                          tmp_path):
     """fio in the guest reads 512 x 4 KiB with O_DIRECT; QEMU reads the
     image with O_DIRECT (cache=none).  The merged capture follows every
     read from the guest syscall to the guest's virtio request, QEMU's read
     of the image and the host disk request, across two kernels' clocks.
     guest_by "agent": the guest runs the static agent alone, no Python;
-    its capture directory is imported on the host."""
-    fmt = host_image.suffix[1:]
-    hstore = tmp_path / "host.store"
-    with host_side_recording(hstore, host_image, stop=signal.SIGTERM) as host:
+    its capture directories are imported on the host."""
+    disks = [(img, fmt) for fmt, img in host_images.items()]
+    script = "set -e\n" + "".join(GUEST_DISK.format(
+        i=i, disk=f"vd{chr(ord('a') + i)}", root=ROOT, io_size=READS * 4096,
+        write_size=WRITES * 65536, recorder=RECORDER[guest_by].format(i=i))
+        for i in range(len(disks)))
+    with contextlib.ExitStack() as hosts:
+        recordings = [hosts.enter_context(host_side_recording(
+            tmp_path / f"host{i}.store", img, stop=signal.SIGTERM)) for i, (img, _) in
+            enumerate(disks)]
         booted_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        rc, log, console = guestvm.boot(tmp_path / "vm", GUEST_SCRIPT.format(
-            root=ROOT, io_size=READS * 4096, write_size=WRITES * 65536,
-            recorder=RECORDER[guest_by]), host_image, fmt=fmt)
+        rc, log, console = guestvm.boot(tmp_path / "vm", script, disks)
         assert rc == 0, f"guest script failed ({rc}):\n{log}\n{console[-3000:]}"
-    hout = host["stdout"]
-    gstore = tmp_path / "vm" / "out" / "guest"
+    for i, (img, fmt) in enumerate(disks):
+        check_disk(tmp_path / f"d{i}", i, img, fmt, guest_by, tmp_path / f"host{i}.store",
+                   recordings[i]["stdout"], tmp_path / "vm" / "out", log, booted_ns)
+
+
+def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, booted_ns):
+    """The checks of one of the guest's disks, its image in format fmt."""
+    tmp_path.mkdir()
+    gstore = out / f"guest{i}"
     if guest_by == "agent":
         assert "sh exited 0" in log, log
         gstore = tmp_path / "guest.store"
-        r = run_cli("import", str(tmp_path / "vm" / "out" / "guest"), "-o", str(gstore))
+        r = run_cli("import", str(out / f"guest{i}"), "-o", str(gstore))
         assert "warning" not in r.stderr, r.stderr
-    offsets = fio_log_offsets(tmp_path / "vm" / "out" / "fio.iolog")
+    offsets = fio_log_offsets(out / f"fio{i}.iolog")
     assert len(offsets) == READS
 
     with nestrace.open(gstore) as s:
@@ -126,7 +150,7 @@ def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_im
     assert meta["machine"] == guestvm.HOSTNAME and meta["kernel"] != os.uname().release
     assert meta["kernel"] == (guestvm.KERNEL_DIR / "release").read_text().strip()
     assert '"block_rq_issue": "tp_btf"' in hooks
-    assert {d["level"]: d["name"] for d in devs}["vdisk"] == "vda"
+    assert {d["level"]: d["name"] for d in devs}["vdisk"] == f"vd{chr(ord('a') + i)}"
     with nestrace.open(hstore) as s:
         assert_losses_counted(s, hout)
 

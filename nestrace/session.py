@@ -33,7 +33,7 @@ MATERIALIZED = ("block_requests", "links")
 # its plan binds to scans of them instead of expanding each view at every
 # use (on an 82k-event capture, planning was ~1.5 s of links' 2.2 s)
 LINKS_INPUTS = ["map_extents", "_map_image_moved", "_map_vdisk_ranges", "_map_vdisk_pieces",
-                "_map_vfs_ranges", "map_vfs", "map_vdisk"]
+                "_map_vfs_ranges", "map_vdisk"]
 # small store tables that gained columns after stores were first written
 GROWN = ("device_map", "capture_meta", "extent_maps")
 

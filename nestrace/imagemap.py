@@ -32,12 +32,16 @@ class ClusterMap:
     zero_clusters: int = 0
     compressed_clusters: int = 0
     backing_file: str = ""
+    backing_format: str = ""                  # as the image names it ("": not named)
     dirty: bool = False
     # the image's own tables (header, L1, L2, refcount table and blocks;
     # vmdk: header, descriptor, grain directories and tables), coalesced:
     # (image offset, length)
     metadata: list[tuple[int, int]] = field(default_factory=list)
     fmt: str = "qcow2"
+    # disk ranges the image answers itself with no place in the file
+    # (qcow2's zero and compressed clusters): its backing file is not read there
+    opaque: list[tuple[int, int]] = field(default_factory=list)
 
 
 def cluster_map(path: str, fmt: str) -> ClusterMap:
@@ -100,3 +104,106 @@ def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append([off, n])
     return [tuple(x) for x in merged]
+
+
+# ---- backing chains ---------------------------------------------------------
+
+MAX_CHAIN = 16
+
+
+@dataclass
+class Layer:
+    """One file of an image's backing chain: the image itself first."""
+    path: str
+    fmt: str
+    map: ClusterMap | None           # None: a raw file (disk byte b at file byte b)
+    virtual_bytes: int
+
+
+def backing_chain(path: str, fmt: str) -> list[Layer]:
+    """The image at `path` and the files it reads through, top first: a
+    qcow2 image's backing file (relative to the image's directory, as QEMU
+    takes it; of the format the image names, else by its first bytes),
+    that file's backing file, and so on."""
+    from .stack import StackError, image_format
+    chain: list[Layer] = []
+    seen: set[str] = set()
+    while True:
+        real = os.path.realpath(path)
+        if real in seen or len(chain) >= MAX_CHAIN:
+            raise ImageMapError(f"{chain[0].path}: its backing chain loops or is longer than "
+                                f"{MAX_CHAIN} files (at {path})")
+        seen.add(real)
+        if fmt == "raw":
+            try:
+                size = os.stat(path).st_size
+            except OSError as e:
+                raise ImageMapError(f"{path}: {e.strerror}") from None
+            chain.append(Layer(real, "raw", None, size))
+            return chain
+        m = cluster_map(path, fmt)
+        chain.append(Layer(real, fmt, m, m.virtual_bytes))
+        if not m.backing_file:
+            return chain
+        name = m.backing_file
+        if ":" in name.split("/")[0]:
+            raise ImageMapError(f"{path}: backing file {name!r} is not a file (a protocol or "
+                                "json: name): nestrace follows backing files on a file system")
+        nxt = name if os.path.isabs(name) else os.path.join(os.path.dirname(path), name)
+        try:
+            bfmt = m.backing_format or image_format(nxt)
+        except StackError as e:
+            raise ImageMapError(f"{path}: backing file {name!r}: {e}") from None
+        if bfmt != "raw" and bfmt not in MAPPED:
+            raise ImageMapError(f"{path}: backing file {nxt} is a {bfmt} image: nestrace "
+                                f"follows {FOLLOWED} images only")
+        path, fmt = nxt, bfmt
+
+
+def _minus(ranges: list[tuple[int, int]], cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[lo, hi) ranges (sorted, disjoint) without the cuts (sorted, disjoint)."""
+    out, j = [], 0
+    for lo, hi in ranges:
+        while j < len(cuts) and cuts[j][1] <= lo:
+            j += 1
+        k = j
+        while lo < hi and k < len(cuts) and cuts[k][0] < hi:
+            if cuts[k][0] > lo:
+                out.append((lo, cuts[k][0]))
+            lo = max(lo, cuts[k][1])
+            k += 1
+        if lo < hi:
+            out.append((lo, hi))
+    return out
+
+
+def chain_extents(chain: list[Layer]) -> list[tuple[int, int, int, int]]:
+    """Where each disk byte of the top image is read from, through its
+    backing chain: (disk offset, layer, offset in that layer's file,
+    length), sorted by disk offset.  A layer serves what the layers above
+    it leave (unallocated clusters); a zero or compressed cluster ends the
+    search there with no place in a file, and so does the end of a
+    backing file shorter than the disk (QEMU reads zeros)."""
+    todo = [(0, chain[0].virtual_bytes)]
+    out: list[tuple[int, int, int, int]] = []
+    for i, layer in enumerate(chain):
+        todo = _minus(todo, [(layer.virtual_bytes, 1 << 63)])
+        if layer.map is None:
+            out += [(lo, i, lo, hi - lo) for lo, hi in todo]
+            break
+        ext = sorted((g, g + n, f) for g, f, n in layer.map.extents)
+        j = 0
+        for lo, hi in todo:   # the parts of todo this layer has a place for
+            while j < len(ext) and ext[j][1] <= lo:
+                j += 1
+            k = j
+            while k < len(ext) and ext[k][0] < hi:
+                s, t = max(lo, ext[k][0]), min(hi, ext[k][1])
+                out.append((s, i, ext[k][2] + s - ext[k][0], t - s))
+                k += 1
+        todo = _minus(todo, [(g, t) for g, t, _ in ext])
+        todo = _minus(todo, sorted((g, g + n) for g, n in layer.map.opaque))
+        if not todo:
+            break
+    out.sort()
+    return out

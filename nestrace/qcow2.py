@@ -19,6 +19,7 @@ OFFSET_MASK = 0x00FF_FFFF_FFFF_FE00      # bits 9-55 of an L1 or L2 entry
 COMPRESSED = 1 << 62
 ZERO = 1                                 # version 3: the cluster reads as zeros
 INCOMPAT_DIRTY, INCOMPAT_CORRUPT, INCOMPAT_DATA_FILE, INCOMPAT_EXTL2 = 1, 2, 4, 16
+EXT_END, EXT_BACKING_FORMAT = 0, 0xE2792ACA   # header extension types
 
 
 class Qcow2Error(ImageMapError):
@@ -44,9 +45,10 @@ def _cluster_map(fd: int, path: str) -> ClusterMap:
         raise Qcow2Error(f"{path}: offset 4: qcow2 version {version} (2 and 3 are read)")
     if not 9 <= cluster_bits <= 21:
         raise Qcow2Error(f"{path}: offset 20: cluster_bits {cluster_bits} out of 9..21")
-    incompat = 0
+    incompat, header_bytes = 0, 72
     if version == 3:
         incompat, = struct.unpack(">Q", _read(fd, path, 72, 8))
+        header_bytes, = struct.unpack(">I", _read(fd, path, 100, 4))
     if incompat & INCOMPAT_DATA_FILE:
         raise Qcow2Error(f"{path}: offset 72: the guest's data is in an external data file, "
                          "not in this image")
@@ -55,6 +57,7 @@ def _cluster_map(fd: int, path: str) -> ClusterMap:
     cs = 1 << cluster_bits
     backing = _read(fd, path, backing_off, backing_len).decode(errors="replace") \
         if backing_off and backing_len else ""
+    backing_fmt = _backing_format(fd, path, header_bytes, cs) if backing else ""
     l2_entries = cs // 8
     need = -(-size // (cs * l2_entries))
     if l1_size < need:
@@ -63,6 +66,7 @@ def _cluster_map(fd: int, path: str) -> ClusterMap:
     l1 = struct.unpack(f">{l1_size}Q", _read(fd, path, l1_off, 8 * l1_size)) if l1_size else ()
     meta = [(0, cs), (l1_off, 8 * l1_size), (rc_off, rc_clusters * cs)]
     extents: list[list[int]] = []
+    opaque: list[tuple[int, int]] = []    # zero and compressed clusters
     zeros = compressed = 0
     for i, e1 in enumerate(l1):
         l2_off = e1 & OFFSET_MASK
@@ -77,17 +81,21 @@ def _cluster_map(fd: int, path: str) -> ClusterMap:
             guest = (i * l2_entries + j) * cs
             if guest >= size or not e2:
                 continue
+            n = min(cs, size - guest)
             if e2 & COMPRESSED:
                 compressed += 1
+                opaque.append((guest, n))
                 continue
             host = e2 & OFFSET_MASK
             if version == 3 and e2 & ZERO or not host:
-                zeros += bool(version == 3 and e2 & ZERO)
+                if version == 3 and e2 & ZERO:
+                    zeros += 1
+                    opaque.append((guest, n))
                 continue
             if host % cs:
                 raise Qcow2Error(f"{path}: offset {l2_off + 8 * j}: L2 entry for guest "
                                  f"offset {guest} points to {host}, not a cluster boundary")
-            add_run(extents, guest, host, min(cs, size - guest))
+            add_run(extents, guest, host, n)
     # the refcount blocks the refcount table points to are metadata too
     if rc_clusters:
         rct = struct.unpack(f">{rc_clusters * cs // 8}Q", _read(fd, path, rc_off, rc_clusters * cs))
@@ -95,5 +103,18 @@ def _cluster_map(fd: int, path: str) -> ClusterMap:
     return ClusterMap(path=path, version=version, cluster_bytes=cs, virtual_bytes=size,
                       extents=[tuple(x) for x in extents], zero_clusters=zeros,
                       compressed_clusters=compressed, backing_file=backing,
-                      dirty=bool(incompat & INCOMPAT_DIRTY),
-                      metadata=coalesce(meta))
+                      backing_format=backing_fmt, dirty=bool(incompat & INCOMPAT_DIRTY),
+                      metadata=coalesce(meta), opaque=coalesce(opaque))
+
+
+def _backing_format(fd: int, path: str, offset: int, cs: int) -> str:
+    """The backing file's format from the header extensions (after the
+    header, in its first cluster); "" when the image does not say."""
+    while offset + 8 <= cs:
+        kind, n = struct.unpack(">II", _read(fd, path, offset, 8))
+        if kind == EXT_END:
+            return ""
+        if kind == EXT_BACKING_FORMAT:
+            return _read(fd, path, offset + 8, n).decode(errors="replace").rstrip("\0")
+        offset += 8 + (n + 7) // 8 * 8
+    return ""

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from nestrace.imagemap import ImageMapError, backing_chain, chain_extents
 from nestrace.qcow2 import Qcow2Error, cluster_map
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -80,7 +81,82 @@ def test_a_backing_file_is_named(tmp_path):
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(base), "16M"], check=True)
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base), "-F", "qcow2",
                     str(top)], check=True)
-    assert cluster_map(str(top)).backing_file == str(base)
+    m = cluster_map(str(top))
+    assert m.backing_file == str(base) and m.backing_format == "qcow2"
+
+
+def qemu_chain_map(path) -> list[tuple[int, int, int, int]]:
+    """QEMU's map through the backing chain: (disk offset, depth, file
+    offset, length) of every extent read from a file (a raw file's holes
+    too: they are read from it), coalesced where contiguous."""
+    out = json.loads(subprocess.run(["qemu-img", "map", "--output=json", str(path)],
+                                    check=True, capture_output=True, text=True).stdout)
+    ext: list[list[int]] = []
+    for e in out:
+        if "offset" not in e or (e["zero"] and not e["data"] and e["depth"] < 2):
+            continue   # (depth 0 and 1 are qcow2 here: an all-zero cluster, no read)
+        last = ext[-1] if ext else None
+        if last and last[1] == e["depth"] and last[0] + last[3] == e["start"] \
+                and last[2] + last[3] == e["offset"]:
+            last[3] += e["length"]
+        else:
+            ext.append([e["start"], e["depth"], e["offset"], e["length"]])
+    return [tuple(x) for x in ext]
+
+
+def coalesced(ext):
+    out: list[list[int]] = []
+    for g, i, f, n in ext:
+        if out and out[-1][1] == i and out[-1][0] + out[-1][3] == g and out[-1][2] + out[-1][3] == f:
+            out[-1][3] += n
+        else:
+            out.append([g, i, f, n])
+    return [tuple(x) for x in out]
+
+
+def test_a_backing_chain_is_read_as_qemu_reads_it(tmp_path):
+    """Three files: a raw base shorter than the disk, a qcow2 over it, a
+    qcow2 overlay on top (the base named relative to the middle file).
+    Each disk byte is read from the file QEMU's map says, at its offset;
+    a zero cluster on top hides the layers below; past the base's end
+    there is no file."""
+    base, mid, top = tmp_path / "base.raw", tmp_path / "mid.qcow2", tmp_path / "top.qcow2"
+    subprocess.run(["truncate", "-s", "6M", str(base)], check=True)
+    qemu_io(base, "write -P 1 0 6M", fmt="raw")
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", "base.raw", "-F", "raw",
+                    str(mid), "8M"], cwd=tmp_path, check=True)
+    qemu_io(mid, "write -P 2 1M 512k", "write -P 3 7M 64k")
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(mid), "-F", "qcow2",
+                    str(top)], check=True)
+    qemu_io(top, "write -P 4 1200k 8k", "write -P 5 0 4k", "write -z 3M 128k",
+            "write -P 6 7M 4k")
+    chain = backing_chain(str(top), "qcow2")
+    assert [(c.path, c.fmt) for c in chain] == [(str(top), "qcow2"), (str(mid), "qcow2"),
+                                                (str(base), "raw")]
+    got = coalesced(chain_extents(chain))
+    assert got == qemu_chain_map(top)
+    assert {i for _, i, _, _ in got} == {0, 1, 2}
+    # the zero cluster and the disk past the base's end are read from no file
+    assert not any(g < 3 * MiB + 128 * KiB and 3 * MiB < g + n for g, _, _, n in got)
+    assert not any(g < 7 * MiB and 6 * MiB < g + n for g, i, _, n in got if i == 2)
+    # a copy-on-write of a partial cluster: the overlay holds the whole cluster
+    assert (1152 * KiB, 0) in {(g, i) for g, i, _, _ in got}
+
+
+def test_a_backing_chain_that_loops_or_leaves_the_file_system_is_refused(tmp_path):
+    a, b = tmp_path / "a.qcow2", tmp_path / "b.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(a), "1M"], check=True)
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(a), "-F", "qcow2",
+                    str(b)], check=True)
+    subprocess.run(["qemu-img", "rebase", "-u", "-f", "qcow2", "-b", str(b), "-F", "qcow2",
+                    str(a)], check=True)
+    with pytest.raises(ImageMapError, match=rf"{b}: its backing chain loops"):
+        backing_chain(str(b), "qcow2")
+    n = tmp_path / "n.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-u", "-b", "nbd://x:1/e",
+                    "-F", "raw", str(n), "1M"], check=True)
+    with pytest.raises(ImageMapError, match=rf"{n}: backing file 'nbd://x:1/e' is not a file"):
+        backing_chain(str(n), "qcow2")
 
 
 def test_bad_images_name_the_file_and_the_offset(tmp_path):

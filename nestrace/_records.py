@@ -137,7 +137,7 @@ TABLES = {
     'extent_maps': {'doc': 'FIEMAP snapshot of a traced file (the image, or a guest file) at capture start or end.', 'fields': [
         ('capture_id', 'string', '', 'capture this snapshot belongs to'),
         ('phase', 'string', '', 'start or end'),
-        ('role', 'string', '', "image (host FS file backing the virtual disk), guest_file, vdisk_image (a qcow2, sparse vmdk, vdi, vhdx or vpc image's cluster map: logical_bytes is the virtual-disk offset, physical_bytes the offset in the image file) or image_metadata (where a qcow2, vmdk, vdi, vhdx or vpc image's own tables are: both offsets in the image file)"),
+        ('role', 'string', '', "image (host FS file backing the virtual disk, or a file of its backing chain), guest_file, vdisk_image (a qcow2, sparse vmdk, vdi, vhdx or vpc image's cluster map: logical_bytes is the virtual-disk offset, physical_bytes the offset in the file the row names: the image, or for a qcow2 image's unallocated clusters a file of its backing chain) or image_metadata (where a qcow2, vmdk, vdi, vhdx or vpc image's own tables are: both offsets in the file the row names)"),
         ('path', 'string', '', 'path of the file when snapshotted'),
         ('dev', 'uint32', '', 'kernel dev_t of the file system holding the file'),
         ('ino', 'uint64', '', 'inode number'),
@@ -146,6 +146,7 @@ TABLES = {
         ('length_bytes', 'uint64', 'bytes', 'extent length'),
         ('flags', 'uint32', '', 'FIEMAP_EXTENT_* flags'),
         ('physical_dev', 'uint32', '', 'kernel dev_t of the disk holding these bytes (a btrfs on several devices has a row per copy and per stripe); NULL for vdisk_image and image_metadata, and in stores written before: the one disk below'),
+        ('cluster_bytes', 'uint32', 'bytes', "vdisk_image rows: the image's cluster (grain, block) size, the unit it allocates in; NULL for the other roles and in stores written before"),
     ]},
     'device_map': {'doc': 'Which device is which level of the traced stack, with the loop configuration.', 'fields': [
         ('capture_id', 'string', '', 'capture'),

@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from ._paths import AgentNotFound
-from .imagemap import FOLLOWED, MAPPED, ImageMapError, cluster_map
+from .imagemap import FOLLOWED, MAPPED, ImageMapError, backing_chain
 from .lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
 from .stack import StackError
 from .store import StoreError, check_store, live_captures, seal
@@ -323,15 +323,17 @@ def _side_stack(side: str, mount, vdisk, image, disk):
                     "only and will refuse it", err=True, fg="yellow")
     elif stack.image_format in MAPPED:
         try:
-            backing = cluster_map(stack.image_path, stack.image_format).backing_file
+            chain = backing_chain(stack.image_path, stack.image_format)
         except ImageMapError as e:
             click.secho(f"nestrace: warning: {e}: the host's levels are recorded, but `merge` "
                         "cannot map guest offsets into this image", err=True, fg="yellow")
             return stack
-        if backing:
-            click.secho(f"nestrace: warning: {image} has a backing file ({backing}): guest "
-                        "reads of clusters the image has not allocated go to that file, "
-                        "which is not traced", err=True, fg="yellow")
+        traced = {b["path"] for b in stack.backing_files}
+        for layer in chain[1:]:
+            if layer.path not in traced:
+                click.secho(f"nestrace: warning: {image}'s backing file {layer.path} is not on "
+                            f"{stack.host_mount}: guest reads that go to it are not traced",
+                            err=True, fg="yellow")
     return stack
 
 

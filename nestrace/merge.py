@@ -113,16 +113,19 @@ def estimate_offset(guest: pa.Table, host: pa.Table, *, image_offset: int = 0,
 # host disk request that served it (the first one at its mapped disk
 # offset dispatched after it)
 HOST_ACCESSES = """
-WITH a AS (SELECT io_id, ts_ns, offset_bytes, op, direct FROM hostfs_io
-           WHERE capture_id = $cid AND ino = $ino AND op IN ('read', 'write')),
-m AS (SELECT a.io_id, a.ts_ns, a.offset_bytes, a.op,
+WITH a AS (SELECT io_id, ts_ns, ino, offset_bytes, op, direct FROM hostfs_io
+           WHERE capture_id = $cid AND list_contains($inos, ino) AND op IN ('read', 'write')),
+m AS (SELECT a.io_id, a.ts_ns, a.ino, a.offset_bytes, a.op,
              CASE WHEN a.direct THEN min(e.physical_bytes + (a.offset_bytes - e.logical_bytes)) END
                AS disk_off
       FROM a LEFT JOIN map_extents e
-        ON e.capture_id = $cid AND e.role = 'image' AND e.ino = $ino
+        ON e.capture_id = $cid AND e.role = 'image' AND e.ino = a.ino
        AND a.offset_bytes >= e.logical_bytes AND a.offset_bytes < e.logical_bytes + e.length_bytes
-      GROUP BY a.io_id, a.ts_ns, a.offset_bytes, a.op, a.direct)
-SELECT m.ts_ns, m.offset_bytes, m.op, d.c_ns AS done_ns
+      GROUP BY a.io_id, a.ts_ns, a.ino, a.offset_bytes, a.op, a.direct)
+-- (the files of a backing chain each in a stretch of their own: the
+-- image at 0, file k of $inos at k << 50, as _cluster_map puts them)
+SELECT m.ts_ns, ((list_position($inos, m.ino) - 1)::BIGINT << 50) + m.offset_bytes AS offset_bytes,
+       m.op, d.c_ns AS done_ns
 FROM m ASOF LEFT JOIN (SELECT offset_bytes::BIGINT AS off, op, start_ns, c_ns FROM disk_io
                        WHERE capture_id = $cid AND c_ns IS NOT NULL) d
   ON d.off = m.disk_off AND d.op = m.op AND d.start_ns >= m.ts_ns
@@ -249,9 +252,10 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     if not image_ino:
         raise MergeError(f"{hs}: capture {hid} names no image file in its stack_json")
     fmt = host_stack.get("image_format", "raw")
+    inos = [image_ino, *(b["ino"] for b in host_stack.get("backing_files", []))]
     clusters = None
     if fmt in MAPPED:
-        clusters = _cluster_map(h["extent_maps"])
+        clusters = _cluster_map(h["extent_maps"], inos)
         if clusters is None:
             raise MergeError(f"{hs}: capture {hid}: the {fmt} image {image_path} has no cluster "
                              "map stored (`record --side host` could not read it, and said why)")
@@ -270,7 +274,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
                            "WHERE capture_id = ? AND level = 'vdisk' AND c_ns IS NOT NULL "
                            "AND offset_bytes IS NOT NULL AND op IN ('read', 'write')", [gid])
         with Session(hs) as s:
-            hacc = s.query(HOST_ACCESSES, {"cid": hid, "ino": image_ino})
+            hacc = s.query(HOST_ACCESSES, {"cid": hid, "inos": inos})
         if clusters is not None:
             greq = _through_clusters(greq, clusters)
         est = estimate_offset(greq, hacc, image_offset=image_offset, outliers=outliers)
@@ -362,16 +366,18 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     return MergeResult(cid, est, offset_ns, remapped, records, before_guest)
 
 
-def _cluster_map(extent_maps: pa.Table) -> pa.Table | None:
-    """The host capture's image cluster map (qcow2, vmdk; the snapshot at end, else at
-    start) as (lo, ph, len), or None when it has none."""
+def _cluster_map(extent_maps: pa.Table, inos: list[int]) -> pa.Table | None:
+    """The host capture's image cluster map (the snapshot at end, else at
+    start) as (lo, ph, len), or None when it has none.  ph is in the file
+    the byte is read from: the image (`inos[0]`), or file k of its backing
+    chain, at k << 50."""
     rows = [r for r in extent_maps.to_pylist() if r["role"] == "vdisk_image"]
     phase = "end" if any(r["phase"] == "end" for r in rows) else "start"
-    rows = [r for r in rows if r["phase"] == phase]
+    rows = [r for r in rows if r["phase"] == phase and r["ino"] in inos]
     if not rows:
         return None
     return pa.table({"lo": [r["logical_bytes"] for r in rows],
-                     "ph": [r["physical_bytes"] for r in rows],
+                     "ph": [(inos.index(r["ino"]) << 50) + r["physical_bytes"] for r in rows],
                      "len": [r["length_bytes"] for r in rows]})
 
 

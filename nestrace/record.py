@@ -155,7 +155,8 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
                  "--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
     if stack.has_host:
         args += [a for d in stack.disks for a in ("--dev", f"{kdev_str(d.kdev)}=block")]
-        args += ["--ino", f"{kdev_str(stack.host_kdev)}:{stack.image_ino}=file,cache,map"]
+        args += [a for ino in [stack.image_ino, *(b["ino"] for b in stack.backing_files)]
+                 for a in ("--ino", f"{kdev_str(stack.host_kdev)}:{ino}=file,cache,map")]
     skip = () if all_hooks or not stack.has_host else unused_hooks(stack.host_fs)
     if skip:
         args += ["--skip-hooks", ",".join(skip)]
@@ -201,27 +202,38 @@ def _same_dev(path: str, dev: int) -> bool:
         return False
 
 
-def cluster_rows(image: str, fmt: str, phase: str, capture_id: str) -> list[dict]:
-    """A qcow2 or sparse vmdk image's cluster map as extent rows of role
-    vdisk_image (logical: virtual-disk offset, physical: offset in the image
-    file), and where its own tables are as rows of role image_metadata (both
-    offsets in the image file).
-    An image whose map cannot be read gives none, with a warning: `merge`
-    then refuses to map it."""
-    from .imagemap import ImageMapError, cluster_map
+def cluster_rows(stack: Stack, phase: str, capture_id: str) -> list[dict]:
+    """A qcow2, vmdk, vdi, vhdx or vpc image's cluster map as extent rows of
+    role vdisk_image (logical: virtual-disk offset; physical: offset in the
+    file the byte is read from, named by the row's dev and ino: the image,
+    or a file of its backing chain; cluster_bytes: the image's), and where
+    each file's own tables are as rows of role image_metadata (both offsets
+    in that file).  Bytes in a backing file off the image's file system are
+    left out (not traced).  An image whose map cannot be read gives none,
+    with a warning: `merge` then refuses to map it."""
+    from .imagemap import ImageMapError, backing_chain, chain_extents
     try:
-        m = cluster_map(image, fmt)
+        chain = backing_chain(stack.image_path, stack.image_format)
     except ImageMapError as e:
         print(f"nestrace: warning: {e}: its cluster map is not stored, and `merge` will not "
               "map guest offsets into it", file=sys.stderr)
         return []
-    dev, ino = file_id(image)
-    base = {"capture_id": capture_id, "phase": phase, "path": image, "dev": dev, "ino": ino,
-            "flags": 0}
-    return ([base | {"role": "vdisk_image", "logical_bytes": lo, "physical_bytes": ph,
-                     "length_bytes": ln} for lo, ph, ln in m.extents]
-            + [base | {"role": "image_metadata", "logical_bytes": off, "physical_bytes": off,
-                       "length_bytes": ln} for off, ln in m.metadata])
+    traced = {os.path.realpath(stack.image_path), *(b["path"] for b in stack.backing_files)}
+    ids = [file_id(layer.path) if layer.path in traced else None for layer in chain]
+    rows = []
+    for g, i, off, n in chain_extents(chain):
+        if ids[i]:
+            rows.append({"capture_id": capture_id, "phase": phase, "path": chain[i].path,
+                         "dev": ids[i][0], "ino": ids[i][1], "flags": 0, "role": "vdisk_image",
+                         "logical_bytes": g, "physical_bytes": off, "length_bytes": n,
+                         "cluster_bytes": chain[0].map.cluster_bytes})
+    for layer, fid in zip(chain, ids):
+        if fid and layer.map:
+            rows += [{"capture_id": capture_id, "phase": phase, "path": layer.path,
+                      "dev": fid[0], "ino": fid[1], "flags": 0, "role": "image_metadata",
+                      "logical_bytes": off, "physical_bytes": off, "length_bytes": ln}
+                     for off, ln in layer.map.metadata]
+    return rows
 
 
 def snapshot_extents(stack: Stack, capture_id: str, phase: str,
@@ -231,10 +243,11 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
     rows = []
     if stack.has_host:
         chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
-        rows += extent_rows(stack.image_path, "image", phase, capture_id, stack.disk.kdev,
-                            chunks, devices)
+        for path in [stack.image_path, *(b["path"] for b in stack.backing_files)]:
+            rows += extent_rows(path, "image", phase, capture_id, stack.disk.kdev, chunks,
+                                devices)
         if stack.image_format in MAPPED:
-            rows += cluster_rows(stack.image_path, stack.image_format, phase, capture_id)
+            rows += cluster_rows(stack, phase, capture_id)
     if not stack.has_guest:
         return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
     subprocess.run(["sync", "-f", stack.guest_mount], check=False)

@@ -14,7 +14,7 @@ from .store import check_store
 
 REPORT_VERSION = 1
 # shared intermediates the report's views build on, lower first
-CACHED = ["block_requests", *LINKS_INPUTS, "map_disk", "links"]
+CACHED = ["block_requests", *LINKS_INPUTS, "_map_disk", "links"]
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
 VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "hostfs": "hostfs_io", "disk": "disk_io"}
 
@@ -66,6 +66,16 @@ def build(s: Session, capture_id: str | None = None) -> dict:
                             0)::BIGINT AS mapped_bytes
             FROM device_map d LEFT JOIN map_vdisk_image m USING (capture_id)
             WHERE d.capture_id = ? AND d.level = 'vdisk'""", p)
+        # the files of its backing chain that serve part of the disk
+        image["backing_files"] = s.rows("""
+            SELECT any_value(e.path) AS path, any_value(m.bytes)::BIGINT AS mapped_bytes
+            FROM (SELECT capture_id, image_ino, sum(length_bytes) AS bytes FROM map_vdisk_image
+                  GROUP BY ALL) m
+            JOIN extent_maps e ON e.capture_id = m.capture_id AND e.ino = m.image_ino
+             AND e.role = 'vdisk_image'
+            JOIN _base_image_files f ON f.capture_id = m.capture_id AND f.ino = m.image_ino
+            WHERE m.capture_id = ? AND f.shift > 0
+            GROUP BY m.image_ino ORDER BY any_value(f.shift)""", p)
     seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ?", p)}
     phases: dict = {}
     for r in s.rows("SELECT level, phase, n, min_ns, avg_ns, median_ns, p99_ns, max_ns "
@@ -186,7 +196,10 @@ def render(rep: dict, console=None) -> None:
     if im and im["format"] != "raw":
         con.print(f"image {im['path']}: {im['format']}, the virtual disk mapped into it by its "
                   f"cluster map ({im['map_source']}): {im['map_extents']} extents, "
-                  f"{_fmt_bytes(im['mapped_bytes'])} with a place in the file")
+                  f"{_fmt_bytes(im['mapped_bytes'])} with a place in a file")
+        for b in im.get("backing_files") or []:
+            con.print(f"  through its backing file {b['path']}: "
+                      f"{_fmt_bytes(b['mapped_bytes'])} of the disk read from it")
     t = Table(title="Per level")
     for c in ("level", "I/Os", "read", "written", "median size", "sequential", "seek median", "seek p90"):
         t.add_column(c, justify="left" if c == "level" else "right")

@@ -32,8 +32,8 @@ MATERIALIZED = ("block_requests", "links")
 # what links reads, lower first: computed once into tables before links,
 # its plan binds to scans of them instead of expanding each view at every
 # use (on an 82k-event capture, planning was ~1.5 s of links' 2.2 s)
-LINKS_INPUTS = ["map_extents", "_map_image_moved", "_map_vdisk_ranges", "_map_vdisk_pieces",
-                "_map_vfs_ranges", "map_vdisk"]
+LINKS_INPUTS = ["_base_image_files", "_map_image_cluster", "map_extents", "_map_image_moved",
+                "_map_vdisk_ranges", "_map_vdisk_pieces", "_map_vfs_ranges", "_map_vdisk"]
 # small store tables that gained columns after stores were first written
 GROWN = ("device_map", "capture_meta", "extent_maps")
 

@@ -200,6 +200,9 @@ class Stack:
     # the image file's format, by its first bytes (a loop device reads any
     # file as raw; a hypervisor reads the format it is told)
     image_format: str = "raw"
+    # the files a qcow2 image reads through (its backing chain, top
+    # first), those on the image's own file system: {path, fmt, ino}
+    backing_files: list[dict] = field(default_factory=list)
 
     @property
     def has_guest(self) -> bool:
@@ -340,12 +343,32 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
                 "traces a host file system on a disk (put the image on one, or trace "
                 "the guest's half alone with `record --side guest`)") from None
     more = _more_disks(hm, disk) if hm.fs_type == "btrfs" and not disk_path else []
+    fmt = image_format(image)
     return Stack(image_path=os.path.realpath(image), image_ino=st.st_ino,
                  host_mount=hm.mount_point, host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk,
                  more_disks=more, below=_host_below(disk),
                  host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
                  host_part_start_bytes=_part_start(hm), side="host",
-                 image_format=image_format(image))
+                 image_format=fmt, backing_files=_backing_files(image, fmt, hm.kdev))
+
+
+def _backing_files(image: str, fmt: str, host_kdev: int) -> list[dict]:
+    """The files of `image`'s backing chain (but itself) on the file system
+    it is on (`record` warns about the others, and about a chain it cannot
+    read)."""
+    from .imagemap import MAPPED, ImageMapError, backing_chain
+    if fmt not in MAPPED:
+        return []
+    try:
+        chain = backing_chain(image, fmt)[1:]
+    except ImageMapError:
+        return []
+    out = []
+    for layer in chain:
+        dev, ino = file_id(layer.path)
+        if dev == host_kdev:
+            out.append({"path": layer.path, "fmt": layer.fmt, "ino": ino})
+    return out
 
 
 def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,

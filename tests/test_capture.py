@@ -23,9 +23,10 @@ FIO_RANDREAD = ["--rw=randread", "--bs=4k", "--direct=1", "--size=64M", "--io_si
 # (file offset -> guest extent -> virtual disk -> image -> image extent ->
 # host disk), and whether each level shows a request covering it while the
 # read was in flight ($err: a merged two-machine capture's clock error, for
-# the host's levels).  {image_map}: (lo, ph, len) rows carrying a virtual
-# disk offset into the image: one identity row for a raw image
-# (TRACE_THROUGH), QEMU's own map for a qcow2 or vmdk one.
+# the host's levels).  {image_map}: (lo, ph, len, ino) rows carrying a virtual
+# disk offset into the file it is read from (ino: the image, or a file of
+# its backing chain): one identity row for a raw image (TRACE_THROUGH),
+# QEMU's own map for a qcow2 or vmdk one.
 TRACE_THROUGH_VIA = """
 WITH r AS (SELECT * FROM vfs_io WHERE syscall = $syscall AND op = 'read'),
 gm AS (SELECT * FROM extent_maps WHERE role = 'guest_file' AND phase = 'end'),
@@ -37,14 +38,14 @@ p0 AS (SELECT r.io_id, r.ts_ns, r.end_ns, r.bytes,
                      AND r.offset_bytes < gm.logical_bytes + gm.length_bytes),
 -- pieces in the image, and on the host disk (a read may span two clusters
 -- or two image extents that are apart)
-p1 AS (SELECT p0.*, qm.ph + (greatest(p0.vdisk_off, qm.lo) - qm.lo) AS image_off,
+p1 AS (SELECT p0.*, qm.ino, qm.ph + (greatest(p0.vdisk_off, qm.lo) - qm.lo) AS image_off,
               least(p0.vdisk_off + p0.bytes, qm.lo + qm.len) - greatest(p0.vdisk_off, qm.lo) AS n
        FROM p0 JOIN qm ON qm.lo < p0.vdisk_off + p0.bytes AND p0.vdisk_off < qm.lo + qm.len),
 p AS (SELECT p1.*, im.physical_bytes + (greatest(p1.image_off, im.logical_bytes)
                                          - im.logical_bytes) AS disk_off,
              least(p1.image_off + p1.n, im.logical_bytes + im.length_bytes)
                - greatest(p1.image_off, im.logical_bytes) AS dn
-      FROM p1 JOIN im ON im.logical_bytes < p1.image_off + p1.n
+      FROM p1 JOIN im ON im.ino = p1.ino AND im.logical_bytes < p1.image_off + p1.n
                      AND p1.image_off < im.logical_bytes + im.length_bytes),
 v AS (SELECT io_id, EXISTS (SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
         AND v.offset_bytes <= p0.vdisk_off AND p0.vdisk_off + p0.bytes <= v.offset_bytes + v.bytes
@@ -52,10 +53,11 @@ v AS (SELECT io_id, EXISTS (SELECT 1 FROM vdisk_io v WHERE v.op = 'read'
 -- below the guest, each 512-byte sector of a piece read in flight (QEMU
 -- cuts a vmdk read at each grain's end even where the next grain follows
 -- in the file: two accesses then cover one piece)
-h AS (SELECT io_id, EXISTS (SELECT 1 FROM hostfs_io h WHERE h.op = 'read'
+h AS (SELECT io_id, EXISTS (SELECT 1 FROM hostfs_io h WHERE h.op = 'read' AND h.ino = p1.ino
         AND h.offset_bytes <= p1.s AND p1.s + 512 <= h.offset_bytes + h.bytes
         AND h.ts_ns BETWEEN p1.ts_ns - $err AND p1.end_ns + $err) AS ok
-      FROM (SELECT io_id, ts_ns, end_ns, unnest(range(image_off::BIGINT, (image_off + n)::BIGINT, 512)) AS s
+      FROM (SELECT io_id, ts_ns, end_ns, ino,
+                   unnest(range(image_off::BIGINT, (image_off + n)::BIGINT, 512)) AS s
             FROM p1) p1),
 d AS (SELECT io_id, EXISTS (SELECT 1 FROM disk_io d WHERE d.op = 'read'
         AND d.offset_bytes <= p.s AND p.s + 512 <= d.offset_bytes + d.bytes
@@ -68,7 +70,8 @@ SELECT (SELECT count(DISTINCT io_id) FROM p) AS mapped,
        (SELECT count(*) FROM (SELECT io_id FROM d GROUP BY 1 HAVING bool_and(ok))) AS disk
 """
 TRACE_THROUGH = TRACE_THROUGH_VIA.replace(
-    "{image_map}", "SELECT 0::UBIGINT AS lo, 0::UBIGINT AS ph, 1::UBIGINT << 62 AS len")
+    "{image_map}", "SELECT 0::UBIGINT AS lo, 0::UBIGINT AS ph, 1::UBIGINT << 62 AS len, "
+                   "(SELECT any_value(backing_ino) FROM device_map WHERE level = 'vdisk') AS ino")
 # The same through the correlator's own map (map_vfs, which adds
 # partition starts): each read's pieces (a read crossing an extent's end
 # is two) and those a request or access of each level covers in flight.

@@ -634,7 +634,7 @@ def test_map_vdisk_image_of_a_mapped_image_is_its_cluster_map_and_the_gaps(fmt):
     raw = session()
     assert raw.rows("SELECT * FROM map_vdisk_image") == [
         {"capture_id": CAP, "vdisk_offset_bytes": 0, "image_offset_bytes": 0,
-         "length_bytes": 512 * MiB, "source": "raw"}]
+         "length_bytes": 512 * MiB, "source": "raw", "image_ino": 131}]
 
 
 def test_qcow2_clusters_split_a_file_range_and_carry_it_into_the_image():
@@ -672,6 +672,134 @@ def test_map_vdisk_and_links_follow_a_request_through_qcow2_clusters():
                                                   ("sync", 8192, 20)]
     assert s.rows("SELECT kind, bytes FROM links WHERE lower_level = 'hostfs' "
                   "AND upper_id IS NULL") == [{"kind": "metadata", "bytes": 4096}]
+
+
+def chain_stack(maps=None, **tables):
+    """A qcow2 overlay (inode 131, on the host disk at 100 MiB) over a raw
+    base image (inode 140, at 400 MiB): the overlay has one 64 KiB
+    cluster of the disk, at 4 MiB (in its file at 1 MiB); the rest of the
+    disk is read from the base, at the same offset, up to its 16 MiB end
+    (or the vdisk_image rows `maps`)."""
+    dm = device_map()
+    dm[1]["backing_format"] = "qcow2"
+    base = {"capture_id": CAP, "phase": "end", "path": "", "dev": HOSTFS, "flags": 0}
+    rows = extents()   # (the overlay's file: one extent, at 100 MiB on the disk)
+    rows += [base | {"role": "image", "ino": 140, "logical_bytes": 0,
+                     "physical_bytes": 400 * MiB, "length_bytes": 16 * MiB}]
+    rows += maps or [base | {"role": "vdisk_image", "ino": ino, "logical_bytes": lo,
+                             "physical_bytes": ph, "length_bytes": ln}
+                     for ino, lo, ph, ln in ((140, 0, 0, 4 * MiB),
+                                             (131, 4 * MiB, 1 * MiB, 64 * KiB),
+                                             (140, 4 * MiB + 64 * KiB, 4 * MiB + 64 * KiB,
+                                              12 * MiB - 64 * KiB))]
+    rows.append(base | {"role": "image_metadata", "ino": 131, "logical_bytes": 0,
+                        "physical_bytes": 0, "length_bytes": 256 * KiB})
+    return Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                                "extent_maps": rows} | tables)
+
+
+def test_a_backing_file_serves_what_the_overlay_has_not_allocated():
+    """Reads of clusters the overlay has are its file's; the others are
+    the base's: at the host FS (an access to the base's inode at the same
+    offset as on the virtual disk) and on the host disk (through the base's
+    extents), each tied to the virtual-disk read.  An access to the base at
+    the offset of the overlay's metadata is not the overlay's metadata."""
+    ev = (request(10, 11, 40, VDISK, 4 * MiB, 4096, rq=1, bio=1)              # the overlay's cluster
+          + request(20, 21, 50, VDISK, 2 * MiB, 8192, rq=2, bio=2)            # the base's
+          + request(30, 31, 60, VDISK, 4 * MiB + 60 * KiB, 8192, rq=3, bio=3)  # half and half
+          + request(70, 71, 80, VDISK, 20 * MiB, 4096, rq=4, bio=4)           # past the base's end
+          + request(13, 14, 15, DISK, 101 * MiB, 4096, rq=11, bio=11)
+          + request(23, 24, 25, DISK, 402 * MiB, 8192, rq=12, bio=12)
+          + request(33, 34, 35, DISK, 101 * MiB + 60 * KiB, 4096, rq=13, bio=13)
+          + request(36, 37, 38, DISK, 404 * MiB + 64 * KiB, 4096, rq=14, bio=14))
+    hfs = [hostfs(12, 1 * MiB, 4096, source=3),
+           hostfs(22, 2 * MiB, 8192, source=3, ino=140),
+           hostfs(32, 1 * MiB + 60 * KiB, 4096, source=3),
+           hostfs(33, 4 * MiB + 64 * KiB, 4096, source=3, ino=140),
+           hostfs(90, 64 * KiB, 4096, source=3, ino=140),              # no request: other
+           hostfs(91, 64 * KiB, 4096, source=3)]                       # the overlay's L2: metadata
+    s = chain_stack(block_events=ev, hostfs_events=hfs)
+    assert [tuple(r.values()) for r in s.rows(
+        "SELECT vdisk_offset_bytes, image_offset_bytes, length_bytes, image_ino "
+        "FROM map_vdisk_image ORDER BY 1")] == [
+        (0, 0, 4 * MiB, 140), (4 * MiB, 1 * MiB, 64 * KiB, 131),
+        (4 * MiB + 64 * KiB, 4 * MiB + 64 * KiB, 12 * MiB - 64 * KiB, 140),
+        (16 * MiB, None, 496 * MiB, None)]
+    got = [tuple(r.values()) for r in s.rows(
+        "SELECT start_ns, image_ino, image_offset_bytes, bytes, disk_offset_bytes FROM map_vdisk "
+        "ORDER BY 1, 3")]
+    assert got == [(10, 131, 1 * MiB, 4096, 101 * MiB),
+                   (20, 140, 2 * MiB, 8192, 402 * MiB),
+                   (30, 131, 1 * MiB + 60 * KiB, 4096, 101 * MiB + 60 * KiB),
+                   (30, 140, 4 * MiB + 64 * KiB, 4096, 404 * MiB + 64 * KiB)]
+    assert [tuple(r.values()) for r in s.rows(
+        "SELECT start_ns, image_ino, image_offset_bytes FROM map_disk ORDER BY 1")] == [
+        (13, 131, 1 * MiB), (23, 140, 2 * MiB), (33, 131, 1 * MiB + 60 * KiB),
+        (36, 140, 4 * MiB + 64 * KiB)]
+    links = s.rows("""
+        SELECT l.lower_level, v.start_ns AS vdisk, l.kind, sum(l.bytes) AS bytes FROM links l
+        JOIN vdisk_io v ON v.io_id = l.upper_id WHERE l.lower_level IN ('hostfs', 'disk')
+        GROUP BY ALL ORDER BY 1, 2""")
+    assert [tuple(r.values()) for r in links] == [
+        ("disk", 10, "sync", 4096), ("disk", 20, "sync", 8192), ("disk", 30, "sync", 8192),
+        ("hostfs", 10, "sync", 4096), ("hostfs", 20, "sync", 8192), ("hostfs", 30, "sync", 8192)]
+    assert [tuple(r.values()) for r in s.rows(
+        "SELECT h.ts_ns, l.kind FROM links l JOIN hostfs_io h ON h.io_id = l.lower_id "
+        "WHERE l.upper_id IS NULL ORDER BY 1")] == [(90, "other"), (91, "metadata")]
+
+
+def test_a_write_that_allocates_a_cluster_is_tied_to_the_copy_on_write_it_makes():
+    """The overlay of chain_stack, with 64 KiB clusters, mapped at the
+    capture's start and end: two clusters allocated in between.  A 4 KiB
+    write into the one at 8 MiB (the base's at the start): QEMU reads the
+    rest of the cluster from the base (rmw) and writes the whole cluster
+    into the overlay (sync).  A 4 KiB write into the one at 20 MiB (past
+    the base's end: zeros): QEMU zeroes the new cluster (fallocate, op
+    discard) and writes the data.  A write into the cluster the overlay
+    had at the start is itself only: the rest of a write of that cluster
+    is not its.  The same holds on the host disk, through each file's
+    extents."""
+    base = {"capture_id": CAP, "path": "", "dev": HOSTFS, "flags": 0, "role": "vdisk_image",
+            "cluster_bytes": 64 * KiB}
+    start = [(140, 0, 0, 4 * MiB), (131, 4 * MiB, 1 * MiB, 64 * KiB),
+             (140, 4 * MiB + 64 * KiB, 4 * MiB + 64 * KiB, 12 * MiB - 64 * KiB)]
+    end = [(140, 0, 0, 4 * MiB), (131, 4 * MiB, 1 * MiB, 64 * KiB),
+           (140, 4 * MiB + 64 * KiB, 4 * MiB + 64 * KiB, 4 * MiB - 64 * KiB),
+           (131, 8 * MiB, 2 * MiB, 64 * KiB),
+           (140, 8 * MiB + 64 * KiB, 8 * MiB + 64 * KiB, 8 * MiB - 64 * KiB),
+           (131, 20 * MiB, 2 * MiB + 64 * KiB, 64 * KiB)]
+    maps = [base | {"phase": ph, "ino": ino, "logical_bytes": lo, "physical_bytes": p,
+                    "length_bytes": n}
+            for ph, rows in (("start", start), ("end", end)) for ino, lo, p, n in rows]
+    ev = (request(10, 11, 40, VDISK, 8 * MiB + 8 * KiB, 4096, rq=1, bio=1, op=1)
+          + request(50, 51, 80, VDISK, 20 * MiB, 4096, rq=2, bio=2, op=1)
+          + request(90, 91, 99, VDISK, 4 * MiB, 4096, rq=3, bio=3, op=1)
+          # the host disk: the base's reads and the overlay's cluster write
+          + request(14, 15, 16, DISK, 408 * MiB, 8 * KiB, rq=11, bio=11)
+          + request(17, 18, 19, DISK, 408 * MiB + 12 * KiB, 52 * KiB, rq=12, bio=12)
+          + request(21, 22, 23, DISK, 102 * MiB, 64 * KiB, rq=13, bio=13, op=1))
+    hfs = [hostfs(12, 8 * MiB, 8 * KiB, source=3, ino=140),                 # the head, and
+           hostfs(13, 8 * MiB + 12 * KiB, 52 * KiB, source=3, ino=140),     # the tail, from the base
+           hostfs(20, 2 * MiB, 64 * KiB, source=4, op=1),                   # the whole cluster
+           hostfs(52, 2 * MiB + 64 * KiB, 64 * KiB, source=9, op=3),        # zeroed
+           hostfs(53, 2 * MiB + 64 * KiB, 4096, source=4, op=1),
+           hostfs(92, 1 * MiB, 8192, source=4, op=1)]                       # 4 KiB more: not its
+    s = chain_stack(maps, block_events=ev, hostfs_events=hfs)
+    got = s.rows("""
+        SELECT h.ts_ns, h.op, l.kind, l.bytes, v.start_ns AS vdisk FROM links l
+        JOIN hostfs_io h ON h.io_id = l.lower_id LEFT JOIN vdisk_io v ON v.io_id = l.upper_id
+        WHERE l.lower_level = 'hostfs' ORDER BY 1, 3""")
+    assert [tuple(r.values()) for r in got] == [
+        (12, "read", "rmw", 8192, 10), (13, "read", "rmw", 53248, 10),
+        (20, "write", "sync", 65536, 10),
+        (52, "discard", "sync", 65536, 50), (53, "write", "sync", 4096, 50),
+        (92, "write", "sync", 4096, 90), (92, "write", "writeback", 4096, None)]
+    got = s.rows("""
+        SELECT d.start_ns, l.kind, l.bytes, v.start_ns AS vdisk FROM links l
+        JOIN disk_io d ON d.io_id = l.lower_id JOIN vdisk_io v ON v.io_id = l.upper_id
+        WHERE l.lower_level = 'disk' ORDER BY 1""")
+    assert [tuple(r.values()) for r in got] == [
+        (14, "rmw", 8192, 10), (17, "rmw", 53248, 10), (21, "sync", 65536, 10)]
 
 
 def test_map_disk_carries_disk_requests_back_into_the_image():

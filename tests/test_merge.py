@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -337,6 +339,56 @@ def test_side_options_are_checked(tmp_path):
 
 
 @pytest.mark.root
+def test_the_host_side_traces_an_images_backing_chain_on_its_file_system(tmp_path):
+    """An overlay on a qcow2 base on a raw file, all three beside it: the
+    host side traces the three files (stack_json, their extents) and
+    stores the map with the file each part of the disk is read from.  A
+    backing file on another file system (tmpfs) is named in a warning and
+    left out."""
+    raw, mid, top = tmp_path / "base.raw", tmp_path / "mid.qcow2", tmp_path / "top.qcow2"
+    subprocess.run(["truncate", "-s", "4M", str(raw)], check=True)
+    subprocess.run(["qemu-io", "-f", "raw", "-c", "write -P 2 0 1M", str(raw)], check=True,
+                   capture_output=True)
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", "base.raw", "-F", "raw",
+                    str(mid), "8M"], cwd=tmp_path, check=True)
+    subprocess.run(["qemu-io", "-c", "write -P 1 5M 64k", str(mid)], check=True,
+                   capture_output=True)
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", "mid.qcow2", "-F", "qcow2",
+                    str(top)], cwd=tmp_path, check=True)
+    r = run_cli("record", "-o", str(tmp_path / "h"), "--side", "host", "--image", str(top),
+                "--duration", "0.5")
+    assert "warning" not in r.stderr, r.stderr
+    s = nestrace.open(tmp_path / "h")
+    st = json.loads(s.rows("SELECT stack_json FROM capture_meta")[0]["stack_json"])
+    ino = {p.name: p.stat().st_ino for p in (raw, mid, top)}
+    assert st["image_ino"] == ino["top.qcow2"]
+    assert [(b["path"], b["fmt"], b["ino"]) for b in st["backing_files"]] == \
+        [(str(mid), "qcow2", ino["mid.qcow2"]), (str(raw), "raw", ino["base.raw"])]
+    assert {r["ino"] for r in s.rows("SELECT DISTINCT ino FROM extent_maps WHERE role = 'image'")} \
+        == set(ino.values())
+    assert [tuple(r.values()) for r in s.rows(
+        "SELECT logical_bytes, ino, length_bytes, cluster_bytes FROM extent_maps "
+        "WHERE role = 'vdisk_image' AND phase = 'end' ORDER BY 1")] == [
+        (0, ino["base.raw"], 4 << 20, 65536), (5 << 20, ino["mid.qcow2"], 65536, 65536)]
+
+    shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(shm / "b.qcow2"), "8M"],
+                       check=True)
+        over = tmp_path / "over.qcow2"
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(shm / "b.qcow2"),
+                        "-F", "qcow2", str(over)], check=True)
+        r = run_cli("record", "-o", str(tmp_path / "h2"), "--side", "host", "--image", str(over),
+                    "--duration", "0.5")
+    finally:
+        shutil.rmtree(shm)
+    assert f"{over}'s backing file {shm / 'b.qcow2'} is not on /: guest reads that go to it " \
+           "are not traced" in " ".join(r.stderr.split())
+    st = json.loads(nestrace.open(tmp_path / "h2").rows("SELECT stack_json FROM capture_meta")[0]
+                    ["stack_json"])
+    assert st["backing_files"] == []
+
+
 def test_a_qed_image_is_recorded_but_not_merged(tmp_path):
     """The host side of a VM whose image is a qed records (its levels are
     real), says that merge cannot map it, and merge refuses it: a guest

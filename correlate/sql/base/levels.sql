@@ -30,3 +30,21 @@ CREATE OR REPLACE MACRO _rwbs(req_op, req_flags) AS
     CASE WHEN req_flags & 32 <> 0 THEN 'A' ELSE '' END,
     CASE WHEN req_flags & 1 <> 0 THEN 'S' ELSE '' END,
     CASE WHEN req_flags & 2 <> 0 THEN 'M' ELSE '' END);
+
+-- The disk image behind each capture's virtual disk and the files it
+-- reads through (a qcow2 image's backing chain), each with a stretch of
+-- "image bytes" of its own: the image's at 0, the k-th other file's at
+-- k << 50 (1 PiB each).  The views that carry virtual-disk bytes into the
+-- image work in that space; their public columns name the file
+-- (image_ino) and the offset in it.
+CREATE OR REPLACE VIEW _base_image_files AS
+WITH f AS (
+  SELECT capture_id, backing_ino AS ino, 0 AS top FROM device_map
+  WHERE level = 'vdisk' AND backing_ino IS NOT NULL
+  UNION ALL
+  SELECT DISTINCT capture_id, ino, 1 FROM extent_maps
+  WHERE role IN ('image', 'vdisk_image', 'image_metadata'))
+SELECT capture_id, ino,
+       ((row_number() OVER (PARTITION BY capture_id ORDER BY min(top), ino) - 1) << 50)::BIGINT
+         AS shift
+FROM f GROUP BY capture_id, ino;

@@ -36,7 +36,7 @@
 -- @column io_id UBIGINT        row id, unique in a capture (cpu << 48 | seq)
 -- @column ts_ns UBIGINT        time of the access, CLOCK_MONOTONIC ns
 -- @column dev UINTEGER         kernel dev_t of the host file system
--- @column ino UBIGINT          inode of the image file
+-- @column ino UBIGINT          inode of the image file (or of a file of its backing chain)
 -- @column offset_bytes BIGINT  image file offset
 -- @column bytes UBIGINT        length
 -- @column op VARCHAR           read, write, discard or sync
@@ -102,5 +102,5 @@ SELECT p.capture_id, l.machine, 'hostfs', (p.cpu::UBIGINT << 48) | p.seq, p.ts_n
        l.fs_type, p.pid, p.comm
 FROM pagecache_events p
 JOIN base_levels l ON l.capture_id = p.capture_id AND l.dev = p.dev AND l.level = 'hostfs'
-JOIN device_map v ON v.capture_id = p.capture_id AND v.level = 'vdisk' AND v.backing_ino = p.ino
+SEMI JOIN _base_image_files f ON f.capture_id = p.capture_id AND f.ino = p.ino
 WHERE l.fs_type = 'btrfs' AND p.event = 7;

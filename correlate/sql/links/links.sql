@@ -5,7 +5,8 @@
 
 -- Hops, each in one address space, cut into 4 KiB blocks:
 --   vfs -> vdisk   virtual-disk bytes (file pieces through the guest extents)
---   vdisk -> hostfs image-file bytes (loop offset, or qcow2, vmdk, vdi, vhdx or vpc clusters applied)
+--   vdisk -> hostfs image-file bytes (loop offset, or qcow2, vmdk, vdi, vhdx or vpc clusters applied;
+--                  a backing file's bytes at its shift, _base_image_files)
 --   vdisk -> disk  host-disk bytes (through the image's extents); the
 --                  host FS access has no end time, so disk requests are tied
 --                  to the virtual-disk request whose image range they serve.
@@ -18,6 +19,41 @@ CREATE OR REPLACE VIEW _links_disks AS
 SELECT capture_id, dev,
        ((row_number() OVER (PARTITION BY capture_id ORDER BY dev) - 1) << 50)::BIGINT AS shift
 FROM (SELECT DISTINCT capture_id, dev FROM device_map WHERE level = 'disk');
+
+-- Virtual-disk writes into an image whose cluster map is known at start
+-- and end (_map_write_clusters), cluster by cluster, in image bytes [s, t):
+-- the whole cluster where it was allocated during the capture (the
+-- hypervisor writes it whole: the write's part, and the rest copied from
+-- a backing file or zeros; or it zeroes it first, an fallocate of the
+-- image), else the write's part.
+CREATE OR REPLACE VIEW _links_write_clusters AS
+SELECT capture_id, io_id, start_ns, done_by_ns, allocated,
+       CASE WHEN allocated THEN c ELSE vs END + idelta AS s,
+       CASE WHEN allocated THEN c + cs ELSE vt END + idelta AS t
+FROM _map_write_clusters;
+
+-- Where those allocated clusters were at the capture's start (a backing
+-- file), in image bytes [s, t): the copy-on-write reads the rest there.
+CREATE OR REPLACE VIEW _links_cow_sources AS
+SELECT w.capture_id, w.io_id, w.start_ns, w.done_by_ns,
+       greatest(w.c, m.lo) + m.delta AS s, least(w.c + w.cs, m.hi) + m.delta AS t
+FROM _map_write_clusters w JOIN _map_image_start m
+  ON m.capture_id = w.capture_id AND m.lo < w.c + w.cs AND w.c < m.hi AND m.delta <> w.idelta
+WHERE w.allocated;
+
+-- Rows of view `t` (capture_id and image bytes [s, t), plus any columns)
+-- carried onto the host disks through the image's extents, in pieces:
+-- u_off (in links' disk space, _links_disks) and u_len.
+CREATE OR REPLACE MACRO _links_onto_disks(t) AS TABLE
+SELECT r.*,
+       greatest(r.s, ie.logical_bytes::BIGINT) - ie.logical_bytes::BIGINT
+         + ie.physical_bytes::BIGINT + x.shift AS u_off,
+       least(r.t, (ie.logical_bytes + ie.length_bytes)::BIGINT)
+         - greatest(r.s, ie.logical_bytes::BIGINT) AS u_len
+FROM query_table(t) r
+JOIN _map_image_extents ie ON ie.capture_id = r.capture_id
+ AND ie.logical_bytes::BIGINT < r.t AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT
+JOIN _links_disks x ON x.capture_id = ie.capture_id AND x.dev = ie.disk_dev;
 
 -- (vfs -> vdisk: the pieces on the virtual disk, cut by the guest file's
 -- extents only: cut again where the image's extents end, as map_vfs
@@ -32,6 +68,20 @@ UNION ALL
 SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, op,
        s, t - s, unnest(_blocks(s, t - s))
 FROM _map_vdisk_pieces WHERE s IS NOT NULL
+ AND NOT (op = 'write' AND capture_id IN (SELECT capture_id FROM _map_image_cluster))
+UNION ALL
+-- writes into an image whose cluster map is known at start and end,
+-- cluster by cluster: where the cluster was allocated during the capture,
+-- the whole cluster, which the hypervisor writes whole (the write's part,
+-- and the rest copied from a backing file or zeros) or zeroes first (an
+-- fallocate of the image: op discard at the host FS)
+SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'write',
+       s, t - s, unnest(_blocks(s, t - s))
+FROM _links_write_clusters
+UNION ALL
+SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'discard',
+       s, t - s, unnest(_blocks(s, t - s))
+FROM _links_write_clusters WHERE allocated
 UNION ALL
 -- a write-zeroes request (REQ_OP_WRITE_ZEROES, op write) is also offered
 -- to the host FS's discards: the loop device makes it an fallocate of the
@@ -44,8 +94,13 @@ UNION ALL
 SELECT 'vdisk', 'disk', m.capture_id, m.io_id, m.start_ns, m.done_by_ns, m.op,
        m.disk_offset_bytes::BIGINT + x.shift, m.bytes::BIGINT,
        unnest(_blocks(m.disk_offset_bytes::BIGINT + x.shift, m.bytes))
-FROM map_vdisk m JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev
-WHERE m.disk_offset_bytes IS NOT NULL;
+FROM _map_vdisk m JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev
+WHERE m.disk_offset_bytes IS NOT NULL
+  AND NOT (m.op = 'write' AND m.capture_id IN (SELECT capture_id FROM _map_image_cluster))
+UNION ALL
+SELECT 'vdisk', 'disk', capture_id, io_id, start_ns, done_by_ns, 'write', u_off, u_len,
+       unnest(_blocks(u_off, u_len))
+FROM _links_onto_disks('_links_write_clusters');
 
 -- The same hop vdisk -> disk through where moved or freed image bytes
 -- were at the start (_map_image_moved: copy-on-write hosts, holes
@@ -75,7 +130,18 @@ p AS (
   JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev)
 SELECT 'vdisk' AS upper_level, 'disk' AS lower_level, capture_id, io_id AS upper_id,
        start_ns AS u_start, u_end, op AS u_op, u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk
-FROM p;
+FROM p
+UNION ALL
+-- a write into a cluster allocated during the capture, where the cluster
+-- was at the start (a backing file): the hypervisor's copy-on-write reads
+-- the rest of the cluster there while the write is in flight (rmw)
+SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'write', s, t - s,
+       unnest(_blocks(s, t - s))
+FROM _links_cow_sources
+UNION ALL
+SELECT 'vdisk', 'disk', capture_id, io_id, start_ns, done_by_ns, 'write', u_off, u_len,
+       unnest(_blocks(u_off, u_len))
+FROM _links_onto_disks('_links_cow_sources');
 
 CREATE OR REPLACE VIEW _links_lower AS
 SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_start, op AS l_op,
@@ -86,8 +152,8 @@ UNION ALL
 -- (an access to a qcow2, vmdk, vdi, vhdx or vpc image's own tables counts as metadata: REQ_META)
 SELECT 'hostfs', h.capture_id, h.io_id, h.ts_ns, h.op,
        CASE WHEN m.io_id IS NULL THEN 0 ELSE 2 END::USMALLINT, false,
-       h.offset_bytes::BIGINT, h.bytes::BIGINT, unnest(_blocks(h.offset_bytes, h.bytes))
-FROM hostfs_io h LEFT JOIN _map_image_metadata_io m USING (capture_id, io_id)
+       h.off, h.bytes::BIGINT, unnest(_blocks(h.off, h.bytes))
+FROM _map_hostfs_io h LEFT JOIN _map_image_metadata_io m USING (capture_id, io_id)
 WHERE h.bytes > 0
 UNION ALL
 SELECT 'disk', d.capture_id, d.io_id, d.start_ns, d.op, d.req_flags, d.req_op = 9,

@@ -7,10 +7,13 @@
 -- INCLUDE map.image
 
 -- The image extents, with their disk (a btrfs on several devices: a row
--- per copy and per stripe).
+-- per copy and per stripe); logical_bytes in image bytes (a backing
+-- file's at its shift: _base_image_files).
 CREATE OR REPLACE VIEW _map_image_extents AS
-SELECT capture_id, logical_bytes, physical_bytes, length_bytes, disk_dev
-FROM map_extents WHERE role = 'image';
+SELECT e.capture_id, (e.logical_bytes::BIGINT + coalesce(f.shift, 0))::UBIGINT AS logical_bytes,
+       e.physical_bytes, e.length_bytes, e.disk_dev
+FROM map_extents e LEFT JOIN _base_image_files f ON f.capture_id = e.capture_id AND f.ino = e.ino
+WHERE e.role = 'image';
 
 -- Bytes of files of role r ('image' or 'guest_file') that were freed
 -- during the capture: in the start snapshot, in no extent of map_extents
@@ -60,10 +63,13 @@ ANTI JOIN now ON now.capture_id = st.capture_id AND now.dev = st.dev AND now.ino
 -- in map_extents is on the same disk with the same delta: on a mirrored
 -- host each copy is cut at the same image offsets.)
 CREATE OR REPLACE VIEW _map_image_moved AS
-WITH st AS (
-  SELECT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
-         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
-  FROM _map_extents_all WHERE role = 'image' AND source = 'fiemap_start'),
+WITH st AS (   -- (in image bytes, as _map_image_extents)
+  SELECT e.capture_id, e.logical_bytes::BIGINT + coalesce(f.shift, 0) AS lo,
+         (e.logical_bytes + e.length_bytes)::BIGINT + coalesce(f.shift, 0) AS hi,
+         e.physical_bytes::BIGINT - e.logical_bytes::BIGINT - coalesce(f.shift, 0) AS delta,
+         e.disk_dev
+  FROM _map_extents_all e LEFT JOIN _base_image_files f ON f.capture_id = e.capture_id AND f.ino = e.ino
+  WHERE e.role = 'image' AND e.source = 'fiemap_start'),
 now AS (
   SELECT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
          physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
@@ -77,7 +83,10 @@ SELECT c.* FROM cand c
 ANTI JOIN now n ON n.capture_id = c.capture_id AND n.disk_dev = c.disk_dev AND n.delta = c.delta
                AND n.lo <= c.lo AND c.hi <= n.hi
 UNION ALL
-SELECT capture_id, lo, hi, delta, disk_dev FROM _map_extents_freed('image');
+SELECT x.capture_id, x.lo + coalesce(f.shift, 0), x.hi + coalesce(f.shift, 0),
+       x.delta - coalesce(f.shift, 0), x.disk_dev
+FROM _map_extents_freed('image') x
+LEFT JOIN _base_image_files f ON f.capture_id = x.capture_id AND f.ino = x.ino;
 
 -- The rows of view `t` (capture_id, dev, ino and a guest-file byte range
 -- [off, stop), plus any columns) carried through the guest file's extents
@@ -112,24 +121,9 @@ FROM _map_vfs_io io JOIN _map_extents_freed('guest_file') f
  AND f.lo < io.stop AND io.off < f.hi
 WHERE io.op = 'discard';
 
--- Pieces of each file syscall's byte range, mapped through the guest file's
--- extents to the virtual disk and through the image's extents to the host
--- disk.  A range that spans extents (of the file or of the image) gives
--- several pieces; bytes with no known guest mapping (holes, delayed
--- allocation) give none; a piece wholly in a hole of the image has no disk
--- offset (one partly in a hole keeps only its mapped parts).
--- @column capture_id VARCHAR     capture
--- @column io_id UBIGINT          vfs_io row
--- @column ts_ns UBIGINT          syscall entry
--- @column end_ns UBIGINT         syscall exit
--- @column op VARCHAR             read, write or discard (fallocate punching a hole or zeroing a range)
--- @column file_offset_bytes BIGINT start of the piece in the file
--- @column bytes UBIGINT          piece length
--- @column vdisk_offset_bytes UBIGINT byte offset on the virtual disk
--- @column image_offset_bytes UBIGINT byte offset in the image file (NULL: no place in it, see map_vdisk_image)
--- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL if the image range is unmapped)
--- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
-CREATE OR REPLACE VIEW map_vfs AS
+-- map_vfs with image_offset_bytes in image bytes (_base_image_files), as
+-- the views below it read it.
+CREATE OR REPLACE VIEW _map_vfs AS
 WITH v AS (   -- carried into the image (pieces: qcow2, vmdk, vdi, vhdx or vpc clusters)
   SELECT capture_id, io_id, ts_ns, end_ns, op, ps - delta AS file_offset_bytes,
          (pt - ps)::UBIGINT AS bytes, ps::UBIGINT AS vdisk_offset_bytes,
@@ -154,22 +148,9 @@ SELECT capture_id, io_id, ts_ns, end_ns, op,
        (ip + (ps - il))::UBIGINT AS disk_offset_bytes, disk_dev
 FROM w;
 
--- Virtual-disk requests carried to the image (through a qcow2, vmdk, vdi, vhdx or vpc image's
--- cluster map, see map_vdisk_image) and, piece by piece through the
--- image's extents, to the host disk; the parts no extent covers (holes of
--- a sparse image) are pieces too, with no disk offset.  Parts with no
--- place in a qcow2, vmdk, vdi, vhdx or vpc image give no row.
--- @column capture_id VARCHAR     capture
--- @column io_id UBIGINT          vdisk_io row
--- @column start_ns UBIGINT       first seen (Q)
--- @column c_ns UBIGINT           completion
--- @column done_by_ns UBIGINT     over at the latest (vdisk_io.done_by_ns: c_ns, or when its C was lost the next use of its request id)
--- @column op VARCHAR             read, write, ...
--- @column image_offset_bytes UBIGINT start of the piece in the image file
--- @column bytes UBIGINT          piece length
--- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL: a hole in the image)
--- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
-CREATE OR REPLACE VIEW map_vdisk AS
+-- map_vdisk with image_offset_bytes in image bytes (_base_image_files), as
+-- the views below it read it.
+CREATE OR REPLACE VIEW _map_vdisk AS
 WITH r AS (
   SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, s, t
   FROM _map_vdisk_pieces WHERE s IS NOT NULL),
@@ -201,19 +182,9 @@ UNION ALL
 SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, hs::UBIGINT, (he - hs)::UBIGINT, NULL, NULL
 FROM holes WHERE he > hs;
 
--- Host disk requests carried back into the image file (inverse of the
--- image's extent map, and of where moved image bytes were at the start:
--- _map_image_moved); requests outside the image give no row.
--- @column capture_id VARCHAR     capture
--- @column io_id UBIGINT          disk_io row
--- @column start_ns UBIGINT       first seen (Q)
--- @column d_ns UBIGINT           dispatch
--- @column c_ns UBIGINT           completion
--- @column op VARCHAR             read, write, ...
--- @column disk_offset_bytes UBIGINT start of the piece on the disk
--- @column bytes UBIGINT          piece length
--- @column image_offset_bytes UBIGINT where the piece is in the image file
-CREATE OR REPLACE VIEW map_disk AS
+-- map_disk with image_offset_bytes in image bytes (_base_image_files), as
+-- the views below it read it.
+CREATE OR REPLACE VIEW _map_disk AS
 SELECT d.capture_id, d.io_id, d.start_ns, d.d_ns, d.c_ns, d.op,
        greatest(d.offset_bytes, ie.physical_bytes) AS disk_offset_bytes,
        (least(d.offset_bytes + d.bytes, ie.physical_bytes + ie.length_bytes)
@@ -235,3 +206,66 @@ FROM disk_io d JOIN _map_image_moved m
   ON m.capture_id = d.capture_id AND m.disk_dev = d.dev AND m.lo + m.delta < (d.offset_bytes + d.bytes)::BIGINT
  AND d.offset_bytes::BIGINT < m.hi + m.delta
 WHERE d.bytes > 0;
+
+-- The rows of view `t` (capture_id, image_offset_bytes in image bytes,
+-- _base_image_files) with the file named: image_offset_bytes the offset
+-- in it, image_ino the file.
+CREATE OR REPLACE MACRO _map_in_files(t) AS TABLE
+SELECT m.* REPLACE ((m.image_offset_bytes::BIGINT - f.shift)::UBIGINT AS image_offset_bytes),
+       f.ino AS image_ino
+FROM query_table(t) m
+LEFT JOIN _base_image_files f
+  ON f.capture_id = m.capture_id AND f.shift = (m.image_offset_bytes::BIGINT >> 50) << 50;
+
+-- Pieces of each file syscall's byte range, mapped through the guest file's
+-- extents to the virtual disk and through the image's extents to the host
+-- disk.  A range that spans extents (of the file or of the image) gives
+-- several pieces; bytes with no known guest mapping (holes, delayed
+-- allocation) give none; a piece wholly in a hole of the image has no disk
+-- offset (one partly in a hole keeps only its mapped parts).
+-- @column capture_id VARCHAR     capture
+-- @column io_id UBIGINT          vfs_io row
+-- @column ts_ns UBIGINT          syscall entry
+-- @column end_ns UBIGINT         syscall exit
+-- @column op VARCHAR             read, write or discard (fallocate punching a hole or zeroing a range)
+-- @column file_offset_bytes BIGINT start of the piece in the file
+-- @column bytes UBIGINT          piece length
+-- @column vdisk_offset_bytes UBIGINT byte offset on the virtual disk
+-- @column image_offset_bytes UBIGINT byte offset in that file of the image's backing chain (image_ino) (NULL: no place in it, see map_vdisk_image)
+-- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL if the image range is unmapped)
+-- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
+-- @column image_ino UBIGINT     inode of that file: the image, or a file of its backing chain
+CREATE OR REPLACE VIEW map_vfs AS SELECT * FROM _map_in_files('_map_vfs');
+
+-- Virtual-disk requests carried to the image (through a qcow2, vmdk, vdi, vhdx or vpc image's
+-- cluster map, see map_vdisk_image) and, piece by piece through the
+-- image's extents, to the host disk; the parts no extent covers (holes of
+-- a sparse image) are pieces too, with no disk offset.  Parts with no
+-- place in a qcow2, vmdk, vdi, vhdx or vpc image give no row.
+-- @column capture_id VARCHAR     capture
+-- @column io_id UBIGINT          vdisk_io row
+-- @column start_ns UBIGINT       first seen (Q)
+-- @column c_ns UBIGINT           completion
+-- @column done_by_ns UBIGINT     over at the latest (vdisk_io.done_by_ns: c_ns, or when its C was lost the next use of its request id)
+-- @column op VARCHAR             read, write, ...
+-- @column image_offset_bytes UBIGINT start of the piece in the image file (image_ino)
+-- @column bytes UBIGINT          piece length
+-- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL: a hole in the image)
+-- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
+-- @column image_ino UBIGINT     inode of that file: the image, or a file of its backing chain
+CREATE OR REPLACE VIEW map_vdisk AS SELECT * FROM _map_in_files('_map_vdisk');
+
+-- Host disk requests carried back into the image file (inverse of the
+-- image's extent map, and of where moved image bytes were at the start:
+-- _map_image_moved); requests outside the image give no row.
+-- @column capture_id VARCHAR     capture
+-- @column io_id UBIGINT          disk_io row
+-- @column start_ns UBIGINT       first seen (Q)
+-- @column d_ns UBIGINT           dispatch
+-- @column c_ns UBIGINT           completion
+-- @column op VARCHAR             read, write, ...
+-- @column disk_offset_bytes UBIGINT start of the piece on the disk
+-- @column bytes UBIGINT          piece length
+-- @column image_offset_bytes UBIGINT where the piece is in the image file (image_ino)
+-- @column image_ino UBIGINT     inode of that file: the image, or a file of its backing chain
+CREATE OR REPLACE VIEW map_disk AS SELECT * FROM _map_in_files('_map_disk');

@@ -63,10 +63,12 @@ demand AS (
   FROM vfs_io v SEMI JOIN filled f USING (capture_id, dev, ino)
   WHERE op IN ('read', 'write') AND offset_bytes >= 0 AND req_bytes > 0
   UNION ALL   -- image pages are demanded by virtual-disk I/O, for as long as it lasts
-  SELECT v.capture_id, m.backing_dev, m.backing_ino, v.op, v.start_ns, coalesce(v.done_by_ns, v.start_ns),
-         unnest(range((v.s // 4096)::BIGINT, ((v.t + 4095) // 4096)::BIGINT))
+  -- (in the file of the image's backing chain the piece is in)
+  SELECT v.capture_id, m.backing_dev, i.ino, v.op, v.start_ns, coalesce(v.done_by_ns, v.start_ns),
+         unnest(range(((v.s - i.shift) // 4096)::BIGINT, ((v.t - i.shift + 4095) // 4096)::BIGINT))
   FROM _map_vdisk_pieces v JOIN device_map m ON m.capture_id = v.capture_id AND m.level = 'vdisk'
-  SEMI JOIN filled f ON f.capture_id = m.capture_id AND f.dev = m.backing_dev AND f.ino = m.backing_ino
+  JOIN _base_image_files i ON i.capture_id = v.capture_id AND i.shift = (v.s >> 50) << 50
+  SEMI JOIN filled f ON f.capture_id = m.capture_id AND f.dev = m.backing_dev AND f.ino = i.ino
   WHERE v.op IN ('read', 'write') AND v.s IS NOT NULL),
 reads AS (SELECT * EXCLUDE (op) FROM demand WHERE op = 'read'),
 writes AS (SELECT * EXCLUDE (op) FROM demand WHERE op = 'write'),

@@ -54,7 +54,7 @@ hw_partial AS (
 h_pieces AS (
   SELECT DISTINCT w.capture_id, w.io_id AS write_id, r.io_id AS read_id,
          r.image_offset_bytes, r.bytes::BIGINT AS bytes, (r.c_ns - r.start_ns)::BIGINT AS ns
-  FROM hw_partial w LEFT JOIN map_disk r
+  FROM hw_partial w LEFT JOIN _map_disk r
     ON r.capture_id = w.capture_id AND r.op = 'read'
    AND r.image_offset_bytes::BIGINT < w.blk_s + 4096 AND w.blk_s < (r.image_offset_bytes + r.bytes)::BIGINT
    AND r.start_ns BETWEEN w.start_ns AND w.c_ns),

@@ -29,7 +29,12 @@ READS = 512
 WRITES = 16     # 64 KiB each, into a new sparse file: blocks the image never held
 
 
-FORMATS = ("raw", "qcow2", "vmdk", "vdi", "vhdx", "vpc")
+# qcow2-chain: an empty qcow2 overlay on a qcow2 base that holds the
+# guest's file system and the file fio reads (the reads go through the
+# base's cluster map, the writes allocate clusters in the overlay: it
+# stands for the plain qcow2 image too, which a seventh disk made
+# CI ~100-300 s slower)
+FORMATS = ("raw", "vmdk", "vdi", "vhdx", "vpc", "qcow2-chain")
 
 
 @pytest.fixture
@@ -40,7 +45,9 @@ def host_images(request, tmp_path):
     raw file, or that file converted to qcow2, a one-file sparse vmdk, a
     vdi, a vhdx or a dynamic VHD (vpc) (only the clusters mkfs wrote
     allocated, packed in the file in disk order; the guest's own writes
-    then allocate more at its end).  Torn down whatever happens."""
+    then allocate more at its end), or an empty qcow2 overlay whose
+    backing file, a qcow2 image, holds the file system with fio's 16 MiB
+    file already written (`qcow2-chain`).  Torn down whatever happens."""
     if why := guestvm.missing():
         pytest.fail(f"cannot boot a guest: {why}; ci/setup installs what is needed")
     backing, mnt = tmp_path / "host.img", tmp_path / "host"
@@ -58,7 +65,9 @@ def host_images(request, tmp_path):
         subprocess.run(["mkfs.ext4", "-q", "-F", str(raw)], check=True)
         images = {}
         for fmt in request.param:
-            if fmt != "raw":
+            if fmt == "qcow2-chain":
+                images[fmt] = _chain(raw, mnt)
+            elif fmt != "raw":
                 images[fmt] = mnt / f"vm.{fmt}"
                 subprocess.run(["qemu-img", "convert", "-O", fmt, str(raw), str(images[fmt])],
                                check=True)
@@ -75,13 +84,42 @@ def host_images(request, tmp_path):
         assert loop_devices() <= before, "a loop device was left attached"
 
 
+def _chain(raw, mnt):
+    """A copy of the raw image with fio's file written into its file
+    system (as fio would lay it out), converted to a qcow2 base, and an
+    empty qcow2 overlay on it (the base named relative to it)."""
+    filled, fsmnt = mnt / "filled.raw", mnt.parent / "filled"
+    # (not a reflink: a raw image on xfs sharing its extents is a
+    # copy-on-write inode, whose direct I/O xfs aligns to its 4 KiB block,
+    # and QEMU then turned each 4 KiB guest read at a 1 KiB offset into an
+    # 8 KiB read of the raw image)
+    subprocess.run(["cp", "--reflink=never", "--sparse=always", str(raw), str(filled)],
+                   check=True)
+    fsmnt.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(filled), str(fsmnt)], check=True)
+    try:
+        subprocess.run(["dd", "if=/dev/urandom", f"of={fsmnt}/t.0.0", "bs=1M", "count=16",
+                        "status=none"], check=True)
+    finally:
+        subprocess.run(["umount", str(fsmnt)], check=True)
+    subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(filled), str(mnt / "base.qcow2")],
+                   check=True)
+    filled.unlink()
+    top = mnt / "vm.qcow2-chain"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", "base.qcow2", "-F", "qcow2",
+                    str(top)], cwd=mnt, check=True)
+    return top
+
+
 # the guest's run on one of its disks: fio under the recorder, whose
-# capture it copies out
+# capture it copies out (the file it reads laid out first, where the
+# image does not hold it already)
+LAYOUT = ("fio --name=t --directory=/run/data{i} --rw=write --bs=1M --size=16M --direct=1 "
+          "--output=/dev/null\n")
 GUEST_DISK = """mkdir -p /run/data{i}
 mount /dev/{disk} /run/data{i}
 cd {root}
-fio --name=t --directory=/run/data{i} --rw=write --bs=1M --size=16M --direct=1 --output=/dev/null
-{recorder} -- \\
+{layout}{recorder} -- \\
     sh -c 'fio --name=t --directory=/run/data{i} --ioengine=psync --rw=randread --bs=4k \\
              --direct=1 --size=16M --io_size={io_size} --output=/dev/null \\
              --write_iolog=/run/out/fio{i}.iolog &&
@@ -99,33 +137,36 @@ RECORDER = {
 }
 
 
-# One boot per guest side (the emulated guest is slow to boot and slower
-# to start Python): the agent alone runs on six disks, one per format, in
-# turn, while six host sides record the six images at once.
-@pytest.mark.parametrize("host_images, guest_by", [(("raw",), "record"), (FORMATS, "agent")],
-                         indirect=["host_images"], ids=["raw-record", "all-formats-agent"])
-def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_images, guest_by,
-                                                                         tmp_path):
+# One boot (the emulated guest is slow to boot and slower to start
+# Python): six disks, one per format, used in turn, the raw one by
+# nestrace's Python recorder and the others by the agent alone, while six
+# host sides record the six images at once.
+@pytest.mark.parametrize("host_images", [FORMATS], indirect=True, ids=["all-formats"])
+def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_images, tmp_path):
     """fio in the guest reads 512 x 4 KiB with O_DIRECT; QEMU reads the
     image with O_DIRECT (cache=none).  The merged capture follows every
     read from the guest syscall to the guest's virtio request, QEMU's read
     of the image and the host disk request, across two kernels' clocks.
-    guest_by "agent": the guest runs the static agent alone, no Python;
-    its capture directories are imported on the host."""
+    On the raw disk the guest records with nestrace's Python; on the others
+    it runs the static agent alone, no Python, and its capture directories
+    are imported on the host."""
     disks = [(img, fmt) for fmt, img in host_images.items()]
+    by = ["record" if fmt == "raw" else "agent" for _, fmt in disks]
     script = "set -e\n" + "".join(GUEST_DISK.format(
         i=i, disk=f"vd{chr(ord('a') + i)}", root=ROOT, io_size=READS * 4096,
-        write_size=WRITES * 65536, recorder=RECORDER[guest_by].format(i=i))
-        for i in range(len(disks)))
+        write_size=WRITES * 65536, recorder=RECORDER[by[i]].format(i=i),
+        layout="" if fmt == "qcow2-chain" else LAYOUT.format(i=i))
+        for i, (_, fmt) in enumerate(disks))
     with contextlib.ExitStack() as hosts:
         recordings = [hosts.enter_context(host_side_recording(
             tmp_path / f"host{i}.store", img, stop=signal.SIGTERM)) for i, (img, _) in
             enumerate(disks)]
         booted_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        rc, log, console = guestvm.boot(tmp_path / "vm", script, disks)
+        rc, log, console = guestvm.boot(tmp_path / "vm", script,
+                                        [(img, fmt.split("-")[0]) for img, fmt in disks])
         assert rc == 0, f"guest script failed ({rc}):\n{log}\n{console[-3000:]}"
     for i, (img, fmt) in enumerate(disks):
-        check_disk(tmp_path / f"d{i}", i, img, fmt, guest_by, tmp_path / f"host{i}.store",
+        check_disk(tmp_path / f"d{i}", i, img, fmt, by[i], tmp_path / f"host{i}.store",
                    recordings[i]["stdout"], tmp_path / "vm" / "out", log, booted_ns)
 
 
@@ -156,6 +197,7 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
 
     merged = tmp_path / "vm.store"
     r = run_cli("merge", str(gstore), str(hstore), "-o", str(merged))
+    run_cli("correlate", str(merged))   # (links computed once for the queries below)
     s = nestrace.open(merged)
     m = s.rows("SELECT clock_offset_ns AS o, clock_offset_err_ns AS e, clock_offset_pairs AS n "
                "FROM capture_meta")[0]
@@ -178,13 +220,18 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
         # QEMU's own map of the image, as the oracle (vhdx: QEMU gives no
         # file offsets; the map read from the image now, checked against
         # the disk QEMU reads out of it)
+        ino = os.stat(host_image).st_ino
         if fmt == "vhdx":
             qm = bat_map(str(host_image))
             test_vhdx.assert_map_reads_as_qemu(host_image, tmp_path, qm)
-            qm = qm.extents
+            qm = [(*e, ino) for e in qm.extents]
+        elif fmt == "qcow2-chain":   # (depth 0: the overlay, 1: its base)
+            inos = [ino, os.stat(host_image.parent / "base.qcow2").st_ino]
+            qm = [(g, f, n, inos[d]) for g, d, f, n in test_qcow2.qemu_chain_map(host_image)]
+            assert {e[3] for e in qm} == set(inos)
         else:
-            qm = test_qcow2.qemu_map(host_image)
-        s.con.register("qm", pa.table(dict(zip(("lo", "ph", "len"), zip(*qm)))))
+            qm = [(*e, ino) for e in test_qcow2.qemu_map(host_image)]
+        s.con.register("qm", pa.table(dict(zip(("lo", "ph", "len", "ino"), zip(*qm)))))
         got = s.con.execute(TRACE_THROUGH_VIA.replace("{image_map}", "SELECT * FROM qm"),
                             {"syscall": "pread64", "err": m["e"]}).fetchone()
         # the reads' clusters are not where they are on the virtual disk (a
@@ -199,6 +246,13 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
         # and BAT) are metadata
         assert s.rows("SELECT count(*) AS n FROM links WHERE lower_level = 'hostfs' "
                       "AND kind = 'metadata'")[0]["n"] > 0
+        if fmt == "qcow2-chain":
+            # the guest's reads are of the base, its writes in the overlay
+            files = {(r["syscall"], r["f"]): r["n"] for r in s.rows(
+                "SELECT r.syscall, CASE v.image_ino WHEN ? THEN 'overlay' ELSE 'base' END AS f, "
+                "count(DISTINCT io_id) AS n FROM map_vfs v JOIN vfs_io r USING (io_id) "
+                "WHERE v.image_ino IS NOT NULL GROUP BY ALL", [ino])}
+            assert files == {("pread64", "base"): READS, ("pwrite64", "overlay"): WRITES}, files
     else:
         got = s.con.execute(TRACE_THROUGH, {"syscall": "pread64", "err": m["e"]}).fetchone()
     assert dict(zip(("mapped", "vdisk", "hostfs", "disk"), got)) == \
@@ -238,11 +292,17 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
         rep.split())
     # and names the image and how guest offsets are carried into it
     im = doc["image"]
+    fmt = fmt.split("-")[0]   # (qcow2-chain: a qcow2 image)
     assert im["path"] == str(host_image) and im["format"] == fmt
     if fmt != "raw":
         assert im["map_source"] == f"{fmt}_end" and 0 < im["mapped_bytes"] < 256 << 20
         assert f"{fmt}, the virtual disk mapped into it by its cluster map" in " ".join(rep.split())
+        base = host_image.parent / "base.qcow2"
+        assert [b["path"] for b in im["backing_files"]] == \
+            ([str(base)] if host_image.name.endswith("chain") else [])
+        if im["backing_files"]:
+            assert f"through its backing file {base}" in " ".join(rep.split())
     else:
         assert im == {"path": str(host_image), "format": "raw", "map_source": "raw",
-                      "map_extents": 1, "mapped_bytes": 256 << 20}
+                      "map_extents": 1, "mapped_bytes": 256 << 20, "backing_files": []}
     run_cli("verify", str(merged))

@@ -20,27 +20,6 @@ SELECT capture_id, dev,
        ((row_number() OVER (PARTITION BY capture_id ORDER BY dev) - 1) << 50)::BIGINT AS shift
 FROM (SELECT DISTINCT capture_id, dev FROM device_map WHERE level = 'disk');
 
--- Virtual-disk writes into an image whose cluster map is known at start
--- and end (_map_write_clusters), cluster by cluster, in image bytes [s, t):
--- the whole cluster where it was allocated during the capture (the
--- hypervisor writes it whole: the write's part, and the rest copied from
--- a backing file or zeros; or it zeroes it first, an fallocate of the
--- image), else the write's part.
-CREATE OR REPLACE VIEW _links_write_clusters AS
-SELECT capture_id, io_id, start_ns, done_by_ns, allocated,
-       CASE WHEN allocated THEN c ELSE vs END + idelta AS s,
-       CASE WHEN allocated THEN c + cs ELSE vt END + idelta AS t
-FROM _map_write_clusters;
-
--- Where those allocated clusters were at the capture's start (a backing
--- file), in image bytes [s, t): the copy-on-write reads the rest there.
-CREATE OR REPLACE VIEW _links_cow_sources AS
-SELECT w.capture_id, w.io_id, w.start_ns, w.done_by_ns,
-       greatest(w.c, m.lo) + m.delta AS s, least(w.c + w.cs, m.hi) + m.delta AS t
-FROM _map_write_clusters w JOIN _map_image_start m
-  ON m.capture_id = w.capture_id AND m.lo < w.c + w.cs AND w.c < m.hi AND m.delta <> w.idelta
-WHERE w.allocated;
-
 -- Rows of view `t` (capture_id and image bytes [s, t), plus any columns)
 -- carried onto the host disks through the image's extents, in pieces:
 -- u_off (in links' disk space, _links_disks) and u_len.
@@ -60,6 +39,33 @@ JOIN _links_disks x ON x.capture_id = ie.capture_id AND x.dev = ie.disk_dev;
 -- is, two pieces of one call could share a block, and the block would
 -- be tied to one of them)
 CREATE OR REPLACE VIEW _links_upper AS
+WITH vp AS MATERIALIZED (   -- (planned once: each use of a view is planned anew)
+  SELECT p.capture_id, p.io_id, p.start_ns, p.done_by_ns, p.op, p.req_op, p.vdisk_s, p.s, p.t,
+         c.cs
+  FROM _map_vdisk_pieces p LEFT JOIN _map_image_cluster c USING (capture_id)
+  WHERE p.s IS NOT NULL),
+-- writes into an image whose cluster map is known at start and end (cs),
+-- cluster by cluster (_map_write_clusters), in image bytes [s, t): the
+-- whole cluster where it was allocated during the capture, which the
+-- hypervisor writes whole (the write's part, and the rest copied from a
+-- backing file or zeros) or zeroes first (an fallocate of the image: op
+-- discard at the host FS); else the write's part
+wc AS MATERIALIZED (
+  SELECT capture_id, io_id, start_ns, done_by_ns, allocated, c, cs, idelta,
+         CASE WHEN allocated THEN c ELSE vs END + idelta AS s,
+         CASE WHEN allocated THEN c + cs ELSE vt END + idelta AS t
+  FROM _map_write_clusters('vp')),
+-- where those allocated clusters were at the capture's start (a backing
+-- file): the copy-on-write reads the rest of the cluster there while the
+-- write is in flight (rmw; a backing file is not written, so these rows
+-- claim no write)
+cow AS (
+  SELECT w.capture_id, w.io_id, w.start_ns, w.done_by_ns,
+         greatest(w.c, m.lo) + m.delta AS s, least(w.c + w.cs, m.hi) + m.delta AS t
+  FROM wc w JOIN _map_image_start m
+    ON m.capture_id = w.capture_id AND m.lo < w.c + w.cs AND w.c < m.hi
+   AND m.delta <> w.idelta
+  WHERE w.allocated)
 SELECT 'vfs' AS upper_level, 'vdisk' AS lower_level, capture_id, io_id AS upper_id,
        ts_ns AS u_start, end_ns AS u_end, op AS u_op, vs AS u_off, vt - vs AS u_len,
        unnest(_blocks(vs, vt - vs)) AS blk
@@ -67,21 +73,19 @@ FROM _map_vfs_ranges
 UNION ALL
 SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, op,
        s, t - s, unnest(_blocks(s, t - s))
-FROM _map_vdisk_pieces WHERE s IS NOT NULL
- AND NOT (op = 'write' AND capture_id IN (SELECT capture_id FROM _map_image_cluster))
+FROM vp WHERE NOT (op = 'write' AND cs IS NOT NULL)
 UNION ALL
--- writes into an image whose cluster map is known at start and end,
--- cluster by cluster: where the cluster was allocated during the capture,
--- the whole cluster, which the hypervisor writes whole (the write's part,
--- and the rest copied from a backing file or zeros) or zeroes first (an
--- fallocate of the image: op discard at the host FS)
 SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'write',
        s, t - s, unnest(_blocks(s, t - s))
-FROM _links_write_clusters
+FROM wc
 UNION ALL
 SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'discard',
        s, t - s, unnest(_blocks(s, t - s))
-FROM _links_write_clusters WHERE allocated
+FROM wc WHERE allocated
+UNION ALL
+SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'write',
+       s, t - s, unnest(_blocks(s, t - s))
+FROM cow
 UNION ALL
 -- a write-zeroes request (REQ_OP_WRITE_ZEROES, op write) is also offered
 -- to the host FS's discards: the loop device makes it an fallocate of the
@@ -89,7 +93,7 @@ UNION ALL
 -- hypervisor may write the zeroes instead
 SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'discard',
        s, t - s, unnest(_blocks(s, t - s))
-FROM _map_vdisk_pieces WHERE s IS NOT NULL AND req_op = 9
+FROM vp WHERE req_op = 9
 UNION ALL
 SELECT 'vdisk', 'disk', m.capture_id, m.io_id, m.start_ns, m.done_by_ns, m.op,
        m.disk_offset_bytes::BIGINT + x.shift, m.bytes::BIGINT,
@@ -100,7 +104,11 @@ WHERE m.disk_offset_bytes IS NOT NULL
 UNION ALL
 SELECT 'vdisk', 'disk', capture_id, io_id, start_ns, done_by_ns, 'write', u_off, u_len,
        unnest(_blocks(u_off, u_len))
-FROM _links_onto_disks('_links_write_clusters');
+FROM _links_onto_disks('wc')
+UNION ALL
+SELECT 'vdisk', 'disk', capture_id, io_id, start_ns, done_by_ns, 'write', u_off, u_len,
+       unnest(_blocks(u_off, u_len))
+FROM _links_onto_disks('cow');
 
 -- The same hop vdisk -> disk through where moved or freed image bytes
 -- were at the start (_map_image_moved: copy-on-write hosts, holes
@@ -130,18 +138,7 @@ p AS (
   JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev)
 SELECT 'vdisk' AS upper_level, 'disk' AS lower_level, capture_id, io_id AS upper_id,
        start_ns AS u_start, u_end, op AS u_op, u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk
-FROM p
-UNION ALL
--- a write into a cluster allocated during the capture, where the cluster
--- was at the start (a backing file): the hypervisor's copy-on-write reads
--- the rest of the cluster there while the write is in flight (rmw)
-SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'write', s, t - s,
-       unnest(_blocks(s, t - s))
-FROM _links_cow_sources
-UNION ALL
-SELECT 'vdisk', 'disk', capture_id, io_id, start_ns, done_by_ns, 'write', u_off, u_len,
-       unnest(_blocks(u_off, u_len))
-FROM _links_onto_disks('_links_cow_sources');
+FROM p;
 
 CREATE OR REPLACE VIEW _links_lower AS
 SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_start, op AS l_op,

@@ -130,21 +130,22 @@ LEFT JOIN _base_image_files f ON f.capture_id = e.capture_id AND f.ino = e.ino
 WHERE e.role = 'vdisk_image' AND e.phase = 'start'
   AND e.capture_id IN (SELECT capture_id FROM _map_image_cluster);
 
--- Virtual-disk writes into those images cut at the image's clusters: c
--- the cluster's start (cs its size), [vs, vt) the write's part of it,
--- idelta into image bytes through the map at the end; allocated: the
--- cluster was not there at the start (this write allocated it, or one
--- before it in the capture): it was in a backing file, or nowhere.
-CREATE OR REPLACE VIEW _map_write_clusters AS
-WITH p AS (
-  SELECT p.capture_id, p.io_id, p.start_ns, p.done_by_ns, p.vdisk_s AS vs,
-         p.vdisk_s + (p.t - p.s) AS vt, p.s - p.vdisk_s AS idelta, c.cs
-  FROM _map_vdisk_pieces p JOIN _map_image_cluster c USING (capture_id)
-  WHERE p.op = 'write' AND p.s IS NOT NULL),
-k AS (SELECT *, unnest(range(vs // cs, (vt + cs - 1) // cs)) * cs AS c FROM p),
+-- The virtual-disk write pieces of relation `pieces` (as
+-- _map_vdisk_pieces, plus cs: the image's cluster size, NULL where the
+-- cluster map is not known at start and end) cut at the image's clusters:
+-- c the cluster's start, [vs, vt) the write's part of it, idelta into
+-- image bytes through the map at the end; allocated: the cluster was not
+-- there at the start (this write allocated it, or one before it in the
+-- capture): it was in a backing file, or nowhere.
+CREATE OR REPLACE MACRO _map_write_clusters(pieces) AS TABLE
+WITH k AS (
+  SELECT capture_id, io_id, start_ns, done_by_ns, cs, vdisk_s AS vs, vdisk_s + (t - s) AS vt,
+         s - vdisk_s AS idelta,
+         unnest(range(vdisk_s // cs, (vdisk_s + (t - s) + cs - 1) // cs)) * cs AS c
+  FROM query_table(pieces) WHERE op = 'write' AND cs IS NOT NULL),
 kept AS (   -- clusters in the same place at the start
-  SELECT DISTINCT k.capture_id, k.c, k.idelta FROM k JOIN _map_image_start s
-    ON s.capture_id = k.capture_id AND s.lo <= k.c AND k.c + k.cs <= s.hi AND s.delta = k.idelta)
+  SELECT DISTINCT k.capture_id, k.c, k.idelta FROM k JOIN _map_image_start m
+    ON m.capture_id = k.capture_id AND m.lo <= k.c AND k.c + k.cs <= m.hi AND m.delta = k.idelta)
 SELECT k.capture_id, k.io_id, k.start_ns, k.done_by_ns, k.cs, k.c, greatest(k.vs, k.c) AS vs,
        least(k.vt, k.c + k.cs) AS vt, k.idelta, kept.c IS NULL AS allocated
 FROM k LEFT JOIN kept USING (capture_id, c, idelta);

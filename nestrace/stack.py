@@ -200,7 +200,7 @@ class Stack:
     # the image file's format, by its first bytes (a loop device reads any
     # file as raw; a hypervisor reads the format it is told)
     image_format: str = "raw"
-    # the files a qcow2 image reads through (its backing chain, top
+    # the files a qcow2 or vmdk image reads through (its backing chain, top
     # first), those on the image's own file system: {path, fmt, ino}
     backing_files: list[dict] = field(default_factory=list)
 

@@ -10,7 +10,9 @@ the file is allocated the first time the guest writes that grain of its
 disk, where the file ends then.  Grains never written, zeroed grains
 (read as zeros without the file) and compressed grains (streamOptimized)
 have no place a guest byte can be read from directly, and are left out
-(counted).
+(counted).  A disk may name a parent (`parentFileNameHint`: a VMware
+snapshot, or `qemu-img create -f vmdk -b`): grains never written are read
+from it, but zeroed and compressed grains hide it (`ClusterMap.opaque`).
 
 Not read: a disk whose descriptor is a file of its own (monolithicFlat,
 twoGbMaxExtent*, vmfs): the descriptor names the extent files, and a flat
@@ -106,6 +108,7 @@ def _grain_map(fd: int, path: str) -> ClusterMap:
         meta.append((rgd_off * SECTOR, 4 * n_gd))
         meta += [(e * SECTOR, 4 * n_gtes) for e in rgd if e]
     extents: list[list[int]] = []
+    opaque: list[tuple[int, int]] = []   # zeroed and compressed grains: the parent is not read
     zeros = compressed = 0
     for i, gt_sector in enumerate(gd):
         if not gt_sector:
@@ -119,12 +122,14 @@ def _grain_map(fd: int, path: str) -> ClusterMap:
                 continue
             if e == GTE_ZEROED and flags & FLAG_ZERO_GRAIN:
                 zeros += 1
+                opaque.append((guest, min(gs, size - guest)))
             elif flags & FLAG_COMPRESSED:
                 compressed += 1
+                opaque.append((guest, min(gs, size - guest)))
             else:
                 add_run(extents, guest, e * SECTOR, min(gs, size - guest))
     return ClusterMap(path=path, version=version, cluster_bytes=gs, virtual_bytes=size,
                       extents=[tuple(x) for x in extents], zero_clusters=zeros,
                       compressed_clusters=compressed,
                       backing_file=parent.group(1) if parent else "", dirty=unclean,
-                      metadata=coalesce(meta), fmt="vmdk")
+                      metadata=coalesce(meta), fmt="vmdk", opaque=coalesce(opaque))

@@ -342,7 +342,8 @@ def test_side_options_are_checked(tmp_path):
 def test_the_host_side_traces_an_images_backing_chain_on_its_file_system(tmp_path):
     """An overlay on a qcow2 base on a raw file, all three beside it: the
     host side traces the three files (stack_json, their extents) and
-    stores the map with the file each part of the disk is read from.  A
+    stores the map with the file each part of the disk is read from; a
+    vmdk snapshot's parent likewise.  A
     backing file on another file system (tmpfs) is named in a warning and
     left out."""
     raw, mid, top = tmp_path / "base.raw", tmp_path / "mid.qcow2", tmp_path / "top.qcow2"
@@ -370,6 +371,27 @@ def test_the_host_side_traces_an_images_backing_chain_on_its_file_system(tmp_pat
         "SELECT logical_bytes, ino, length_bytes, cluster_bytes FROM extent_maps "
         "WHERE role = 'vdisk_image' AND phase = 'end' ORDER BY 1")] == [
         (0, ino["base.raw"], 4 << 20, 65536), (5 << 20, ino["mid.qcow2"], 65536, 65536)]
+
+    # a vmdk snapshot: its parent is followed the same way
+    vb, vs = tmp_path / "base.vmdk", tmp_path / "snap.vmdk"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", str(vb), "8M"], check=True)
+    subprocess.run(["qemu-io", "-f", "vmdk", "-c", "write -P 2 0 1M", str(vb)], check=True,
+                   capture_output=True)
+    subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-b", "base.vmdk", "-F", "vmdk",
+                    str(vs)], cwd=tmp_path, check=True)
+    subprocess.run(["qemu-io", "-f", "vmdk", "-c", "write -P 1 5M 64k", str(vs)], check=True,
+                   capture_output=True)
+    r = run_cli("record", "-o", str(tmp_path / "v"), "--side", "host", "--image", str(vs),
+                "--duration", "0.5")
+    assert "warning" not in r.stderr, r.stderr
+    s = nestrace.open(tmp_path / "v")
+    st = json.loads(s.rows("SELECT stack_json FROM capture_meta")[0]["stack_json"])
+    assert (st["image_format"], st["backing_files"]) == \
+        ("vmdk", [{"path": str(vb), "fmt": "vmdk", "ino": vb.stat().st_ino}])
+    assert [tuple(r.values()) for r in s.rows(
+        "SELECT logical_bytes, ino, length_bytes FROM extent_maps "
+        "WHERE role = 'vdisk_image' AND phase = 'end' ORDER BY 1")] == [
+        (0, vb.stat().st_ino, 1 << 20), (5 << 20, vs.stat().st_ino, 65536)]
 
     shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
     try:

@@ -10,7 +10,8 @@ import pytest
 
 from nestrace.imagemap import cluster_map
 from nestrace.vmdk import VmdkError, grain_map
-from test_qcow2 import _qemu_img, qemu_io, qemu_map  # noqa: F401  (_qemu_img: fixture)
+from nestrace.imagemap import backing_chain, chain_extents
+from test_qcow2 import _qemu_img, coalesced, qemu_chain_map, qemu_io, qemu_map  # noqa: F401  (_qemu_img: fixture)
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -60,6 +61,27 @@ def test_zeroed_grains_compressed_grains_and_a_parent_are_told_apart(tmp_path):
     subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-b", str(z), "-F", "vmdk",
                     str(top)], check=True)
     assert grain_map(str(top)).backing_file == str(z)
+
+
+def test_a_vmdk_snapshot_is_read_through_its_parent_as_qemu_reads_it(tmp_path):
+    """A vmdk over a vmdk parent (named relative to it, as VMware's
+    snapshots are), with zeroed grains: each disk byte is read from the
+    file QEMU's map says; a zeroed grain hides the parent; a partial write
+    of a grain made the snapshot hold the whole grain."""
+    base, top = tmp_path / "base.vmdk", tmp_path / "snap.vmdk"
+    create(base, "8M")
+    qemu_io(base, "write -P 1 0 1M", "write -P 2 4M 256k", fmt="vmdk")
+    subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-o", "zeroed_grain=on", "-b",
+                    "base.vmdk", "-F", "vmdk", str(top)], cwd=tmp_path, check=True)
+    qemu_io(top, "write -P 3 520k 4k", "write -z 4M 128k", "write -P 4 7M 64k", fmt="vmdk")
+    chain = backing_chain(str(top), "vmdk")
+    assert [(c.path, c.fmt) for c in chain] == [(str(top), "vmdk"), (str(base), "vmdk")]
+    assert chain[0].map.opaque == [(4 * MiB, 128 * KiB)]
+    got = coalesced(chain_extents(chain))
+    assert got == qemu_chain_map(top)
+    assert (512 * KiB, 0) in {(g, i) for g, i, _, _ in got}        # the whole grain
+    assert not any(g < 4 * MiB + 128 * KiB and 4 * MiB < g + n for g, _, _, n in got)
+    assert (4 * MiB + 128 * KiB, 1) in {(g, i) for g, i, _, _ in got}
 
 
 def test_a_disk_whose_descriptor_is_its_own_file_is_refused_naming_its_extents(tmp_path):

@@ -10,9 +10,10 @@
 -- stretches with no place in the file (image_offset_bytes NULL):
 -- unallocated, all-zero or compressed clusters, which the hypervisor
 -- answers without reading the file there.
--- A qcow2 image with a backing file reads the clusters it has not
--- allocated from that file (raw, or an image of its own, with its own
--- backing file): those extents are in that file (image_ino).
+-- A qcow2 image with a backing file (or a vmdk snapshot, with its parent)
+-- reads the clusters it has not allocated from that file (raw, or an image
+-- of its own, with its own backing file): those extents are in that file
+-- (image_ino).
 -- @column capture_id VARCHAR          capture
 -- @column vdisk_offset_bytes UBIGINT  byte offset on the virtual disk where the extent starts
 -- @column image_offset_bytes UBIGINT  byte offset in the image file where it starts (NULL: none)

@@ -122,7 +122,8 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     ra = s.rows("SELECT level, filled_bytes, readahead_bytes, used_bytes, unused_bytes, "
                 "unused_fraction, read_filled_bytes, write_filled_bytes, fault_filled_bytes, other_filled_bytes "
                 "FROM readahead_summary WHERE capture_id = ? ORDER BY level", p)
-    sync = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes, stable_fraction "
+    sync = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes, stable_fraction, "
+                  "range_syncs, range_sync_bound_writes "
                   "FROM sync_transform WHERE capture_id = ? ORDER BY level", p)
     discard = s.rows("SELECT level, requests, discard_bytes, zeroes_bytes, tied_bytes, tied_fraction, "
                      "lag_median_ns FROM discard_summary WHERE capture_id = ? "
@@ -264,7 +265,10 @@ def render(rep: dict, console=None) -> None:
                   f"{_fmt_bytes(r['other_filled_bytes'])} other")
     for r in rep["sync"]:
         t.add_row(f"sync {r['level']}", f"{r['stable_writes']}/{r['writes']} stable writes, "
-                  f"{r['flushes']} flushes, {r['fsync_bound_writes']} fsync-bound")
+                  f"{r['flushes']} flushes, {r['fsync_bound_writes']} fsync-bound"
+                  + (f", {r['range_syncs']} sync_file_range" if r.get("range_syncs") else "")
+                  + (f", {r['range_sync_bound_writes']} sync_file_range-bound"
+                     if r.get("range_sync_bound_writes") else ""))
     for r in rep.get("discard", []):
         above = "vfs" if r["level"] == "vdisk" else "vdisk"
         tied = "" if r["level"] == "vdisk" and not r["tied_bytes"] else (

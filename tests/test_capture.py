@@ -432,6 +432,11 @@ def test_io_uring_sync_file_range_and_fallocate_are_followed_down(lab_factory, t
                 "WHERE l.lower_level = 'vdisk' AND l.upper_id = ? AND l.kind = 'writeback'",
                 [sfr["ts_ns"], sfr["end_ns"], got["uring_write"]["io_id"]])
     assert wb == [{"bytes": 16384, "inside": True}], wb
+    st = {r.pop("level"): r for r in s.rows(
+        "SELECT level, range_syncs, range_sync_bound_writes FROM sync_transform "
+        "WHERE level IN ('vfs', 'vdisk')")}
+    assert st["vfs"] == {"range_syncs": 1, "range_sync_bound_writes": 0}, st
+    assert st["vdisk"]["range_syncs"] == 0 and st["vdisk"]["range_sync_bound_writes"] >= 1, st
     # the hole's 8 KiB discarded on the virtual disk, tied to the request
     d = s.rows("SELECT sum(bytes) AS bytes FROM links WHERE lower_level = 'vdisk' "
                "AND upper_id = ? AND kind IN ('discard', 'sync')",

@@ -454,6 +454,37 @@ def test_fua_and_fsync_bound_writes_are_counted():
                    {"level": "vfs", "writes": 1, "stable_writes": 0, "flushes": 1, "fsync_bound_writes": 0}]
 
 
+def test_writes_forced_out_by_sync_file_range_are_counted_apart_from_fsyncs():
+    # a buffered write, sync_file_range over it (writeback of the range, no
+    # cache flush: not a flush, not fsync-bound), its write below inside
+    # it, and a later write below outside it
+    t = dict(vfs_events=[vfs(100, 10, off=0, syscall=2), vfs(200, 500, off=0, req=4096, ret=0, syscall=13)],
+             block_events=request(300, 310, 400, VDISK, 4 * MiB, 4096, rq=1, bio=1, op=1)
+             + request(900, 910, 950, VDISK, 8 * MiB, 4096, rq=2, bio=2, op=1))
+    s = session(**t)
+    got = s.rows("SELECT level, writes, flushes, fsync_bound_writes, range_syncs, range_sync_bound_writes "
+                 "FROM sync_transform WHERE level IN ('vfs', 'vdisk') ORDER BY level")
+    assert got == [{"level": "vdisk", "writes": 2, "flushes": 0, "fsync_bound_writes": 0,
+                    "range_syncs": 0, "range_sync_bound_writes": 1},
+                   {"level": "vfs", "writes": 1, "flushes": 0, "fsync_bound_writes": 0,
+                    "range_syncs": 1, "range_sync_bound_writes": 0}]
+
+
+def test_a_write_inside_a_long_fsync_is_bound_after_a_shorter_one_ends():
+    # two threads' fsyncs: a long one (1000-3000) and a short one that
+    # starts later and ends first (1100-1200); writes below at 1500 (inside
+    # the long one only), 1150 (both), 3500 (neither) and 900 (before both)
+    t = dict(vfs_events=[vfs(1000, 2000, off=-1, req=0, ret=0, syscall=11),
+                         vfs(1100, 100, off=-1, req=0, ret=0, syscall=12)],
+             block_events=[e for i, q in enumerate((1500, 1150, 3500, 900))
+                           for e in request(q, q + 10, q + 50, VDISK, (4 + i) * MiB, 4096, rq=i + 1,
+                                            bio=i + 1, op=1)])
+    s = session(**t)
+    assert s.rows("SELECT writes, flushes, fsync_bound_writes, range_sync_bound_writes "
+                  "FROM sync_transform WHERE level = 'vdisk'") == [
+        {"writes": 4, "flushes": 0, "fsync_bound_writes": 2, "range_sync_bound_writes": 0}]
+
+
 def test_cached_intermediates_give_the_same_numbers():
     from nestrace.report import CACHED
     t = direct_read_stack()

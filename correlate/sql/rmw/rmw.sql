@@ -29,18 +29,30 @@ gw_partial AS (   -- the partial head and tail blocks, in vdisk bytes
   UNION
   SELECT capture_id, io_id, ts_ns, end_ns, bs, ((t - 1) // bs) * bs FROM gw WHERE t % bs <> 0),
 -- each read of a partial block while the write was in flight, once per
--- write (a read of both partial blocks is one read)
+-- write (a read of both partial blocks is one read).  Both sides cut into
+-- 4 KiB blocks, so that the join pairs a write only with the reads of its
+-- own blocks (on range and time alone it paired every partial write with
+-- every read: 27 s for 128k of each)
+gw_blocks AS (
+  SELECT capture_id, io_id, ts_ns, end_ns, bs, blk_s, unnest(_blocks(blk_s, bs)) AS blk
+  FROM gw_partial),
+gr_blocks AS (
+  SELECT capture_id, io_id, start_ns, c_ns, offset_bytes::BIGINT AS off, bytes::BIGINT AS bytes,
+         unnest(_blocks(offset_bytes, bytes)) AS blk
+  FROM vdisk_io WHERE op = 'read' AND bytes > 0),
 g_reads AS (
-  SELECT DISTINCT w.capture_id, w.io_id AS write_id, w.bs, r.io_id AS read_id,
-         r.bytes::BIGINT AS read_bytes, (r.c_ns - r.start_ns)::BIGINT AS read_ns
-  FROM gw_partial w LEFT JOIN vdisk_io r
-    ON r.capture_id = w.capture_id AND r.op = 'read'
-   AND r.offset_bytes::BIGINT < w.blk_s + w.bs AND w.blk_s < (r.offset_bytes + r.bytes)::BIGINT
+  SELECT DISTINCT w.capture_id, w.io_id AS write_id, r.io_id AS read_id,
+         r.bytes AS read_bytes, (r.c_ns - r.start_ns)::BIGINT AS read_ns
+  FROM gr_blocks r JOIN gw_blocks w
+    ON w.capture_id = r.capture_id AND w.blk = r.blk
+   AND r.off < w.blk_s + w.bs AND w.blk_s < r.off + r.bytes
    AND r.start_ns BETWEEN w.ts_ns AND w.end_ns),
 g AS (
-  SELECT capture_id, 'guest' AS hop, write_id, bs, count(read_id) AS reads,
-         coalesce(sum(read_bytes), 0) AS read_bytes, coalesce(sum(read_ns), 0) AS read_ns
-  FROM g_reads GROUP BY ALL),
+  SELECT w.capture_id, 'guest' AS hop, w.io_id AS write_id, w.bs, count(r.read_id) AS reads,
+         coalesce(sum(r.read_bytes), 0) AS read_bytes, coalesce(sum(r.read_ns), 0) AS read_ns
+  FROM (SELECT DISTINCT capture_id, io_id, bs FROM gw_partial) w
+  LEFT JOIN g_reads r ON r.capture_id = w.capture_id AND r.write_id = w.io_id
+  GROUP BY ALL),
 -- host hop: virtual-disk writes on the image, 4 KiB host pages
 hw AS (   -- (the image's pages are what counts, not its extents on disk)
   SELECT capture_id, io_id, start_ns, c_ns, s, t
@@ -51,20 +63,26 @@ hw_partial AS (
   SELECT capture_id, io_id, start_ns, c_ns, ((t - 1) // 4096) * 4096 FROM hw WHERE t % 4096 <> 0),
 -- the same for the host hop; a disk read is cut into pieces by the image's
 -- extents: its bytes are the pieces' within the image, its time counted once
+-- (joined on the image's 4 KiB pages, as the guest hop)
+hr_pages AS (
+  SELECT capture_id, io_id, start_ns, c_ns, image_offset_bytes, bytes::BIGINT AS bytes,
+         unnest(_blocks(image_offset_bytes, bytes)) AS blk
+  FROM _map_disk WHERE op = 'read' AND bytes > 0),
 h_pieces AS (
   SELECT DISTINCT w.capture_id, w.io_id AS write_id, r.io_id AS read_id,
-         r.image_offset_bytes, r.bytes::BIGINT AS bytes, (r.c_ns - r.start_ns)::BIGINT AS ns
-  FROM hw_partial w LEFT JOIN _map_disk r
-    ON r.capture_id = w.capture_id AND r.op = 'read'
-   AND r.image_offset_bytes::BIGINT < w.blk_s + 4096 AND w.blk_s < (r.image_offset_bytes + r.bytes)::BIGINT
+         r.image_offset_bytes, r.bytes, (r.c_ns - r.start_ns)::BIGINT AS ns
+  FROM hr_pages r JOIN hw_partial w
+    ON w.capture_id = r.capture_id AND w.blk_s // 4096 = r.blk
    AND r.start_ns BETWEEN w.start_ns AND w.c_ns),
 h_reads AS (
   SELECT capture_id, write_id, read_id, sum(bytes) AS read_bytes, any_value(ns) AS read_ns
   FROM h_pieces GROUP BY ALL),
 h AS (
-  SELECT capture_id, 'host' AS hop, write_id, 4096 AS bs, count(read_id) AS reads,
-         coalesce(sum(read_bytes), 0) AS read_bytes, coalesce(sum(read_ns), 0) AS read_ns
-  FROM h_reads GROUP BY ALL),
+  SELECT w.capture_id, 'host' AS hop, w.io_id AS write_id, 4096 AS bs, count(r.read_id) AS reads,
+         coalesce(sum(r.read_bytes), 0) AS read_bytes, coalesce(sum(r.read_ns), 0) AS read_ns
+  FROM (SELECT DISTINCT capture_id, io_id FROM hw_partial) w
+  LEFT JOIN h_reads r ON r.capture_id = w.capture_id AND r.write_id = w.io_id
+  GROUP BY ALL),
 sizes AS (
   SELECT capture_id, 'guest' AS hop, io_id AS write_id, ret_bytes::BIGINT AS write_bytes FROM vfs_io
   UNION ALL SELECT capture_id, 'host', io_id, bytes::BIGINT FROM vdisk_io)

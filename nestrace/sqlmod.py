@@ -102,11 +102,33 @@ def _parse(path: Path, name: str) -> Module:
     return Module(name, path, text, includes, views, objects)
 
 
+# `-- COPIES m: m_2 m_3`: macro m is created under these names too.  DuckDB
+# refuses to expand a table macro while it is expanding it (it takes that
+# for recursion), even where one use only reads a view that uses it: a
+# macro that views nest (one use's argument a view made with another use)
+# needs a copy per level of nesting.
+_COPIES = re.compile(r"^--\s*COPIES\s+(\w+):\s*([\w ]+)$", re.M)
+
+
+def _with_copies(sql: str) -> str:
+    for m in _COPIES.finditer(sql):
+        name = m.group(1)
+        start = re.search(rf"^CREATE\s+OR\s+REPLACE\s+MACRO\s+{name}\(", sql, re.M)
+        if not start:
+            raise ModuleError(f"-- COPIES {name}: no CREATE OR REPLACE MACRO {name}( here")
+        end = sql.index(";\n", start.start()) + 2
+        body = sql[start.start():end]
+        sql += "".join("\n" + body.replace(f"MACRO {name}(", f"MACRO {copy}(", 1)
+                       for copy in m.group(2).split())
+    return sql
+
+
 def deferred(sql: str) -> str:
     """The statements with every CREATE VIEW bound on first use, not now
-    (DuckDB >= 2.0: `WITH (DEFER_BINDING)`).  A broken view then fails
-    when queried; the tests query every public view."""
-    return _VIEW_AS.sub(r"\1 WITH (DEFER_BINDING) AS", sql)
+    (DuckDB >= 2.0: `WITH (DEFER_BINDING)`), and the copies of macros that
+    `-- COPIES` asks for.  A broken view then fails when queried; the
+    tests query every public view."""
+    return _VIEW_AS.sub(r"\1 WITH (DEFER_BINDING) AS", _with_copies(sql))
 
 
 def discover(sql_dir: Path = SQL_DIR) -> dict[str, Module]:

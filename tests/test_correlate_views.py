@@ -241,6 +241,68 @@ def test_rmw_read_of_where_a_copy_on_write_host_had_the_block_before_it_moved():
                    {"kind": "writeback", "tied": False, "bytes": 3584, "op": "write"}]
 
 
+@pytest.mark.parametrize("n", [20, 60])   # (a plain join up to 32 rows of b a key, else ASOF)
+def test_overlaps_finds_every_overlapping_range_also_past_a_long_one(n):
+    # b: under key 1 a long range, ranges nested in it, a copy of one, and
+    # one far off; under key 2 one range.  Every pair is checked against
+    # comparing each a with each b.
+    b = [(1, 0, 10 * n)] + [(1, 10 * i, 10 * i + 5) for i in range(1, n)] + [(1, 20, 25)]
+    b += [(1, 50 * n, 50 * n + 7), (2, 3, 9)]
+    a = [(1, 12, 13), (1, 14, 16), (1, 15, 31), (1, 10 * n - 1, 10 * n + 1), (1, 10 * n, 50 * n),
+         (1, -5, 0), (1, 50 * n + 6, 50 * n + 9), (2, 0, 4), (2, 9, 10), (3, 0, 100)]
+    rows = lambda t: ", ".join(f"('c', {k}::UBIGINT, 0::UBIGINT, {lo}::BIGINT, {hi}::BIGINT, {i})"
+                               for i, (k, lo, hi) in enumerate(t))
+    s = session()
+    got = s.rows(f"""WITH a AS (SELECT * FROM (VALUES {rows(a)}) t(k0, k1, k2, lo, hi, ai)),
+                          b AS (SELECT * FROM (VALUES {rows(b)}) t(k0, k1, k2, lo, hi, bi))
+                     SELECT ai, o.bi AS bi FROM _overlaps('a', 'b') ORDER BY 1, 2""")
+    want = [{"ai": i, "bi": j} for i, (k, lo, hi) in enumerate(a)
+            for j, (kb, blo, bhi) in enumerate(b) if k == kb and blo < hi and lo < bhi]
+    assert got == want
+    assert {r["ai"] for r in got} == {0, 1, 2, 3, 6, 7}
+    # keep: the rows of a that overlap nothing too, once each, with no b
+    got = s.rows(f"""WITH a AS (SELECT * FROM (VALUES {rows(a)}) t(k0, k1, k2, lo, hi, ai)),
+                          b AS (SELECT * FROM (VALUES {rows(b)}) t(k0, k1, k2, lo, hi, bi))
+                     SELECT ai, o.bi AS bi FROM _overlaps('a', 'b', keep := true)
+                     ORDER BY 1, 2""")
+    assert got == sorted(want + [{"ai": i, "bi": None} for i in (4, 5, 8, 9)],
+                         key=lambda r: (r["ai"], r["bi"] if r["bi"] is not None else 1 << 30))
+
+
+def test_a_fragmented_image_that_moved_maps_each_piece_where_it_is_and_was():
+    """An image in 64 extents of 64 KiB laid out backwards on the host
+    disk (more than a plain join is used for), which were all at 300 MiB
+    at the start (a copy-on-write host moved them).  A read across two
+    extents is cut in two, each at its place; a host-disk read at a new
+    place and one at an old place both find their image bytes."""
+    k = 65536
+    img = [(4 * MiB + i * k, 100 * MiB + (63 - i) * k, k) for i in range(64)]
+    ext = extents(image=img)
+    ext += [r | {"phase": "start"} for r in extents(image=((4 * MiB, 300 * MiB, 4 * MiB),))
+            if r["role"] == "image"]
+    t = dict(extent_maps=ext, vfs_events=[vfs(100, 900, off=k - 2048, f_flags=0o40000)],
+             block_events=request(200, 210, 900, VDISK, 4 * MiB + k - 2048, 4096, rq=1, bio=11)
+             + request(300, 310, 800, DISK, 100 * MiB + 58 * k, 4096, rq=2, bio=12)
+             + request(320, 330, 820, DISK, 300 * MiB + 7 * k, 4096, rq=3, bio=13))
+    s = session(**t)
+    pieces = [{"image_offset_bytes": 4 * MiB + k - 2048, "bytes": 2048,
+               "disk_offset_bytes": 100 * MiB + 63 * k + k - 2048},
+              {"image_offset_bytes": 4 * MiB + k, "bytes": 2048,
+               "disk_offset_bytes": 100 * MiB + 62 * k}]
+    assert s.rows("SELECT image_offset_bytes, bytes, disk_offset_bytes FROM map_vfs "
+                  "ORDER BY 1") == pieces
+    assert s.rows("SELECT image_offset_bytes, bytes, disk_offset_bytes FROM map_vdisk "
+                  "ORDER BY 1") == pieces
+    assert s.rows("SELECT disk_offset_bytes, image_offset_bytes, bytes FROM map_disk "
+                  "ORDER BY 1") == [
+        {"disk_offset_bytes": 100 * MiB + 58 * k, "image_offset_bytes": 4 * MiB + 5 * k,
+         "bytes": 4096},
+        {"disk_offset_bytes": 300 * MiB + 7 * k, "image_offset_bytes": 4 * MiB + 7 * k,
+         "bytes": 4096}]
+    assert s.rows("SELECT count(*) AS n, sum(hi - lo) AS b FROM _map_image_moved") == [
+        {"n": 64, "b": 4 * MiB}]
+
+
 def test_a_host_on_two_disks_maps_each_request_through_its_own_disk():
     """A mirrored btrfs host: the image's bytes are at 100 MiB on one disk
     and at 200 MiB on the other.  A write reaches both copies; a write at

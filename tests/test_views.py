@@ -37,6 +37,21 @@ def test_module_with_side_effects_is_refused(tmp_path):
         sqlmod.discover(tmp_path / "sql")
 
 
+def test_a_macro_is_copied_under_the_names_a_module_asks_for():
+    # DuckDB will not expand a table macro inside its own expansion: a use
+    # whose argument is a view made with another use needs another name
+    sql = ("-- COPIES _m: _m_2\nCREATE OR REPLACE MACRO _m(t) AS TABLE SELECT * FROM query_table(t);\n"
+           "CREATE VIEW v1 AS SELECT 1 AS x;\nCREATE VIEW v2 AS SELECT * FROM _m('v1');\n"
+           "CREATE VIEW v3 AS SELECT * FROM _m_2('v2');\n")
+    s = session()
+    s.con.execute(sqlmod.deferred(sql))
+    assert s.rows("SELECT * FROM v3") == [{"x": 1}]
+    with pytest.raises(Exception, match="recursi"):
+        s.con.execute("CREATE OR REPLACE VIEW v3 AS SELECT * FROM _m('v2')")
+    with pytest.raises(sqlmod.ModuleError, match="COPIES _n: no CREATE OR REPLACE MACRO _n"):
+        sqlmod.deferred("-- COPIES _n: _n_2\nSELECT 1;\n")
+
+
 def test_block_request_phases_from_q_g_i_d_c():
     ev = [blk("Q", 100, bio=1, sector=64), blk("G", 110, bio=1, sector=64),
           blk("I", 130, rq=9, bio=1, sector=64), blk("D", 160, rq=9, bio=1, sector=64),

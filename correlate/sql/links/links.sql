@@ -293,19 +293,23 @@ m AS (
                                least(l_off + l_len, blk * 4096 + 4096) - greatest(l_off, blk * 4096),
                                u_off, u_len) END AS attributed
   FROM k),
+reach AS (    -- guest files' extents on the virtual disk: how far those
+              -- starting at or before lo reach
+  SELECT c.ck, e.physical_bytes::BIGINT AS lo,
+         max(max((e.physical_bytes + e.length_bytes)::BIGINT))
+           OVER (PARTITION BY c.ck ORDER BY e.physical_bytes::BIGINT ROWS UNBOUNDED PRECEDING) AS reach
+  FROM map_extents e JOIN _links_captures c USING (capture_id)
+  WHERE e.role = 'guest_file' GROUP BY c.ck, e.physical_bytes::BIGINT),
 filed AS (    -- virtual-disk blocks written with no cause found that hold a
-              -- guest file's data (its extents): write-back, whatever the
-              -- flags say (fsync writes data with REQ_SYNC too)
-              -- (the extents keyed by ck first: joined to the captures
-              -- after, the planner put the range join on its own, and,
-              -- expecting a row a side, made it a nested loop)
+              -- guest file's data (in one of its extents: an ASOF join on
+              -- their reach, not a range join of every such block with
+              -- every extent): write-back, whatever the flags say (fsync
+              -- writes data with REQ_SYNC too)
   SELECT DISTINCT r.ck, r.blk
   FROM m r
-  JOIN (SELECT c.ck, e.physical_bytes::BIGINT AS lo, (e.physical_bytes + e.length_bytes)::BIGINT AS hi
-        FROM map_extents e JOIN _links_captures c USING (capture_id)
-        WHERE e.role = 'guest_file') e
-    ON e.ck = r.ck AND e.lo <= r.blk * 4096 AND r.blk * 4096 < e.hi
-  WHERE r.hop = 0 AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL),
+  ASOF JOIN reach e ON e.ck = r.ck AND r.blk * 4096 >= e.lo
+  WHERE r.hop = 0 AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL
+    AND r.blk * 4096 < e.reach),
 out AS (
   SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
          CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT

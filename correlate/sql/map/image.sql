@@ -1,6 +1,7 @@
 -- Module map.image: where each virtual-disk byte is in the disk image file.
 -- INCLUDE vdisk.io
 -- INCLUDE hostfs.io
+-- INCLUDE util.blocks
 
 -- The virtual disk in its image file, as extents.  A raw image holds
 -- byte b of the disk at b + lo_offset (one extent, the loop device's
@@ -169,6 +170,7 @@ FROM hostfs_io h LEFT JOIN _base_image_files f ON f.capture_id = h.capture_id AN
 
 -- Host-FS accesses to the image that touch those tables.
 CREATE OR REPLACE VIEW _map_image_metadata_io AS
-SELECT DISTINCT h.capture_id, h.io_id
-FROM _map_hostfs_io h JOIN _map_image_metadata m
-  ON m.capture_id = h.capture_id AND m.lo < h.stop AND h.off < m.hi;
+WITH h AS NOT MATERIALIZED (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, off AS lo, stop AS hi,
+                  capture_id, io_id FROM _map_hostfs_io),
+m AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi FROM _map_image_metadata)
+SELECT DISTINCT capture_id, io_id FROM _overlaps('h', 'm');

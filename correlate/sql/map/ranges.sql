@@ -5,6 +5,7 @@
 -- INCLUDE disk.io
 -- INCLUDE hostfs.io
 -- INCLUDE map.image
+-- INCLUDE util.blocks
 
 -- The image extents, with their disk (a btrfs on several devices: a row
 -- per copy and per stripe); logical_bytes in image bytes (a backing
@@ -14,6 +15,14 @@ SELECT e.capture_id, (e.logical_bytes::BIGINT + coalesce(f.shift, 0))::UBIGINT A
        e.physical_bytes, e.length_bytes, e.disk_dev
 FROM map_extents e LEFT JOIN _base_image_files f ON f.capture_id = e.capture_id AND f.ino = e.ino
 WHERE e.role = 'image';
+
+-- The same keyed for _overlaps by image bytes (capture; lo, hi), with
+-- delta = disk minus image bytes.
+CREATE OR REPLACE VIEW _map_image_extents_keyed AS
+SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, logical_bytes::BIGINT AS lo,
+       (logical_bytes + length_bytes)::BIGINT AS hi, logical_bytes, physical_bytes, disk_dev,
+       physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
+FROM _map_image_extents;
 
 -- Bytes of files of role r ('image' or 'guest_file') that were freed
 -- during the capture: in the start snapshot, in no extent of map_extents
@@ -30,10 +39,12 @@ WITH st AS (
 now AS (
   SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi
   FROM map_extents WHERE role = r),
+stk AS NOT MATERIALIZED (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, * FROM st),
+nowk AS (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi FROM now),
 covered AS (  -- each start extent's parts that some extent covers now
-  SELECT st.*, greatest(st.lo, now.lo) AS clo, least(st.hi, now.hi) AS chi
-  FROM st JOIN now ON now.capture_id = st.capture_id AND now.dev = st.dev AND now.ino = st.ino
-   AND now.lo < st.hi AND st.lo < now.hi),
+  SELECT capture_id, dev, ino, lo, hi, delta, disk_dev, greatest(lo, o.lo) AS clo,
+         least(hi, o.hi) AS chi
+  FROM _overlaps('stk', 'nowk')),
 gaps AS (     -- (covered to: the furthest end of the parts before; copies may overlap)
   SELECT capture_id, dev, ino, delta, disk_dev, clo, hi,
          coalesce(max(chi) OVER (PARTITION BY capture_id, dev, ino, lo, hi, delta, disk_dev
@@ -46,9 +57,10 @@ WHERE clo > covered_to
 UNION ALL
 SELECT DISTINCT capture_id, dev, ino, last_end, hi, delta, disk_dev FROM gaps WHERE last_end < hi
 UNION ALL
-SELECT st.* FROM st
-ANTI JOIN now ON now.capture_id = st.capture_id AND now.dev = st.dev AND now.ino = st.ino
- AND now.lo < st.hi AND st.lo < now.hi;
+SELECT st.* FROM st   -- (those no extent covers now at all)
+ANTI JOIN covered c ON c.capture_id = st.capture_id AND c.dev = st.dev AND c.ino = st.ino
+ AND c.lo = st.lo AND c.hi = st.hi AND c.delta IS NOT DISTINCT FROM st.delta
+ AND c.disk_dev IS NOT DISTINCT FROM st.disk_dev;
 
 -- Image bytes that moved or were freed during the capture: where the
 -- start snapshot had them, for the parts where map_extents (the end
@@ -74,14 +86,21 @@ now AS (
   SELECT capture_id, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
          physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
   FROM _map_image_extents),
+stk AS NOT MATERIALIZED (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, * FROM st),
+nowk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, * FROM now),
 cand AS (
-  SELECT DISTINCT st.capture_id, greatest(st.lo, now.lo) AS lo, least(st.hi, now.hi) AS hi,
-         st.delta, st.disk_dev
-  FROM st JOIN now ON now.capture_id = st.capture_id AND now.lo < st.hi AND st.lo < now.hi
-  WHERE now.delta <> st.delta OR now.disk_dev <> st.disk_dev)
-SELECT c.* FROM cand c
-ANTI JOIN now n ON n.capture_id = c.capture_id AND n.disk_dev = c.disk_dev AND n.delta = c.delta
-               AND n.lo <= c.lo AND c.hi <= n.hi
+  SELECT DISTINCT capture_id, greatest(lo, o.lo) AS lo, least(hi, o.hi) AS hi, delta, disk_dev
+  FROM _overlaps('stk', 'nowk')
+  WHERE o.delta <> delta OR o.disk_dev <> disk_dev),
+reach AS (   -- per disk and place: how far the extents starting at or before lo reach
+  SELECT capture_id, disk_dev, delta, lo,
+         max(max(hi)) OVER (PARTITION BY capture_id, disk_dev, delta ORDER BY lo
+                            ROWS UNBOUNDED PRECEDING) AS reach
+  FROM now GROUP BY capture_id, disk_dev, delta, lo)
+SELECT c.* FROM cand c   -- (not held by one extent now on the same disk at the same place)
+ASOF LEFT JOIN reach n ON n.capture_id = c.capture_id AND n.disk_dev = c.disk_dev
+ AND n.delta = c.delta AND c.lo >= n.lo
+WHERE n.reach IS NULL OR n.reach < c.hi
 UNION ALL
 SELECT x.capture_id, x.lo + coalesce(f.shift, 0), x.hi + coalesce(f.shift, 0),
        x.delta - coalesce(f.shift, 0), x.disk_dev
@@ -93,14 +112,16 @@ LEFT JOIN _base_image_files f ON f.capture_id = x.capture_id AND f.ino = x.ino;
 -- onto the virtual disk, in pieces: each row loses dev, ino, off and stop
 -- and gains [vs, vt) and delta = virtual-disk minus file offset.
 CREATE OR REPLACE MACRO _map_into_vdisk(t) AS TABLE
-SELECT io.* EXCLUDE (dev, ino, off, stop),
-       e.physical_bytes::BIGINT - e.logical_bytes::BIGINT AS delta,
-       greatest(io.off, e.logical_bytes::BIGINT) + delta AS vs,
-       least(io.stop, (e.logical_bytes + e.length_bytes)::BIGINT) + delta AS vt
-FROM query_table(t) io JOIN map_extents e
-  ON e.capture_id = io.capture_id AND e.dev = io.dev AND e.ino = io.ino
- AND e.role = 'guest_file'
- AND e.logical_bytes::BIGINT < io.stop AND io.off < (e.logical_bytes + e.length_bytes)::BIGINT;
+WITH _iv_io AS NOT MATERIALIZED (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, off AS lo, stop AS hi, *
+                FROM query_table(t)),
+_iv_e AS (
+  SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, logical_bytes::BIGINT AS lo,
+         (logical_bytes + length_bytes)::BIGINT AS hi,
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
+  FROM map_extents WHERE role = 'guest_file')
+SELECT * EXCLUDE (k0, k1, k2, lo, hi, o, dev, ino, off, stop), o.delta AS delta,
+       greatest(off, o.lo) + o.delta AS vs, least(stop, o.hi) + o.delta AS vt
+FROM _overlaps('_iv_io', '_iv_e');
 
 CREATE OR REPLACE VIEW _map_vfs_io AS
 SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, op, offset_bytes AS off,
@@ -111,15 +132,19 @@ FROM vfs_io WHERE op IN ('read', 'write', 'discard') AND ret_bytes > 0 AND offse
 -- file's extents): [vs, vt), and delta = virtual-disk minus file offset.
 -- A hole punched (fallocate, op discard) is carried through where the
 -- start snapshot had the bytes it freed: the end snapshot has none there.
+CREATE OR REPLACE VIEW _map_vfs_discards AS
+SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, off AS lo, stop AS hi, *
+FROM _map_vfs_io WHERE op = 'discard';
+CREATE OR REPLACE VIEW _map_guest_freed AS
+SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi, delta
+FROM _map_extents_freed('guest_file');
+
 CREATE OR REPLACE VIEW _map_vfs_ranges AS
 SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk('_map_vfs_io')
 UNION ALL
-SELECT io.capture_id, io.io_id, io.ts_ns, io.end_ns, io.op, f.delta,
-       greatest(io.off, f.lo) + f.delta AS vs, least(io.stop, f.hi) + f.delta AS vt
-FROM _map_vfs_io io JOIN _map_extents_freed('guest_file') f
-  ON f.capture_id = io.capture_id AND f.dev = io.dev AND f.ino = io.ino
- AND f.lo < io.stop AND io.off < f.hi
-WHERE io.op = 'discard';
+SELECT capture_id, io_id, ts_ns, end_ns, op, o.delta, greatest(off, o.lo) + o.delta AS vs,
+       least(stop, o.hi) + o.delta AS vt
+FROM _overlaps_2('_map_vfs_discards', '_map_guest_freed');
 
 -- map_vfs with image_offset_bytes in image bytes (_base_image_files), as
 -- the views below it read it.
@@ -131,15 +156,14 @@ WITH v AS (   -- carried into the image (pieces: qcow2, vmdk, vdi, vhdx or vpc c
   FROM _map_into_image('_map_vfs_ranges')),
 -- a piece that crosses an image extent's end (a guest block smaller than
 -- the host's, or an image offset not aligned to it) splits there too
-w AS (
-  SELECT v.*, ie.logical_bytes AS il, ie.physical_bytes AS ip, ie.disk_dev,
-         greatest(v.image_offset_bytes::BIGINT, ie.logical_bytes::BIGINT) AS ps,
-         least((v.image_offset_bytes + v.bytes)::BIGINT,
-               (ie.logical_bytes + ie.length_bytes)::BIGINT) AS pt
-  FROM v LEFT JOIN _map_image_extents ie
-    ON ie.capture_id = v.capture_id
-   AND ie.logical_bytes < v.image_offset_bytes + v.bytes
-   AND v.image_offset_bytes < ie.logical_bytes + ie.length_bytes)
+vk AS (
+  SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, image_offset_bytes::BIGINT AS lo,
+         (image_offset_bytes + bytes)::BIGINT AS hi, *
+  FROM v),
+w AS (   -- (and the pieces in no extent of the image, as they are)
+  SELECT * EXCLUDE (k0, k1, k2, lo, hi, o), o.logical_bytes AS il, o.physical_bytes AS ip,
+         o.disk_dev, greatest(lo, o.lo) AS ps, least(hi, o.hi) AS pt
+  FROM _overlaps_3('vk', '_map_image_extents_keyed', keep := true))
 SELECT capture_id, io_id, ts_ns, end_ns, op,
        file_offset_bytes + coalesce(ps - image_offset_bytes::BIGINT, 0) AS file_offset_bytes,
        coalesce((pt - ps)::UBIGINT, bytes) AS bytes,
@@ -154,14 +178,11 @@ CREATE OR REPLACE VIEW _map_vdisk AS
 WITH r AS (
   SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, s, t
   FROM _map_vdisk_pieces WHERE s IS NOT NULL),
+rk AS NOT MATERIALIZED (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, s AS lo, t AS hi, * FROM r),
 p AS (
-  SELECT r.capture_id, r.io_id, r.start_ns, r.c_ns, r.done_by_ns, r.op, r.s, r.t,
-         greatest(r.s, ie.logical_bytes::BIGINT) AS ps,
-         least(r.t, (ie.logical_bytes + ie.length_bytes)::BIGINT) AS pt,
-         ie.physical_bytes::BIGINT - ie.logical_bytes::BIGINT AS delta, ie.disk_dev
-  FROM r JOIN _map_image_extents ie
-    ON ie.capture_id = r.capture_id AND ie.logical_bytes::BIGINT < r.t
-   AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT),
+  SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, s, t,
+         greatest(s, o.lo) AS ps, least(t, o.hi) AS pt, o.delta, o.disk_dev
+  FROM _overlaps('rk', '_map_image_extents_keyed')),
 whole AS (SELECT capture_id, io_id, s FROM p WHERE ps = s AND pt = t),
 holey AS (   -- pieces not inside one extent (few: the rest skip the window)
   SELECT r.* FROM r ANTI JOIN whole USING (capture_id, io_id, s)),
@@ -185,27 +206,25 @@ FROM holes WHERE he > hs;
 -- map_disk with image_offset_bytes in image bytes (_base_image_files), as
 -- the views below it read it.
 CREATE OR REPLACE VIEW _map_disk AS
-SELECT d.capture_id, d.io_id, d.start_ns, d.d_ns, d.c_ns, d.op,
-       greatest(d.offset_bytes, ie.physical_bytes) AS disk_offset_bytes,
-       (least(d.offset_bytes + d.bytes, ie.physical_bytes + ie.length_bytes)
-        - greatest(d.offset_bytes, ie.physical_bytes)) AS bytes,
-       greatest(d.offset_bytes, ie.physical_bytes) - ie.physical_bytes + ie.logical_bytes
-         AS image_offset_bytes
-FROM disk_io d JOIN _map_image_extents ie
-  ON ie.capture_id = d.capture_id AND ie.disk_dev = d.dev
- AND ie.physical_bytes < d.offset_bytes + d.bytes
- AND d.offset_bytes < ie.physical_bytes + ie.length_bytes
-WHERE d.bytes > 0
-UNION ALL
-SELECT d.capture_id, d.io_id, d.start_ns, d.d_ns, d.c_ns, d.op,
-       greatest(d.offset_bytes::BIGINT, m.lo + m.delta)::UBIGINT,
-       (least((d.offset_bytes + d.bytes)::BIGINT, m.hi + m.delta)
-        - greatest(d.offset_bytes::BIGINT, m.lo + m.delta))::UBIGINT,
-       (greatest(d.offset_bytes::BIGINT, m.lo + m.delta) - m.delta)::UBIGINT
-FROM disk_io d JOIN _map_image_moved m
-  ON m.capture_id = d.capture_id AND m.disk_dev = d.dev AND m.lo + m.delta < (d.offset_bytes + d.bytes)::BIGINT
- AND d.offset_bytes::BIGINT < m.hi + m.delta
-WHERE d.bytes > 0;
+WITH d AS NOT MATERIALIZED (   -- (keyed for _overlaps: capture, disk; disk bytes)
+  SELECT capture_id AS k0, dev::UBIGINT AS k1, 0::UBIGINT AS k2, offset_bytes::BIGINT AS lo,
+         (offset_bytes + bytes)::BIGINT AS hi, capture_id, io_id, start_ns, d_ns, c_ns, op
+  FROM disk_io WHERE bytes > 0),
+ie AS (   -- the image's extents where they are on the disk: delta, disk minus image bytes
+  SELECT capture_id AS k0, disk_dev::UBIGINT AS k1, 0::UBIGINT AS k2, physical_bytes::BIGINT AS lo,
+         (physical_bytes + length_bytes)::BIGINT AS hi,
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
+  FROM _map_image_extents),
+m AS (   -- and where they were before they moved
+  SELECT capture_id AS k0, disk_dev::UBIGINT AS k1, 0::UBIGINT AS k2, lo + delta AS lo,
+         hi + delta AS hi, delta
+  FROM _map_image_moved),
+p AS (SELECT * FROM _overlaps('d', 'ie') UNION ALL SELECT * FROM _overlaps_2('d', 'm'))
+SELECT capture_id, io_id, start_ns, d_ns, c_ns, op,
+       greatest(lo, o.lo)::UBIGINT AS disk_offset_bytes,
+       (least(hi, o.hi) - greatest(lo, o.lo))::UBIGINT AS bytes,
+       (greatest(lo, o.lo) - o.delta)::UBIGINT AS image_offset_bytes
+FROM p;
 
 -- The rows of view `t` (capture_id, image_offset_bytes in image bytes,
 -- _base_image_files) with the file named: image_offset_bytes the offset

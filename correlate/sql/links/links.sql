@@ -24,15 +24,15 @@ FROM (SELECT DISTINCT capture_id, dev FROM device_map WHERE level = 'disk');
 -- carried onto the host disks through the image's extents, in pieces:
 -- u_off (in links' disk space, _links_disks) and u_len.
 CREATE OR REPLACE MACRO _links_onto_disks(t) AS TABLE
-SELECT r.*,
-       greatest(r.s, ie.logical_bytes::BIGINT) - ie.logical_bytes::BIGINT
-         + ie.physical_bytes::BIGINT + x.shift AS u_off,
-       least(r.t, (ie.logical_bytes + ie.length_bytes)::BIGINT)
-         - greatest(r.s, ie.logical_bytes::BIGINT) AS u_len
-FROM query_table(t) r
-JOIN _map_image_extents ie ON ie.capture_id = r.capture_id
- AND ie.logical_bytes::BIGINT < r.t AND r.s < (ie.logical_bytes + ie.length_bytes)::BIGINT
-JOIN _links_disks x ON x.capture_id = ie.capture_id AND x.dev = ie.disk_dev;
+WITH _od_r AS NOT MATERIALIZED (
+  SELECT r.capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, r.s::BIGINT AS lo,
+         r.t::BIGINT AS hi, r.*
+  FROM query_table(t) r)
+SELECT q.* EXCLUDE (k0, k1, k2, lo, hi, o),
+       greatest(q.lo, q.o.lo) + q.o.delta + x.shift AS u_off,
+       least(q.hi, q.o.hi) - greatest(q.lo, q.o.lo) AS u_len
+FROM _overlaps('_od_r', '_map_image_extents_keyed') q
+JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev;
 
 -- (vfs -> vdisk: the pieces on the virtual disk, cut by the guest file's
 -- extents only: cut again where the image's extents end, as map_vfs
@@ -126,16 +126,18 @@ SELECT * REPLACE ('discard' AS op) FROM _map_vdisk_ranges
 WHERE req_op = 9 AND capture_id IN (SELECT DISTINCT capture_id FROM _map_image_moved);
 
 CREATE OR REPLACE VIEW _links_upper_moved AS
-WITH v AS (
-  SELECT capture_id, io_id, start_ns, done_by_ns, op, ps + idelta AS s, pt + idelta AS t
+WITH v AS NOT MATERIALIZED (
+  SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, ps + idelta AS lo,
+         pt + idelta AS hi, capture_id, io_id, start_ns, done_by_ns, op
   FROM _map_into_image('_links_moved_ranges') WHERE idelta IS NOT NULL),
-p AS (
-  SELECT v.capture_id, v.io_id, v.start_ns, v.done_by_ns AS u_end, v.op,
-         greatest(v.s, m.lo) + m.delta + x.shift AS u_off,
-         least(v.t, m.hi) - greatest(v.s, m.lo) AS u_len
-  FROM v JOIN _map_image_moved m
-    ON m.capture_id = v.capture_id AND m.lo < v.t AND v.s < m.hi
-  JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev)
+mk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev
+       FROM _map_image_moved),
+p AS (   -- (_overlaps_2: the moved ranges are found with _overlaps)
+  SELECT q.capture_id, q.io_id, q.start_ns, q.done_by_ns AS u_end, q.op,
+         greatest(q.lo, q.o.lo) + q.o.delta + x.shift AS u_off,
+         least(q.hi, q.o.hi) - greatest(q.lo, q.o.lo) AS u_len
+  FROM _overlaps_2('v', 'mk') q
+  JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev)
 SELECT 'vdisk' AS upper_level, 'disk' AS lower_level, capture_id, io_id AS upper_id,
        start_ns AS u_start, u_end, op AS u_op, u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk
 FROM p;

@@ -32,7 +32,7 @@ gw_partial AS (   -- the partial head and tail blocks, in vdisk bytes
 -- write (a read of both partial blocks is one read).  Both sides cut into
 -- 4 KiB blocks, so that the join pairs a write only with the reads of its
 -- own blocks (on range and time alone it paired every partial write with
--- every read: 27 s for 128k of each)
+-- every read: 26 s for 128k of each)
 gw_blocks AS (
   SELECT capture_id, io_id, ts_ns, end_ns, bs, blk_s, unnest(_blocks(blk_s, bs)) AS blk
   FROM gw_partial),

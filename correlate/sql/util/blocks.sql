@@ -70,4 +70,4 @@ FROM query_table(a) x
 LEFT JOIN (SELECT * EXCLUDE (_big), NULL::BIGINT AS _reach FROM _ov_bn WHERE NOT _big) o
   ON o.k0 = x.k0 AND o.k1 = x.k1 AND o.k2 = x.k2 AND o.lo < x.hi AND x.lo < o.hi
 WHERE o._i IS NOT NULL
-   OR keep AND NOT EXISTS (SELECT 1 FROM _ov_big g WHERE g.k0 = x.k0 AND g.k1 = x.k1 AND g.k2 = x.k2);
+   OR (keep AND NOT EXISTS (SELECT 1 FROM _ov_big g WHERE g.k0 = x.k0 AND g.k1 = x.k1 AND g.k2 = x.k2));

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from nestrace.session import Session  # noqa: E402
-from rows import (DISK, VDISK, capture_meta, device_map, extents,  # noqa: E402
+from rows import (DISK, HOSTFS, VDISK, capture_meta, device_map, extents,  # noqa: E402
                   request, vfs)
 
 MiB = 1 << 20
@@ -76,12 +76,44 @@ def partial_writes(n: int) -> Session:
     return session(vfs_events=ev, block_events=blk)
 
 
+def overlay(n: int) -> Session:
+    """A qcow2 overlay (inode 131) over a qcow2 base (inode 140) of n 64
+    KiB clusters scattered in its file: the overlay has none at the start;
+    n / 2 4 KiB writes each allocate one (QEMU copies the rest of the
+    cluster from the base), and the overlay holds them at the end."""
+    k, base = 65536, {"capture_id": "c1", "path": "", "dev": HOSTFS, "flags": 0,
+                      "role": "vdisk_image", "cluster_bytes": 65536}
+    dm = device_map()
+    dm[1]["backing_format"] = "qcow2"
+    for r in dm:
+        r["size_sectors"] = max(r["size_sectors"], (2 * n * k + 400 * MiB) >> 9)
+    ext = extents(image=((0, 100 * MiB, n * k),))
+    ext += [r | {"ino": 140, "physical_bytes": 100 * MiB + n * k}
+            for r in extents(image=((0, 0, n * k),)) if r["role"] == "image"]
+    start = [(140, i * k, ((i * 7919) % n) * k) for i in range(n)]
+    written = sorted(range(0, n, 2), key=lambda i: (i * 104729) % n)
+    moved = {c: j for j, c in enumerate(written)}
+    end = [(131, i * k, moved[i] * k) if i in moved else (140, i * k, ((i * 7919) % n) * k)
+           for i in range(n)]
+    ext += [base | {"phase": ph, "ino": ino, "logical_bytes": lo, "physical_bytes": p,
+                    "length_bytes": k}
+            for ph, rows in (("start", start), ("end", end)) for ino, lo, p in rows]
+    blk = []
+    for j, c in enumerate(written):
+        t = j * 10000
+        blk += request(t, t + 10, t + 5000, VDISK, c * k + 8192, 4096, rq=j + 1, bio=j + 1, op=1)
+    return Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                                "extent_maps": ext, "block_events": blk})
+
+
 CASES = {"sync_transform": (fsyncs, "SELECT * FROM sync_transform", "writes"),
          "rmw_summary": (partial_writes, "SELECT * FROM rmw_summary", "writes"),
          "map_vfs + map_disk + moved": (
              fragmented, "SELECT (SELECT count(*) FROM map_vfs), (SELECT count(*) FROM map_disk), "
-             "(SELECT count(*) FROM _map_image_moved)", "image extents")}
-SIZES = {"image extents": lambda n: n // 4}
+             "(SELECT count(*) FROM _map_image_moved)", "image extents"),
+         "links of cluster-allocating writes": (overlay, "SELECT count(*) FROM _links_upper",
+                                                "base clusters")}
+SIZES = {"image extents": lambda n: n // 4, "base clusters": lambda n: n // 4}
 
 
 def main() -> int:

@@ -895,6 +895,36 @@ def test_a_write_that_allocates_a_cluster_is_tied_to_the_copy_on_write_it_makes(
         (14, "rmw", 8192, 10), (17, "rmw", 53248, 10), (21, "sync", 65536, 10)]
 
 
+def test_a_cluster_allocated_over_a_base_in_many_clusters_is_copied_from_its_place_there():
+    """A base (inode 140) in 40 clusters of 64 KiB, scattered in its file
+    (more than _overlaps compares one by one): a 4 KiB write into disk
+    cluster 5, which the overlay allocates, is tied to QEMU's reads of the
+    rest of that cluster where the base holds it, and not to the base's
+    other clusters."""
+    k = 64 * KiB
+    base = {"capture_id": CAP, "path": "", "dev": HOSTFS, "flags": 0, "role": "vdisk_image",
+            "cluster_bytes": k}
+    place = {i: (i * 17 % 40) * k for i in range(40)}
+    start = [(140, i * k, place[i]) for i in range(40)]
+    end = [(131, i * k, 1 * MiB) if i == 5 else (140, i * k, place[i]) for i in range(40)]
+    maps = [base | {"phase": ph, "ino": ino, "logical_bytes": lo, "physical_bytes": p,
+                    "length_bytes": k}
+            for ph, rows in (("start", start), ("end", end)) for ino, lo, p in rows]
+    ev = request(10, 11, 40, VDISK, 5 * k + 8 * KiB, 4096, rq=1, bio=1, op=1)
+    hfs = [hostfs(12, place[5], 8 * KiB, source=3, ino=140),                # the head, and
+           hostfs(13, place[5] + 12 * KiB, 52 * KiB, source=3, ino=140),    # the tail, from the base
+           hostfs(14, place[6], 4 * KiB, source=3, ino=140),                # another cluster's
+           hostfs(20, 1 * MiB, 64 * KiB, source=4, op=1)]                   # the whole cluster
+    s = chain_stack(maps, block_events=ev, hostfs_events=hfs)
+    got = s.rows("""
+        SELECT h.ts_ns, l.kind, l.bytes, v.start_ns AS vdisk FROM links l
+        JOIN hostfs_io h ON h.io_id = l.lower_id LEFT JOIN vdisk_io v ON v.io_id = l.upper_id
+        WHERE l.lower_level = 'hostfs' ORDER BY 1, 2""")
+    assert [tuple(r.values()) for r in got] == [
+        (12, "rmw", 8192, 10), (13, "rmw", 53248, 10), (14, "other", 4096, None),
+        (20, "sync", 65536, 10)]
+
+
 def test_map_disk_carries_disk_requests_back_into_the_image():
     ev = (request(10, 11, 12, DISK, 100 * MiB + 4096, 4096, rq=1, bio=1)        # in the first extent
           + request(20, 21, 22, DISK, 300 * MiB - 4096, 8192, rq=2, bio=2)      # half before the second

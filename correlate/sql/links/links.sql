@@ -58,14 +58,19 @@ wc AS MATERIALIZED (
 -- where those allocated clusters were at the capture's start (a backing
 -- file): the copy-on-write reads the rest of the cluster there while the
 -- write is in flight (rmw; a backing file is not written, so these rows
--- claim no write)
+-- claim no write).  (_overlaps_2: _links_onto_disks uses _overlaps on
+-- these rows; a join on the capture alone compared each allocated
+-- cluster with every cluster of the start map)
+wck AS NOT MATERIALIZED (
+  SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, c AS lo, c + cs AS hi,
+         capture_id, io_id, start_ns, done_by_ns, idelta
+  FROM wc WHERE allocated),
+startk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta
+           FROM _map_image_start),
 cow AS (
-  SELECT w.capture_id, w.io_id, w.start_ns, w.done_by_ns,
-         greatest(w.c, m.lo) + m.delta AS s, least(w.c + w.cs, m.hi) + m.delta AS t
-  FROM wc w JOIN _map_image_start m
-    ON m.capture_id = w.capture_id AND m.lo < w.c + w.cs AND w.c < m.hi
-   AND m.delta <> w.idelta
-  WHERE w.allocated)
+  SELECT capture_id, io_id, start_ns, done_by_ns,
+         greatest(lo, o.lo) + o.delta AS s, least(hi, o.hi) + o.delta AS t
+  FROM _overlaps_2('wck', 'startk') WHERE o.delta <> idelta)
 SELECT 'vfs' AS upper_level, 'vdisk' AS lower_level, capture_id, io_id AS upper_id,
        ts_ns AS u_start, end_ns AS u_end, op AS u_op, vs AS u_off, vt - vs AS u_len,
        unnest(_blocks(vs, vt - vs)) AS blk

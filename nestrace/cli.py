@@ -331,7 +331,8 @@ def _side_stack(side: str, mount, vdisk, image, disk):
         traced = {b["path"] for b in stack.backing_files}
         for layer in chain[1:]:
             if layer.path not in traced:
-                click.secho(f"nestrace: warning: {image}'s backing file {layer.path} is not on "
+                what = "extent" if layer.extent else "backing"
+                click.secho(f"nestrace: warning: {image}'s {what} file {layer.path} is not on "
                             f"{stack.host_mount}: guest reads that go to it are not traced",
                             err=True, fg="yellow")
     return stack

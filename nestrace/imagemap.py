@@ -118,13 +118,20 @@ class Layer:
     fmt: str
     map: ClusterMap | None           # None: a raw file (disk byte b at file byte b)
     virtual_bytes: int
+    # an extent file of the layer before it (a vmdk whose descriptor is a
+    # file of its own: the descriptor's layer has no bytes, its extent
+    # files follow it, each with the stretch of the disk it holds)
+    extent: bool = False
 
 
 def backing_chain(path: str, fmt: str) -> list[Layer]:
     """The image at `path` and the files it reads through, top first: a
     qcow2 image's backing file (relative to the image's directory, as QEMU
     takes it; of the format the image names, else by its first bytes),
-    that file's backing file, and so on."""
+    that file's backing file, and so on.  A vmdk whose descriptor is a file
+    of its own is the descriptor, then its extent files (Layer.extent),
+    then its parent."""
+    from . import vmdk
     from .stack import StackError, image_format
     chain: list[Layer] = []
     seen: set[str] = set()
@@ -141,8 +148,18 @@ def backing_chain(path: str, fmt: str) -> list[Layer]:
                 raise ImageMapError(f"{path}: {e.strerror}") from None
             chain.append(Layer(real, "raw", None, size))
             return chain
-        m = cluster_map(path, fmt)
-        chain.append(Layer(real, fmt, m, m.virtual_bytes))
+        if fmt == "vmdk" and vmdk.is_descriptor(path):
+            m, parts = vmdk.split_disk(path)
+            chain.append(Layer(real, fmt, m, m.virtual_bytes))
+            for p in parts:
+                chain.append(Layer(os.path.realpath(p.path), p.fmt, p.map, m.virtual_bytes,
+                                   extent=True))
+                if chain[-1].path in seen:
+                    raise ImageMapError(f"{chain[0].path}: {p.path} is in its chain twice")
+                seen.add(chain[-1].path)
+        else:
+            m = cluster_map(path, fmt)
+            chain.append(Layer(real, fmt, m, m.virtual_bytes))
         if not m.backing_file:
             return chain
         name = m.backing_file

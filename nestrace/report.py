@@ -30,6 +30,18 @@ def _side_span(meta: dict, side: str) -> list[float] | None:
         return None
 
 
+def _chain_files(stack_json: str | None) -> dict[str, bool]:
+    """The host stack's files behind its image, in the order of its chain
+    (a merged capture's host's): path -> whether it is an extent file of
+    the image (a split vmdk) rather than a backing file."""
+    try:
+        st = json.loads(stack_json or "{}")
+    except ValueError:
+        return {}
+    st = st.get("host", {}).get("stack", st) if st.get("side") == "merged" else st
+    return {b["path"]: bool(b.get("extent")) for b in st.get("backing_files") or []}
+
+
 def _one(s: Session, sql: str, params: list) -> dict:
     rows = s.rows(sql, params)
     return rows[0] if rows else {}
@@ -76,6 +88,14 @@ def build(s: Session, capture_id: str | None = None) -> dict:
             JOIN _base_image_files f ON f.capture_id = m.capture_id AND f.ino = m.image_ino
             WHERE m.capture_id = ? AND f.shift > 0
             GROUP BY m.image_ino ORDER BY any_value(f.shift)""", p)
+        # a vmdk whose descriptor is a file of its own: the extent files
+        # that hold the disk, apart from the parents it is read through
+        # (in the chain's order, which record stored)
+        chain = _chain_files(meta.get("stack_json"))
+        files = sorted(image["backing_files"], key=lambda b: list(chain).index(b["path"])
+                       if b["path"] in chain else len(chain))
+        image["extent_files"] = [b for b in files if chain.get(b["path"])]
+        image["backing_files"] = [b for b in files if not chain.get(b["path"])]
     seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ?", p)}
     phases: dict = {}
     for r in s.rows("SELECT level, phase, n, min_ns, avg_ns, median_ns, p99_ns, max_ns "
@@ -198,6 +218,9 @@ def render(rep: dict, console=None) -> None:
         con.print(f"image {im['path']}: {im['format']}, the virtual disk mapped into it by its "
                   f"cluster map ({im['map_source']}): {im['map_extents']} extents, "
                   f"{_fmt_bytes(im['mapped_bytes'])} with a place in a file")
+        for b in im.get("extent_files") or []:
+            con.print(f"  in its extent file {b['path']}: "
+                      f"{_fmt_bytes(b['mapped_bytes'])} of the disk")
         for b in im.get("backing_files") or []:
             con.print(f"  through its backing file {b['path']}: "
                       f"{_fmt_bytes(b['mapped_bytes'])} of the disk read from it")

@@ -353,8 +353,8 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
 
 
 def _backing_files(image: str, fmt: str, host_kdev: int) -> list[dict]:
-    """The files of `image`'s backing chain (but itself) on the file system
-    it is on (`record` warns about the others, and about a chain it cannot
+    """The files of `image`'s backing chain (but itself; a split vmdk's
+    extent files with `extent`) on the file system it is on (`record` warns about the others, and about a chain it cannot
     read)."""
     from .imagemap import MAPPED, ImageMapError, backing_chain
     if fmt not in MAPPED:
@@ -367,7 +367,8 @@ def _backing_files(image: str, fmt: str, host_kdev: int) -> list[dict]:
     for layer in chain:
         dev, ino = file_id(layer.path)
         if dev == host_kdev:
-            out.append({"path": layer.path, "fmt": layer.fmt, "ino": ino})
+            out.append({"path": layer.path, "fmt": layer.fmt, "ino": ino}
+                       | ({"extent": True} if layer.extent else {}))
     return out
 
 

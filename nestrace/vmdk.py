@@ -14,14 +14,19 @@ have no place a guest byte can be read from directly, and are left out
 snapshot, or `qemu-img create -f vmdk -b`): grains never written are read
 from it, but zeroed and compressed grains hide it (`ClusterMap.opaque`).
 
-Not read: a disk whose descriptor is a file of its own (monolithicFlat,
-twoGbMaxExtent*, vmfs): the descriptor names the extent files, and a flat
-extent is a raw image that `record --image` takes as it is."""
+A disk whose descriptor is a file of its own (monolithicFlat,
+twoGbMaxExtentSparse and twoGbMaxExtentFlat: VMware Workstation's "split
+into 2 GB files") is read through it (`split_disk`): the descriptor names
+the extent files in disk order, each holding the next stretch of the disk:
+a SPARSE extent is a sparse extent file of its own (header and grain
+tables, no descriptor), a FLAT one a raw file from a given offset, a ZERO
+one reads as zeros.  Not read: ESX's VMFSSPARSE and SESPARSE extents."""
 from __future__ import annotations
 
 import os
 import re
 import struct
+from dataclasses import dataclass
 
 from .imagemap import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
 
@@ -35,6 +40,7 @@ SECTOR = 512
 # an extent line of a descriptor: access, size in sectors, type, "file", offset
 EXTENT_LINE = re.compile(r'^\s*(RW|RDONLY|NOACCESS)\s+(\d+)\s+(\w+)(?:\s+"([^"]*)"(?:\s+(\d+))?)?',
                          re.M)
+PARENT = re.compile(r'^\s*parentFileNameHint\s*=\s*"([^"]*)"', re.M)
 
 
 class VmdkError(ImageMapError):
@@ -50,27 +56,93 @@ def grain_map(path: str) -> ClusterMap:
     return read_file(path, _grain_map, VmdkError)
 
 
+def is_descriptor(path: str) -> bool:
+    """Whether the file at `path` is a vmdk descriptor of its own."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(DESCRIPTOR_MAGIC)) == DESCRIPTOR_MAGIC
+    except OSError:
+        return False
+
+
+@dataclass
+class Part:
+    """One extent file of a disk whose descriptor is a file of its own:
+    its map in disk offsets (the disk's stretch it holds)."""
+    path: str
+    fmt: str                  # "vmdk": a sparse extent; "raw": a flat one
+    map: ClusterMap
+
+
+MAX_DESCRIPTOR = 1 << 20
+
+
+def split_disk(path: str) -> tuple[ClusterMap, list[Part]]:
+    """The disk described by the descriptor file at `path`: its own map
+    (no extents: every byte is in an extent file; ZERO extents opaque; the
+    whole file metadata; the parent it names) and its extent files, each
+    with its map carried to disk offsets.  Extent files are named relative
+    to the descriptor, as VMware and QEMU take them."""
+    def read(fd: int, path: str) -> bytes:
+        return os.pread(fd, MAX_DESCRIPTOR + 1, 0)
+    raw = read_file(path, read, VmdkError)
+    if len(raw) > MAX_DESCRIPTOR:
+        raise VmdkError(f"{path}: offset {MAX_DESCRIPTOR}: a descriptor file longer than "
+                        f"{MAX_DESCRIPTOR} bytes")
+    text = raw.split(b"\0")[0].decode(errors="replace")
+    ext = [(m.start(1), *e) for m, e in zip(EXTENT_LINE.finditer(text), descriptor_extents(text))]
+    if not ext:
+        raise VmdkError(f"{path}: offset 0: a vmdk descriptor that names no extent")
+    parent = PARENT.search(text)
+    size = sum(n for _, _, n, *_ in ext) * SECTOR
+    parts: list[Part] = []
+    zeros: list[tuple[int, int]] = []
+    grain = 0
+    at = 0
+    for line_at, _access, n, kind, name, off in ext:
+        n *= SECTOR
+        where = f"{path}: offset {len(text[:line_at].encode())}"
+        f = name if os.path.isabs(name) else os.path.join(os.path.dirname(path), name)
+        if kind == "ZERO":
+            zeros.append((at, n))
+        elif kind in ("FLAT", "VMFS"):
+            parts.append(Part(f, "raw", ClusterMap(path=f, version=0, cluster_bytes=0,
+                                                   virtual_bytes=size, extents=[(at, off * SECTOR, n)],
+                                                   fmt="raw")))
+        elif kind == "SPARSE":
+            m = read_file(f, lambda fd, p: _grain_map(fd, p, extent=True), VmdkError)
+            if m.virtual_bytes != n:
+                raise VmdkError(f"{where}: extent {name} holds {m.virtual_bytes} bytes, the "
+                                f"descriptor gives it {n}")
+            grain = grain or m.cluster_bytes
+            m.extents = [(g + at, h, ln) for g, h, ln in m.extents]
+            m.opaque = [(g + at, ln) for g, ln in m.opaque]
+            m.virtual_bytes = size
+            parts.append(Part(f, "vmdk", m))
+        else:
+            raise VmdkError(f"{where}: a {kind} extent ({name}): nestrace reads SPARSE, FLAT "
+                            "and ZERO extents")
+        at += n
+    desc = ClusterMap(path=path, version=1, cluster_bytes=grain, virtual_bytes=size, extents=[],
+                      backing_file=parent.group(1) if parent else "",
+                      metadata=[(0, len(raw))], fmt="vmdk", opaque=coalesce(zeros))
+    return desc, parts
+
+
 def descriptor_extents(text: str) -> list[tuple[str, int, str, str, int]]:
     """The extent lines of a vmdk descriptor: (access, sectors, type, file,
     offset in sectors)."""
     return [(a, int(n), t, f or "", int(o or 0)) for a, n, t, f, o in EXTENT_LINE.findall(text)]
 
 
-def _descriptor_file(fd: int, path: str) -> VmdkError:
-    """The error for a descriptor given as the image: what it names."""
-    text = os.pread(fd, 64 << 10, 0).decode(errors="replace")
-    ext = descriptor_extents(text)
-    flat = [f"{f} (FLAT, raw from its byte {o * SECTOR}: give it as the image)" if t == "FLAT"
-            else f"{f} ({t})" for _, _, t, f, o in ext]
-    return VmdkError(f"{path}: offset 0: a vmdk descriptor file, not a disk: the disk's bytes "
-                     f"are in its extent files: {'; '.join(flat) or 'none named'}")
-
-
-def _grain_map(fd: int, path: str) -> ClusterMap:
+def _grain_map(fd: int, path: str, extent: bool = False) -> ClusterMap:
+    """extent: a SPARSE extent file of a disk whose descriptor is a file
+    of its own (no descriptor inside; its parent is the descriptor's)."""
     h = _read(fd, path, 0, HEADER.size)
     if h.startswith(DESCRIPTOR_MAGIC[:4]) and os.pread(fd, len(DESCRIPTOR_MAGIC), 0) == \
             DESCRIPTOR_MAGIC:
-        raise _descriptor_file(fd, path)
+        raise VmdkError(f"{path}: offset 0: a vmdk descriptor file, not a sparse extent: the "
+                        "disk it describes is read through it (split_disk)")
     (magic, version, flags, capacity, grain, desc_off, desc_len, n_gtes, rgd_off, gd_off,
      _overhead, unclean, _nl, _compress_alg) = HEADER.unpack(h)
     if magic != MAGIC:
@@ -89,15 +161,15 @@ def _grain_map(fd: int, path: str) -> ClusterMap:
     text = _read(fd, path, desc_off * SECTOR, desc_len * SECTOR).split(b"\0")[0].decode(
         errors="replace") if desc_off and desc_len else ""
     ext = descriptor_extents(text)
-    if not ext:
+    if not ext and not extent:
         raise VmdkError(f"{path}: offset 28: no descriptor in the file: an extent of a disk "
                         "whose descriptor is a file of its own (which says where on the disk "
-                        "this extent starts)")
-    if len(ext) != 1 or ext[0][2] not in ("SPARSE", "VMFSSPARSE"):
+                        "this extent starts): give the descriptor")
+    if not extent and (len(ext) != 1 or ext[0][2] not in ("SPARSE", "VMFSSPARSE")):
         raise VmdkError(f"{path}: offset {desc_off * SECTOR}: the descriptor names "
                         f"{len(ext)} extents ({', '.join(e[2] for e in ext)}): a one-file "
                         "sparse disk has one SPARSE extent")
-    parent = re.search(r'^\s*parentFileNameHint\s*=\s*"([^"]*)"', text, re.M)
+    parent = None if extent else PARENT.search(text)
     gs = grain * SECTOR
     size = capacity * SECTOR
     n_gd = -(-capacity // (n_gtes * grain))

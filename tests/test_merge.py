@@ -418,8 +418,9 @@ def test_a_qed_image_is_recorded_but_not_merged(tmp_path):
     """The host side of a VM whose image is a qed records (its levels are
     real), says that merge cannot map it, and merge refuses it: a guest
     offset is not the image offset there.  A qcow2 or dynamic VHD image
-    whose header cannot be read, or a vmdk descriptor file given for the
-    disk, records with a warning naming the file and offset."""
+    whose header cannot be read, or a vmdk descriptor naming an extent
+    nestrace does not read, records with a warning naming the file and
+    offset; a flat vmdk is read through its descriptor."""
     image = tmp_path / "vm.qed"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qed", str(image), "16M"], check=True)
     r = run_cli("record", "-o", str(tmp_path / "h"), "--side", "host", "--image", str(image),
@@ -440,8 +441,21 @@ def test_a_qed_image_is_recorded_but_not_merged(tmp_path):
                     str(desc), "16M"], check=True)
     r = run_cli("record", "-o", str(tmp_path / "h3"), "--side", "host", "--image", str(desc),
                 "--duration", "0.5")
-    assert f"{desc}: offset 0: a vmdk descriptor file, not a disk" in r.stderr
-    assert "flat-flat.vmdk (FLAT, raw from its byte 0: give it as the image)" in r.stderr
+    assert "warning" not in r.stderr, r.stderr
+    s = nestrace.open(tmp_path / "h3")
+    flat = tmp_path / "flat-flat.vmdk"
+    st = json.loads(s.rows("SELECT stack_json FROM capture_meta")[0]["stack_json"])
+    assert (st["image_format"], st["backing_files"]) == \
+        ("vmdk", [{"path": str(flat), "fmt": "raw", "ino": flat.stat().st_ino, "extent": True}])
+    assert [tuple(r.values()) for r in s.rows(
+        "SELECT logical_bytes, ino, physical_bytes, length_bytes FROM extent_maps "
+        "WHERE role = 'vdisk_image' AND phase = 'end'")] == [(0, flat.stat().st_ino, 0, 16 << 20)]
+    # an extent of a kind nestrace does not read
+    text = desc.read_text()
+    desc.write_text(text.replace(" FLAT ", " SESPARSE "))
+    r = run_cli("record", "-o", str(tmp_path / "h4"), "--side", "host", "--image", str(desc),
+                "--duration", "0.5")
+    assert f"{desc}: offset {text.index('RW ')}: a SESPARSE extent" in " ".join(r.stderr.split())
 
     for name, head, want in (("vm.vhd", b"conectix", "offset 64: footer checksum 0x0"),
                              ("vm.qcow2", b"QFI\xfb\0\0\0\7", "offset 4: qcow2 version 7")):

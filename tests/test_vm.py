@@ -18,6 +18,7 @@ import pytest
 import guestvm
 import test_qcow2
 import test_vhdx
+import test_vmdk
 import nestrace
 from nestrace.vhdx import bat_map
 from conftest import ROOT, assert_losses_counted, host_side_recording, loop_devices, run_cli
@@ -34,7 +35,11 @@ WRITES = 16     # 64 KiB each, into a new sparse file: blocks the image never he
 # base's cluster map, the writes allocate clusters in the overlay: it
 # stands for the plain qcow2 image too, which a seventh disk made
 # CI ~100-300 s slower)
-FORMATS = ("raw", "vmdk", "vdi", "vhdx", "vpc", "qcow2-chain")
+# vmdk-split: a vmdk whose descriptor is a file of its own, the disk in
+# 64 extent files of 4 MiB, sparse and flat in turn (VMware's split disks
+# are 2 GiB extents, too big for this disk; it stands for the one-file
+# sparse vmdk too, whose grain map is the same code)
+FORMATS = ("raw", "vmdk-split", "vdi", "vhdx", "vpc", "qcow2-chain")
 
 
 @pytest.fixture
@@ -67,6 +72,8 @@ def host_images(request, tmp_path):
         for fmt in request.param:
             if fmt == "qcow2-chain":
                 images[fmt] = _chain(raw, mnt)
+            elif fmt == "vmdk-split":
+                images[fmt] = _split_vmdk(raw, mnt)
             elif fmt != "raw":
                 images[fmt] = mnt / f"vm.{fmt}"
                 subprocess.run(["qemu-img", "convert", "-O", fmt, str(raw), str(images[fmt])],
@@ -109,6 +116,36 @@ def _chain(raw, mnt):
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", "base.qcow2", "-F", "qcow2",
                     str(top)], cwd=mnt, check=True)
     return top
+
+
+SPLIT_EXTENT = 4 << 20
+
+
+def _split_vmdk(raw, mnt):
+    """The raw image as a vmdk descriptor and its extent files: 4 MiB
+    each, in turn a sparse extent (only the grains mkfs wrote allocated)
+    and a flat file (sparse where the raw image is)."""
+    desc = mnt / "vm.vmdk-split"
+    lines = []
+    for k in range(raw.stat().st_size // SPLIT_EXTENT):
+        piece = mnt / f"vm-{k}.raw"
+        subprocess.run(["dd", f"if={raw}", f"of={piece}", f"bs={SPLIT_EXTENT}", f"skip={k}",
+                        "count=1", "conv=sparse", "status=none"], check=True)
+        if k % 2:
+            lines.append(f'RW {SPLIT_EXTENT // 512} FLAT "{piece.name}" 0')
+            continue
+        subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "vmdk", "-o",
+                        "subformat=twoGbMaxExtentSparse", str(piece), str(mnt / "x.vmdk")],
+                       check=True)
+        (mnt / "x-s001.vmdk").rename(mnt / f"vm-s{k}.vmdk")
+        (mnt / "x.vmdk").unlink()
+        piece.unlink()
+        lines.append(f'RW {SPLIT_EXTENT // 512} SPARSE "vm-s{k}.vmdk"')
+    desc.write_text('# Disk DescriptorFile\nversion=1\nCID=fffffffe\nparentCID=ffffffff\n'
+                    'createType="twoGbMaxExtentSparse"\n\n# Extent description\n'
+                    + "\n".join(lines) + '\n\n# The Disk Data Base\n#DDB\n\n'
+                    'ddb.adapterType = "virtio"\n')
+    return desc
 
 
 # the guest's run on one of its disks: fio under the recorder, whose
@@ -225,6 +262,10 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
             qm = bat_map(str(host_image))
             test_vhdx.assert_map_reads_as_qemu(host_image, tmp_path, qm)
             qm = [(*e, ino) for e in qm.extents]
+        elif fmt == "vmdk-split":    # (each extent file's)
+            qm = [(g, f, n, os.stat(host_image.parent / name).st_ino)
+                  for g, f, n, name in test_vmdk.qemu_file_map(host_image)]
+            assert len({e[3] for e in qm}) > 2
         elif fmt == "qcow2-chain":   # (depth 0: the overlay, 1: its base)
             inos = [ino, os.stat(host_image.parent / "base.qcow2").st_ino]
             qm = [(g, f, n, inos[d]) for g, d, f, n in test_qcow2.qemu_chain_map(host_image)]
@@ -246,6 +287,13 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
         # and BAT) are metadata
         assert s.rows("SELECT count(*) AS n FROM links WHERE lower_level = 'hostfs' "
                       "AND kind = 'metadata'")[0]["n"] > 0
+        if fmt == "vmdk-split":
+            # the reads and the writes, in sparse extents and in flat ones
+            kinds = {(r["syscall"], r["path"][-4:]) for r in s.rows(
+                "SELECT DISTINCT r.syscall, e.path FROM map_vfs v JOIN vfs_io r USING (io_id) "
+                "JOIN extent_maps e ON e.ino = v.image_ino AND e.role = 'image'")}
+            assert kinds == {(c, x) for c in ("pread64", "pwrite64") for x in (".raw", "vmdk")}, \
+                kinds
         if fmt == "qcow2-chain":
             # the guest's reads are of the base, its writes in the overlay
             files = {(r["syscall"], r["f"]): r["n"] for r in s.rows(
@@ -300,9 +348,17 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
         base = host_image.parent / "base.qcow2"
         assert [b["path"] for b in im["backing_files"]] == \
             ([str(base)] if host_image.name.endswith("chain") else [])
+        # a split vmdk's extent files that hold the bytes mapped, in disk order
+        files = [b["path"].rsplit("/", 1)[1] for b in im["extent_files"]]
+        assert (len(files) > 2 and files == sorted(files, key=lambda f: int(f.strip("vm-s.rawdk")))
+                and sum(b["mapped_bytes"] for b in im["extent_files"]) == im["mapped_bytes"]) \
+            if host_image.name.endswith("split") else files == [], im
+        if files:
+            assert f"in its extent file {host_image.parent / files[0]}" in " ".join(rep.split())
         if im["backing_files"]:
             assert f"through its backing file {base}" in " ".join(rep.split())
     else:
         assert im == {"path": str(host_image), "format": "raw", "map_source": "raw",
-                      "map_extents": 1, "mapped_bytes": 256 << 20, "backing_files": []}
+                      "map_extents": 1, "mapped_bytes": 256 << 20, "backing_files": [],
+                      "extent_files": []}
     run_cli("verify", str(merged))

@@ -14,7 +14,8 @@
 -- A qcow2 image with a backing file (or a vmdk snapshot, with its parent)
 -- reads the clusters it has not allocated from that file (raw, or an image
 -- of its own, with its own backing file): those extents are in that file
--- (image_ino).
+-- (image_ino).  A vmdk whose descriptor is a file of its own holds no byte
+-- of the disk: its extents are in its extent files.
 -- @column capture_id VARCHAR          capture
 -- @column vdisk_offset_bytes UBIGINT  byte offset on the virtual disk where the extent starts
 -- @column image_offset_bytes UBIGINT  byte offset in the image file where it starts (NULL: none)

@@ -346,6 +346,28 @@ def test_unaligned_app_write_reads_the_guest_block():
         {"hop": "guest", "partial_writes": 1, "reads": 1, "read_bytes": 4096}]
 
 
+def test_rmw_pairs_reads_with_writes_in_flight_over_many_milliseconds():
+    """Writes and reads are paired within ~1 ms spans of time: a write in
+    flight for 5 ms is paired with a read in its fourth millisecond, one
+    that crosses a span boundary with a read just past it, and neither
+    with a read after it ended.  Both hops."""
+    ms = 1 << 20   # (a span)
+    ev = [vfs(100, 5 * ms, off=1024, req=512, ret=512, syscall=4),            # guest block 0
+          vfs(2 * ms - 10, 20, off=8192 + 1024, req=512, ret=512, syscall=4)]  # block 2
+    blk = (request(3 * ms + 5, 3 * ms + 6, 3 * ms + 99, VDISK, 4 * MiB, 4096, rq=1, bio=1)
+           + request(2 * ms + 5, 2 * ms + 6, 2 * ms + 9, VDISK, 4 * MiB + 8192, 4096, rq=2, bio=2)
+           + request(6 * ms, 6 * ms + 1, 6 * ms + 9, VDISK, 4 * MiB, 4096, rq=3, bio=3)
+           # host hop: a 512 B vdisk write in flight 4 ms, the host page read in it and after
+           + request(10 * ms, 10 * ms + 1, 14 * ms, VDISK, 8 * MiB + 512, 512, rq=4, bio=4, op=1)
+           + request(13 * ms, 13 * ms + 1, 13 * ms + 50, DISK, 108 * MiB, 4096, rq=5, bio=5)
+           + request(15 * ms, 15 * ms + 1, 15 * ms + 50, DISK, 108 * MiB, 4096, rq=6, bio=6))
+    s = session(vfs_events=ev, block_events=blk)
+    assert s.rows("SELECT hop, partial_writes, rmw_writes, reads, read_bytes FROM rmw_summary "
+                  "ORDER BY hop") == [
+        {"hop": "guest", "partial_writes": 2, "rmw_writes": 2, "reads": 2, "read_bytes": 8192},
+        {"hop": "host", "partial_writes": 1, "rmw_writes": 1, "reads": 1, "read_bytes": 4096}]
+
+
 def test_aligned_write_is_no_rmw():
     t = dict(vfs_events=[vfs(100, 800, off=4096, syscall=4)],
              block_events=request(200, 210, 400, VDISK, 4 * MiB, 4096, rq=1, bio=11))

@@ -30,21 +30,23 @@ gw_partial AS (   -- the partial head and tail blocks, in vdisk bytes
   SELECT capture_id, io_id, ts_ns, end_ns, bs, ((t - 1) // bs) * bs FROM gw WHERE t % bs <> 0),
 -- each read of a partial block while the write was in flight, once per
 -- write (a read of both partial blocks is one read).  Both sides cut into
--- 4 KiB blocks, so that the join pairs a write only with the reads of its
--- own blocks (on range and time alone it paired every partial write with
--- every read: 26 s for 128k of each)
-gw_blocks AS (
-  SELECT capture_id, io_id, ts_ns, end_ns, bs, blk_s, unnest(_blocks(blk_s, bs)) AS blk
-  FROM gw_partial),
+-- 4 KiB blocks and ~1 ms spans (_ns_spans), so that the join pairs a write
+-- only with the reads of its own blocks near it in time (on range and
+-- time alone it paired every partial write with every read: 26 s for 128k
+-- of each; on blocks alone, every write of a block with every read of it)
+gw_blocks AS (   -- (two unnests in one list would be zipped, not crossed)
+  SELECT *, unnest(_ns_spans(ts_ns, end_ns)) AS span
+  FROM (SELECT capture_id, io_id, ts_ns, end_ns, bs, blk_s, unnest(_blocks(blk_s, bs)) AS blk
+        FROM gw_partial)),
 gr_blocks AS (
   SELECT capture_id, io_id, start_ns, c_ns, offset_bytes::BIGINT AS off, bytes::BIGINT AS bytes,
-         unnest(_blocks(offset_bytes, bytes)) AS blk
+         unnest(_blocks(offset_bytes, bytes)) AS blk, (start_ns >> 20)::BIGINT AS span
   FROM vdisk_io WHERE op = 'read' AND bytes > 0),
 g_reads AS (
   SELECT DISTINCT w.capture_id, w.io_id AS write_id, r.io_id AS read_id,
          r.bytes AS read_bytes, (r.c_ns - r.start_ns)::BIGINT AS read_ns
   FROM gr_blocks r JOIN gw_blocks w
-    ON w.capture_id = r.capture_id AND w.blk = r.blk
+    ON w.capture_id = r.capture_id AND w.blk = r.blk AND w.span = r.span
    AND r.off < w.blk_s + w.bs AND w.blk_s < r.off + r.bytes
    AND r.start_ns BETWEEN w.ts_ns AND w.end_ns),
 g AS (
@@ -66,13 +68,17 @@ hw_partial AS (
 -- (joined on the image's 4 KiB pages, as the guest hop)
 hr_pages AS (
   SELECT capture_id, io_id, start_ns, c_ns, image_offset_bytes, bytes::BIGINT AS bytes,
-         unnest(_blocks(image_offset_bytes, bytes)) AS blk
+         unnest(_blocks(image_offset_bytes, bytes)) AS blk, (start_ns >> 20)::BIGINT AS span
   FROM _map_disk WHERE op = 'read' AND bytes > 0),
+hw_spans AS (
+  SELECT capture_id, io_id, start_ns, c_ns, blk_s // 4096 AS blk,
+         unnest(_ns_spans(start_ns, c_ns)) AS span
+  FROM hw_partial),
 h_pieces AS (
   SELECT DISTINCT w.capture_id, w.io_id AS write_id, r.io_id AS read_id,
          r.image_offset_bytes, r.bytes, (r.c_ns - r.start_ns)::BIGINT AS ns
-  FROM hr_pages r JOIN hw_partial w
-    ON w.capture_id = r.capture_id AND w.blk_s // 4096 = r.blk
+  FROM hr_pages r JOIN hw_spans w
+    ON w.capture_id = r.capture_id AND w.blk = r.blk AND w.span = r.span
    AND r.start_ns BETWEEN w.start_ns AND w.c_ns),
 h_reads AS (
   SELECT capture_id, write_id, read_id, sum(bytes) AS read_bytes, any_value(ns) AS read_ns

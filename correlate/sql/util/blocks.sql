@@ -4,6 +4,12 @@
 CREATE OR REPLACE MACRO _blocks(off, len) AS
   range((off // 4096)::BIGINT, ((off + len + 4095) // 4096)::BIGINT);
 
+-- Spans of 2^20 ns (~1 ms) a time window [s, e] touches: an equality key
+-- that pairs a window with the instants inside it (an instant t is in span
+-- t >> 20), so that a join on it compares only rows close in time.
+CREATE OR REPLACE MACRO _ns_spans(s, e) AS
+  range((s >> 20)::BIGINT, ((e >> 20) + 1)::BIGINT);
+
 -- Bytes of [a, a + alen) inside [b, b + blen).
 CREATE OR REPLACE MACRO _overlap(a, alen, b, blen) AS
   greatest(least(a + alen, b + blen)::BIGINT - greatest(a, b)::BIGINT, 0);

@@ -222,11 +222,17 @@ CREATE OR REPLACE VIEW _links_faults AS
 SELECT capture_id, dev, ino, ts_ns, (index * 4096)::BIGINT AS off, (index * 4096 + 4096)::BIGINT AS stop
 FROM pagecache_events WHERE event = 9;
 
-CREATE OR REPLACE VIEW _links_faults_keyed AS
+-- The virtual-disk blocks of such guest-file pages (relation `t`:
+-- capture_id, dev, ino, ts_ns, off, stop), keyed as links' op `op`
+-- (0 read, 1 write) at hop vdisk: k, and ts_ns.
+CREATE OR REPLACE MACRO _links_pages_keyed(t, op) AS TABLE
 WITH b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk
-           FROM _map_into_vdisk('_links_faults'))
-SELECT _links_key(c.ck, 0, 0, b.blk) AS k, b.ts_ns AS f_ns
+           FROM _map_into_vdisk(t))
+SELECT _links_key(c.ck, 0, op, b.blk) AS k, b.ts_ns
 FROM b JOIN _links_captures c USING (capture_id);
+
+CREATE OR REPLACE VIEW _links_faults_keyed AS
+SELECT k, ts_ns AS f_ns FROM _links_pages_keyed('_links_faults', 0);
 
 -- Stores through shared mappings of guest files (no system call): the
 -- folios a user-mode page fault dirtied, carried onto virtual-disk blocks.
@@ -238,10 +244,7 @@ SELECT capture_id, dev, ino, ts_ns, (index * 4096)::BIGINT AS off,
 FROM pagecache_events WHERE event = 7 AND aux = 1;
 
 CREATE OR REPLACE VIEW _links_stores_keyed AS
-WITH b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk
-           FROM _map_into_vdisk('_links_stores'))
-SELECT _links_key(c.ck, 0, 1, b.blk) AS k, b.ts_ns AS s_ns
-FROM b JOIN _links_captures c USING (capture_id);
+SELECT k, ts_ns AS s_ns FROM _links_pages_keyed('_links_stores', 1);
 
 -- Per lower block, the upper event that caused it: the latest upper event
 -- of the same op on the same block that started before it (ASOF) — a

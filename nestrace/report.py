@@ -16,6 +16,7 @@ REPORT_VERSION = 1
 # shared intermediates the report's views build on, lower first
 CACHED = ["block_requests", *LINKS_INPUTS, "_map_disk", "links"]
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
+EXTENT_LINES = 8    # extent files of a split vmdk the terminal report names
 VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "hostfs": "hostfs_io", "disk": "disk_io"}
 
 
@@ -218,9 +219,14 @@ def render(rep: dict, console=None) -> None:
         con.print(f"image {im['path']}: {im['format']}, the virtual disk mapped into it by its "
                   f"cluster map ({im['map_source']}): {im['map_extents']} extents, "
                   f"{_fmt_bytes(im['mapped_bytes'])} with a place in a file")
-        for b in im.get("extent_files") or []:
+        ext = im.get("extent_files") or []
+        for b in ext[:EXTENT_LINES]:
             con.print(f"  in its extent file {b['path']}: "
                       f"{_fmt_bytes(b['mapped_bytes'])} of the disk")
+        if len(ext) > EXTENT_LINES:   # (a split disk can have hundreds; --json lists all)
+            rest = ext[EXTENT_LINES:]
+            con.print(f"  and {len(rest)} more extent files: "
+                      f"{_fmt_bytes(sum(b['mapped_bytes'] for b in rest))} of the disk")
         for b in im.get("backing_files") or []:
             con.print(f"  through its backing file {b['path']}: "
                       f"{_fmt_bytes(b['mapped_bytes'])} of the disk read from it")

@@ -353,8 +353,10 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
         assert (len(files) > 2 and files == sorted(files, key=lambda f: int(f.strip("vm-s.rawdk")))
                 and sum(b["mapped_bytes"] for b in im["extent_files"]) == im["mapped_bytes"]) \
             if host_image.name.endswith("split") else files == [], im
-        if files:
+        if files:   # (the terminal names the first 8)
             assert f"in its extent file {host_image.parent / files[0]}" in " ".join(rep.split())
+            assert f"{host_image.parent / files[8]}" not in " ".join(rep.split())
+            assert f"and {len(files) - 8} more extent files" in " ".join(rep.split())
         if im["backing_files"]:
             assert f"through its backing file {base}" in " ".join(rep.split())
     else:

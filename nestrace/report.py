@@ -93,8 +93,8 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         # that hold the disk, apart from the parents it is read through
         # (in the chain's order, which record stored)
         chain = _chain_files(meta.get("stack_json"))
-        files = sorted(image["backing_files"], key=lambda b: list(chain).index(b["path"])
-                       if b["path"] in chain else len(chain))
+        order = {path: i for i, path in enumerate(chain)}
+        files = sorted(image["backing_files"], key=lambda b: order.get(b["path"], len(order)))
         image["extent_files"] = [b for b in files if chain.get(b["path"])]
         image["backing_files"] = [b for b in files if not chain.get(b["path"])]
     seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ?", p)}

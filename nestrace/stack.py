@@ -354,8 +354,8 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
 
 def _backing_files(image: str, fmt: str, host_kdev: int) -> list[dict]:
     """The files of `image`'s backing chain (but itself; a split vmdk's
-    extent files with `extent`) on the file system it is on (`record` warns about the others, and about a chain it cannot
-    read)."""
+    extent files with `extent`) on the file system it is on (`record`
+    warns about the others, and about a chain it cannot read)."""
     from .imagemap import MAPPED, ImageMapError, backing_chain
     if fmt not in MAPPED:
         return []

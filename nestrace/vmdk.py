@@ -90,35 +90,36 @@ def split_disk(path: str) -> tuple[ClusterMap, list[Part]]:
         raise VmdkError(f"{path}: offset {MAX_DESCRIPTOR}: a descriptor file longer than "
                         f"{MAX_DESCRIPTOR} bytes")
     text = raw.split(b"\0")[0].decode(errors="replace")
-    ext = [(m.start(1), *e) for m, e in zip(EXTENT_LINE.finditer(text), descriptor_extents(text))]
+    ext = list(EXTENT_LINE.finditer(text))
     if not ext:
         raise VmdkError(f"{path}: offset 0: a vmdk descriptor that names no extent")
     parent = PARENT.search(text)
-    size = sum(n for _, _, n, *_ in ext) * SECTOR
+    size = sum(int(x.group(2)) for x in ext) * SECTOR
     parts: list[Part] = []
     zeros: list[tuple[int, int]] = []
     grain = 0
     at = 0
-    for line_at, _access, n, kind, name, off in ext:
-        n *= SECTOR
-        where = f"{path}: offset {len(text[:line_at].encode())}"
+    for x in ext:   # (access, sectors, type, "file", offset in sectors)
+        n, kind, name, off = int(x.group(2)) * SECTOR, x.group(3), x.group(4) or "", \
+            int(x.group(5) or 0)
+        where = f"{path}: offset {len(text[:x.start(1)].encode())}"
         f = name if os.path.isabs(name) else os.path.join(os.path.dirname(path), name)
         if kind == "ZERO":
             zeros.append((at, n))
         elif kind in ("FLAT", "VMFS"):
-            parts.append(Part(f, "raw", ClusterMap(path=f, version=0, cluster_bytes=0,
-                                                   virtual_bytes=size, extents=[(at, off * SECTOR, n)],
-                                                   fmt="raw")))
+            parts.append(Part(f, "raw", ClusterMap(
+                path=f, version=0, cluster_bytes=0, virtual_bytes=size,
+                extents=[(at, off * SECTOR, n)], fmt="raw")))
         elif kind == "SPARSE":
-            m = read_file(f, lambda fd, p: _grain_map(fd, p, extent=True), VmdkError)
-            if m.virtual_bytes != n:
-                raise VmdkError(f"{where}: extent {name} holds {m.virtual_bytes} bytes, the "
+            gm = read_file(f, lambda fd, p: _grain_map(fd, p, extent=True), VmdkError)
+            if gm.virtual_bytes != n:
+                raise VmdkError(f"{where}: extent {name} holds {gm.virtual_bytes} bytes, the "
                                 f"descriptor gives it {n}")
-            grain = grain or m.cluster_bytes
-            m.extents = [(g + at, h, ln) for g, h, ln in m.extents]
-            m.opaque = [(g + at, ln) for g, ln in m.opaque]
-            m.virtual_bytes = size
-            parts.append(Part(f, "vmdk", m))
+            grain = grain or gm.cluster_bytes
+            gm.extents = [(g + at, h, ln) for g, h, ln in gm.extents]
+            gm.opaque = [(g + at, ln) for g, ln in gm.opaque]
+            gm.virtual_bytes = size
+            parts.append(Part(f, "vmdk", gm))
         else:
             raise VmdkError(f"{where}: a {kind} extent ({name}): nestrace reads SPARSE, FLAT "
                             "and ZERO extents")

@@ -14,6 +14,17 @@ SELECT m.capture_id, m.level, m.dev, m.name, m.size_sectors, m.fs_type,
        m.block_size_bytes, coalesce(m.machine, c.machine) AS machine
 FROM device_map m JOIN capture_meta c USING (capture_id);
 
+-- The block-level devices (vdisk, disk) of all captures, each numbered:
+-- dk.  A window partitioned by dk instead of (capture_id, dev) sorts on a
+-- key of a few bytes; DuckDB sorts keys of up to 24 bytes fastest, and a
+-- capture's name (a string) in the key made the block windows ~2x slower.
+CREATE OR REPLACE VIEW _base_block_devs AS
+SELECT capture_id, dev, level, machine, size_sectors,
+       CASE WHEN _dk <= 65535 THEN _dk::USMALLINT
+            ELSE error('more than 65535 block devices in one store') END AS dk
+FROM (SELECT *, row_number() OVER (ORDER BY capture_id, dev, level) AS _dk
+      FROM base_levels WHERE level IN ('vdisk', 'disk'));
+
 -- op name of a block request from the kernel's REQ_OP.
 CREATE OR REPLACE MACRO _req_op_name(req_op) AS
   CASE req_op WHEN 0 THEN 'read' WHEN 1 THEN 'write' WHEN 2 THEN 'flush'

@@ -23,12 +23,13 @@
 CREATE OR REPLACE VIEW seek_distances AS
 WITH b AS (   -- each branch orders its own streams: a lag per branch sorts
               -- only its own rows (1.5x faster than one over their union)
+  -- (by the device's number: a short sort key, _base_block_devs)
   SELECT b.capture_id, b.level, b.dev, 0::UBIGINT AS ino, b.io_id, b.ts_ns, b.op,
          b.sector::BIGINT - lag((b.sector + b.nr_sectors)::BIGINT)
-           OVER (PARTITION BY b.dev, b.capture_id ORDER BY b.ts_ns, b.io_id) AS distance,
+           OVER (PARTITION BY l.dk ORDER BY b.ts_ns, b.io_id) AS distance,
          l.size_sectors::DOUBLE AS size
   FROM block_requests b
-  JOIN base_levels l ON l.capture_id = b.capture_id AND l.dev = b.dev AND l.level = b.level
+  JOIN _base_block_devs l ON l.capture_id = b.capture_id AND l.dev = b.dev AND l.level = b.level
   WHERE b.op IN ('read', 'write') AND b.nr_sectors > 0),
 v AS (
   SELECT capture_id, 'vfs' AS level, dev, ino, io_id, ts_ns, op,

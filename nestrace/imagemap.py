@@ -1,10 +1,11 @@
 """Where a disk image keeps each guest byte, for the formats that do not
 keep it at the same offset: qcow2 (`nestrace.qcow2`), VMware's hosted
 sparse vmdk (`nestrace.vmdk`), VirtualBox's vdi (`nestrace.vdi`),
-Hyper-V's vhdx (`nestrace.vhdx`) and the dynamic VHD (`nestrace.vpc`).  All allocate a cluster (a grain, in
+Hyper-V's vhdx (`nestrace.vhdx`), the dynamic VHD (`nestrace.vpc`) and
+QEMU's qed (`nestrace.qed`).  All allocate a cluster (a grain, in
 VMware's words; a block, in the others') of the file the first time the
 guest writes that part of its disk, where the file ends then, and find it
-again through a table (two levels of them for qcow2 and vmdk).  Their maps are read into one shape, `ClusterMap`, that `record`
+again through a table (two levels of them for qcow2, vmdk and qed).  Their maps are read into one shape, `ClusterMap`, that `record`
 stores as extent rows and `merge` and the views carry offsets through."""
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 # image formats whose map nestrace reads (stack.image_format's names)
-MAPPED = ("qcow2", "vmdk", "vdi", "vhdx", "vpc")
+MAPPED = ("qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed")
 # the formats whose guest offsets nestrace can follow, for messages
 FOLLOWED = "raw, " + ", ".join(MAPPED[:-1]) + " and " + MAPPED[-1]
 
@@ -56,6 +57,8 @@ def cluster_map(path: str, fmt: str) -> ClusterMap:
         from .vhdx import bat_map as read
     elif fmt == "vpc":
         from .vpc import bat_map as read
+    elif fmt == "qed":
+        from .qed import table_map as read
     else:
         raise ImageMapError(f"{path}: a {fmt} image: nestrace follows guest offsets into "
                             f"{FOLLOWED} images only")

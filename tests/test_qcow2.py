@@ -36,6 +36,16 @@ def qemu_map(path) -> list[tuple[int, int, int]]:
     return [tuple(x) for x in ext]
 
 
+def patch_file(path, offset: int, fmt: str, *values, base: bytes | None = None) -> None:
+    """Write struct-packed values into the file at offset (after writing
+    `base` over the whole file first, when given): a damaged image."""
+    if base is not None:
+        path.write_bytes(base)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(struct.pack(fmt, *values))
+
+
 def qemu_io(path, *cmds: str, fmt="qcow2") -> None:
     args = ["qemu-io", "-f", fmt]
     for c in cmds:
@@ -175,8 +185,6 @@ def test_bad_images_name_the_file_and_the_offset(tmp_path):
     qemu_io(img, "write -P 1 0 4k")
     head = img.read_bytes()[:72]
     l1_off, = struct.unpack(">Q", head[40:48])
-    with open(img, "r+b") as f:
-        f.seek(l1_off)
-        f.write(struct.pack(">Q", (1 << 63) | (1 << 40)))
+    patch_file(img, l1_off, ">Q", (1 << 63) | (1 << 40))
     with pytest.raises(Qcow2Error, match=rf"{img}: offset {1 << 40}: 65536 bytes expected"):
         cluster_map(str(img))

@@ -10,7 +10,7 @@ import pytest
 from nestrace.imagemap import cluster_map
 from nestrace.stack import image_format
 from nestrace.vdi import VdiError, block_map
-from test_qcow2 import _qemu_img, qemu_io, qemu_map  # noqa: F401  (_qemu_img: fixture)
+from test_qcow2 import _qemu_img, patch_file, qemu_io, qemu_map  # noqa: F401  (_qemu_img: fixture)
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -47,18 +47,12 @@ def test_bad_images_name_the_file_and_the_offset(tmp_path):
     for off, value, want in ((0x44, 0x00020000, r"offset 68: vdi version 2\.0"),
                              (0x4C, 7, r"offset 76: vdi image type 7"),
                              (0x178, 1000, r"offset 376: block size 1000")):
-        img.write_bytes(good)
-        with open(img, "r+b") as f:
-            f.seek(off)
-            f.write(struct.pack("<I", value))
+        patch_file(img, off, "<I", value, base=good)
         with pytest.raises(VdiError, match=rf"{img}: {want}"):
             block_map(str(img))
     # a block map entry past the image's blocks
-    img.write_bytes(good)
     bmap_off, = struct.unpack("<I", good[0x154:0x158])
-    with open(img, "r+b") as f:
-        f.seek(bmap_off + 4 * 3)
-        f.write(struct.pack("<I", 1000))
+    patch_file(img, bmap_off + 4 * 3, "<I", 1000, base=good)
     with pytest.raises(VdiError, match=rf"{img}: offset {bmap_off + 12}: block 3 is data block "
                        r"1000 of 16"):
         block_map(str(img))

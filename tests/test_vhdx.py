@@ -13,7 +13,7 @@ import pytest
 from nestrace.imagemap import cluster_map
 from nestrace.stack import image_format
 from nestrace.vhdx import REGIONS_AT, VhdxError, bat_map, crc32c
-from test_qcow2 import _qemu_img, qemu_io  # noqa: F401  (_qemu_img: fixture)
+from test_qcow2 import _qemu_img, patch_file, qemu_io  # noqa: F401  (_qemu_img: fixture)
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -89,10 +89,7 @@ def test_bad_images_name_the_file_and_the_offset(tmp_path):
     assert bat_map(str(img)).virtual_bytes == 16 * MiB
     # a metadata item past its region's end: the offset of the entry
     # that says so
-    img.write_bytes(good)
     meta_off, = struct.unpack_from("<Q", good, REGIONS_AT[0] + 16 + 32 + 16)   # entry 1
-    with open(img, "r+b") as f:
-        f.seek(meta_off + 32 + 16)
-        f.write(struct.pack("<I", 1 << 30))
+    patch_file(img, meta_off + 32 + 16, "<I", 1 << 30, base=good)
     with pytest.raises(VhdxError, match=rf"{img}: offset {meta_off + 48}: metadata item"):
         bat_map(str(img))

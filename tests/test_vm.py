@@ -30,10 +30,10 @@ READS = 512
 WRITES = 16     # 64 KiB each, into a new sparse file: blocks the image never held
 
 
-# qcow2-chain: an empty qcow2 overlay on a qcow2 base that holds the
+# qcow2-chain: an empty qcow2 overlay on a qed base that holds the
 # guest's file system and the file fio reads (the reads go through the
 # base's cluster map, the writes allocate clusters in the overlay: it
-# stands for the plain qcow2 image too, which a seventh disk made
+# stands for the plain qcow2 and qed images too, which more disks made
 # CI ~100-300 s slower)
 # vmdk-split: a vmdk whose descriptor is a file of its own, the disk in
 # 64 extent files of 4 MiB, sparse and flat in turn (VMware's split disks
@@ -51,7 +51,7 @@ def host_images(request, tmp_path):
     vdi, a vhdx or a dynamic VHD (vpc) (only the clusters mkfs wrote
     allocated, packed in the file in disk order; the guest's own writes
     then allocate more at its end), or an empty qcow2 overlay whose
-    backing file, a qcow2 image, holds the file system with fio's 16 MiB
+    backing file, a qed image, holds the file system with fio's 16 MiB
     file already written (`qcow2-chain`).  Torn down whatever happens."""
     if why := guestvm.missing():
         pytest.fail(f"cannot boot a guest: {why}; ci/setup installs what is needed")
@@ -93,7 +93,7 @@ def host_images(request, tmp_path):
 
 def _chain(raw, mnt):
     """A copy of the raw image with fio's file written into its file
-    system (as fio would lay it out), converted to a qcow2 base, and an
+    system (as fio would lay it out), converted to a qed base, and an
     empty qcow2 overlay on it (the base named relative to it)."""
     filled, fsmnt = mnt / "filled.raw", mnt.parent / "filled"
     # (not a reflink: a raw image on xfs sharing its extents is a
@@ -109,11 +109,11 @@ def _chain(raw, mnt):
                         "status=none"], check=True)
     finally:
         subprocess.run(["umount", str(fsmnt)], check=True)
-    subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(filled), str(mnt / "base.qcow2")],
+    subprocess.run(["qemu-img", "convert", "-O", "qed", str(filled), str(mnt / "base.qed")],
                    check=True)
     filled.unlink()
     top = mnt / "vm.qcow2-chain"
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", "base.qcow2", "-F", "qcow2",
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", "base.qed", "-F", "qed",
                     str(top)], cwd=mnt, check=True)
     return top
 
@@ -267,7 +267,7 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
                   for g, f, n, name in test_vmdk.qemu_file_map(host_image)]
             assert len({e[3] for e in qm}) > 2
         elif fmt == "qcow2-chain":   # (depth 0: the overlay, 1: its base)
-            inos = [ino, os.stat(host_image.parent / "base.qcow2").st_ino]
+            inos = [ino, os.stat(host_image.parent / "base.qed").st_ino]
             qm = [(g, f, n, inos[d]) for g, d, f, n in test_qcow2.qemu_chain_map(host_image)]
             assert {e[3] for e in qm} == set(inos)
         else:
@@ -345,7 +345,7 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
     if fmt != "raw":
         assert im["map_source"] == f"{fmt}_end" and 0 < im["mapped_bytes"] < 256 << 20
         assert f"{fmt}, the virtual disk mapped into it by its cluster map" in " ".join(rep.split())
-        base = host_image.parent / "base.qcow2"
+        base = host_image.parent / "base.qed"
         assert [b["path"] for b in im["backing_files"]] == \
             ([str(base)] if host_image.name.endswith("chain") else [])
         # a split vmdk's extent files that hold the bytes mapped, in disk order

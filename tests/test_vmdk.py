@@ -11,7 +11,8 @@ import pytest
 from nestrace.imagemap import cluster_map
 from nestrace.vmdk import VmdkError, grain_map
 from nestrace.imagemap import backing_chain, chain_extents
-from test_qcow2 import _qemu_img, coalesced, qemu_chain_map, qemu_io, qemu_map  # noqa: F401  (_qemu_img: fixture)
+from test_qcow2 import (_qemu_img, coalesced, patch_file, qemu_chain_map,  # noqa: F401
+                        qemu_io, qemu_map)
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -209,18 +210,12 @@ def test_bad_images_name_the_file_and_the_offset(tmp_path):
     for off, value, fmt, want in ((0, b"KDMW", "4s", r"offset 0: not a sparse vmdk"),
                                   (4, 9, "<I", r"offset 4: vmdk sparse extent version 9"),
                                   (44, 4096, "<I", r"offset 44: 4096 entries per grain table")):
-        img.write_bytes(good)
-        with open(img, "r+b") as f:
-            f.seek(off)
-            f.write(struct.pack(fmt, value))
+        patch_file(img, off, fmt, value, base=good)
         with pytest.raises(VmdkError, match=rf"{img}: {want}"):
             grain_map(str(img))
     # a grain directory entry pointing past the end of the file
-    img.write_bytes(good)
     gd_sector, = struct.unpack("<Q", good[56:64])
-    with open(img, "r+b") as f:
-        f.seek(gd_sector * 512)
-        f.write(struct.pack("<I", 1 << 30))
+    patch_file(img, gd_sector * 512, "<I", 1 << 30, base=good)
     with pytest.raises(VmdkError, match=rf"{img}: offset {(1 << 30) * 512}: 2048 bytes expected"):
         grain_map(str(img))
     short = tmp_path / "s.vmdk"

@@ -1,19 +1,22 @@
 """Where a disk image keeps each guest byte, for the formats that do not
 keep it at the same offset: qcow2 (`nestrace.qcow2`), VMware's hosted
 sparse vmdk (`nestrace.vmdk`), VirtualBox's vdi (`nestrace.vdi`),
-Hyper-V's vhdx (`nestrace.vhdx`), the dynamic VHD (`nestrace.vpc`) and
-QEMU's qed (`nestrace.qed`).  All allocate a cluster (a grain, in
-VMware's words; a block, in the others') of the file the first time the
-guest writes that part of its disk, where the file ends then, and find it
-again through a table (two levels of them for qcow2, vmdk and qed).  Their maps are read into one shape, `ClusterMap`, that `record`
-stores as extent rows and `merge` and the views carry offsets through."""
+Hyper-V's vhdx (`nestrace.vhdx`), the dynamic VHD (`nestrace.vpc`),
+QEMU's qed (`nestrace.qed`) and LUKS (`nestrace.luks`).  All but LUKS
+(the disk after a header, encrypted in place) allocate a cluster (a
+grain, in VMware's words; a block, in the others') of the file the first
+time the guest writes that part of its disk, where the file ends then,
+and find it again through a table (two levels of them for qcow2, vmdk
+and qed).  Their maps are read into one shape, `ClusterMap`, that
+`record` stores as extent rows and `merge` and the views carry offsets
+through."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 
 # image formats whose map nestrace reads (stack.image_format's names)
-MAPPED = ("qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed")
+MAPPED = ("qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed", "luks")
 # the formats whose guest offsets nestrace can follow, for messages
 FOLLOWED = "raw, " + ", ".join(MAPPED[:-1]) + " and " + MAPPED[-1]
 
@@ -59,6 +62,8 @@ def cluster_map(path: str, fmt: str) -> ClusterMap:
         from .vpc import bat_map as read
     elif fmt == "qed":
         from .qed import table_map as read
+    elif fmt == "luks":
+        from .luks import header_map as read
     else:
         raise ImageMapError(f"{path}: a {fmt} image: nestrace follows guest offsets into "
                             f"{FOLLOWED} images only")

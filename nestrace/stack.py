@@ -274,8 +274,8 @@ def guest_side(mount_point: str, vdisk_path: str | None = None) -> Stack:
 # bytes (a vdi by its signature at byte 64: its first line varies, QEMU
 # writes "<<< QEMU VM Virtual Disk Image >>>"); a file starting otherwise
 # is taken for a raw image (a fixed VHD too: raw, with a footer at its end).
-# Parallels and LUKS images are named so as not to be taken for raw ones
-# (their offsets are not followed).
+# A Parallels image is named so as not to be taken for a raw one (its
+# offsets are not followed).
 IMAGE_MAGIC = ((b"QFI\xfb", "qcow2"), (b"KDMV", "vmdk"), (b"# Disk DescriptorFile", "vmdk"),
                (b"vhdxfile", "vhdx"), (b"conectix", "vpc"), (b"QED\0", "qed"),
                (b"WithoutFreeSpace", "parallels"), (b"WithouFreSpacExt", "parallels"),

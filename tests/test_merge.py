@@ -435,7 +435,7 @@ def test_a_parallels_image_is_recorded_but_not_merged(tmp_path):
     r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h"), "-o", str(tmp_path / "m"),
                 check=False)
     assert r.returncode == 2 and "is parallels" in r.stderr
-    assert "raw, qcow2, vmdk, vdi, vhdx, vpc and qed images only" in r.stderr
+    assert "raw, qcow2, vmdk, vdi, vhdx, vpc, qed and luks images only" in r.stderr
 
     desc = tmp_path / "flat.vmdk"
     subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-o", "subformat=monolithicFlat",

@@ -16,19 +16,32 @@ sys.path.insert(0, str(ROOT))
 NT = [sys.executable, "-m", "nestrace"]
 
 
-def source_capture(tmp: Path) -> Path:
-    """A real capture: 4k random reads and writes, O_DIRECT, on ext4/xfs."""
+# the workloads whose captures are replicated: fio arguments and the lab's dio modes
+WORKLOADS = {
+    # 4k random reads and writes, O_DIRECT in the guest and on both loops:
+    # block requests and host-FS accesses, no page cache
+    "direct": (["--rw=randrw", "--bs=4k", "--io_size=32M", "--direct=1", "--ioengine=psync"],
+               ["--guest-dio", "on", "--host-dio", "on"]),
+    # the same through the guest's and the host's page caches, an fsync
+    # every 64 writes: page-cache, readahead and writeback events too
+    "buffered": (["--rw=randrw", "--bs=4k", "--io_size=32M", "--fsync=64",
+                  "--ioengine=psync"], ["--guest-dio", "off", "--host-dio", "on"]),
+}
+
+
+def source_capture(tmp: Path, workload: str) -> Path:
+    """A real capture of one of WORKLOADS on ext4 on xfs."""
+    fio, lab = WORKLOADS[workload]
     store = tmp / "src"
     subprocess.run(NT + ["lab", "down", "--name", "benchc"], capture_output=True, cwd=ROOT)
-    mp = subprocess.run(NT + ["lab", "up", "--name", "benchc"], capture_output=True, text=True,
-                        check=True, cwd=ROOT).stdout.strip()
+    mp = subprocess.run(NT + ["lab", "up", "--name", "benchc", *lab], capture_output=True,
+                        text=True, check=True, cwd=ROOT).stdout.strip()
     try:
         subprocess.run(["fio", "--name=l", f"--directory={mp}", "--rw=write", "--bs=1M",
                         "--size=64M", "--direct=1", "--output=/dev/null"], check=True)
         subprocess.run(NT + ["record", "-o", str(store), "--stack", mp, "--", "fio", "--name=l",
-                             f"--directory={mp}", "--rw=randrw", "--bs=4k", "--size=64M",
-                             "--io_size=32M", "--direct=1", "--ioengine=psync",
-                             "--output=/dev/null"], check=True, capture_output=True, cwd=ROOT)
+                             f"--directory={mp}", "--size=64M", *fio, "--output=/dev/null"],
+                       check=True, capture_output=True, cwd=ROOT)
     finally:
         subprocess.run(NT + ["lab", "down", "--name", "benchc"], capture_output=True, cwd=ROOT)
     return store
@@ -51,6 +64,8 @@ def timed(cmd: list[str]) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", default="1000000,10000000")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="direct",
+                    help="the capture replicated (default: direct, the README's table)")
     ap.add_argument("--memory-limit", default="6GB")
     ap.add_argument("--small-limit", default="256MB",
                     help="a second run with DuckDB held to this: RSS beyond it should stay flat")
@@ -60,7 +75,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(dir="/var/tmp") as t:
         tmp = Path(t)
-        src = source_capture(tmp)
+        src = source_capture(tmp, args.workload)
         n_src = nestrace.open(src).rows("SELECT records_total AS n FROM capture_meta")[0]["n"]
         for size in [int(x) for x in args.sizes.split(",")]:
             copies = max(1, round(size / n_src))
@@ -81,7 +96,8 @@ def main() -> int:
                 print(f"{n} events, {limit}: correlate {wall_c:.1f} s, report {wall_r:.1f} s",
                       file=sys.stderr)
             shutil.rmtree(dst)
-    print(f"\nnestrace correlate + report on replicated real captures ({os.cpu_count()} cores)\n")
+    print(f"\nnestrace correlate + report on replicated real captures ({args.workload} "
+          f"4k randrw; {os.cpu_count()} cores)\n")
     print("| events | DuckDB memory limit | correlate s | report s | events/s (both) "
           "| events/s per core | peak RSS GiB |")
     print("|---|---|---|---|---|---|---|")

@@ -216,8 +216,10 @@ def render(rep: dict, console=None) -> None:
                       "own side's span[/]")
     im = rep.get("image")
     if im and im["format"] != "raw":
+        # (a LUKS image holds the disk after its header: no clusters)
+        how = "header's payload offset" if im["format"] == "luks" else "cluster map"
         con.print(f"image {im['path']}: {im['format']}, the virtual disk mapped into it by its "
-                  f"cluster map ({im['map_source']}): {im['map_extents']} extents, "
+                  f"{how} ({im['map_source']}): {im['map_extents']} extents, "
                   f"{_fmt_bytes(im['mapped_bytes'])} with a place in a file")
         ext = im.get("extent_files") or []
         for b in ext[:EXTENT_LINES]:

@@ -25,6 +25,12 @@ SELECT capture_id, dev, level, machine, size_sectors,
 FROM (SELECT *, row_number() OVER (ORDER BY capture_id, dev, level) AS _dk
       FROM base_levels WHERE level IN ('vdisk', 'disk'));
 
+-- The captures of the store, numbered: ck (a short key for sorts and
+-- ASOF joins, where a capture's name is a string of any length).
+CREATE OR REPLACE VIEW _base_captures AS
+SELECT capture_id, row_number() OVER (ORDER BY capture_id)::UINTEGER AS ck
+FROM (SELECT DISTINCT capture_id FROM capture_meta);
+
 -- op name of a block request from the kernel's REQ_OP.
 CREATE OR REPLACE MACRO _req_op_name(req_op) AS
   CASE req_op WHEN 0 THEN 'read' WHEN 1 THEN 'write' WHEN 2 THEN 'flush'

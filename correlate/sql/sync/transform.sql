@@ -21,28 +21,32 @@
 -- @column range_sync_bound_writes BIGINT writes issued while an application sync_file_range was in progress (block levels; 0 at vfs)
 CREATE OR REPLACE VIEW sync_transform AS
 WITH w AS MATERIALIZED (   -- the application's sync calls (usually few), read once
-  SELECT capture_id, ts_ns, end_ns, syscall IN ('sync_file_range', 'uring_sync_file_range') AS ranged
-  FROM vfs_io WHERE op = 'sync'),
+  SELECT c.ck, v.ts_ns, v.end_ns,
+         v.syscall IN ('sync_file_range', 'uring_sync_file_range') AS ranged
+  FROM vfs_io v JOIN _base_captures c USING (capture_id) WHERE v.op = 'sync'),
 blk AS (
   SELECT capture_id, level, io_id, op, start_ns AS ts, req_flags FROM vdisk_io
   UNION ALL SELECT capture_id, level, io_id, op, start_ns, req_flags FROM disk_io),
 -- a write below is inside some sync call of a kind iff, of the calls that
 -- started before it, the latest end is after it: an ASOF join on the calls'
 -- running maximum end (an inequality join would pair every write with every
--- call: 23 s for 100k writes and 100k fsyncs)
+-- call: 23 s for 100k writes and 100k fsyncs; keyed by the capture's
+-- number, not its name: a short sort key)
 cover AS (
-  SELECT capture_id, ranged, ts_ns,
-         max(end_ns) OVER (PARTITION BY capture_id, ranged ORDER BY ts_ns
+  SELECT ck, ranged, ts_ns,
+         max(end_ns) OVER (PARTITION BY ck, ranged ORDER BY ts_ns
                            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cover_end
   FROM w),
 fc AS (SELECT * FROM cover WHERE NOT ranged),
 rc AS (SELECT * FROM cover WHERE ranged),
 bound AS (
   SELECT b.capture_id, b.level, f.cover_end >= b.ts AS in_fsync, r.cover_end >= b.ts AS in_range
-  FROM (SELECT * FROM blk   -- (none when there are no sync calls)
-        WHERE op = 'write' AND ts BETWEEN (SELECT min(ts_ns) FROM w) AND (SELECT max(end_ns) FROM w)) b
-  ASOF LEFT JOIN fc f ON f.capture_id = b.capture_id AND b.ts >= f.ts_ns
-  ASOF LEFT JOIN rc r ON r.capture_id = b.capture_id AND b.ts >= r.ts_ns),
+  FROM (SELECT x.*, c.ck FROM blk x JOIN _base_captures c USING (capture_id)
+        -- (none when there are no sync calls)
+        WHERE x.op = 'write'
+          AND x.ts BETWEEN (SELECT min(ts_ns) FROM w) AND (SELECT max(end_ns) FROM w)) b
+  ASOF LEFT JOIN fc f ON f.ck = b.ck AND b.ts >= f.ts_ns
+  ASOF LEFT JOIN rc r ON r.ck = b.ck AND b.ts >= r.ts_ns),
 b AS (
   SELECT capture_id, level,
          count(*) FILTER (WHERE op = 'write') AS writes,

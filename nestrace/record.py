@@ -271,10 +271,6 @@ class Capture:
     command_rc: int | None = None
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 @contextlib.contextmanager
 def _signal(signum: int, handler):
     """`handler` for `signum` meanwhile (where Python lets us: in the main
@@ -397,17 +393,24 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             # SIGINT too, even when started with it ignored (a shell's
             # background job): like blktrace and perf record, Ctrl-C or
             # kill -INT always ends the recording
-            with _signal(signal.SIGTERM, _interrupt), \
-                    _signal(signal.SIGINT, signal.default_int_handler):
-                try:
-                    if duration:
-                        time.sleep(duration)
-                    else:
-                        log("nestrace: recording; Ctrl-C to stop (or SIGTERM)")
-                        while proc.poll() is None:
-                            time.sleep(0.2)
-                except KeyboardInterrupt:
-                    pass
+            # The handlers only note the signal (no lock: not an Event,
+            # whose lock the handler could find taken by the very code it
+            # interrupted).  An exception raised inside Popen.poll(),
+            # between its taking the Popen's wait lock and the try that
+            # gives it back, left the lock taken, and the wait for the
+            # agent after it hung for good (seen once in CI: the agent
+            # exited at once and stayed a zombie).
+            stopped: list[int] = []
+            with _signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum)), \
+                    _signal(signal.SIGINT, lambda signum, frame: stopped.append(signum)):
+                if not duration:
+                    log("nestrace: recording; Ctrl-C to stop (or SIGTERM)")
+                end = time.monotonic() + duration if duration else None
+                while not stopped and proc.poll() is None:
+                    left = end - time.monotonic() if end is not None else 0.2
+                    if left <= 0:
+                        break
+                    time.sleep(min(left, 0.2))
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -11,7 +11,6 @@ import itertools
 import os
 import shlex
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass, replace
 
@@ -68,12 +67,13 @@ def workload_env(cfg: LabConfig, mount: str) -> dict[str, str]:
 
 def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_name: str,
              prepare: str | None = None, log=lambda msg: print(msg, file=sys.stderr),
-             **record_opts) -> Cell:
+             stopped=lambda: False, **record_opts) -> Cell:
     """Build the cell's stack, run `prepare` on it untraced, drop the
     caches, record `command` (cwd: the guest mount; `{guest}` in an
     argument of `command`, or in `prepare`, is replaced by it, shell-quoted
-    in `prepare`), tear the stack down, also on failure."""
-    from .record import RecordError, drop_caches, record
+    in `prepare`), tear the stack down, also on failure.  When `stopped()`
+    turns true (Ctrl-C) before the capture starts, the cell is not recorded."""
+    from .record import RecordError, _run_workload, drop_caches, record
     from .stack import StackError, discover
     lab = Lab(lab_name)
     try:
@@ -84,12 +84,15 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
     try:
         mount = st["guest_mount"]
         env = workload_env(cell.config, mount)
-        if prepare:
-            r = subprocess.run(["sh", "-c", prepare.replace("{guest}", shlex.quote(mount))],
+        if prepare and not stopped():
+            rc = _run_workload(["sh", "-c", prepare.replace("{guest}", shlex.quote(mount))],
                                cwd=mount, env=env)
-            if r.returncode:
-                cell.error = f"--prepare exited with code {r.returncode}"
+            if rc:
+                cell.error = f"--prepare exited with code {rc}"
                 return cell
+        if stopped():
+            cell.error = "interrupted"
+            return cell
         drop_caches()
         cmd = [a.replace("{guest}", mount) for a in command]
         try:
@@ -111,7 +114,12 @@ def run_matrix(store: str | os.PathLike, todo: list[Cell], command: list[str], *
     """Run `command` on every cell's stack, one after another, into `store`.
     A cell that fails (its stack cannot be built, `prepare` or the capture
     fails, the workload exits non-zero) is reported and the run goes on;
-    Ctrl-C stops it after tearing the current stack down."""
+    Ctrl-C or SIGTERM stops it after tearing the current stack down.
+    The handler only notes the signal: an exception raised at any point
+    (inside losetup's wait, say, between its attaching a device and the
+    lab's noting it) could leave a device or a lock behind.  The signal
+    still reaches what runs: the terminal's Ctrl-C stops the workload
+    and the agent, and record passes SIGTERM on to the workload."""
     from .record import _signal
     name = f"run-{os.getpid()}"
     if Lab(name).state().get("made"):
@@ -120,18 +128,13 @@ def run_matrix(store: str | os.PathLike, todo: list[Cell], command: list[str], *
 
     def on_interrupt(signum, frame):
         interrupted.append(signum)
-        raise KeyboardInterrupt
 
     done: list[Cell] = []
-    with _signal(signal.SIGINT, on_interrupt):
+    with _signal(signal.SIGINT, on_interrupt), _signal(signal.SIGTERM, on_interrupt):
         for i, cell in enumerate(todo, 1):
             log(f"nestrace: [{i}/{len(todo)}] {cell.label}")
-            try:
-                run_cell(store, cell, command, lab_name=name, prepare=prepare, log=log,
-                         **record_opts)
-            except KeyboardInterrupt:
-                interrupted.append(signal.SIGINT)
-                cell.error = cell.error or "interrupted"
+            run_cell(store, cell, command, lab_name=name, prepare=prepare, log=log,
+                     stopped=lambda: bool(interrupted), **record_opts)
             done.append(cell)
             if cell.error:
                 log(f"nestrace: [{i}/{len(todo)}] failed: {cell.error}")

@@ -289,19 +289,39 @@ def _signal(signum: int, handler):
 def _run_workload(command: list[str], cwd: str | None = None,
                   env: dict[str, str] | None = None) -> int:
     """Run the traced command; the capture ends when it does.  A SIGTERM
-    to nestrace is passed on to it, and Ctrl-C (which the terminal sends
-    it too) gives it 5 s to exit.  Its exit code, 128 + N for signal N."""
+    to nestrace is passed on to it, and after a Ctrl-C (which the terminal
+    sends it too) it has 5 s to exit before it is killed.  Its exit code,
+    128 + N for signal N.  The handlers only note the signal (an exception
+    raised inside Popen.wait can leave its lock taken: see record), and a
+    handler that was in place, a caller's noting one, still hears it."""
     child = subprocess.Popen(command, cwd=cwd, env=env)
-    with _signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum)), \
-            _signal(signal.SIGINT, signal.default_int_handler):
-        try:
-            rc = child.wait()
-        except KeyboardInterrupt:
-            try:
-                rc = child.wait(5)
-            except subprocess.TimeoutExpired:
+    pending: list[int] = []
+    handlers = {}
+
+    def note(signum, frame):
+        pending.append(signum)
+        prev = handlers[signum]
+        if callable(prev) and prev is not signal.default_int_handler:
+            prev(signum, frame)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handlers[signum] = signal.getsignal(signum)
+    interrupted_at = None
+    with _signal(signal.SIGTERM, note), _signal(signal.SIGINT, note):
+        while True:
+            while pending:
+                signum = pending.pop(0)
+                if signum == signal.SIGTERM and child.returncode is None:
+                    os.kill(child.pid, signum)
+                elif signum == signal.SIGINT and interrupted_at is None:
+                    interrupted_at = time.monotonic()
+            if interrupted_at is not None and time.monotonic() - interrupted_at > 5:
                 child.kill()
-                rc = child.wait()
+            try:
+                rc = child.wait(0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
     return 128 - rc if rc < 0 else rc
 
 

@@ -3,11 +3,15 @@ recorded into one store, compared side by side (real stacks, real capture)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 
 import pytest
 
 import nestrace
-from conftest import assert_losses_counted, loop_devices, our_mounts, run_cli
+from conftest import NESTRACE, ROOT, assert_losses_counted, loop_devices, our_mounts, run_cli
 
 MiB = 1 << 20
 LAYOUT = "fio --name=j --directory={guest} --rw=write --bs=1M --size=32M --direct=1 --output=/dev/null"
@@ -140,3 +144,62 @@ def test_lab_run_refuses_a_bad_matrix_before_building_anything(tmp_path, nothing
         assert r.returncode == 2 and len(lines) == 1, r.stderr
         assert lines[0].startswith("nestrace: error: ") and what in lines[0], lines
     assert not (tmp_path / "s").exists()
+
+
+def _start_run(tmp_path, *args):
+    """`nestrace lab run` in its own process group (a terminal's job);
+    returns it once `marker` exists."""
+    marker = tmp_path / "started"
+    proc = subprocess.Popen(NESTRACE + ["lab", "run", "-o", str(tmp_path / "m.store"),
+                                        "--guest-fs", "ext4,xfs", "--host-fs", "xfs", *args],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("lab run never started its command:\n" + proc.communicate()[1])
+        time.sleep(0.1)
+    return proc
+
+
+def _stopped(proc, within: float) -> tuple[str, str]:
+    t0 = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError("lab run did not stop") from None
+    assert time.monotonic() - t0 < within, err
+    return out, err
+
+
+@pytest.mark.root
+def test_lab_run_ctrl_c_mid_workload_keeps_that_capture_and_runs_no_more(tmp_path, nothing_left):
+    """Ctrl-C (SIGINT to the whole job, as a terminal sends it) while the
+    first stack's workload runs: the workload ends, its capture is sealed
+    with the workload's exit code, the stack is torn down, the second stack
+    is never built, and the run exits 1 saying so."""
+    proc = _start_run(tmp_path, "--", "sh", "-c", f"echo > {tmp_path}/started; exec sleep 60")
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = _stopped(proc, 40)
+    assert proc.returncode == 1, err
+    assert "interrupted: 1 of 2 stacks not run" in err
+    assert "[2/2]" not in err
+    (row,) = nestrace.open(tmp_path / "m.store").compare_captures().to_pylist()
+    assert (row["guest_fs"], row["command_exit"]) == ("ext4", 128 + signal.SIGINT), err
+
+
+@pytest.mark.root
+def test_lab_run_sigterm_during_prepare_stops_it_and_records_nothing(tmp_path, nothing_left):
+    """SIGTERM to nestrace alone while --prepare runs: it is passed on to
+    the prepare command, nothing is recorded, the stack is torn down."""
+    proc = _start_run(tmp_path, "--prepare", f"echo > {tmp_path}/started; exec sleep 60",
+                      "--", "true")
+    proc.send_signal(signal.SIGTERM)
+    out, err = _stopped(proc, 40)
+    assert proc.returncode == 1, err
+    assert "--prepare exited with code 143" in err and "interrupted: 1 of 2" in err, err
+    assert not (tmp_path / "m.store").exists() or \
+        not nestrace.open(tmp_path / "m.store").compare_captures().num_rows

@@ -178,12 +178,13 @@ WHERE d.bytes > 0;
 -- end_ns: the capture's end, the end of an upper request with none
 -- known (a virtual-disk request whose C was lost and whose request id
 -- was not used again).
+-- ck: the capture's number in the store (_base_captures), from 0.
 CREATE OR REPLACE VIEW _links_captures AS
-SELECT d.capture_id, (row_number() OVER (ORDER BY d.capture_id) - 1)::UBIGINT AS ck,
+SELECT b.capture_id, (b.ck - 1)::UBIGINT AS ck,
        coalesce(m.clock_offset_err_ns, 0)::UBIGINT AS err, m.end_ns
-FROM (SELECT DISTINCT capture_id FROM device_map) d
-LEFT JOIN (SELECT capture_id, max(clock_offset_err_ns) AS clock_offset_err_ns, max(end_ns) AS end_ns
-           FROM capture_meta GROUP BY capture_id) m USING (capture_id);
+FROM _base_captures b
+JOIN (SELECT capture_id, max(clock_offset_err_ns) AS clock_offset_err_ns, max(end_ns) AS end_ns
+      FROM capture_meta GROUP BY capture_id) m USING (capture_id);
 
 CREATE OR REPLACE MACRO _links_hop(lvl) AS
   (CASE lvl WHEN 'vdisk' THEN 0 WHEN 'hostfs' THEN 1 ELSE 2 END)::UTINYINT;

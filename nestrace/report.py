@@ -174,6 +174,15 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     }
 
 
+# what an attributed link's kind says (links' kind column, in short)
+KIND_GLOSS = {
+    "sync": "sync: in flight with the upper I/O",
+    "writeback": "writeback: after a write that dirtied the range",
+    "rmw": "rmw: a read a partial write caused",
+    "discard": "discard: after the upper discard of the range",
+}
+
+
 def _fmt_bytes(b) -> str:
     if b is None:
         return "-"
@@ -192,6 +201,29 @@ def _fmt_ns(ns) -> str:
     return f"{ns / 1e3:.1f} us"
 
 
+def _fmt_ns_pair(a, b) -> str:
+    """"median / p99" in one unit where both take the same: 54.1 / 77.6 us."""
+    fa, fb = _fmt_ns(a), _fmt_ns(b)
+    ua, ub = fa.rpartition(" ")[2], fb.rpartition(" ")[2]
+    if a is not None and b is not None and ua == ub:
+        return f"{fa.rpartition(' ')[0]} / {fb}"
+    return f"{fa} / {fb}"
+
+
+def _table(title: str, columns, left=("level",), caption: str | None = None):
+    """A report table: no vertical rules and one space's padding between
+    columns (room for the per-level and phase tables in 80 columns: rich
+    wraps a cell, not a header, where a table is too wide), numbers
+    right-aligned."""
+    from rich import box
+    from rich.table import Table
+    t = Table(title=title, box=box.SIMPLE_HEAD, caption=caption, caption_justify="left",
+              pad_edge=False, collapse_padding=True)
+    for c in columns:
+        t.add_column(c, justify="left" if c in left else "right")
+    return t
+
+
 def _fmt(v, digits=2) -> str:
     if v is None:
         return "-"
@@ -200,7 +232,6 @@ def _fmt(v, digits=2) -> str:
 
 def render(rep: dict, console=None) -> None:
     from rich.console import Console
-    from rich.table import Table
     con = console or Console()
     con.print(f"[bold]capture {rep['capture_id']}[/] on {rep['machine']} ({rep['kernel']}), "
               f"{rep['duration_s']:.1f} s, {rep['records']} records")
@@ -232,41 +263,47 @@ def render(rep: dict, console=None) -> None:
         for b in im.get("backing_files") or []:
             con.print(f"  through its backing file {b['path']}: "
                       f"{_fmt_bytes(b['mapped_bytes'])} of the disk read from it")
-    t = Table(title="Per level")
-    for c in ("level", "I/Os", "read", "written", "median size", "sequential", "seek median", "seek p90"):
-        t.add_column(c, justify="left" if c == "level" else "right")
-    for lv in rep["levels"]:
-        if not lv.get("traced", True):
-            continue
-        # block levels in sectors, as btt counts them; files in bytes
-        seek = (lambda d: "-" if d is None else f"{d} sect") if lv["seek_unit"] == "sectors" \
+    # block levels' seeks in sectors, as btt counts them (the unit once,
+    # under the table: the columns then fit 80 at ten million I/Os)
+    levels = [lv for lv in rep["levels"] if lv.get("traced", True)]
+    units = {lv["seek_unit"] for lv in levels}
+    t = _table("Per level", ("level", "I/Os", "read", "written", "median\nsize", "sequential",
+                             "seek\nmedian", "seek\np90"),
+               caption="seek: block levels in 512-byte sectors, files in bytes"
+               if "sectors" in units and len(units) > 1 else
+               "seek: in 512-byte sectors" if "sectors" in units else None)
+    for lv in levels:
+        seek = (lambda d: "-" if d is None else str(d)) if lv["seek_unit"] == "sectors" \
             else _fmt_bytes
         t.add_row(lv["level"], str(lv["requests"]), _fmt_bytes(lv["read_bytes"]),
                   _fmt_bytes(lv["write_bytes"]), _fmt_bytes(lv["median_size_bytes"]),
                   _fmt(lv["sequential_fraction"]), seek(lv["seek_median"]), seek(lv["seek_p90"]))
     con.print(t)
-    t = Table(title="Block phases (btt): median / p99")
-    for c in ("level", "Q2G", "G2I", "I2D", "D2C", "Q2C", "Q2M"):
-        t.add_column(c, justify="left" if c == "level" else "right")
-    for lv in rep["levels"]:
-        if not lv["phases"]:
-            continue
-        cells = []
-        for ph in ("q2g", "g2i", "i2d", "d2c", "q2c", "q2m"):
-            p_ = lv["phases"].get(ph)
-            cells.append("-" if not p_ else f"{_fmt_ns(p_['median_ns'])} / {_fmt_ns(p_['p99_ns'])}")
-        t.add_row(lv["level"], *cells)
-    con.print(t)
-    t = Table(title="Amplification (bytes per level, ratio to the level above / to the app)")
-    for c in ("op", "level", "requests", "bytes", "x above", "x app"):
-        t.add_column(c, justify="left" if c in ("op", "level") else "right")
+    # phases no level has (no I/O scheduler: no insert; no merges) are
+    # named under the table rather than given a column of dashes
+    phases = ("q2g", "g2i", "i2d", "d2c", "q2c", "q2m")
+    blk = [lv for lv in rep["levels"] if lv["phases"]]
+    seen = [ph for ph in phases if any(lv["phases"].get(ph) for lv in blk)]
+    unseen = [ph.upper() for ph in phases if ph not in seen]
+    t = _table("Block phases (btt): median / p99", ("level", *(ph.upper() for ph in seen)),
+               caption=f"no {', '.join(unseen)}: none of their events were seen" if unseen else None)
+    for lv in blk:
+        t.add_row(lv["level"], *("-" if not lv["phases"].get(ph) else
+                                 _fmt_ns_pair(lv["phases"][ph]["median_ns"], lv["phases"][ph]["p99_ns"])
+                                 for ph in seen))
+    if blk:
+        con.print(t)
+    t = _table("Amplification: bytes, x level above, x app",
+               ("op", "level", "requests", "bytes", "x above", "x app"), left=("op", "level"))
     for r in rep["amplification"]:
         t.add_row(r["op"], r["level"], str(r["requests"]), _fmt_bytes(r["bytes"]),
                   _fmt(r["ratio_to_above"]), _fmt(r["ratio_to_app"]))
     con.print(t)
-    t = Table(title="Attribution: lower-level bytes by cause")
-    for c in ("hop", "kind", "requests", "bytes", "share"):
-        t.add_column(c, justify="left" if c in ("hop", "kind") else "right")
+    t = _table("Attribution: lower-level bytes by cause", ("hop", "kind", "requests", "bytes", "share"),
+               left=("hop", "kind"))
+    kinds = [KIND_GLOSS[k] for k in dict.fromkeys(r["kind"] for r in rep["attribution"]["links"]
+                                                   if r["attributed"]) if k in KIND_GLOSS]
+    t.caption = "; ".join(kinds) or None
     for r in rep["attribution"]["links"]:
         t.add_row(f"{r['upper_level']}->{r['lower_level']}",
                   r["kind"] + ("" if r["attributed"] else " (unattributed)"),
@@ -279,9 +316,8 @@ def render(rep: dict, console=None) -> None:
     else:
         con.print("Attribution: none (it needs two traced levels and the stack's offset maps, "
                   "which `nestrace record` stores)")
-    t = Table(title="Read-modify-write, page cache, sync, discard")
-    t.add_column("what")
-    t.add_column("numbers")
+    t = _table("Read-modify-write, page cache, sync, discard", ("what", "numbers"),
+               left=("what", "numbers"))
     for r in rep["rmw"]:
         t.add_row(f"RMW {r['hop']}", f"{r['rmw_writes']}/{r['partial_writes']} partial writes caused "
                   f"{r['reads']} reads ({_fmt_bytes(r['read_bytes'])}, {_fmt(r['read_per_write'])}/write), "

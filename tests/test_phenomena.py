@@ -4,6 +4,7 @@ Unless said otherwise: lab up --guest-dio off --host-dio on (the image goes
 through the host page cache; the host disk is uncached)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,20 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
         s.rows("SELECT level, fraction FROM links_to_vfs ORDER BY level")
     # and the report read from the stored links is the one computed without them
     assert json.loads(run_cli("report", str(s.store), "--json").stdout) == rep
+    # the terminal report fits 80 columns without wrapping a number: each
+    # level's row holds its count and ends with its seek p90; each block
+    # level's phases are one row
+    from nestrace.report import _fmt_bytes
+    out = run_cli("report", str(s.store), env=os.environ | {"COLUMNS": "80"}).stdout
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 80, out
+    for x in rep["levels"]:
+        p90 = str(x["seek_p90"]) if x["seek_unit"] == "sectors" else _fmt_bytes(x["seek_p90"])
+        assert any(ln.split()[:2] == [x["level"], str(x["requests"])] and ln.rstrip().endswith(p90)
+                   for ln in lines), (x, out)
+    for lv in ("vdisk", "disk"):
+        assert any(ln.split()[:1] == [lv] and ln.count(" / ") >= 3 and ln.rstrip().endswith((" us", " ms"))
+                   for ln in lines), out
     # requests stored by an older nestrace (a column fewer): computed again, and said so
     import pyarrow.parquet as pq
     f = next(s.store.glob("block_requests/capture=*/data.parquet"))

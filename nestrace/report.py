@@ -201,15 +201,6 @@ def _fmt_ns(ns) -> str:
     return f"{ns / 1e3:.1f} us"
 
 
-def _fmt_ns_pair(a, b) -> str:
-    """"median / p99" in one unit where both take the same: 54.1 / 77.6 us."""
-    fa, fb = _fmt_ns(a), _fmt_ns(b)
-    ua, ub = fa.rpartition(" ")[2], fb.rpartition(" ")[2]
-    if a is not None and b is not None and ua == ub:
-        return f"{fa.rpartition(' ')[0]} / {fb}"
-    return f"{fa} / {fb}"
-
-
 def _table(title: str, columns, left=("level",), caption: str | None = None):
     """A report table: no vertical rules and one space's padding between
     columns (room for the per-level and phase tables in 80 columns: rich
@@ -285,12 +276,15 @@ def render(rep: dict, console=None) -> None:
     blk = [lv for lv in rep["levels"] if lv["phases"]]
     seen = [ph for ph in phases if any(lv["phases"].get(ph) for lv in blk)]
     unseen = [ph.upper() for ph in phases if ph not in seen]
-    t = _table("Block phases (btt): median / p99", ("level", *(ph.upper() for ph in seen)),
-               caption=f"no {', '.join(unseen)}: none of their events were seen" if unseen else None)
+    # (a row per statistic, as btt prints them: six phases of two numbers
+    # each would not fit 80 columns side by side)
+    t = _table("Block phases (btt)", ("level", "", *(ph.upper() for ph in seen)), left=("level", ""),
+               caption=f"not seen: {', '.join(unseen)}" if unseen else None)
     for lv in blk:
-        t.add_row(lv["level"], *("-" if not lv["phases"].get(ph) else
-                                 _fmt_ns_pair(lv["phases"][ph]["median_ns"], lv["phases"][ph]["p99_ns"])
-                                 for ph in seen))
+        for stat, key in (("median", "median_ns"), ("p99", "p99_ns")):
+            t.add_row(lv["level"] if stat == "median" else "", stat,
+                      *("-" if not lv["phases"].get(ph) else _fmt_ns(lv["phases"][ph][key])
+                        for ph in seen))
     if blk:
         con.print(t)
     t = _table("Amplification: bytes, x level above, x app",

@@ -5,6 +5,7 @@ through the host page cache; the host disk is uncached)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,7 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
     assert json.loads(run_cli("report", str(s.store), "--json").stdout) == rep
     # the terminal report fits 80 columns without wrapping a number: each
     # level's row holds its count and ends with its seek p90; each block
-    # level's phases are one row
+    # level's phases are a row of medians and one of p99s
     from nestrace.report import _fmt_bytes
     out = run_cli("report", str(s.store), env=os.environ | {"COLUMNS": "80"}).stdout
     lines = out.splitlines()
@@ -144,9 +145,12 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
         p90 = str(x["seek_p90"]) if x["seek_unit"] == "sectors" else _fmt_bytes(x["seek_p90"])
         assert any(ln.split()[:2] == [x["level"], str(x["requests"])] and ln.rstrip().endswith(p90)
                    for ln in lines), (x, out)
+    phases = next(ln.split()[1:] for ln in lines if ln.split()[:2] == ["level", "Q2G"])
     for lv in ("vdisk", "disk"):
-        assert any(ln.split()[:1] == [lv] and ln.count(" / ") >= 3 and ln.rstrip().endswith((" us", " ms"))
-                   for ln in lines), out
+        i = next(i for i, ln in enumerate(lines) if ln.split()[:2] == [lv, "median"])
+        assert lines[i + 1].split()[:1] == ["p99"], out
+        for ln in lines[i:i + 2]:
+            assert len(re.findall(r"\d+\.\d+ [um]s|-", ln)) == len(phases), (phases, out)
     # requests stored by an older nestrace (a column fewer): computed again, and said so
     import pyarrow.parquet as pq
     f = next(s.store.glob("block_requests/capture=*/data.parquet"))

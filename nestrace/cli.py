@@ -638,6 +638,31 @@ def report_cmd(store, capture, as_json, memory_limit) -> None:
         render(rep)
 
 
+@cli.command("follow")
+@click.argument("store", type=click.Path())
+@click.argument("level", type=click.Choice(["vfs", "vdisk", "hostfs", "disk"]))
+@click.argument("io_id", type=int, required=False)
+@click.option("--capture", default=None, help="Capture id (default: the newest).")
+@click.option("--json", "as_json", is_flag=True, help="The follow_io rows as JSON.")
+@user_errors
+def follow_cmd(store, level, io_id, capture, as_json) -> None:
+    """One I/O followed down and up the stack: the requests it caused at
+    each lower level and the events above that caused it (the follow_io
+    macro over links), with their times.  IO_ID is the io_id column of the
+    level's view; without it, the level's slowest read or write."""
+    from .follow import follow, render
+    from .session import Session
+    with Session(check_store(store)) as s:
+        try:
+            cid, what, rows = follow(s, level, io_id, capture)
+        except ValueError as e:
+            raise UserError(f"{store}: {e}") from None
+    if as_json:
+        click.echo(json.dumps(rows.to_pylist(), indent=1, default=str))
+    else:
+        render(cid, what, rows)
+
+
 @cli.command("compare")
 @click.argument("store", type=click.Path())
 @click.option("--capture", "capture_ids", multiple=True, help="Only these captures (repeatable).")

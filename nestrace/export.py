@@ -75,13 +75,10 @@ def timeline(session, capture_id: str | None = None, window: tuple[float, float]
              max_slices: int = 2_000_000) -> dict:
     """The timeline of one capture as a Chrome JSON trace (a dict).
     window: (from, to) in seconds from the capture's start."""
-    caps = [r["capture_id"] for r in
-            session.rows("SELECT capture_id FROM capture_meta ORDER BY start_ns, capture_id")]
-    if not caps:
-        raise ExportError("the store holds no capture")
-    cid = capture_id or caps[-1]
-    if cid not in caps:
-        raise ExportError(f"no capture {cid!r} (the store has {', '.join(caps)})")
+    try:
+        cid = session.capture(capture_id)
+    except ValueError as e:
+        raise ExportError(str(e)) from None
     meta = session.rows("SELECT machine, start_ns, end_ns FROM capture_meta WHERE capture_id = ?",
                         [cid])[0]
     base = meta["start_ns"] or 0

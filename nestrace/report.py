@@ -49,12 +49,7 @@ def _one(s: Session, sql: str, params: list) -> dict:
 
 
 def build(s: Session, capture_id: str | None = None) -> dict:
-    caps = s.captures() or [r["capture_id"] for r in s.rows("SELECT capture_id FROM capture_meta")]
-    if not caps:
-        raise ValueError("the store holds no capture")
-    cid = capture_id or caps[-1]
-    if cid not in caps:
-        raise ValueError(f"no capture {cid!r} in the store (have: {', '.join(caps)})")
+    cid = s.capture(capture_id)
     p = [cid]
     s.cache(s.views_to_cache(CACHED))
     meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, hook_misses, "

@@ -296,6 +296,24 @@ class Session:
     def captures(self) -> list[str]:
         return captures(self.store) if self.store else []
 
+    def capture(self, capture_id: str | None = None) -> str:
+        """`capture_id` if the store holds it, or by default its newest
+        capture (the last to start); ValueError naming what it holds otherwise."""
+        caps = [r["capture_id"] for r in self.rows(
+            "SELECT capture_id FROM capture_meta GROUP BY 1 ORDER BY min(start_ns), capture_id")]
+        if not caps:
+            raise ValueError("the store holds no capture")
+        cid = capture_id or caps[-1]
+        if cid not in caps:
+            raise ValueError(f"no capture {cid!r} in the store (have: {', '.join(caps)})")
+        return cid
+
+    def follow_io(self, level: str, io_id: int, capture_id: str | None = None) -> pa.Table:
+        """One I/O and what links ties to it above and below (the
+        follow_io macro)."""
+        return self.query("SELECT * FROM follow_io(?, ?, ?)",
+                          [self.capture(capture_id), level, io_id])
+
     def close(self) -> None:
         self.con.close()
 

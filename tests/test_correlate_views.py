@@ -1291,3 +1291,70 @@ def test_a_call_cut_by_an_image_extent_inside_one_block_is_tied_whole():
         "SELECT bytes FROM map_vfs ORDER BY file_offset_bytes")] == [2048, 2048]
     assert s.rows("SELECT upper_level, kind, bytes FROM links WHERE lower_level = 'vdisk'") == [
         {"upper_level": "vfs", "kind": "sync", "bytes": 4096}]
+
+
+# ---- follow_io: one I/O up and down through links -----------------------
+
+FOLLOW_COLS = "depth, level, via_level, kind, link_bytes, lag_ns, start_ns, latency_ns, op, offset_bytes, bytes"
+
+
+def test_follow_io_goes_from_a_read_call_to_every_level_below_and_back_up():
+    s = session(**direct_read_stack())
+    cid = s.capture()
+    ids = {lv: s.rows(f"SELECT io_id FROM {lv}_io")[0]["io_id"] for lv in ("vfs", "vdisk", "hostfs", "disk")}
+    down = s.rows(f"SELECT io_id, via_id, {FOLLOW_COLS} FROM follow_io(?, 'vfs', ?)", [cid, ids["vfs"]])
+    row = dict(op="read", bytes=4096)
+    assert down == [
+        dict(io_id=ids["vfs"], via_id=None, depth=0, level="vfs", via_level=None, kind=None,
+             link_bytes=None, lag_ns=None, start_ns=100, latency_ns=900, offset_bytes=8192, **row),
+        dict(io_id=ids["vdisk"], via_id=ids["vfs"], depth=1, level="vdisk", via_level="vfs", kind="sync",
+             link_bytes=4096, lag_ns=100, start_ns=200, latency_ns=700, offset_bytes=4 * MiB + 8192, **row),
+        dict(io_id=ids["hostfs"], via_id=ids["vdisk"], depth=2, level="hostfs", via_level="vdisk",
+             kind="sync", link_bytes=4096, lag_ns=100, start_ns=300, latency_ns=None,
+             offset_bytes=4 * MiB + 8192, **row),
+        dict(io_id=ids["disk"], via_id=ids["vdisk"], depth=2, level="disk", via_level="vdisk",
+             kind="sync", link_bytes=4096, lag_ns=110, start_ns=310, latency_ns=490,
+             offset_bytes=104 * MiB + 8192, **row)]
+    # from the host disk up: its virtual-disk request, then the call
+    up = s.rows("SELECT depth, level, io_id, via_id FROM follow_io(?, 'disk', ?)", [cid, ids["disk"]])
+    assert up == [dict(depth=-2, level="vfs", io_id=ids["vfs"], via_id=ids["vdisk"]),
+                  dict(depth=-1, level="vdisk", io_id=ids["vdisk"], via_id=ids["disk"]),
+                  dict(depth=0, level="disk", io_id=ids["disk"], via_id=None)]
+    # the session method and the CLI's helper give the same rows
+    assert s.follow_io("disk", ids["disk"]).to_pylist() == \
+        s.rows("SELECT * FROM follow_io(?, 'disk', ?)", [cid, ids["disk"]])
+    from nestrace.follow import follow
+    assert follow(s, "vfs")[1:] == ("the slowest vfs read or write", s.follow_io("vfs", ids["vfs"]))
+    with pytest.raises(ValueError, match="no vdisk I/O with io_id 12345"):
+        follow(s, "vdisk", 12345)
+    with pytest.raises(ValueError, match="hostfs accesses have no end time"):
+        follow(s, "hostfs")
+
+
+def test_follow_io_of_a_write_back_shows_the_writes_it_carried_not_their_siblings():
+    """Buffered writes at file offsets 0 and 4096 (at 100, 200 ns) go down
+    in one 8 KiB virtual-disk write at 5000 and its host-disk write; a
+    third write (offset 64 KiB) goes down in another request.  From the
+    first write: its write-back and the host write below that, not the
+    other write the write-back also carried."""
+    t = dict(vfs_events=[vfs(100, 10, off=0, syscall=4), vfs(200, 10, off=4096, syscall=4),
+                         vfs(300, 10, off=65536, syscall=4)],
+             block_events=request(5000, 5010, 6000, VDISK, 4 * MiB, 8192, rq=1, bio=11, op=1)
+             + request(5100, 5110, 5900, DISK, 104 * MiB, 8192, rq=2, bio=12, op=1)
+             + request(7000, 7010, 8000, VDISK, 4 * MiB + 65536, 4096, rq=3, bio=13, op=1))
+    s = session(**t)
+    cid = s.capture()
+    first, second, third = (r["io_id"] for r in s.rows("SELECT io_id FROM vfs_io ORDER BY ts_ns"))
+    wb = s.rows("SELECT io_id FROM vdisk_io WHERE ts_ns = 5010")[0]["io_id"]
+    got = s.rows(f"SELECT io_id, via_id, {FOLLOW_COLS} FROM follow_io(?, 'vfs', ?)", [cid, first])
+    assert [(r["depth"], r["level"], r["kind"], r["link_bytes"], r["lag_ns"], r["bytes"]) for r in got] == [
+        (0, "vfs", None, None, None, 4096),
+        (1, "vdisk", "writeback", 4096, 4890, 8192),
+        (2, "disk", "sync", 8192, 100, 8192)]
+    assert got[1]["io_id"] == wb and got[1]["via_id"] == first
+    # from the write-back: both writes above it, the host write below
+    got = s.rows("SELECT depth, level, io_id, kind, link_bytes FROM follow_io(?, 'vdisk', ?)", [cid, wb])
+    assert [(r["depth"], r["level"], r["io_id"], r["kind"], r["link_bytes"]) for r in got] == [
+        (-1, "vfs", first, "writeback", 4096), (-1, "vfs", second, "writeback", 4096),
+        (0, "vdisk", wb, None, None), (1, "disk", got[3]["io_id"], "sync", 8192)]
+    assert third not in {r["io_id"] for r in got}

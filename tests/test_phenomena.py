@@ -151,6 +151,20 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
         assert lines[i + 1].split()[:1] == ["p99"], out
         for ln in lines[i:i + 2]:
             assert len(re.findall(r"\d+\.\d+ [um]s|-", ln)) == len(phases), (phases, out)
+    # the slowest application I/O followed down: a 4 KiB virtual-disk request
+    # in flight with it, and below that the host's access and disk request;
+    # and back up from that disk request to the same call
+    tree = json.loads(run_cli("follow", str(s.store), "vfs", "--json").stdout)
+    assert [(r["depth"], r["level"]) for r in tree][:2] == [(0, "vfs"), (1, "vdisk")], tree
+    assert {(r["depth"], r["level"], r["kind"]) for r in tree[1:]} == {
+        (1, "vdisk", "sync"), (2, "hostfs", "sync"), (2, "disk", "sync")}, tree
+    assert sum(r["link_bytes"] for r in tree if r["depth"] == 1) == tree[0]["bytes"] == 4096
+    disk = next(r for r in tree if r["level"] == "disk")
+    up = json.loads(run_cli("follow", str(s.store), "disk", str(disk["io_id"]), "--json").stdout)
+    assert [(r["depth"], r["level"], r["io_id"]) for r in up if r["depth"] < 0] == [
+        (-2, "vfs", tree[0]["io_id"]), (-1, "vdisk", tree[1]["io_id"])], up
+    out = run_cli("follow", str(s.store), "vfs").stdout
+    assert "the slowest vfs read or write" in out and str(disk["io_id"]) in out, out
     # requests stored by an older nestrace (a column fewer): computed again, and said so
     import pyarrow.parquet as pq
     f = next(s.store.glob("block_requests/capture=*/data.parquet"))

@@ -1,0 +1,74 @@
+-- Module follow.io: one I/O followed up and down the stack through links.
+-- INCLUDE links.links
+-- INCLUDE hostfs.io
+
+-- Every level's I/Os in one shape: when each began and ended, and where.
+-- (Block requests from block_requests: vdisk_io and disk_io are its rows.)
+CREATE OR REPLACE VIEW _follow_rows AS
+SELECT capture_id, level, io_id, ts_ns AS start_ns, end_ns, duration_ns::BIGINT AS latency_ns, op,
+       dev, ino, offset_bytes, ret_bytes AS bytes, comm
+FROM vfs_io
+UNION ALL
+SELECT capture_id, level, io_id, start_ns, coalesce(c_ns, done_by_ns),
+       coalesce(c_ns, done_by_ns)::BIGINT - start_ns::BIGINT, op, dev, NULL, offset_bytes::BIGINT,
+       bytes::BIGINT, comm
+FROM block_requests
+UNION ALL
+SELECT capture_id, level, io_id, ts_ns, NULL, NULL, op, dev, ino, offset_bytes, bytes::BIGINT, comm
+FROM hostfs_io;
+
+-- One I/O of capture `cid` (level `lvl`, io_id `id`) and what `links` ties
+-- to it: the lower requests it caused (depth 1, 2: a vfs call's
+-- virtual-disk requests, their host-FS accesses and host-disk requests)
+-- and the upper events that caused it (depth -1, -2), not their other
+-- children.  A row per link: a request tied to it by two kinds is two
+-- rows.  Use: SELECT * FROM follow_io('<capture>', 'disk', <io_id>).
+-- @column capture_id VARCHAR   capture
+-- @column depth INTEGER        0 the I/O itself; 1, 2 below it; -1, -2 above it
+-- @column level VARCHAR        vfs, vdisk, hostfs or disk
+-- @column io_id UBIGINT        the row's io_id in its level's view
+-- @column via_level VARCHAR    level of the neighbour toward depth 0 (NULL at 0)
+-- @column via_id UBIGINT       io_id of that neighbour
+-- @column kind VARCHAR         the link's kind (as in links)
+-- @column link_bytes BIGINT    bytes of the lower one of the pair the link accounts for
+-- @column lag_ns BIGINT        the link's lag (as in links)
+-- @column start_ns UBIGINT     vfs: entry; block: first seen (Q, else G, else D); hostfs: the access
+-- @column end_ns UBIGINT       vfs: exit; block: completion (or done_by_ns); hostfs: NULL
+-- @column latency_ns BIGINT    end_ns - start_ns
+-- @column op VARCHAR           the row's op
+-- @column dev UINTEGER         kernel dev_t
+-- @column ino UBIGINT          file (vfs, hostfs)
+-- @column offset_bytes BIGINT  file offset (vfs, hostfs) or device offset (block levels)
+-- @column bytes BIGINT         the row's whole size (vfs: bytes done)
+-- @column comm VARCHAR         task
+CREATE OR REPLACE MACRO follow_io(cid, lvl, id) AS TABLE
+WITH l AS MATERIALIZED (
+  SELECT upper_level, upper_id, lower_level, lower_id, kind, bytes, lag_ns FROM links
+  WHERE capture_id = cid AND upper_id IS NOT NULL),
+down1 AS (
+  SELECT 1 AS depth, lower_level AS level, lower_id AS io_id, upper_level AS via_level,
+         upper_id AS via_id, kind, bytes AS link_bytes, lag_ns
+  FROM l WHERE upper_level = lvl AND upper_id = id),
+down2 AS (
+  SELECT 2 AS depth, l.lower_level, l.lower_id, l.upper_level, l.upper_id, l.kind, l.bytes, l.lag_ns
+  FROM l JOIN (SELECT DISTINCT level, io_id FROM down1) d
+    ON l.upper_level = d.level AND l.upper_id = d.io_id),
+up1 AS (
+  SELECT -1 AS depth, upper_level AS level, upper_id AS io_id, lower_level AS via_level,
+         lower_id AS via_id, kind, bytes AS link_bytes, lag_ns
+  FROM l WHERE lower_level = lvl AND lower_id = id),
+up2 AS (
+  SELECT -2 AS depth, l.upper_level, l.upper_id, l.lower_level, l.lower_id, l.kind, l.bytes, l.lag_ns
+  FROM l JOIN (SELECT DISTINCT level, io_id FROM up1) u
+    ON l.lower_level = u.level AND l.lower_id = u.io_id),
+t AS (
+  SELECT 0 AS depth, lvl::VARCHAR AS level, id::UBIGINT AS io_id, NULL::VARCHAR AS via_level,
+         NULL::UBIGINT AS via_id, NULL::VARCHAR AS kind, NULL::BIGINT AS link_bytes,
+         NULL::BIGINT AS lag_ns
+  UNION ALL SELECT * FROM down1 UNION ALL SELECT * FROM down2
+  UNION ALL SELECT * FROM up1 UNION ALL SELECT * FROM up2)
+SELECT cid::VARCHAR AS capture_id, t.depth, t.level, t.io_id, t.via_level, t.via_id, t.kind,
+       t.link_bytes, t.lag_ns, r.start_ns, r.end_ns, r.latency_ns, r.op, r.dev, r.ino,
+       r.offset_bytes::BIGINT AS offset_bytes, r.bytes, r.comm
+FROM t LEFT JOIN _follow_rows r ON r.capture_id = cid AND r.level = t.level AND r.io_id = t.io_id
+ORDER BY t.depth, r.start_ns, t.level, t.io_id;

@@ -1,0 +1,87 @@
+"""`nestrace follow`: one I/O down (and up) the stack.
+
+The I/O is given by level and io_id, or is the slowest read or write of
+its level; the rows come from the `follow_io` macro (correlate/sql/follow).
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from .session import Session
+
+LEVELS = ("vfs", "vdisk", "hostfs", "disk")
+
+# the slowest I/O of a level: the longest from start to end (a block
+# request: first seen to completion); host-FS accesses have no end
+_SLOWEST = {
+    "vfs": "SELECT io_id, duration_ns AS latency_ns FROM vfs_io WHERE capture_id = ? "
+           "AND op IN ('read', 'write') ORDER BY duration_ns DESC, io_id LIMIT 1",
+    "vdisk": "SELECT io_id, c_ns - start_ns AS latency_ns FROM vdisk_io WHERE capture_id = ? "
+             "AND op IN ('read', 'write') AND c_ns IS NOT NULL "
+             "ORDER BY c_ns - start_ns DESC, io_id LIMIT 1",
+    "disk": "SELECT io_id, c_ns - start_ns AS latency_ns FROM disk_io WHERE capture_id = ? "
+            "AND op IN ('read', 'write') AND c_ns IS NOT NULL "
+            "ORDER BY c_ns - start_ns DESC, io_id LIMIT 1",
+}
+
+
+def pick(s: Session, cid: str, level: str, io_id: int | None) -> tuple[int, str]:
+    """(io_id, how it was chosen); ValueError when there is no such I/O."""
+    if level not in LEVELS:
+        raise ValueError(f"level {level!r}: one of {', '.join(LEVELS)}")
+    if io_id is None:
+        if level not in _SLOWEST:
+            raise ValueError("hostfs accesses have no end time, so no slowest one: give an io_id")
+        rows = s.rows(_SLOWEST[level], [cid])
+        if not rows:
+            raise ValueError(f"capture {cid} has no completed {level} read or write")
+        return rows[0]["io_id"], f"the slowest {level} read or write"
+    view = "hostfs_io" if level == "hostfs" else f"{level}_io"
+    if not s.rows(f"SELECT 1 FROM {view} WHERE capture_id = ? AND io_id = ? LIMIT 1", [cid, io_id]):
+        raise ValueError(f"capture {cid} has no {level} I/O with io_id {io_id}")
+    return io_id, f"{level} io_id {io_id}"
+
+
+def follow(s: Session, level: str, io_id: int | None = None,
+           capture_id: str | None = None) -> tuple[str, str, pa.Table]:
+    """(capture, what was followed, the follow_io rows)."""
+    cid = s.capture(capture_id)
+    io_id, what = pick(s, cid, level, io_id)
+    return cid, what, s.follow_io(level, io_id, cid)
+
+
+def _us(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e3:.1f}"
+
+
+def render(cid: str, what: str, rows: pa.Table, console=None) -> None:
+    """The rows as a tree: each level indented by its depth, times in µs
+    from the followed I/O's start."""
+    import os
+    import sys
+
+    from rich.console import Console
+
+    from .report import _fmt_bytes, _table
+    # a row is ~110 characters (io_ids are 15 digits): piped, it is not cut
+    # to rich's 80 columns (COLUMNS, when set, still rules)
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    con = console or Console(width=140 if wide else None)
+    r = rows.to_pylist()
+    t0 = next((x["start_ns"] for x in r if x["depth"] == 0), None)
+    con.print(f"capture {cid}: {what}")
+    t = _table("Followed through links", ("level", "io_id", "op", "offset", "bytes", "start us",
+                                           "took us", "kind", "linked", "task"),
+               left=("level", "op", "kind", "task"),
+               caption="start us: from the followed I/O's start; linked: bytes of the lower "
+                       "I/O of the pair that the link accounts for")
+    for x in r:
+        start = None if x["start_ns"] is None or t0 is None else x["start_ns"] - t0
+        t.add_row(" " * (x["depth"] - min(y["depth"] for y in r)) + x["level"], str(x["io_id"]),
+                  x["op"] or "-", "-" if x["offset_bytes"] is None else str(x["offset_bytes"]),
+                  _fmt_bytes(x["bytes"]), _us(start), _us(x["latency_ns"]), x["kind"] or "",
+                  "" if x["link_bytes"] is None else _fmt_bytes(x["link_bytes"]), x["comm"] or "")
+    con.print(t)
+    if len(r) == 1:
+        con.print("links ties nothing to it (unattributed, or a level with no other traced "
+                  "level next to it)")

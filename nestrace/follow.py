@@ -57,16 +57,14 @@ def _us(ns) -> str:
 def render(cid: str, what: str, rows: pa.Table, console=None) -> None:
     """The rows as a tree: each level indented by its depth, times in µs
     from the followed I/O's start."""
-    import os
-    import sys
-
     from rich.console import Console
 
     from .report import _fmt_bytes, _table
-    # a row is ~110 characters (io_ids are 15 digits): piped, it is not cut
-    # to rich's 80 columns (COLUMNS, when set, still rules)
-    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    con = console or Console(width=140 if wide else None)
+    # a row is ~110 characters (io_ids are 15 digits), and an io_id cut
+    # short is no use: never narrower than that (a narrower terminal wraps
+    # the lines, and keeps every digit)
+    con = console or Console()
+    con.width = max(con.width, 120)
     r = rows.to_pylist()
     t0 = next((x["start_ns"] for x in r if x["depth"] == 0), None)
     con.print(f"capture {cid}: {what}")

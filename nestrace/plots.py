@@ -309,7 +309,7 @@ def html_report(stores: Iterable[StoreLike], path: str | os.PathLike) -> None:
         if len(caps) <= 1:
             rep = build(s)
             parts.append(f"<h2>{html.escape(_label(s))}: capture {html.escape(rep['capture_id'])}</h2>")
-            parts.append(_tables_html(rep))
+            parts.append(_tables_html(rep) + _slowest_html(s, rep["capture_id"]))
             for name, fn in KINDS.items():
                 if name not in ("seek-cdf", "compare"):
                     parts.append(fig_html(fn(s)))
@@ -322,7 +322,7 @@ def html_report(stores: Iterable[StoreLike], path: str | os.PathLike) -> None:
             parts.append(fig_html(fn(s)))
         for cid in caps:
             parts.append(f"<h2>{html.escape(names.get(cid, cid))}: capture {html.escape(cid)}</h2>")
-            parts.append(_tables_html(build(s, cid)))
+            parts.append(_tables_html(build(s, cid)) + _slowest_html(s, cid))
             for name, fn in KINDS.items():
                 if name not in ("seek-cdf", "compare"):
                     parts.append(fig_html(fn(s, capture_id=cid)))
@@ -335,15 +335,16 @@ def html_report(stores: Iterable[StoreLike], path: str | os.PathLike) -> None:
         f.write(page)
 
 
-def _tables_html(rep: dict) -> str:
+def _html_table(rows: list[dict], cols: list[str]) -> str:
     import html
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in cols)
+                   + "</tr>" for r in rows)
+    return f"<table class='nestrace-table'><tr>{head}</tr>{body}</table>"
 
-    def table(rows: list[dict], cols: list[str]) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in cols)
-                       + "</tr>" for r in rows)
-        return f"<table class='nestrace-table'><tr>{head}</tr>{body}</table>"
 
+def _tables_html(rep: dict) -> str:
+    table = _html_table
     levels = [{k: v for k, v in lv.items() if k != "phases"} for lv in rep["levels"]]
     return ("<h3>Per level</h3>" + table(levels, ["level", "requests", "read_bytes", "write_bytes",
                                                   "median_size_bytes", "sequential_fraction",
@@ -362,6 +363,26 @@ def _tables_html(rep: dict) -> str:
                 "level", "requests", "discard_bytes", "zeroes_bytes", "tied_bytes", "tied_fraction",
                 "lag_median_ns"]) if rep.get("discard") else "")
             + f"<p>lost events: {rep['lost']['total']}</p>")
+
+
+def _slowest_html(s: Session, cid: str) -> str:
+    """The capture's slowest application read or write followed down the
+    stack (nestrace follow), or nothing where no vfs level was traced."""
+    import html
+
+    from .follow import follow
+    try:
+        _, what, rows = follow(s, "vfs", None, cid)
+    except ValueError:
+        return ""
+    r = rows.to_pylist()
+    t0 = next(x["start_ns"] for x in r if x["depth"] == 0)
+    cols = ["depth", "level", "io_id", "op", "offset_bytes", "bytes", "start_us", "latency_us",
+            "kind", "link_bytes", "comm"]
+    for x in r:   # (as text: _cell gives floats 3 digits)
+        x["start_us"] = None if x["start_ns"] is None else f"{(x['start_ns'] - t0) / 1e3:.1f}"
+        x["latency_us"] = None if x["latency_ns"] is None else f"{x['latency_ns'] / 1e3:.1f}"
+    return f"<h3>Followed down the stack: {html.escape(what)}</h3>" + _html_table(r, cols)
 
 
 def _cell(v) -> str:

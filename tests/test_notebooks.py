@@ -124,7 +124,9 @@ def test_html_report_renders_every_figure_offline_in_chromium(stores, tmp_path):
     figures = 2 + 5 * len(stores)       # two overlaid CDFs, five figures per store
     assert len(re.findall(r'class="[^"]*js-plotly-plot', dom)) == figures
     assert dom.count("main-svg") >= figures           # plotly drew each one
-    assert dom.count("nestrace-table") == 5 * len(stores)
+    assert dom.count("nestrace-table") == 6 * len(stores)   # with the slowest I/O followed
+    assert page.read_text().count("Followed down the stack: the slowest vfs read or write") == \
+        len(stores)
     assert urls == []
     shot = tmp_path / "report.png"
     subprocess.run(CHROMIUM + [f"--user-data-dir={tmp_path / 'p2'}", "--window-size=1280,2400",

@@ -81,6 +81,10 @@ def test_walkthrough_notebook_runs(stores, tmp_path):
     figs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
             if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(figs) == 6
+    # the slowest call, followed: its row at depth 0 heads the table
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and "follow(" in c.source]
+    assert cell.outputs[0]["text"] == "the slowest vfs read or write\n"
+    assert re.search(r"<th>0</th>\s*<td>0</td>\s*<td>vfs</td>", cell.outputs[1]["data"]["text/html"])
 
 
 CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -650,17 +650,18 @@ def follow_cmd(store, level, io_id, capture, as_json) -> None:
     each lower level and the events above that caused it (the follow_io
     macro over links), with their times.  IO_ID is the io_id column of the
     level's view; without it, the level's slowest read or write."""
-    from .follow import follow, render
+    from .follow import breakdown, follow, render
     from .session import Session
     with Session(check_store(store)) as s:
         try:
             cid, what, rows = follow(s, level, io_id, capture)
         except ValueError as e:
             raise UserError(f"{store}: {e}") from None
+        split = None if as_json else breakdown(s, cid, rows)
     if as_json:
         click.echo(json.dumps(rows.to_pylist(), indent=1, default=str))
     else:
-        render(cid, what, rows)
+        render(cid, what, rows, split)
 
 
 @cli.command("compare")

@@ -50,13 +50,31 @@ def follow(s: Session, level: str, io_id: int | None = None,
     return cid, what, s.follow_io(level, io_id, cid)
 
 
+def breakdown(s: Session, cid: str, rows: pa.Table) -> dict | None:
+    """Where the time of the tree's application call went (its
+    latency_breakdown row), when the tree holds exactly one vfs call."""
+    calls = [r["io_id"] for r in rows.to_pylist() if r["level"] == "vfs" and r["depth"] <= 0]
+    if len(calls) != 1:
+        return None
+    got = s.rows("SELECT * FROM latency_breakdown WHERE capture_id = ? AND io_id = ?",
+                 [cid, calls[0]])
+    return got[0] if got else None
+
+
 def _us(ns) -> str:
     return "-" if ns is None else f"{ns / 1e3:.1f}"
 
 
-def render(cid: str, what: str, rows: pa.Table, console=None) -> None:
+# latency_breakdown's parts, as the terminal names them
+PARTS = (("guest_service_ns", "in the guest above its disk"), ("guest_queue_ns", "virtual-disk queue"),
+         ("host_fs_ns", "host FS and loop"), ("host_queue_ns", "host-disk queue"),
+         ("device_ns", "device"))
+
+
+def render(cid: str, what: str, rows: pa.Table, split: dict | None = None, console=None) -> None:
     """The rows as a tree: each level indented by its depth, times in µs
-    from the followed I/O's start."""
+    from the followed I/O's start; then where the call's time went
+    (`split`: its latency_breakdown row)."""
     from rich.console import Console
 
     from .report import _fmt_bytes, _table
@@ -80,6 +98,10 @@ def render(cid: str, what: str, rows: pa.Table, console=None) -> None:
                   _fmt_bytes(x["bytes"]), _us(start), _us(x["latency_ns"]), x["kind"] or "",
                   "" if x["link_bytes"] is None else _fmt_bytes(x["link_bytes"]), x["comm"] or "")
     con.print(t)
+    if split and split["total_ns"]:
+        con.print(f"where the call's {_us(split['total_ns'])} us went (latency_breakdown):")
+        for k, name in PARTS:
+            con.print(f"  {name:<28} {_us(split[k]):>10} us {100 * (split[k] or 0) / split['total_ns']:4.0f} %")
     if len(r) == 1:
         con.print("links ties nothing to it (unattributed, or a level with no other traced "
                   "level next to it)")

@@ -165,6 +165,11 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
         (-2, "vfs", tree[0]["io_id"]), (-1, "vdisk", tree[1]["io_id"])], up
     out = run_cli("follow", str(s.store), "vfs").stdout
     assert "the slowest vfs read or write" in out and str(disk["io_id"]) in out, out
+    # and where the call's time went: five parts that add up to it
+    total = float(re.search(r"where the call's ([\d.]+) us went", out).group(1))
+    assert total == pytest.approx(tree[0]["latency_ns"] / 1e3, abs=0.06), out
+    parts = re.findall(r"^  [a-zA-Z -]+?\s+([\d.]+) us\s+\d+ %$", out, re.M)
+    assert len(parts) == 5 and sum(map(float, parts)) == pytest.approx(total, abs=0.3), out
     # requests stored by an older nestrace (a column fewer): computed again, and said so
     import pyarrow.parquet as pq
     f = next(s.store.glob("block_requests/capture=*/data.parquet"))

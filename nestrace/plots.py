@@ -209,6 +209,14 @@ def size_histograms(store: StoreLike, capture_id: str | None = None) -> go.Figur
     return fig
 
 
+def _series(names: dict[str, str]) -> list[tuple[tuple[str | None, str | None], str, str]]:
+    """The lines of a per-level figure: ((capture, op), name, colour), a
+    capture each where a store has several (`names`), else read and write."""
+    if names:
+        return [((cid, None), name, _color(i)) for i, (cid, name) in enumerate(names.items())]
+    return [((None, "read"), "read", "#1f77b4"), ((None, "write"), "write", "#d62728")]
+
+
 def offset_scatter(store: StoreLike, max_points: int = 20000,
                    capture_id: str | None = None) -> go.Figure:
     """Offset over time per level (seekwatcher view), at most max_points I/Os
@@ -221,8 +229,7 @@ def offset_scatter(store: StoreLike, max_points: int = 20000,
     for r in rows:
         t0[r["capture_id"]] = min(t0.get(r["capture_id"], r["ts_ns"]), r["ts_ns"])
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, subplot_titles=LEVELS)
-    series = ([((cid, None), name, _color(i)) for i, (cid, name) in enumerate(names.items())]
-              if names else [((None, "read"), "read", "#1f77b4"), ((None, "write"), "write", "#d62728")])
+    series = _series(names)
     for i, lv in enumerate(LEVELS, 1):
         for (cid, op), name, color in series:
             pts = [r for r in rows if r["level"] == lv and (cid is None or r["capture_id"] == cid)
@@ -230,12 +237,54 @@ def offset_scatter(store: StoreLike, max_points: int = 20000,
             fig.add_trace(go.Scattergl(x=[(q["ts_ns"] - t0[q["capture_id"]]) / 1e9 for q in pts],
                                        y=[q["offset_bytes"] / (1 << 20) for q in pts],
                                        mode="markers", marker={"size": 3, "color": color},
-                                       name=name if names else f"{lv} {name}", legendgroup=name,
+                                       name=name, legendgroup=name,
                                        showlegend=(i == 1)), row=i, col=1)
         fig.update_yaxes(title_text="MiB", row=i, col=1)
     fig.update_xaxes(title_text="seconds" + (" from each capture's first I/O" if names else ""),
                      row=4, col=1)
     fig.update_layout(title="Offset over time per level", height=900)
+    return fig
+
+
+def _bucket_ns(span_ns: int, buckets: int = 200) -> int:
+    """A round bucket (1, 2 or 5 x 10^k ns, at least 1 ms) that cuts
+    `span_ns` into at most about `buckets` pieces."""
+    want = max(span_ns // buckets, 1_000_000)
+    step = 1_000_000
+    while True:
+        for m in (1, 2, 5):
+            if step * m >= want:
+                return step * m
+        step *= 10
+
+
+def throughput(store: StoreLike, capture_id: str | None = None) -> go.Figure:
+    """MiB/s over time per level (rate_timeline), reads and writes; in a
+    store of several captures, a line per capture (reads and writes
+    together), each from its own start."""
+    s = _session(store)
+    where, p, names = _one_or_each(s, capture_id)
+    span = s.rows(f"SELECT max(end_ns - start_ns) AS d FROM capture_meta {where}", p)[0]["d"] or 0
+    bucket = _bucket_ns(span)
+    rows = s.rows(f"SELECT capture_id, level, op, bucket, bytes FROM rate_timeline(?) {where}",
+                  [bucket] + p)
+    last = max((r["bucket"] for r in rows), default=0)
+    xs = [b * bucket / 1e9 for b in range(last + 1)]
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, subplot_titles=LEVELS)
+    series = _series(names)
+    for i, lv in enumerate(LEVELS, 1):
+        for (cid, op), name, color in series:
+            y = [0.0] * (last + 1)
+            for r in rows:
+                if r["level"] == lv and (cid is None or r["capture_id"] == cid) \
+                        and (op is None or r["op"] == op) and 0 <= r["bucket"] <= last:
+                    y[r["bucket"]] += r["bytes"] / (1 << 20) / (bucket / 1e9)
+            fig.add_trace(go.Scatter(x=xs, y=y, mode="lines", line={"color": color, "shape": "hv"},
+                                     name=name, legendgroup=name,
+                                     showlegend=(i == 1)), row=i, col=1)
+        fig.update_yaxes(title_text="MiB/s", row=i, col=1)
+    fig.update_xaxes(title_text="seconds from the capture's start", row=4, col=1)
+    fig.update_layout(title=f"Throughput per level ({bucket / 1e6:g} ms buckets)", height=900)
     return fig
 
 
@@ -278,7 +327,7 @@ def compare_bars(store: StoreLike, by_stack: bool | None = None) -> go.Figure:
 
 KINDS = {"seek-cdf": seek_cdf, "latency": latency_breakdown, "phases": phase_distributions,
          "amplification": amplification_chain, "sizes": size_histograms, "offsets": offset_scatter,
-         "compare": compare_bars}
+         "throughput": throughput, "compare": compare_bars}
 
 
 def all_figures(store: StoreLike) -> list[tuple[str, go.Figure]]:

@@ -1358,3 +1358,25 @@ def test_follow_io_of_a_write_back_shows_the_writes_it_carried_not_their_sibling
         (-1, "vfs", first, "writeback", 4096), (-1, "vfs", second, "writeback", 4096),
         (0, "vdisk", wb, None, None), (1, "disk", got[3]["io_id"], "sync", 8192)]
     assert third not in {r["io_id"] for r in got}
+
+
+def test_rate_timeline_counts_each_level_in_its_time_bucket():
+    """Two reads (at 100 and 1100 ns) and a write (at 1500), seen at the
+    virtual disk at dispatch (210, 1210, 1610), in buckets of 1000 ns from
+    the capture's start (0): the rates are per second of a bucket; a flush
+    is not a read or a write."""
+    t = dict(vfs_events=[vfs(100, 900, off=8192, f_flags=0o40000),
+                         vfs(1100, 50, off=0, f_flags=0o40000, req=8192, ret=8192),
+                         vfs(1500, 50, off=0, syscall=4, f_flags=0o40000)],
+             block_events=request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+             + request(1200, 1210, 1300, VDISK, 4 * MiB, 8192, rq=2, bio=12)
+             + request(1600, 1610, 1700, VDISK, 4 * MiB, 4096, rq=3, bio=13, op=1)
+             + request(1800, 1810, 1900, VDISK, 0, 0, rq=4, bio=14, op=2))
+    s = session(**t)
+    got = s.rows("SELECT level, op, bucket, t_s, ios, bytes, iops, mib_per_s FROM rate_timeline(1000)")
+    per_s = 1e9 / 1000
+    assert got == [
+        {"level": lv, "op": op, "bucket": b, "t_s": b * 1e-6, "ios": n, "bytes": nb,
+         "iops": n * per_s, "mib_per_s": nb / MiB * per_s}
+        for lv in ("vdisk", "vfs")
+        for op, b, n, nb in (("read", 0, 1, 4096), ("read", 1, 1, 8192), ("write", 1, 1, 4096))]

@@ -73,8 +73,8 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
     assert "Captures side by side" in text
     for x in rows:
         assert f"<h2>{x['guest_fs']} on {x['host_fs']}: capture {x['capture_id']}</h2>" in text
-    # figures: two seek CDFs, three side by side, and five per capture
-    assert text.count('class="plotly-graph-div"') == 2 + 3 + 5 * len(rows)
+    # figures: two seek CDFs, three side by side, and six per capture
+    assert text.count('class="plotly-graph-div"') == 2 + 3 + 6 * len(rows)
     # one figure of one capture, or of all side by side; a capture not in the store
     cid = rows[0]["capture_id"]
     run_cli("plot", str(store), "--kind", "offsets", "--capture", cid, "-o", str(tmp_path / "o.html"))

@@ -125,7 +125,7 @@ def test_html_report_renders_every_figure_offline_in_chromium(stores, tmp_path):
     page = tmp_path / "report.html"
     run_cli("html", *map(str, stores), "-o", str(page))
     dom, urls = page_requests(page, tmp_path / "r")
-    figures = 2 + 5 * len(stores)       # two overlaid CDFs, five figures per store
+    figures = 2 + 6 * len(stores)       # two overlaid CDFs, six figures per store
     assert len(re.findall(r'class="[^"]*js-plotly-plot', dom)) == figures
     assert dom.count("main-svg") >= figures           # plotly drew each one
     assert dom.count("nestrace-table") == 6 * len(stores)   # with the slowest I/O followed

@@ -170,6 +170,20 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
     assert total == pytest.approx(tree[0]["latency_ns"] / 1e3, abs=0.06), out
     parts = re.findall(r"^  [a-zA-Z -]+?\s+([\d.]+) us\s+\d+ %$", out, re.M)
     assert len(parts) == 5 and sum(map(float, parts)) == pytest.approx(total, abs=0.3), out
+    # the throughput over time adds up to each level's reads and writes,
+    # and its figure draws them (a line per op and level)
+    per_level = {r["level"]: r["b"] for r in s.rows(
+        "SELECT level, sum(bytes)::BIGINT AS b FROM rate_timeline(50000000) GROUP BY ALL")}
+    assert per_level == {r["level"]: r["b"] for r in s.rows(
+        "SELECT level, sum(bytes)::BIGINT AS b FROM (SELECT level, ret_bytes AS bytes FROM vfs_io "
+        "WHERE op IN ('read', 'write') UNION ALL SELECT level, bytes FROM block_requests "
+        "WHERE op IN ('read', 'write') UNION ALL SELECT level, bytes FROM hostfs_io "
+        "WHERE op IN ('read', 'write')) GROUP BY ALL")}
+    from nestrace import plots
+    fig = plots.throughput(s)
+    bucket_s = fig.data[0].x[1] - fig.data[0].x[0]
+    drawn = sum(sum(tr.y) for tr in fig.data) * bucket_s * (1 << 20)
+    assert len(fig.data) == 8 and drawn == pytest.approx(sum(per_level.values()), rel=1e-6)
     # requests stored by an older nestrace (a column fewer): computed again, and said so
     import pyarrow.parquet as pq
     f = next(s.store.glob("block_requests/capture=*/data.parquet"))

@@ -13,15 +13,14 @@ LEVELS = ("vfs", "vdisk", "hostfs", "disk")
 
 # the slowest I/O of a level: the longest from start to end (a block
 # request: first seen to completion); host-FS accesses have no end
+_BLOCK_SLOWEST = ("SELECT io_id, c_ns::BIGINT - start_ns::BIGINT AS latency_ns FROM {}_io "
+                  "WHERE capture_id = ? AND op IN ('read', 'write') AND c_ns IS NOT NULL "
+                  "ORDER BY latency_ns DESC, io_id LIMIT 1")
 _SLOWEST = {
     "vfs": "SELECT io_id, duration_ns AS latency_ns FROM vfs_io WHERE capture_id = ? "
            "AND op IN ('read', 'write') ORDER BY duration_ns DESC, io_id LIMIT 1",
-    "vdisk": "SELECT io_id, c_ns - start_ns AS latency_ns FROM vdisk_io WHERE capture_id = ? "
-             "AND op IN ('read', 'write') AND c_ns IS NOT NULL "
-             "ORDER BY c_ns - start_ns DESC, io_id LIMIT 1",
-    "disk": "SELECT io_id, c_ns - start_ns AS latency_ns FROM disk_io WHERE capture_id = ? "
-            "AND op IN ('read', 'write') AND c_ns IS NOT NULL "
-            "ORDER BY c_ns - start_ns DESC, io_id LIMIT 1",
+    "vdisk": _BLOCK_SLOWEST.format("vdisk"),
+    "disk": _BLOCK_SLOWEST.format("disk"),
 }
 
 

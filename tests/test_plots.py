@@ -69,7 +69,7 @@ def test_offset_scatter_is_downsampled():
     for i in range(50):
         ev += request(10 * i, 10 * i + 1, 10 * i + 2, DISK, i * 4096, 4096, rq=i + 1, bio=i + 1)
     fig = plots.offset_scatter(session(block_events=ev), max_points=20)
-    disk_pts = sum(len(tr.x) for tr in fig.data if tr.name.startswith("disk"))
+    disk_pts = sum(len(tr.x) for tr in fig.data if tr.yaxis == "y4")   # (the 4th row: disk)
     assert disk_pts == 20
 
 

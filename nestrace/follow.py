@@ -64,6 +64,17 @@ def _us(ns) -> str:
     return "-" if ns is None else f"{ns / 1e3:.1f}"
 
 
+def timed_rows(rows: pa.Table) -> list[dict]:
+    """The rows as dicts, with start_us (from the followed I/O's start)
+    and latency_us as text (µs, one decimal; "-" where unknown)."""
+    r = rows.to_pylist()
+    t0 = next((x["start_ns"] for x in r if x["depth"] == 0), None)
+    for x in r:
+        x["start_us"] = _us(None if x["start_ns"] is None or t0 is None else x["start_ns"] - t0)
+        x["latency_us"] = _us(x["latency_ns"])
+    return r
+
+
 # latency_breakdown's parts, as the terminal names them
 PARTS = (("guest_service_ns", "in the guest above its disk"), ("guest_queue_ns", "virtual-disk queue"),
          ("host_fs_ns", "host FS and loop"), ("host_queue_ns", "host-disk queue"),
@@ -82,8 +93,8 @@ def render(cid: str, what: str, rows: pa.Table, split: dict | None = None, conso
     # the lines, and keeps every digit)
     con = console or Console()
     con.width = max(con.width, 120)
-    r = rows.to_pylist()
-    t0 = next((x["start_ns"] for x in r if x["depth"] == 0), None)
+    r = timed_rows(rows)
+    top = min((x["depth"] for x in r), default=0)
     con.print(f"capture {cid}: {what}")
     t = _table("Followed through links", ("level", "io_id", "op", "offset", "bytes", "start us",
                                            "took us", "kind", "linked", "task"),
@@ -91,10 +102,9 @@ def render(cid: str, what: str, rows: pa.Table, split: dict | None = None, conso
                caption="start us: from the followed I/O's start; linked: bytes of the lower "
                        "I/O of the pair that the link accounts for")
     for x in r:
-        start = None if x["start_ns"] is None or t0 is None else x["start_ns"] - t0
-        t.add_row(" " * (x["depth"] - min(y["depth"] for y in r)) + x["level"], str(x["io_id"]),
+        t.add_row(" " * (x["depth"] - top) + x["level"], str(x["io_id"]),
                   x["op"] or "-", "-" if x["offset_bytes"] is None else str(x["offset_bytes"]),
-                  _fmt_bytes(x["bytes"]), _us(start), _us(x["latency_ns"]), x["kind"] or "",
+                  _fmt_bytes(x["bytes"]), x["start_us"], x["latency_us"], x["kind"] or "",
                   "" if x["link_bytes"] is None else _fmt_bytes(x["link_bytes"]), x["comm"] or "")
     con.print(t)
     if split and split["total_ns"]:

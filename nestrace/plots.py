@@ -419,19 +419,14 @@ def _slowest_html(s: Session, cid: str) -> str:
     stack (nestrace follow), or nothing where no vfs level was traced."""
     import html
 
-    from .follow import follow
+    from .follow import follow, timed_rows
     try:
         _, what, rows = follow(s, "vfs", None, cid)
     except ValueError:
         return ""
-    r = rows.to_pylist()
-    t0 = next(x["start_ns"] for x in r if x["depth"] == 0)
     cols = ["depth", "level", "io_id", "op", "offset_bytes", "bytes", "start_us", "latency_us",
             "kind", "link_bytes", "comm"]
-    for x in r:   # (as text: _cell gives floats 3 digits)
-        x["start_us"] = None if x["start_ns"] is None else f"{(x['start_ns'] - t0) / 1e3:.1f}"
-        x["latency_us"] = None if x["latency_ns"] is None else f"{x['latency_ns'] / 1e3:.1f}"
-    return f"<h3>Followed down the stack: {html.escape(what)}</h3>" + _html_table(r, cols)
+    return f"<h3>Followed down the stack: {html.escape(what)}</h3>" + _html_table(timed_rows(rows), cols)
 
 
 def _cell(v) -> str:

@@ -713,7 +713,7 @@ def correlate_cmd(store, memory_limit) -> None:
 @cli.command("plot")
 @click.argument("store", type=click.Path())
 @click.option("--kind", default="seek-cdf", show_default=True,
-              help="seek-cdf, latency, phases, amplification, sizes, offsets, throughput or compare.")
+              help="seek-cdf, latency, phases, amplification, sizes, offsets, throughput, depth or compare.")
 @click.option("--level", default="disk", show_default=True, help="Level for seek-cdf.")
 @click.option("--capture", "capture_id", default=None,
               help="Only this capture (default: every capture of the store, side by side).")

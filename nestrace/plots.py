@@ -14,6 +14,8 @@ from .session import Session
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
 PARTS = (("guest_service_ns", "guest service"), ("guest_queue_ns", "guest queue"),
          ("host_fs_ns", "host FS"), ("host_queue_ns", "host queue"), ("device_ns", "device"))
+DEPTH_BINS = ("1", "2", "4", "6", "8", "12", "16", "20", "24", "28", "32", "64", ">64")
+DEPTH_LEVELS = ("vfs", "vdisk", "disk")     # hostfs accesses have no end: no depth
 SIZE_BINS = ("512", "1K", "2K", "4K", "8K", "16K", "32K", "64K", "128K", "256K", "512K", ">512K")
 StoreLike = Session | str | os.PathLike
 
@@ -209,6 +211,42 @@ def size_histograms(store: StoreLike, capture_id: str | None = None) -> go.Figur
     return fig
 
 
+def queue_depth(store: StoreLike, capture_id: str | None = None) -> go.Figure:
+    """How many I/Os each I/O found in flight at its level when it arrived
+    (vscsiStats' outstanding-I/O histogram), per level, as the share of
+    that level's I/Os: where the nesting lets a queue drain.  In a store of
+    several captures: a panel per level, a bar per capture."""
+    s = _session(store)
+    where, p, names = _one_or_each(s, capture_id)
+    rows = s.rows("SELECT capture_id, level, bin, sum(n) AS n FROM depth_histogram "
+                  f"{where} {'AND' if where else 'WHERE'} metric = 'outstanding' GROUP BY ALL", p)
+
+    def shares(cid: str | None, lv: str) -> list[float]:
+        by_bin = {r["bin"]: r["n"] for r in rows
+                  if r["level"] == lv and (cid is None or r["capture_id"] == cid)}
+        total = sum(by_bin.values())
+        return [by_bin.get(b, 0) / total if total else 0 for b in DEPTH_BINS]
+
+    title = "I/Os in flight at each arrival, per level (vscsiStats outstanding I/Os)"
+    if names:
+        fig = make_subplots(rows=len(DEPTH_LEVELS), cols=1, shared_xaxes=True,
+                            subplot_titles=DEPTH_LEVELS)
+        for i, (cid, name) in enumerate(names.items()):
+            for row, lv in enumerate(DEPTH_LEVELS, 1):
+                fig.add_trace(go.Bar(x=list(DEPTH_BINS), y=shares(cid, lv), name=name,
+                                     legendgroup=cid, showlegend=row == 1,
+                                     marker_color=_color(i)), row=row, col=1)
+                fig.update_yaxes(title_text="share", row=row, col=1)
+        fig.update_layout(barmode="group", title=title, height=250 * len(DEPTH_LEVELS))
+        return fig
+    fig = go.Figure()
+    for lv in DEPTH_LEVELS:
+        fig.add_trace(go.Bar(x=list(DEPTH_BINS), y=shares(None, lv), name=lv))
+    fig.update_layout(barmode="group", title=title, xaxis_title="in flight (bin upper bound)",
+                      yaxis_title="share of the level's I/Os")
+    return fig
+
+
 def _series(names: dict[str, str]) -> list[tuple[tuple[str | None, str | None], str, str]]:
     """The lines of a per-level figure: ((capture, op), name, colour), a
     capture each where a store has several (`names`), else read and write."""
@@ -327,7 +365,7 @@ def compare_bars(store: StoreLike, by_stack: bool | None = None) -> go.Figure:
 
 KINDS = {"seek-cdf": seek_cdf, "latency": latency_breakdown, "phases": phase_distributions,
          "amplification": amplification_chain, "sizes": size_histograms, "offsets": offset_scatter,
-         "throughput": throughput, "compare": compare_bars}
+         "throughput": throughput, "depth": queue_depth, "compare": compare_bars}
 
 
 def all_figures(store: StoreLike) -> list[tuple[str, go.Figure]]:
@@ -367,7 +405,7 @@ def html_report(stores: Iterable[StoreLike], path: str | os.PathLike) -> None:
         # and figures
         names = capture_labels(s)
         parts.append(f"<h2>{html.escape(str(s.store))}: {len(caps)} captures</h2>")
-        for fn in (compare_bars, amplification_chain, size_histograms):
+        for fn in (compare_bars, amplification_chain, size_histograms, queue_depth):
             parts.append(fig_html(fn(s)))
         for cid in caps:
             parts.append(f"<h2>{html.escape(names.get(cid, cid))}: capture {html.escape(cid)}</h2>")
@@ -394,10 +432,14 @@ def _html_table(rows: list[dict], cols: list[str]) -> str:
 
 def _tables_html(rep: dict) -> str:
     table = _html_table
-    levels = [{k: v for k, v in lv.items() if k != "phases"} for lv in rep["levels"]]
+    levels = [{k: v for k, v in lv.items() if k not in ("phases", "depth")} for lv in rep["levels"]]
     return ("<h3>Per level</h3>" + table(levels, ["level", "requests", "read_bytes", "write_bytes",
                                                   "median_size_bytes", "sequential_fraction",
                                                   "seek_median", "seek_p90", "seek_unit"])
+            + "<h3>Queue depth</h3>" + table(
+                [{"level": lv["level"], **d} for lv in rep["levels"] for d in lv.get("depth") or []],
+                ["level", "dev", "ios", "mean_depth", "median_depth", "p99_depth", "max_depth",
+                 "avg_in_flight", "busy_fraction", "interarrival_median_ns"])
             + "<h3>Amplification</h3>" + table(rep["amplification"], ["op", "level", "requests", "bytes",
                                                                     "ratio_to_above", "ratio_to_app"])
             + "<h3>Attribution</h3>" + table(rep["attribution"]["links"],

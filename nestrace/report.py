@@ -97,6 +97,11 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     for r in s.rows("SELECT level, phase, n, min_ns, avg_ns, median_ns, p99_ns, max_ns "
                     "FROM phases_stats WHERE capture_id = ?", p):
         phases.setdefault(r.pop("level"), {})[r.pop("phase")] = r
+    depth: dict = {}
+    for r in s.rows("SELECT level, dev, ios, mean_depth, median_depth, p99_depth, max_depth, "
+                    "avg_in_flight, busy_fraction, interarrival_median_ns "
+                    "FROM depth_summary WHERE capture_id = ? ORDER BY dev", p):
+        depth.setdefault(r.pop("level"), []).append(r)
     # one side of a VM (record --side) traces two levels; an older store
     # without a device map is taken to have traced all four
     traced = {r["level"] for r in s.rows(
@@ -119,6 +124,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
             "seek_median": sk.get("median_abs"), "seek_p90": sk.get("p90_abs"),
             "seek_unit": "sectors" if lv in ("vdisk", "disk") else "bytes",
             "phases": phases.get(lv, {}),
+            "depth": depth.get(lv, []),
         })
     amp = [r for r in s.rows("SELECT level, op, requests, bytes, ratio_to_above, ratio_to_app "
                              "FROM amplification WHERE capture_id = ? ORDER BY op, depth", p)
@@ -281,6 +287,21 @@ def render(rep: dict, console=None) -> None:
                       *("-" if not lv["phases"].get(ph) else _fmt_ns(lv["phases"][ph][key])
                         for ph in seen))
     if blk:
+        con.print(t)
+    # queues per device: a level of several devices (a btrfs host on two
+    # disks) gets a row each, named by the device
+    rows = [(lv, d) for lv in levels for d in lv.get("depth") or []]
+    t = _table("Queue depth: I/Os in flight", ("level", "at arrival\nmedian", "p99", "max",
+                                               "mean in\nflight", "busy", "arrivals\nevery"),
+               caption="at arrival: the I/O itself included; mean in flight: iostat's aqu-sz; "
+                       "busy: %util; block levels: dispatch to completion")
+    for lv, d in rows:
+        many = sum(1 for x, _ in rows if x is lv) > 1
+        t.add_row(lv["level"] + (f" {d['dev'] >> 20}:{d['dev'] & 0xfffff}" if many else ""),
+                  str(d["median_depth"]), str(d["p99_depth"]), str(d["max_depth"]),
+                  _fmt(d["avg_in_flight"], 1), _fmt(d["busy_fraction"]),
+                  _fmt_ns(d["interarrival_median_ns"]))
+    if rows:
         con.print(t)
     t = _table("Amplification: bytes, x level above, x app",
                ("op", "level", "requests", "bytes", "x above", "x app"), left=("op", "level"))

@@ -277,6 +277,15 @@ class Session:
     def discard_summary(self, capture_id: str | None = None) -> pa.Table:
         return self._view("discard_summary", capture_id)
 
+    def depth(self, capture_id: str | None = None) -> pa.Table:
+        """Queue depth per level and device: I/Os in flight at each arrival
+        (mean, median, p99, max), aqu-sz and %util."""
+        return self._view("depth_summary", capture_id)
+
+    def depth_histogram(self, capture_id: str | None = None) -> pa.Table:
+        """vscsiStats' outstanding-I/O, interarrival and latency histograms."""
+        return self._view("depth_histogram", capture_id)
+
     def compare_captures(self, capture_id: str | None = None) -> pa.Table:
         """One row per capture (in capture order): its stack and the numbers
         that tell stacks apart."""

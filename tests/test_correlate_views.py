@@ -1380,3 +1380,79 @@ def test_rate_timeline_counts_each_level_in_its_time_bucket():
          "iops": n * per_s, "mib_per_s": nb / MiB * per_s}
         for lv in ("vdisk", "vfs")
         for op, b, n, nb in (("read", 0, 1, 4096), ("read", 1, 1, 8192), ("write", 1, 1, 4096))]
+
+
+def depth_stack():
+    """Four file calls on the guest FS (µs): A 100-500, B 200-300, C 300-400
+    (arriving as B ends), D 1000-1100; three virtual-disk requests: r1
+    dispatched at 210 and done at 900, r2 dispatched at 300 and never seen
+    to complete, r3 950-960.  The guest FS and the virtual disk share a
+    dev_t: their queues must not mix."""
+    us = 1000
+    return dict(
+        vfs_events=[vfs(100 * us, 400 * us), vfs(200 * us, 100 * us, off=4096),
+                    vfs(300 * us, 100 * us, off=8192), vfs(1000 * us, 100 * us, off=12288)],
+        block_events=request(200 * us, 210 * us, 900 * us, VDISK, 4 * MiB, 4096, rq=1, bio=11)
+        + [blk("Q", 290 * us, dev=VDISK, sector=8200, bio=12),
+           blk("G", 291 * us, dev=VDISK, sector=8200, bio=12),
+           blk("D", 300 * us, dev=VDISK, sector=8200, rq=2, bio=12)]
+        + request(940 * us, 950 * us, 960 * us, VDISK, 4 * MiB + 8192, 4096, rq=3, bio=13))
+
+
+def test_depth_arrivals_count_what_is_in_flight_per_level_and_device():
+    """An I/O ending at the instant another arrives is no longer in flight;
+    a request with no completion stays in flight."""
+    s = session(**depth_stack())
+    got = s.rows("SELECT level, ts_ns // 1000 AS t_us, depth, interarrival_ns // 1000 AS gap_us, "
+                 "latency_ns // 1000 AS lat_us, end_ns // 1000 AS end_us "
+                 "FROM depth_arrivals ORDER BY level, ts_ns")
+    assert got == [
+        {"level": "vdisk", "t_us": 210, "depth": 1, "gap_us": None, "lat_us": 690, "end_us": 900},
+        {"level": "vdisk", "t_us": 300, "depth": 2, "gap_us": 90, "lat_us": None, "end_us": None},
+        {"level": "vdisk", "t_us": 950, "depth": 2, "gap_us": 650, "lat_us": 10, "end_us": 960},
+        {"level": "vfs", "t_us": 100, "depth": 1, "gap_us": None, "lat_us": 400, "end_us": 500},
+        {"level": "vfs", "t_us": 200, "depth": 2, "gap_us": 100, "lat_us": 100, "end_us": 300},
+        {"level": "vfs", "t_us": 300, "depth": 2, "gap_us": 100, "lat_us": 100, "end_us": 400},
+        {"level": "vfs", "t_us": 1000, "depth": 1, "gap_us": 700, "lat_us": 100, "end_us": 1100}]
+
+
+def test_depth_summary_is_iostats_aqu_sz_and_util_over_the_busy_span():
+    """vfs: in flight 1x100 + 2x100 + 2x100 + 1x100 + 1x100 µs over
+    100-1100: 0.7 on average, busy 500 of 1000 µs.  vdisk: 1x90 + 2x600 +
+    1x50 + 2x10 over 210-960 (its last event), busy throughout."""
+    s = session(**depth_stack())
+    got = {r.pop("level"): r for r in s.rows(
+        "SELECT level, ios, mean_depth, median_depth, p99_depth, max_depth, avg_in_flight, "
+        "busy_fraction, span_ns, interarrival_median_ns FROM depth_summary")}
+    assert got == {
+        "vfs": {"ios": 4, "mean_depth": 1.5, "median_depth": 1, "p99_depth": 2, "max_depth": 2,
+                "avg_in_flight": 0.7, "busy_fraction": 0.5, "span_ns": 1_000_000,
+                "interarrival_median_ns": 100_000.0},
+        "vdisk": {"ios": 3, "mean_depth": 5 / 3, "median_depth": 2, "p99_depth": 2,
+                  "max_depth": 2, "avg_in_flight": 1_360_000 / 750_000, "busy_fraction": 1.0,
+                  "span_ns": 750_000, "interarrival_median_ns": 370_000.0}}
+
+
+def test_depth_histogram_uses_vscsistats_bins():
+    s = session(**depth_stack())
+    got = s.rows("SELECT level, metric, bin, bin_max, n FROM depth_histogram "
+                 "ORDER BY level, metric, bin_max")
+    assert got == [
+        {"level": "vdisk", "metric": "interarrival", "bin": "100", "bin_max": 100, "n": 1},
+        {"level": "vdisk", "metric": "interarrival", "bin": "1000", "bin_max": 1000, "n": 1},
+        {"level": "vdisk", "metric": "latency", "bin": "10", "bin_max": 10, "n": 1},
+        {"level": "vdisk", "metric": "latency", "bin": "1000", "bin_max": 1000, "n": 1},
+        {"level": "vdisk", "metric": "outstanding", "bin": "1", "bin_max": 1, "n": 1},
+        {"level": "vdisk", "metric": "outstanding", "bin": "2", "bin_max": 2, "n": 2},
+        {"level": "vfs", "metric": "interarrival", "bin": "100", "bin_max": 100, "n": 2},
+        {"level": "vfs", "metric": "interarrival", "bin": "1000", "bin_max": 1000, "n": 1},
+        {"level": "vfs", "metric": "latency", "bin": "100", "bin_max": 100, "n": 3},
+        {"level": "vfs", "metric": "latency", "bin": "500", "bin_max": 500, "n": 1},
+        {"level": "vfs", "metric": "outstanding", "bin": "1", "bin_max": 1, "n": 2},
+        {"level": "vfs", "metric": "outstanding", "bin": "2", "bin_max": 2, "n": 2}]
+    bins = s.rows("SELECT list(_depth_bin(n) ORDER BY n) AS b FROM range(1, 66) t(n) "
+                  "WHERE n IN (1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 29, 32, 33, 64, 65)")[0]["b"]
+    assert bins == [1, 2, 4, 4, 6, 8, 8, 12, 12, 16, 32, 32, 64, 64, None]
+    times = s.rows("SELECT list(_depth_time_bin(ns) ORDER BY ns) AS b FROM (VALUES (1000), (1001), "
+                   "(100000000), (100000001)) t(ns)")[0]["b"]
+    assert times == [1, 10, 100000, None]

@@ -80,7 +80,7 @@ def test_walkthrough_notebook_runs(stores, tmp_path):
     nb = run_notebook("walkthrough.ipynb", {"NESTRACE_STORE": str(stores[0])}, tmp_path)
     figs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
             if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(figs) == 6
+    assert len(figs) == 8
     # the slowest call, followed: its row at depth 0 heads the table
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and "follow(" in c.source]
     assert cell.outputs[0]["text"] == "the slowest vfs read or write\n"
@@ -125,10 +125,10 @@ def test_html_report_renders_every_figure_offline_in_chromium(stores, tmp_path):
     page = tmp_path / "report.html"
     run_cli("html", *map(str, stores), "-o", str(page))
     dom, urls = page_requests(page, tmp_path / "r")
-    figures = 2 + 6 * len(stores)       # two overlaid CDFs, six figures per store
+    figures = 2 + 7 * len(stores)       # two overlaid CDFs, seven figures per store
     assert len(re.findall(r'class="[^"]*js-plotly-plot', dom)) == figures
     assert dom.count("main-svg") >= figures           # plotly drew each one
-    assert dom.count("nestrace-table") == 6 * len(stores)   # with the slowest I/O followed
+    assert dom.count("nestrace-table") == 7 * len(stores)   # with the slowest I/O followed
     assert page.read_text().count("Followed down the stack: the slowest vfs read or write") == \
         len(stores)
     assert urls == []

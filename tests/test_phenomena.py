@@ -113,6 +113,38 @@ def test_fragmented_image_makes_sequential_guest_reads_random_on_disk(lab_factor
     assert d["median_abs"] > 10_000, d        # sectors: seeks of megabytes
 
 
+def _depth(s, level):
+    return s.rows("SELECT median_depth, avg_in_flight, busy_fraction FROM depth_summary "
+                  "WHERE level = ?", [level])[0]
+
+
+@pytest.mark.parametrize("guest_dio", ["off", "on"])
+def test_the_host_page_cache_drains_the_guest_queue_before_the_disk(lab_factory, tmp_path,
+                                                                     guest_dio):
+    """fio libaio randread, iodepth 32, 4 KiB O_DIRECT: the guest keeps ~32
+    reads in flight at vfs and at its virtual disk.  Through the host's
+    page cache (--guest-dio off, QEMU's cache=writeback) the loop worker
+    reads the image one request at a time, and the host disk sees ~1 in
+    flight; with --guest-dio on (cache=none, aio) the depth reaches it."""
+    lab = lab_factory("ext4", "xfs", guest_dio=guest_dio, host_dio="on")
+    s = capture(lab, tmp_path, "--ioengine=libaio", "--iodepth=32", "--rw=randread", "--bs=4k",
+                "--direct=1", "--io_size=8M")
+    vfs, vdisk, disk = (_depth(s, lv) for lv in ("vfs", "vdisk", "disk"))
+    assert vfs["median_depth"] >= 24, vfs
+    if guest_dio == "off":
+        assert vdisk["median_depth"] >= 24, vdisk   # waiting for the loop worker
+        assert disk["median_depth"] <= 2, disk
+        assert disk["avg_in_flight"] <= 3, disk
+    else:
+        assert disk["median_depth"] >= 8, disk
+        assert disk["avg_in_flight"] >= 6, disk
+    assert 0.5 <= vdisk["busy_fraction"] <= 1, vdisk
+    n = s.rows("SELECT level, sum(n) AS n FROM depth_histogram WHERE metric = 'outstanding' "
+               "GROUP BY level ORDER BY level")
+    assert [r["level"] for r in n] == ["disk", "vdisk", "vfs"]
+    assert n[2]["n"] == 2048, n                 # one arrival per fio read
+
+
 def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, capsys):
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     s = capture(lab, tmp_path, "--rw=randrw", "--bs=4k", "--direct=1", "--io_size=8M")

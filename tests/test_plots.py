@@ -64,6 +64,20 @@ def test_amplification_chain_and_size_histograms_carry_bytes_and_counts():
     assert sizes["vfs"]["4K"] == 1 and sizes["disk"]["32K"] == 1 and sizes["disk"]["4K"] == 0
 
 
+def test_queue_depth_draws_each_levels_share_of_arrivals_per_bin():
+    """Two overlapping reads then one alone at vfs (depths 1, 2, 1); one
+    virtual-disk request (depth 1); no host-disk I/O."""
+    t = dict(vfs_events=[vfs(100, 900), vfs(200, 100, off=4096), vfs(2000, 100, off=8192)],
+             block_events=request(200, 210, 900, VDISK, 4 * MiB, 4096, rq=1, bio=11))
+    fig = plots.queue_depth(session(**t))
+    bars = {tr.name: dict(zip(tr.x, tr.y)) for tr in fig.data}
+    assert list(bars) == ["vfs", "vdisk", "disk"]
+    assert list(fig.data[0].x) == list(plots.DEPTH_BINS)
+    assert bars["vfs"]["1"] == pytest.approx(2 / 3) and bars["vfs"]["2"] == pytest.approx(1 / 3)
+    assert bars["vdisk"]["1"] == 1 and sum(bars["vdisk"].values()) == 1
+    assert sum(bars["disk"].values()) == 0
+
+
 def test_offset_scatter_is_downsampled():
     ev = []
     for i in range(50):

@@ -1,0 +1,154 @@
+-- Module depth.outstanding: how many I/Os are in flight at each level
+-- (vscsiStats' outstandingIOs, iostat's aqu-sz and %util), the time
+-- between arrivals and the latency, per device.  Nesting changes queue
+-- depth: a virtual disk kept 32 deep by the guest can reach the host disk
+-- one request at a time, when the image is read through the host's page
+-- cache.
+-- INCLUDE vfs.io
+-- INCLUDE block.requests
+
+-- The devices whose queues are measured, each numbered (k: a short window
+-- key, as _base_block_devs.dk): the guest file system (vfs) and the block
+-- devices.  hostfs accesses have no end time: no depth there.
+CREATE OR REPLACE VIEW _depth_devs AS
+SELECT capture_id, level, dev,
+       row_number() OVER (ORDER BY capture_id, level, dev)::UINTEGER AS k
+FROM (SELECT DISTINCT capture_id, level, dev FROM base_levels
+      WHERE level IN ('vfs', 'vdisk', 'disk'));
+
+-- The I/Os of each measured device: when each arrived and was done.  vfs:
+-- every file call, from entry (AIO, io_uring: submission) to exit (the
+-- reaping io_getevents, the CQE).  Block levels: every dispatched request,
+-- from dispatch (D) to completion (C), or with no completion recorded
+-- until done_by_ns; the device's queue, as vscsiStats sees it.
+CREATE OR REPLACE VIEW _depth_io AS
+SELECT d.k, v.capture_id, v.level, v.dev, v.io_id, v.op, v.ts_ns AS arrive_ns,
+       v.end_ns AS end_ns, v.duration_ns::BIGINT AS latency_ns
+FROM vfs_io v JOIN _depth_devs d USING (capture_id, level, dev)
+UNION ALL
+SELECT d.k, b.capture_id, b.level, b.dev, b.io_id, b.op, b.d_ns,
+       coalesce(b.c_ns, b.done_by_ns), b.d2c_ns
+FROM block_requests b JOIN _depth_devs d USING (capture_id, level, dev)
+WHERE b.d_ns IS NOT NULL;
+
+-- Arrivals (+1) and ends (-1) of each device.  An I/O with no end stays
+-- in flight to the device's last event.
+CREATE OR REPLACE VIEW _depth_ev AS
+SELECT k, io_id, arrive_ns AS t, 1::TINYINT AS delta, op, end_ns, latency_ns FROM _depth_io
+UNION ALL
+SELECT k, io_id, end_ns, -1::TINYINT, NULL, NULL, NULL FROM _depth_io WHERE end_ns IS NOT NULL;
+
+-- The steps of each device in time order (an end before an arrival at the
+-- same instant; arrivals at one instant by io_id), with the number in
+-- flight after each.
+CREATE OR REPLACE VIEW _depth_steps AS
+SELECT k, io_id, t, delta, op, end_ns, latency_ns,
+       sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS depth,
+       max(t) FILTER (WHERE delta = 1) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+         AS prev_arrive_ns
+FROM _depth_ev
+WINDOW w AS (PARTITION BY k ORDER BY t, delta, io_id);
+
+-- One row per I/O at the vfs, vdisk and disk levels: how many I/Os of its
+-- device were in flight when it arrived (itself included), the time since
+-- the device's previous arrival, and its latency.
+-- @column capture_id VARCHAR    capture
+-- @column level VARCHAR         vfs, vdisk or disk
+-- @column dev UINTEGER          kernel dev_t (vfs: the guest file system)
+-- @column io_id UBIGINT         the I/O (row of the level's view)
+-- @column op VARCHAR            read, write, flush, sync, discard or other
+-- @column ts_ns UBIGINT         arrival: vfs entry (AIO, io_uring: submission); block dispatch (D)
+-- @column end_ns UBIGINT        vfs exit (AIO: reaped; io_uring: CQE); block completion (C), or done_by_ns; NULL: in flight at the capture's end as far as seen
+-- @column depth BIGINT          I/Os of the device in flight at the arrival, this one included
+-- @column interarrival_ns UBIGINT time since the device's previous arrival (NULL for its first)
+-- @column latency_ns BIGINT     vfs duration; block D2C (NULL without a completion)
+CREATE OR REPLACE VIEW depth_arrivals AS
+SELECT d.capture_id, d.level, d.dev, s.io_id, s.op, s.t AS ts_ns, s.end_ns, s.depth::BIGINT AS depth,
+       (s.t - s.prev_arrive_ns)::UBIGINT AS interarrival_ns, s.latency_ns
+FROM _depth_steps s JOIN _depth_devs d USING (k)
+WHERE s.delta = 1;
+
+-- Upper bound of the vscsiStats outstandingIOs bin holding a depth; NULL above 64.
+CREATE OR REPLACE MACRO _depth_bin(n) AS
+  CASE WHEN n <= 2 THEN n WHEN n <= 8 THEN (n + 1) // 2 * 2
+       WHEN n <= 32 THEN (n + 3) // 4 * 4 WHEN n <= 64 THEN 64 END;
+
+-- Upper bound (µs) of the vscsiStats latency and interarrival bin holding a
+-- time in ns; NULL above 100 ms.
+CREATE OR REPLACE MACRO _depth_time_bin(ns) AS
+  CASE WHEN ns <= 1000 THEN 1 WHEN ns <= 10000 THEN 10 WHEN ns <= 100000 THEN 100
+       WHEN ns <= 500000 THEN 500 WHEN ns <= 1000000 THEN 1000 WHEN ns <= 5000000 THEN 5000
+       WHEN ns <= 15000000 THEN 15000 WHEN ns <= 30000000 THEN 30000
+       WHEN ns <= 50000000 THEN 50000 WHEN ns <= 100000000 THEN 100000 END;
+
+-- vscsiStats' histograms per level, device and op: outstanding I/Os at
+-- arrival (bins 1, 2, 4, 6, 8, 12, ... 32, 64, >64), interarrival time and
+-- latency (bins in µs: 1, 10, 100, 500, 1000, 5000, 15000, 30000, 50000,
+-- 100000, >100000).  Bins with no I/O have no row.
+-- @column capture_id VARCHAR    capture
+-- @column level VARCHAR         vfs, vdisk or disk
+-- @column dev UINTEGER          kernel dev_t
+-- @column op VARCHAR            the arriving I/O's op
+-- @column metric VARCHAR        outstanding, interarrival or latency
+-- @column bin VARCHAR           the bin's label: its upper bound (outstanding: I/Os; the others: µs), or '>64', '>100000'
+-- @column bin_max BIGINT        the bin's upper bound (NULL for the last bin)
+-- @column n BIGINT              I/Os in the bin
+CREATE OR REPLACE VIEW depth_histogram AS
+WITH a AS MATERIALIZED (   -- the window once, not once per metric
+  SELECT capture_id, level, dev, op, depth, interarrival_ns, latency_ns FROM depth_arrivals),
+b AS (
+  SELECT capture_id, level, dev, op, 'outstanding' AS metric, _depth_bin(depth)::BIGINT AS bin_max,
+         '>64' AS last FROM a
+  UNION ALL
+  SELECT capture_id, level, dev, op, 'interarrival', _depth_time_bin(interarrival_ns), '>100000'
+  FROM a WHERE interarrival_ns IS NOT NULL
+  UNION ALL
+  SELECT capture_id, level, dev, op, 'latency', _depth_time_bin(latency_ns), '>100000'
+  FROM a WHERE latency_ns IS NOT NULL)
+SELECT capture_id, level, dev, op, metric, coalesce(bin_max::VARCHAR, last) AS bin, bin_max,
+       count(*) AS n
+FROM b GROUP BY ALL;
+
+-- Per level and device: the depth each I/O found (mean, median, p99, max),
+-- the time-weighted mean number in flight over the device's busy span
+-- (iostat's aqu-sz) and the share of it with at least one I/O in flight
+-- (%util).  The span runs from the device's first arrival to its last
+-- event.
+-- @column capture_id VARCHAR    capture
+-- @column level VARCHAR         vfs, vdisk or disk
+-- @column dev UINTEGER          kernel dev_t
+-- @column ios BIGINT            I/Os (arrivals)
+-- @column mean_depth DOUBLE     mean depth at arrival (this I/O included)
+-- @column median_depth BIGINT   median depth at arrival
+-- @column p99_depth BIGINT      99th percentile
+-- @column max_depth BIGINT      deepest it went
+-- @column avg_in_flight DOUBLE  time-weighted mean in flight over the span (aqu-sz)
+-- @column busy_fraction DOUBLE  share of the span with at least one I/O in flight (%util)
+-- @column span_ns UBIGINT       first arrival to last event
+-- @column interarrival_median_ns DOUBLE median time between arrivals
+CREATE OR REPLACE VIEW depth_summary AS
+WITH st AS (   -- which of the arrivals at one instant comes first changes no
+               -- aggregate: ordered by time alone (a shorter sort key)
+  SELECT k, t, delta,
+         sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS depth,
+         lead(t) OVER w - t AS dt,
+         max(t) FILTER (WHERE delta = 1) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+           AS prev_arrive_ns
+  FROM _depth_ev
+  WINDOW w AS (PARTITION BY k ORDER BY t, delta)),
+s AS (
+  SELECT k, count(*) FILTER (WHERE delta = 1) AS ios,
+         avg(depth) FILTER (WHERE delta = 1) AS mean_depth,
+         quantile_disc(depth, 0.5) FILTER (WHERE delta = 1) AS median_depth,
+         quantile_disc(depth, 0.99) FILTER (WHERE delta = 1) AS p99_depth,
+         max(depth) AS max_depth,
+         sum(depth * dt) AS in_flight_ns, sum(dt) FILTER (WHERE depth > 0) AS busy_ns,
+         max(t) - min(t) AS span_ns,
+         median(t - prev_arrive_ns) FILTER (WHERE delta = 1) AS interarrival_median_ns
+  FROM st GROUP BY k)
+SELECT d.capture_id, d.level, d.dev, s.ios, s.mean_depth, s.median_depth::BIGINT AS median_depth,
+       s.p99_depth::BIGINT AS p99_depth, s.max_depth::BIGINT AS max_depth,
+       s.in_flight_ns / nullif(s.span_ns, 0) AS avg_in_flight,
+       coalesce(s.busy_ns, 0) / nullif(s.span_ns, 0) AS busy_fraction,
+       s.span_ns::UBIGINT AS span_ns, s.interarrival_median_ns::DOUBLE AS interarrival_median_ns
+FROM s JOIN _depth_devs d USING (k);

@@ -97,14 +97,16 @@ def render(cid: str, what: str, rows: pa.Table, split: dict | None = None, conso
     top = min((x["depth"] for x in r), default=0)
     con.print(f"capture {cid}: {what}")
     t = _table("Followed through links", ("level", "io_id", "op", "offset", "bytes", "start us",
-                                           "took us", "kind", "linked", "task"),
+                                           "took us", "in\nflight", "kind", "linked", "task"),
                left=("level", "op", "kind", "task"),
-               caption="start us: from the followed I/O's start; linked: bytes of the lower "
+               caption="start us: from the followed I/O's start; in flight: I/Os of its device "
+                       "in flight when it arrived, itself included; linked: bytes of the lower "
                        "I/O of the pair that the link accounts for")
     for x in r:
         t.add_row(" " * (x["depth"] - top) + x["level"], str(x["io_id"]),
                   x["op"] or "-", "-" if x["offset_bytes"] is None else str(x["offset_bytes"]),
-                  _fmt_bytes(x["bytes"]), x["start_us"], x["latency_us"], x["kind"] or "",
+                  _fmt_bytes(x["bytes"]), x["start_us"], x["latency_us"],
+                  "-" if x["in_flight"] is None else str(x["in_flight"]), x["kind"] or "",
                   "" if x["link_bytes"] is None else _fmt_bytes(x["link_bytes"]), x["comm"] or "")
     con.print(t)
     if split and split["total_ns"]:

@@ -467,7 +467,7 @@ def _slowest_html(s: Session, cid: str) -> str:
     except ValueError:
         return ""
     cols = ["depth", "level", "io_id", "op", "offset_bytes", "bytes", "start_us", "latency_us",
-            "kind", "link_bytes", "comm"]
+            "in_flight", "kind", "link_bytes", "comm"]
     return f"<h3>Followed down the stack: {html.escape(what)}</h3>" + _html_table(timed_rows(rows), cols)
 
 

@@ -1317,6 +1317,8 @@ def test_follow_io_goes_from_a_read_call_to_every_level_below_and_back_up():
              offset_bytes=104 * MiB + 8192, **row)]
     # from the host disk up: its virtual-disk request, then the call
     up = s.rows("SELECT depth, level, io_id, via_id FROM follow_io(?, 'disk', ?)", [cid, ids["disk"]])
+    assert [r["in_flight"] for r in s.rows("SELECT in_flight FROM follow_io(?, 'vfs', ?)",
+                                           [cid, ids["vfs"]])] == [1, 1, None, 1]
     assert up == [dict(depth=-2, level="vfs", io_id=ids["vfs"], via_id=ids["vdisk"]),
                   dict(depth=-1, level="vdisk", io_id=ids["vdisk"], via_id=ids["disk"]),
                   dict(depth=0, level="disk", io_id=ids["disk"], via_id=None)]
@@ -1414,6 +1416,11 @@ def test_depth_arrivals_count_what_is_in_flight_per_level_and_device():
         {"level": "vfs", "t_us": 200, "depth": 2, "gap_us": 100, "lat_us": 100, "end_us": 300},
         {"level": "vfs", "t_us": 300, "depth": 2, "gap_us": 100, "lat_us": 100, "end_us": 400},
         {"level": "vfs", "t_us": 1000, "depth": 1, "gap_us": 700, "lat_us": 100, "end_us": 1100}]
+    # follow_io counts the same for the one I/O it follows
+    for r in s.rows("SELECT level, io_id, depth FROM depth_arrivals"):
+        (me,) = s.rows("SELECT in_flight FROM follow_io(?, ?, ?) WHERE depth = 0",
+                       [CAP, r["level"], r["io_id"]])
+        assert me["in_flight"] == r["depth"], r
 
 
 def test_depth_summary_is_iostats_aqu_sz_and_util_over_the_busy_span():

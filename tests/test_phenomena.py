@@ -191,6 +191,10 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
     assert {(r["depth"], r["level"], r["kind"]) for r in tree[1:]} == {
         (1, "vdisk", "sync"), (2, "hostfs", "sync"), (2, "disk", "sync")}, tree
     assert sum(r["link_bytes"] for r in tree if r["depth"] == 1) == tree[0]["bytes"] == 4096
+    # psync, one job: one call in flight (its request may share the disk
+    # with a journal write); the host access has no queue
+    assert tree[0]["in_flight"] == 1 and 1 <= tree[1]["in_flight"] <= 4, tree
+    assert all((r["in_flight"] is None) == (r["level"] == "hostfs") for r in tree), tree
     disk = next(r for r in tree if r["level"] == "disk")
     up = json.loads(run_cli("follow", str(s.store), "disk", str(disk["io_id"]), "--json").stdout)
     assert [(r["depth"], r["level"], r["io_id"]) for r in up if r["depth"] < 0] == [

@@ -1,6 +1,7 @@
 -- Module follow.io: one I/O followed up and down the stack through links.
 -- INCLUDE links.links
 -- INCLUDE hostfs.io
+-- INCLUDE depth.outstanding
 
 -- Every level's I/Os in one shape: when each began and ended, and where.
 -- (Block requests from block_requests: vdisk_io and disk_io are its rows.)
@@ -41,6 +42,7 @@ FROM hostfs_io;
 -- @column offset_bytes BIGINT  file offset (vfs, hostfs) or device offset (block levels)
 -- @column bytes BIGINT         the row's whole size (vfs: bytes done)
 -- @column comm VARCHAR         task
+-- @column in_flight BIGINT     I/Os of its device in flight when it arrived, itself included (as depth_arrivals.depth; NULL for hostfs)
 CREATE OR REPLACE MACRO follow_io(cid, lvl, id) AS TABLE
 WITH l AS MATERIALIZED (
   SELECT upper_level, upper_id, lower_level, lower_id, kind, bytes, lag_ns FROM links
@@ -66,9 +68,20 @@ t AS (
          NULL::UBIGINT AS via_id, NULL::VARCHAR AS kind, NULL::BIGINT AS link_bytes,
          NULL::BIGINT AS lag_ns
   UNION ALL SELECT * FROM down1 UNION ALL SELECT * FROM down2
-  UNION ALL SELECT * FROM up1 UNION ALL SELECT * FROM up2)
+  UNION ALL SELECT * FROM up1 UNION ALL SELECT * FROM up2),
+me AS (   -- the tree's I/Os that have a queue (vfs, block), and what was
+          -- in flight when each arrived: only their device's I/Os are read
+  SELECT DISTINCT q.k, q.level, q.io_id, q.arrive_ns FROM _depth_io q
+  JOIN t ON q.capture_id = cid AND q.level = t.level AND q.io_id = t.io_id),
+fl AS (
+  SELECT me.level, me.io_id, count(*) AS in_flight
+  FROM me JOIN _depth_io q ON q.k = me.k
+   AND (q.arrive_ns < me.arrive_ns OR (q.arrive_ns = me.arrive_ns AND q.io_id <= me.io_id))
+   AND (q.end_ns > me.arrive_ns OR q.end_ns IS NULL)
+  GROUP BY ALL)
 SELECT cid::VARCHAR AS capture_id, t.depth, t.level, t.io_id, t.via_level, t.via_id, t.kind,
        t.link_bytes, t.lag_ns, r.start_ns, r.end_ns, r.latency_ns, r.op, r.dev, r.ino,
-       r.offset_bytes::BIGINT AS offset_bytes, r.bytes, r.comm
+       r.offset_bytes::BIGINT AS offset_bytes, r.bytes, r.comm, fl.in_flight
 FROM t LEFT JOIN _follow_rows r ON r.capture_id = cid AND r.level = t.level AND r.io_id = t.io_id
+LEFT JOIN fl ON fl.level = t.level AND fl.io_id = t.io_id
 ORDER BY t.depth, r.start_ns, t.level, t.io_id;

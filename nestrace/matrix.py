@@ -182,6 +182,8 @@ COLUMNS = (  # header, what (rendered under the table)
     ("vd seq", "share of sequential virtual-disk requests"),
     ("d seq", "share of sequential host-disk requests"),
     ("Q2C us", "median host-disk Q2C"),
+    ("vd QD", "virtual-disk requests in flight on average (iostat aqu-sz)"),
+    ("d QD", "host-disk requests in flight on average"),
     ("lost", "events lost"),
 )
 
@@ -215,7 +217,8 @@ def render(rows: pa.Table, console=None) -> None:
                      _us(r["app_median_ns"]), _us(r["app_p99_ns"]),
                      _num(r["disk_read_x_app"], ".2f"), _num(r["disk_write_x_app"], ".2f"),
                      _num(r["vdisk_sequential"], ".2f"), _num(r["disk_sequential"], ".2f"),
-                     _us(r["disk_q2c_median_ns"]), _num(r["lost_total"], "d")]
+                     _us(r["disk_q2c_median_ns"]), _num(r["vdisk_in_flight"], ".1f"),
+                     _num(r["disk_in_flight"], ".1f"), _num(r["lost_total"], "d")]
         for r in rows.to_pylist()], console)
 
 

@@ -1235,7 +1235,8 @@ def test_compare_captures_puts_each_capture_s_stack_and_numbers_in_one_row():
          "hostfs_write_bytes": 0, "disk_read_bytes": 32768, "disk_write_bytes": 0,
          "disk_read_x_app": 8.0, "disk_write_x_app": None, "vdisk_requests": 1,
          "disk_requests": 1, "vdisk_sequential": None, "disk_sequential": None,
-         "disk_seek_median_sectors": None, "disk_q2c_median_ns": 490.0, "lost_total": 0},
+         "disk_seek_median_sectors": None, "disk_q2c_median_ns": 490.0,
+         "vdisk_in_flight": 1.0, "disk_in_flight": 1.0, "lost_total": 0},
         {"capture_id": "c2", "guest_fs": "xfs", "host_fs": "ext4", "guest_dio": True,
          "host_dio": None, "command": "fio b", "command_exit": 1, "seconds": 2.0,
          "app_read_bytes": 0, "app_write_bytes": 8192,
@@ -1244,7 +1245,10 @@ def test_compare_captures_puts_each_capture_s_stack_and_numbers_in_one_row():
          "hostfs_write_bytes": 0, "disk_read_bytes": 0, "disk_write_bytes": 16384,
          "disk_read_x_app": None, "disk_write_x_app": 2.0, "vdisk_requests": 2,
          "disk_requests": 2, "vdisk_sequential": 1.0, "disk_sequential": 1.0,
-         "disk_seek_median_sectors": 0, "disk_q2c_median_ns": 400.0, "lost_total": 0}]
+         "disk_seek_median_sectors": 0, "disk_q2c_median_ns": 400.0,
+         # in flight 790 + 2790 ns of 5110..9900; at the disk 590 + 190 of 5210..7400
+         "vdisk_in_flight": pytest.approx(3580 / 4790), "disk_in_flight": pytest.approx(780 / 2190),
+         "lost_total": 0}]
 
 
 def test_compare_stacks_takes_the_median_of_a_stack_s_rounds_and_leaves_failed_ones_out():

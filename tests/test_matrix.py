@@ -58,6 +58,8 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
         # direct I/O all the way: each 4 KiB read is one 4 KiB read at the host disk
         assert 0.99 <= x["disk_read_x_app"] < 1.1, (cell, x)
         assert x["vdisk_sequential"] < 0.1 and x["disk_q2c_median_ns"] > 0, (cell, x)
+        # one job, one read at a time: at most ~1 request in flight below
+        assert 0 < x["vdisk_in_flight"] <= 1.1 and 0 < x["disk_in_flight"] <= 1.1, (cell, x)
         # the row's bytes are the store's
         disk = s.rows("SELECT sum(bytes)::BIGINT AS b FROM disk_io WHERE capture_id = ? "
                       "AND op = 'read'", [x["capture_id"]])[0]["b"]

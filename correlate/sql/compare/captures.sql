@@ -3,6 +3,7 @@
 -- INCLUDE amplification.amplification
 -- INCLUDE seek.distances
 -- INCLUDE phases.phases
+-- INCLUDE depth.outstanding
 
 -- One row per capture: the stack it ran on, the workload's outcome, and
 -- the numbers that tell two stacks apart (bytes per level, amplification
@@ -39,6 +40,8 @@
 -- @column disk_seek_median_sectors BIGINT median |seek distance| at the host disk, sectors
 -- @column vdisk_q2c_median_ns DOUBLE  median Q2C at the virtual disk
 -- @column disk_q2c_median_ns DOUBLE   median Q2C at the host disk
+-- @column vdisk_in_flight DOUBLE virtual-disk requests in flight on average over its busy span (iostat aqu-sz; depth_summary.avg_in_flight, summed over the level's devices)
+-- @column disk_in_flight DOUBLE the same at the host disk
 -- @column lost_total UBIGINT          events lost (capture_meta.lost_total)
 CREATE OR REPLACE VIEW compare_captures AS
 WITH dm AS (
@@ -79,7 +82,12 @@ q2c AS (
   SELECT capture_id,
          arg_max(median_ns, n) FILTER (WHERE level = 'vdisk') AS vdisk_q2c_median_ns,
          arg_max(median_ns, n) FILTER (WHERE level = 'disk') AS disk_q2c_median_ns
-  FROM phases_stats WHERE phase = 'q2c' GROUP BY ALL)
+  FROM phases_stats WHERE phase = 'q2c' GROUP BY ALL),
+qd AS (
+  SELECT capture_id,
+         sum(avg_in_flight) FILTER (WHERE level = 'vdisk') AS vdisk_in_flight,
+         sum(avg_in_flight) FILTER (WHERE level = 'disk') AS disk_in_flight
+  FROM depth_summary GROUP BY ALL)
 SELECT c.capture_id, c.start_wall, dm.guest_fs, dm.host_fs, dm.guest_block_bytes,
        dm.host_block_bytes, dm.guest_dio, dm.host_dio, c.command, c.command_exit,
        (c.end_ns::BIGINT - c.start_ns::BIGINT) / 1e9 AS seconds,
@@ -91,13 +99,15 @@ SELECT c.capture_id, c.start_wall, dm.guest_fs, dm.host_fs, dm.guest_block_bytes
        a.disk_read_bytes, a.disk_write_bytes, a.disk_read_x_app, a.disk_write_x_app,
        a.vdisk_requests, a.disk_requests,
        s.vdisk_sequential, s.disk_sequential, s.disk_seek_median_sectors,
-       q.vdisk_q2c_median_ns, q.disk_q2c_median_ns, c.lost_total
+       q.vdisk_q2c_median_ns, q.disk_q2c_median_ns, qd.vdisk_in_flight, qd.disk_in_flight,
+       c.lost_total
 FROM capture_meta c
 LEFT JOIN dm USING (capture_id)
 LEFT JOIN amp a USING (capture_id)
 LEFT JOIN app USING (capture_id)
 LEFT JOIN seek s USING (capture_id)
-LEFT JOIN q2c q USING (capture_id);
+LEFT JOIN q2c q USING (capture_id)
+LEFT JOIN qd USING (capture_id);
 
 -- One row per stack of a store whose captures repeat stacks (`lab run
 -- --repeat N`): the rounds' medians, and the spread of the throughput.

@@ -439,7 +439,8 @@ def _tables_html(rep: dict) -> str:
             + "<h3>Queue depth</h3>" + table(
                 [{"level": lv["level"], **d} for lv in rep["levels"] for d in lv.get("depth") or []],
                 ["level", "dev", "ios", "mean_depth", "median_depth", "p99_depth", "max_depth",
-                 "avg_in_flight", "busy_fraction", "interarrival_median_ns"])
+                 "avg_in_flight", "busy_fraction", "interarrival_median_ns", "latency_median_ns",
+                 "latency_p99_ns"])
             + "<h3>Amplification</h3>" + table(rep["amplification"], ["op", "level", "requests", "bytes",
                                                                     "ratio_to_above", "ratio_to_app"])
             + "<h3>Attribution</h3>" + table(rep["attribution"]["links"],

@@ -99,8 +99,8 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         phases.setdefault(r.pop("level"), {})[r.pop("phase")] = r
     depth: dict = {}
     for r in s.rows("SELECT level, dev, ios, mean_depth, median_depth, p99_depth, max_depth, "
-                    "avg_in_flight, busy_fraction, interarrival_median_ns "
-                    "FROM depth_summary WHERE capture_id = ? ORDER BY dev", p):
+                    "avg_in_flight, busy_fraction, interarrival_median_ns, latency_median_ns, "
+                    "latency_p99_ns FROM depth_summary WHERE capture_id = ? ORDER BY dev", p):
         depth.setdefault(r.pop("level"), []).append(r)
     # one side of a VM (record --side) traces two levels; an older store
     # without a device map is taken to have traced all four
@@ -291,16 +291,18 @@ def render(rep: dict, console=None) -> None:
     # queues per device: a level of several devices (a btrfs host on two
     # disks) gets a row each, named by the device
     rows = [(lv, d) for lv in levels for d in lv.get("depth") or []]
-    t = _table("Queue depth: I/Os in flight", ("level", "at arrival\nmedian", "p99", "max",
-                                               "mean in\nflight", "busy", "arrivals\nevery"),
+    t = _table("Queue depth: I/Os in flight, and for how long",
+               ("level", "at arrival\nmedian", "p99", "max", "mean in\nflight", "busy",
+                "arrivals\nevery", "latency\nmedian", "latency\np99"),
                caption="at arrival: the I/O itself included; mean in flight: iostat's aqu-sz; "
-                       "busy: %util; block levels: dispatch to completion")
+                       "busy: %util; block levels: dispatch to completion (latency: D2C)")
     for lv, d in rows:
         many = sum(1 for x, _ in rows if x is lv) > 1
         t.add_row(lv["level"] + (f" {d['dev'] >> 20}:{d['dev'] & 0xfffff}" if many else ""),
                   str(d["median_depth"]), str(d["p99_depth"]), str(d["max_depth"]),
                   _fmt(d["avg_in_flight"], 1), _fmt(d["busy_fraction"]),
-                  _fmt_ns(d["interarrival_median_ns"]))
+                  _fmt_ns(d["interarrival_median_ns"]), _fmt_ns(d["latency_median_ns"]),
+                  _fmt_ns(d["latency_p99_ns"]))
     if rows:
         con.print(t)
     t = _table("Amplification: bytes, x level above, x app",

@@ -1434,14 +1434,19 @@ def test_depth_summary_is_iostats_aqu_sz_and_util_over_the_busy_span():
     s = session(**depth_stack())
     got = {r.pop("level"): r for r in s.rows(
         "SELECT level, ios, mean_depth, median_depth, p99_depth, max_depth, avg_in_flight, "
-        "busy_fraction, span_ns, interarrival_median_ns FROM depth_summary")}
+        "busy_fraction, span_ns, interarrival_median_ns, latency_median_ns, latency_p99_ns "
+        "FROM depth_summary")}
+    # latencies: vfs 400, 100, 100, 100 µs; vdisk 690 and 10 (r2 has none)
     assert got == {
         "vfs": {"ios": 4, "mean_depth": 1.5, "median_depth": 1, "p99_depth": 2, "max_depth": 2,
                 "avg_in_flight": 0.7, "busy_fraction": 0.5, "span_ns": 1_000_000,
-                "interarrival_median_ns": 100_000.0},
+                "interarrival_median_ns": 100_000.0, "latency_median_ns": 100_000.0,
+                "latency_p99_ns": pytest.approx(100_000 + 0.97 * 300_000)},
         "vdisk": {"ios": 3, "mean_depth": 5 / 3, "median_depth": 2, "p99_depth": 2,
                   "max_depth": 2, "avg_in_flight": 1_360_000 / 750_000, "busy_fraction": 1.0,
-                  "span_ns": 750_000, "interarrival_median_ns": 370_000.0}}
+                  "span_ns": 750_000, "interarrival_median_ns": 370_000.0,
+                  "latency_median_ns": 350_000.0,
+                  "latency_p99_ns": pytest.approx(10_000 + 0.99 * 680_000)}}
 
 
 def test_depth_histogram_uses_vscsistats_bins():

@@ -112,8 +112,9 @@ FROM b GROUP BY ALL;
 -- Per level and device: the depth each I/O found (mean, median, p99, max),
 -- the time-weighted mean number in flight over the device's busy span
 -- (iostat's aqu-sz) and the share of it with at least one I/O in flight
--- (%util).  The span runs from the device's first arrival to its last
--- event.
+-- (%util), and the latency over which each I/O was counted (Little's law:
+-- aqu-sz = arrivals per second x mean latency).  The span runs from the
+-- device's first arrival to its last event.
 -- @column capture_id VARCHAR    capture
 -- @column level VARCHAR         vfs, vdisk or disk
 -- @column dev UINTEGER          kernel dev_t
@@ -126,10 +127,12 @@ FROM b GROUP BY ALL;
 -- @column busy_fraction DOUBLE  share of the span with at least one I/O in flight (%util)
 -- @column span_ns UBIGINT       first arrival to last event
 -- @column interarrival_median_ns DOUBLE median time between arrivals
+-- @column latency_median_ns DOUBLE median latency: the time each I/O was counted in flight (vfs: entry to exit; block: D2C)
+-- @column latency_p99_ns DOUBLE 99th percentile of it
 CREATE OR REPLACE VIEW depth_summary AS
 WITH st AS (   -- which of the arrivals at one instant comes first changes no
                -- aggregate: ordered by time alone (a shorter sort key)
-  SELECT k, t, delta,
+  SELECT k, t, delta, latency_ns,
          sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS depth,
          lead(t) OVER w - t AS dt,
          max(t) FILTER (WHERE delta = 1) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
@@ -144,11 +147,13 @@ s AS (
          max(depth) AS max_depth,
          sum(depth * dt) AS in_flight_ns, sum(dt) FILTER (WHERE depth > 0) AS busy_ns,
          max(t) - min(t) AS span_ns,
-         median(t - prev_arrive_ns) FILTER (WHERE delta = 1) AS interarrival_median_ns
+         median(t - prev_arrive_ns) FILTER (WHERE delta = 1) AS interarrival_median_ns,
+         quantile_cont(latency_ns, [0.5, 0.99]) AS latency_q
   FROM st GROUP BY k)
 SELECT d.capture_id, d.level, d.dev, s.ios, s.mean_depth, s.median_depth::BIGINT AS median_depth,
        s.p99_depth::BIGINT AS p99_depth, s.max_depth::BIGINT AS max_depth,
        s.in_flight_ns / nullif(s.span_ns, 0) AS avg_in_flight,
        coalesce(s.busy_ns, 0) / nullif(s.span_ns, 0) AS busy_fraction,
-       s.span_ns::UBIGINT AS span_ns, s.interarrival_median_ns::DOUBLE AS interarrival_median_ns
+       s.span_ns::UBIGINT AS span_ns, s.interarrival_median_ns::DOUBLE AS interarrival_median_ns,
+       s.latency_q[1]::DOUBLE AS latency_median_ns, s.latency_q[2]::DOUBLE AS latency_p99_ns
 FROM s JOIN _depth_devs d USING (k);

@@ -505,7 +505,8 @@ def export_cmd(store, output, capture, window) -> None:
         info = export(store, output, capture, span)
     except ExportError as e:
         raise UserError(f"{store}: {e}") from None
-    click.echo(f"{output}: {info['slices']} I/Os, {info['flows']} links (capture {info['capture_id']})")
+    click.echo(f"{output}: {info['slices']} I/Os, {info['flows']} links, {info['counters']} "
+               f"in-flight counter values (capture {info['capture_id']})")
 
 
 @cli.command("verify")

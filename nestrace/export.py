@@ -9,7 +9,10 @@ JSON timeline needs the slices on one thread to nest, and concurrent
 requests do not.  Block requests run from their first event (Q, else G,
 else D) to their completion, with the btt phases in their arguments;
 host-FS accesses are instants (nestrace records when they start).  Times
-are microseconds from the capture's start.
+are microseconds from the capture's start.  A counter track per level
+(vfs, vdisk, disk; per device where a level has several) follows how
+many I/Os are in flight (view depth_arrivals: calls from entry to exit,
+block requests from dispatch to completion).
 """
 from __future__ import annotations
 
@@ -112,6 +115,7 @@ def timeline(session, capture_id: str | None = None, window: tuple[float, float]
                            "dur": _us(t1 - t0),
                            "args": {"io_id": io_id, **{k: v for k, v in r.items() if v is not None}}})
             where[(lv, io_id)] = (lane, (t0 + t1) // 2)
+    counters = _in_flight(session, cid, base, lo, hi, events)
     flows = 0
     for ln in session.rows("SELECT DISTINCT upper_level, upper_id, lower_level, lower_id, kind "
                            "FROM links WHERE capture_id = ? AND upper_id IS NOT NULL "
@@ -127,7 +131,26 @@ def timeline(session, capture_id: str | None = None, window: tuple[float, float]
                        "pid": PID[ln["lower_level"]], "tid": down[0], "ts": _us(down[1] - base)})
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"capture_id": cid, "machine": meta["machine"], "slices": slices,
-                          "flows": flows, "start_ns": base}}
+                          "flows": flows, "counters": counters, "start_ns": base}}
+
+
+def _in_flight(session, cid: str, base: int, lo: int, hi: int, events: list[dict]) -> int:
+    """Counter events (I/Os in flight after each arrival and end in the
+    window) on each level's process; returns how many.  Several steps at
+    one instant give one value, the last."""
+    rows = session.rows("""
+        SELECT d.level, d.dev, s.t, last(s.depth ORDER BY s.delta, s.io_id) AS depth,
+               count(*) OVER (PARTITION BY d.level) > count(*) OVER (PARTITION BY d.level, d.dev)
+                 AS several
+        FROM _depth_steps s JOIN _depth_devs d USING (k)
+        WHERE d.capture_id = ? AND s.t BETWEEN ? AND ?
+        GROUP BY d.level, d.dev, s.t
+        ORDER BY list_position(['vfs', 'vdisk', 'disk'], d.level), d.dev, s.t""", [cid, lo, hi])
+    for r in rows:
+        name = "in flight" + (f" {r['dev'] >> 20}:{r['dev'] & 0xfffff}" if r["several"] else "")
+        events.append({"ph": "C", "name": name, "pid": PID[r["level"]], "ts": _us(r["t"] - base),
+                       "args": {"in flight": r["depth"]}})
+    return len(rows)
 
 
 def export(store: str | os.PathLike, output: str | os.PathLike, capture_id: str | None = None,

@@ -57,8 +57,17 @@ def test_timeline_of_a_hand_built_stack():
              if e["ph"] == "M" and e["name"] in ("process_name", "thread_name")}
     assert names[(1, None)] == "1 vfs" and names[(4, None)] == "4 disk"
     assert names[(1, 2)] == "slot 2"
+    # I/Os in flight per level: calls from entry to exit, block requests
+    # from dispatch to completion; the host FS has no counter
+    counters = [(e["pid"], e["name"], e["ts"], e["args"]["in flight"]) for e in ev if e["ph"] == "C"]
+    assert counters == [
+        (1, "in flight", 0.1, 1), (1, "in flight", 0.15, 2), (1, "in flight", 0.25, 1),
+        (1, "in flight", 1.0, 1),       # the first ends as the third arrives: one value, 1
+        (1, "in flight", 1.05, 0),
+        (2, "in flight", 0.21, 1), (2, "in flight", 0.9, 0),
+        (4, "in flight", 0.32, 1), (4, "in flight", 0.8, 0)]
     assert tl["otherData"] | {} == {"capture_id": "c1", "machine": "m1", "slices": 6, "flows": 3,
-                                    "start_ns": 0}
+                                    "counters": 9, "start_ns": 0}
 
 
 def test_window_keeps_the_ios_that_overlap_it_and_their_links():
@@ -66,6 +75,9 @@ def test_window_keeps_the_ios_that_overlap_it_and_their_links():
     got = [(e["pid"], e["args"]["offset_bytes"]) for e in tl["traceEvents"] if e["ph"] == "X"]
     assert got == [(1, 8192), (1, 4096), (2, 4 * MiB + 8192)]
     assert tl["otherData"]["flows"] == 1     # vfs -> vdisk; disk and hostfs are outside
+    # the counters' steps in the window, each with the count from the capture's start
+    assert [(e["pid"], e["ts"], e["args"]["in flight"]) for e in tl["traceEvents"]
+            if e["ph"] == "C"] == [(1, 1.0, 1), (1, 1.05, 0), (2, 0.9, 0)]
 
 
 def test_export_errors_are_one_line(tmp_path):
@@ -116,3 +128,12 @@ def test_real_capture_exports_a_loadable_timeline(lab_factory, tmp_path):
                    "lower_id, kind FROM links WHERE upper_id IS NOT NULL)")[0]["n"]
     assert len(ends) == links >= 3 * 512
     assert f"{len(ends)} links" in r.stdout
+    # the in-flight counters: QD8 in the guest, never below 0, back to 0 at
+    # the end of vfs (every call returned)
+    c = defaultdict(list)
+    for e in ev:
+        if e["ph"] == "C":
+            c[e["pid"]].append(e["args"]["in flight"])
+    assert set(c) == {1, 2, 4} and min(min(v) for v in c.values()) >= 0
+    assert max(c[1]) == 8 and c[1][-1] == 0, c[1][-5:]
+    assert f"{sum(map(len, c.values()))} in-flight counter values" in r.stdout

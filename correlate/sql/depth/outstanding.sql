@@ -132,28 +132,44 @@ FROM b GROUP BY ALL;
 CREATE OR REPLACE VIEW depth_summary AS
 WITH st AS (   -- which of the arrivals at one instant comes first changes no
                -- aggregate: ordered by time alone (a shorter sort key)
-  SELECT k, t, delta, latency_ns,
+  SELECT k, t, delta,
          sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS depth,
-         lead(t) OVER w - t AS dt,
-         max(t) FILTER (WHERE delta = 1) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-           AS prev_arrive_ns
+         lead(t) OVER w - t AS dt
   FROM _depth_ev
   WINDOW w AS (PARTITION BY k ORDER BY t, delta)),
-s AS (
-  SELECT k, count(*) FILTER (WHERE delta = 1) AS ios,
-         avg(depth) FILTER (WHERE delta = 1) AS mean_depth,
-         quantile_disc(depth, 0.5) FILTER (WHERE delta = 1) AS median_depth,
-         quantile_disc(depth, 0.99) FILTER (WHERE delta = 1) AS p99_depth,
-         max(depth) AS max_depth,
-         sum(depth * dt) AS in_flight_ns, sum(dt) FILTER (WHERE depth > 0) AS busy_ns,
-         max(t) - min(t) AS span_ns,
-         median(t - prev_arrive_ns) FILTER (WHERE delta = 1) AS interarrival_median_ns,
+-- per device and depth: the arrivals that found it, and the time spent at
+-- it.  The depth quantiles come from this short histogram: a quantile
+-- aggregate holds every value of its group in memory (a million per
+-- device), which DuckDB cannot spill
+h AS (
+  SELECT k, depth, count(*) FILTER (WHERE delta = 1) AS n, sum(depth * dt) AS in_flight_ns,
+         sum(dt) FILTER (WHERE depth > 0) AS busy_ns, min(t) AS t0, max(t) AS t1
+  FROM st GROUP BY k, depth),
+c AS (
+  SELECT *, sum(n) OVER (PARTITION BY k ORDER BY depth) AS below,
+         sum(n) OVER (PARTITION BY k) AS total
+  FROM h),
+s AS (   -- quantile_disc's pick (as percentile_disc): the first value whose
+         -- place in the order reaches q n
+  SELECT k, sum(n)::BIGINT AS ios, sum(n * depth) / nullif(sum(n), 0) AS mean_depth,
+         min(depth) FILTER (WHERE below >= greatest(ceil(0.5 * total), 1)) AS median_depth,
+         min(depth) FILTER (WHERE below >= greatest(ceil(0.99 * total), 1)) AS p99_depth,
+         max(depth) AS max_depth, sum(in_flight_ns) AS in_flight_ns, sum(busy_ns) AS busy_ns,
+         max(t1) - min(t0) AS span_ns
+  FROM c GROUP BY k),
+-- the time between arrivals and the latencies, from the I/Os themselves
+io AS (
+  SELECT k, median(gap) AS interarrival_median_ns,
          quantile_cont(latency_ns, [0.5, 0.99]) AS latency_q
-  FROM st GROUP BY k)
-SELECT d.capture_id, d.level, d.dev, s.ios, s.mean_depth, s.median_depth::BIGINT AS median_depth,
-       s.p99_depth::BIGINT AS p99_depth, s.max_depth::BIGINT AS max_depth,
+  FROM (SELECT k, latency_ns,
+               arrive_ns - lag(arrive_ns) OVER (PARTITION BY k ORDER BY arrive_ns, io_id) AS gap
+        FROM _depth_io)
+  GROUP BY k)
+SELECT d.capture_id, d.level, d.dev, s.ios, s.mean_depth::DOUBLE AS mean_depth,
+       s.median_depth::BIGINT AS median_depth, s.p99_depth::BIGINT AS p99_depth,
+       s.max_depth::BIGINT AS max_depth,
        s.in_flight_ns / nullif(s.span_ns, 0) AS avg_in_flight,
        coalesce(s.busy_ns, 0) / nullif(s.span_ns, 0) AS busy_fraction,
-       s.span_ns::UBIGINT AS span_ns, s.interarrival_median_ns::DOUBLE AS interarrival_median_ns,
-       s.latency_q[1]::DOUBLE AS latency_median_ns, s.latency_q[2]::DOUBLE AS latency_p99_ns
-FROM s JOIN _depth_devs d USING (k);
+       s.span_ns::UBIGINT AS span_ns, io.interarrival_median_ns::DOUBLE AS interarrival_median_ns,
+       io.latency_q[1]::DOUBLE AS latency_median_ns, io.latency_q[2]::DOUBLE AS latency_p99_ns
+FROM s JOIN io USING (k) JOIN _depth_devs d USING (k);

@@ -124,9 +124,14 @@ class Session:
             else:
                 self.con.execute(_empty_view(table, schema))
         self.modules = sqlmod.discover()
-        for m in sqlmod.load_order(self.modules):
-            self.con.execute(sqlmod.deferred(m.text))
+        order = sqlmod.load_order(self.modules)
+        for m in order:
+            if not m.late:
+                self.con.execute(sqlmod.deferred(m.text))
         self._use_stored_views()
+        for m in order:      # (see sqlmod.load_order)
+            if m.late:
+                self.con.execute(sqlmod.deferred(m.text))
 
     def _use_stored_views(self) -> None:
         """Read what `nestrace correlate` stored (block_requests, links) from

@@ -52,6 +52,22 @@ def test_a_macro_is_copied_under_the_names_a_module_asks_for():
         sqlmod.deferred("-- COPIES _n: _n_2\nSELECT 1;\n")
 
 
+def test_late_modules_load_last_and_nothing_includes_them(tmp_path):
+    d = tmp_path / "sql" / "a"
+    d.mkdir(parents=True)
+    (d / "late.sql").write_text("-- INCLUDE a.z\n-- LATE\nCREATE VIEW a_late AS SELECT 1 AS x;\n")
+    (d / "m.sql").write_text("CREATE VIEW a_m AS SELECT 1 AS x;\n")
+    (d / "z.sql").write_text("CREATE VIEW a_z AS SELECT 1 AS x;\n")
+    mods = sqlmod.discover(tmp_path / "sql")
+    assert [m.name for m in sqlmod.load_order(mods)] == ["a.z", "a.m", "a.late"]
+    (d / "m.sql").write_text("-- INCLUDE a.late\nCREATE VIEW a_m AS SELECT 1 AS x;\n")
+    with pytest.raises(sqlmod.ModuleError, match="module a.m includes a.late, which loads late"):
+        sqlmod.load_order(sqlmod.discover(tmp_path / "sql"))
+    # the shipped follow_io is one: a session over a correlated store binds
+    # it against the stored links (tests/test_phenomena.py opens one)
+    assert [m.name for m in sqlmod.load_order(sqlmod.discover()) if m.late] == ["follow.io"]
+
+
 def test_block_request_phases_from_q_g_i_d_c():
     ev = [blk("Q", 100, bio=1, sector=64), blk("G", 110, bio=1, sector=64),
           blk("I", 130, rq=9, bio=1, sector=64), blk("D", 160, rq=9, bio=1, sector=64),

@@ -2,6 +2,7 @@
 -- INCLUDE links.links
 -- INCLUDE hostfs.io
 -- INCLUDE depth.outstanding
+-- LATE (follow_io is bound when created: after the stored links, it reads them)
 
 -- Every level's I/Os in one shape: when each began and ended, and where.
 -- (Block requests from block_requests: vdisk_io and disk_io are its rows.)

@@ -628,7 +628,9 @@ def report_cmd(store, capture, as_json, memory_limit) -> None:
     attribution, read-modify-write, readahead, sync, lost events."""
     from .report import build, render
     from .session import Session
-    with Session(check_store(store), memory_limit=memory_limit) as s:
+    # (the report uses no late module: on a store not yet correlated,
+    # binding follow_io would plan links once more for nothing)
+    with Session(check_store(store), memory_limit=memory_limit, late_modules=False) as s:
         try:
             rep = build(s, capture)
         except ValueError as e:

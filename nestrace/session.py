@@ -101,7 +101,8 @@ class Session:
     >>> s.query("SELECT level, count(*) FROM disk_io GROUP BY ALL")   # pyarrow.Table
     """
 
-    def __init__(self, store: str | os.PathLike | None, *, memory_limit: str | None = None):
+    def __init__(self, store: str | os.PathLike | None, *, memory_limit: str | None = None,
+                 late_modules: bool = True):
         self.store = check_store(store) if store is not None else None
         self.con = duckdb.connect()
         _quiet(self.con)
@@ -129,8 +130,8 @@ class Session:
             if not m.late:
                 self.con.execute(sqlmod.deferred(m.text))
         self._use_stored_views()
-        for m in order:      # (see sqlmod.load_order)
-            if m.late:
+        for m in order:      # (see sqlmod.load_order; `correlate` needs none of them)
+            if m.late and late_modules:
                 self.con.execute(sqlmod.deferred(m.text))
 
     def _use_stored_views(self) -> None:

@@ -66,6 +66,9 @@ def test_late_modules_load_last_and_nothing_includes_them(tmp_path):
     # the shipped follow_io is one: a session over a correlated store binds
     # it against the stored links (tests/test_phenomena.py opens one)
     assert [m.name for m in sqlmod.load_order(sqlmod.discover()) if m.late] == ["follow.io"]
+    macros = "SELECT function_name FROM duckdb_functions() WHERE function_name = 'follow_io'"
+    assert Session(None).rows(macros) == [{"function_name": "follow_io"}]
+    assert Session(None, late_modules=False).rows(macros) == []   # correlate's and report's
 
 
 def test_block_request_phases_from_q_g_i_d_c():

@@ -31,23 +31,24 @@ SELECT d.k, b.capture_id, b.level, b.dev, b.io_id, b.op, b.d_ns,
 FROM block_requests b JOIN _depth_devs d USING (capture_id, level, dev)
 WHERE b.d_ns IS NOT NULL;
 
--- Arrivals (+1) and ends (-1) of each device.  An I/O with no end stays
--- in flight to the device's last event.
+-- Arrivals (+1), with the time since the device's previous arrival, and
+-- ends (-1) of each device.  An I/O with no end stays in flight to the
+-- device's last event.
 CREATE OR REPLACE VIEW _depth_ev AS
-SELECT k, io_id, arrive_ns AS t, 1::TINYINT AS delta, op, end_ns, latency_ns FROM _depth_io
+SELECT k, io_id, arrive_ns AS t, 1::TINYINT AS delta, op, end_ns, latency_ns,
+       arrive_ns - lag(arrive_ns) OVER (PARTITION BY k ORDER BY arrive_ns, io_id) AS gap_ns
+FROM _depth_io
 UNION ALL
-SELECT k, io_id, end_ns, -1::TINYINT, NULL, NULL, NULL FROM _depth_io WHERE end_ns IS NOT NULL;
+SELECT k, io_id, end_ns, -1::TINYINT, NULL, NULL, NULL, NULL FROM _depth_io
+WHERE end_ns IS NOT NULL;
 
 -- The steps of each device in time order (an end before an arrival at the
 -- same instant; arrivals at one instant by io_id), with the number in
 -- flight after each.
 CREATE OR REPLACE VIEW _depth_steps AS
-SELECT k, io_id, t, delta, op, end_ns, latency_ns,
-       sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS depth,
-       max(t) FILTER (WHERE delta = 1) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-         AS prev_arrive_ns
-FROM _depth_ev
-WINDOW w AS (PARTITION BY k ORDER BY t, delta, io_id);
+SELECT k, io_id, t, delta, op, end_ns, latency_ns, gap_ns,
+       sum(delta) OVER (PARTITION BY k ORDER BY t, delta, io_id ROWS UNBOUNDED PRECEDING) AS depth
+FROM _depth_ev;
 
 -- One row per I/O at the vfs, vdisk and disk levels: how many I/Os of its
 -- device were in flight when it arrived (itself included), the time since
@@ -64,7 +65,7 @@ WINDOW w AS (PARTITION BY k ORDER BY t, delta, io_id);
 -- @column latency_ns BIGINT     vfs duration; block D2C (NULL without a completion)
 CREATE OR REPLACE VIEW depth_arrivals AS
 SELECT d.capture_id, d.level, d.dev, s.io_id, s.op, s.t AS ts_ns, s.end_ns, s.depth::BIGINT AS depth,
-       (s.t - s.prev_arrive_ns)::UBIGINT AS interarrival_ns, s.latency_ns
+       s.gap_ns::UBIGINT AS interarrival_ns, s.latency_ns
 FROM _depth_steps s JOIN _depth_devs d USING (k)
 WHERE s.delta = 1;
 
@@ -157,14 +158,11 @@ s AS (   -- quantile_disc's pick (as percentile_disc): the first value whose
          max(depth) AS max_depth, sum(in_flight_ns) AS in_flight_ns, sum(busy_ns) AS busy_ns,
          max(t1) - min(t0) AS span_ns
   FROM c GROUP BY k),
--- the time between arrivals and the latencies, from the I/Os themselves
+-- the time between arrivals and the latencies, from the arrivals
 io AS (
-  SELECT k, median(gap) AS interarrival_median_ns,
+  SELECT k, median(gap_ns) AS interarrival_median_ns,
          quantile_cont(latency_ns, [0.5, 0.99]) AS latency_q
-  FROM (SELECT k, latency_ns,
-               arrive_ns - lag(arrive_ns) OVER (PARTITION BY k ORDER BY arrive_ns, io_id) AS gap
-        FROM _depth_io)
-  GROUP BY k)
+  FROM _depth_ev WHERE delta = 1 GROUP BY k)
 SELECT d.capture_id, d.level, d.dev, s.ios, s.mean_depth::DOUBLE AS mean_depth,
        s.median_depth::BIGINT AS median_depth, s.p99_depth::BIGINT AS p99_depth,
        s.max_depth::BIGINT AS max_depth,

@@ -263,6 +263,10 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @capture_options
 @click.option("--pid", type=int, default=None,
               help="vfs level: only this process (and its threads); lower levels: all I/O.")
+@click.option("--status", type=click.FloatRange(0), default=None,
+              help="Print a line of rates per level (calls or dispatches/s, MiB/s) and events "
+                   "lost this often, in seconds; 0: never.  Default: every second when there is "
+                   "no CMD and stderr is a terminal, else never.")
 @click.option("--side", type=click.Choice(["both", "guest", "host"]), default="both",
               show_default=True,
               help="both: all four levels on this kernel (the lab).  In a VM: guest (vfs and "
@@ -273,7 +277,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @needs_root
 @needs_btf
 def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mode,
-           all_hooks, agent_cpus, pid, side, command) -> None:
+           all_hooks, agent_cpus, pid, status, side, command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from . import record as rec
@@ -295,7 +299,9 @@ def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mod
         stack = discover(mount)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
-                     all_hooks=all_hooks, cpus=agent_cpus, pid=pid)
+                     all_hooks=all_hooks, cpus=agent_cpus, pid=pid,
+                     status=(1.0 if not command and sys.stderr.isatty() else 0)
+                     if status is None else status)
     _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)

@@ -148,7 +148,8 @@ def agent_cpus(spec: str) -> set[int] | None:
 
 def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
                flush_ms: int | None = None, all_hooks: bool = False,
-               arrow_dir: Path | None = None, pid: int | None = None) -> list[str]:
+               arrow_dir: Path | None = None, pid: int | None = None,
+               status_ms: int = 0) -> list[str]:
     args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families]
     if stack.has_guest:
         args += ["--dev", f"{kdev_str(stack.guest_kdev)}=vfs,cache,map",
@@ -168,7 +169,79 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
         args += ["--arrow-dir", str(arrow_dir)]
     if pid:
         args += ["--pid", str(pid)]
+    if status_ms:
+        args += ["--status-ms", str(status_ms)]
     return args
+
+
+_STATUS = re.compile(r"nestrace-agent: status ms=(\d+) records=(\d+) drops=(-?\d+) "
+                     r"vfs=(\d+):(\d+) hostfs=(\d+) cache=(\d+) blk=(\S*)$")
+
+
+def _rate(n: float) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else f"{n:.0f}"
+
+
+class StatusLines:
+    """The agent's status lines (cumulative counts since the start) as
+    rates per level since the line before (page cache: only when there
+    were page-cache events):
+    `nestrace: 12.0 s | vfs 10.2k/s 40.0 MiB/s | vdisk ... | hostfs 10.2k ev/s
+    | disk ... | lost 0`.  Block counts are dispatches (D) and their bytes;
+    vfs, completed calls and the bytes they returned; hostfs, raw host-FS
+    events (a buffered access may be several).  The agent prints a line
+    right after a flush (--flush-ms), so a line comes at most that much
+    later than asked for, with the counts as of the time on it."""
+
+    def __init__(self, stack: Stack):
+        self.levels = (["vfs", "vdisk"] if stack.has_guest else []) + \
+                      (["hostfs", "disk"] if stack.has_host else [])
+        self.level_of = {kdev_str(d.kdev): "disk" for d in stack.disks}
+        if stack.has_guest:
+            self.level_of[kdev_str(stack.vdisk.kdev)] = "vdisk"
+        # counts of the last line (zero before the first)
+        self.last = {"ms": 0, "vfs": (0, 0), "vdisk": (0, 0), "hostfs": (0, 0), "disk": (0, 0),
+                     "cache": (0, 0)}
+
+    def parse(self, line: str) -> dict | None:
+        """An agent status line's counts since the start: ms, records,
+        drops (-1: unread), and per level (count, bytes); None for other
+        lines."""
+        m = _STATUS.search(line)
+        if not m:
+            return None
+        cur = {"ms": int(m[1]), "records": int(m[2]), "drops": int(m[3]),
+               "vfs": (int(m[4]), int(m[5])), "hostfs": (int(m[6]), 0), "cache": (int(m[7]), 0),
+               "vdisk": (0, 0), "disk": (0, 0)}
+        for part in filter(None, m[8].split(",")):
+            maj, mi, n, b = part.split(":")
+            lvl = self.level_of.get(f"{maj}:{mi}")
+            if lvl:
+                cur[lvl] = (cur[lvl][0] + int(n), cur[lvl][1] + int(b))
+        return cur
+
+    def text(self, line: str) -> str | None:
+        """The human line for an agent status line; None for other
+        lines."""
+        cur = self.parse(line)
+        if cur is None:
+            return None
+        dt = max(cur["ms"] - self.last["ms"], 1) / 1000
+        parts = [f"nestrace: {cur['ms'] / 1000:.1f} s"]
+        for lvl in self.levels:
+            n = (cur[lvl][0] - self.last[lvl][0]) / dt
+            if lvl == "hostfs":
+                parts.append(f"hostfs {_rate(n)} ev/s")
+            else:
+                mib = (cur[lvl][1] - self.last[lvl][1]) / dt / (1 << 20)
+                parts.append(f"{lvl} {_rate(n)}/s {mib:.1f} MiB/s")
+        cache = (cur["cache"][0] - self.last["cache"][0]) / dt
+        if cache:
+            parts.append(f"page cache {_rate(cache)} ev/s")
+        drops = cur["drops"]
+        parts.append("lost ?" if drops < 0 else f"LOST {drops}" if drops else "lost 0")
+        self.last = cur
+        return " | ".join(parts)
 
 
 def guest_files(stack: Stack, inos: set[int] | None = None) -> list[str]:
@@ -269,6 +342,9 @@ class Capture:
     agent_stderr: list[str] = field(default_factory=list)
     stream_problems: list[str] = field(default_factory=list)
     command_rc: int | None = None
+    # the agent's last status line (record(status=...)): counts since the
+    # start, as StatusLines.parse gives them
+    status_last: dict | None = None
 
 
 @contextlib.contextmanager
@@ -330,11 +406,13 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            flush_ms: int | None = None, all_hooks: bool = False,
            mode: str = "auto", families: str | None = None, cpus: str = "auto",
            pid: int | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
-           log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
+           status: float = 0, log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
     sees only that process (its threads included); the lower levels see
-    every I/O on the stack.  `cwd`, `env`: the command's."""
+    every I/O on the stack.  `cwd`, `env`: the command's.  `status`: log
+    a line of rates per level this often, in seconds (0: none; see
+    StatusLines)."""
     if pid is not None and not Path(f"/proc/{pid}").is_dir():
         raise RecordError(f"--pid {pid}: no such process")
     pin = agent_cpus(cpus)
@@ -359,7 +437,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     # (Arrow IPC, one batch per flush); its stdout carries the start and
     # end metadata.  No Python touches a record while the workload runs.
     args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms, all_hooks,
-                      arrow_dir=live.dir, pid=pid)
+                      arrow_dir=live.dir, pid=pid, status_ms=round(status * 1000))
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
     started = threading.Event()
@@ -389,9 +467,16 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         finally:
             started.set()
 
+    lines = StatusLines(stack)
+
     def read_stderr() -> None:
         for line in proc.stderr:
             text = line.decode(errors="replace").rstrip()
+            shown = lines.text(text)
+            if shown is not None:        # (not kept: one a second over a long run)
+                cap.status_last = lines.last
+                log(shown)
+                continue
             cap.agent_stderr.append(text)
             if "WARNING" in text or "failed" in text or "cannot" in text:
                 log(text)

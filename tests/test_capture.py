@@ -492,6 +492,51 @@ def test_tiny_ring_buffer_counts_losses_and_warns(lab_factory, tmp_path):
     assert meta["lost_total"] == lost["gaps"]
     assert json.loads(meta["settings_json"])["ringbuf_bytes"] == 4096
     assert "EVENTS LOST" in r.stderr
+    # said while it happened too, not only at the end (the run takes > 1 s)
+    assert "events lost so far (ring buffer full)" in r.stderr
+
+
+def test_status_lines_count_what_the_store_holds_while_recording(lab_factory, tmp_path):
+    from nestrace.record import record
+    from nestrace.stack import discover
+    lab = lab_factory("ext4", "xfs")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    msgs: list[str] = []
+    cap = record(tmp_path / "s", discover(lab.mount), status=0.3, log=msgs.append,
+                 command=["fio", "--name=t", f"--directory={lab.mount}", "--rw=randread",
+                          "--bs=4k", "--direct=1", "--size=64M", "--runtime=2", "--time_based",
+                          "--output=/dev/null"])
+    lines = [m for m in msgs if m.startswith("nestrace: ") and " | vdisk " in m]
+    assert len(lines) >= 4, msgs
+    times = [float(m.split()[1]) for m in lines]
+    assert times == sorted(times) and times[-1] >= 1.5
+    assert all(" | hostfs " in m and " | disk " in m and m.endswith(" | lost 0") for m in lines)
+    # the last line's counts since the start are what the store holds up to
+    # the time on it (ms, truncated; the agent takes in the records of the
+    # few ms its flush takes after that time too)
+    last = cap.status_last
+    s = nestrace.open(cap.store)
+    t0 = s.rows("SELECT start_ns FROM capture_meta")[0]["start_ns"] + last["ms"] * 1_000_000
+    for lo, hi in ((t0, t0), (t0 + 50_000_000, None)):
+        held = s.rows("""
+            SELECT (SELECT count(*) FROM vfs_io WHERE end_ns <= $t) AS vfs,
+                   (SELECT sum(ret_bytes) FROM vfs_io WHERE end_ns <= $t) AS vfs_bytes,
+                   (SELECT count(*) FROM vdisk_io WHERE d_ns <= $t) AS vdisk,
+                   (SELECT sum(bytes) FROM vdisk_io WHERE d_ns <= $t) AS vdisk_bytes,
+                   (SELECT count(*) FROM disk_io WHERE d_ns <= $t) AS disk,
+                   (SELECT sum(bytes) FROM disk_io WHERE d_ns <= $t) AS disk_bytes,
+                   (SELECT count(*) FROM hostfs_events WHERE ts_ns <= $t) AS hostfs""",
+                      {"t": lo})[0]
+        counted = {"vfs": last["vfs"][0], "vfs_bytes": last["vfs"][1],
+                   "vdisk": last["vdisk"][0], "vdisk_bytes": last["vdisk"][1],
+                   "disk": last["disk"][0], "disk_bytes": last["disk"][1],
+                   "hostfs": last["hostfs"][0]}
+        if hi is None:      # 50 ms later: at least what was counted
+            assert all(held[k] >= counted[k] for k in held), (held, counted)
+        else:               # at the time on the line: no more than was counted
+            assert all(held[k] <= counted[k] for k in held), (held, counted)
+    assert last["vdisk"][0] > 5000 and last["vdisk"][1] == 4096 * last["vdisk"][0]
+    assert last["drops"] == 0
 
 
 def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_factory, tmp_path):

@@ -241,3 +241,32 @@ def test_quiet_cpus_are_those_the_disk_interrupts_spare():
     assert quiet_cpus(INTERRUPTS, {0}) is None          # one CPU: nothing to choose
     assert quiet_cpus(INTERRUPTS.replace("virtio1-req.0", "virtio1-cfg").replace(
         "nvme0q1", "eth0"), {0, 1, 2}) is None          # no disk interrupts seen
+
+
+def test_status_lines_become_rates_per_level():
+    from nestrace.record import StatusLines
+    from nestrace.stack import BlockDev, Stack
+    disk = BlockDev("loop0", 7, 0, 1 << 21, 512)
+    st = Stack(vdisk=BlockDev("loop1", 7, 1, 1 << 20, 512), disk=disk,
+               more_disks=[BlockDev("loop2", 7, 2, 1 << 21, 512)])
+    lines = StatusLines(st)
+    assert lines.text("nestrace-agent: tracing (3 families, ring buffer 16384 KiB)") is None
+    # 0.5 s in: 1000 calls of 4 KiB; the host disk's dispatches on two devices add up
+    assert lines.text("nestrace-agent: status ms=500 records=9000 drops=0 vfs=1000:4096000 "
+                      "hostfs=1000 cache=0 blk=7:1:1000:4096000,7:0:600:2457600,"
+                      "7:2:400:1638400") == (
+        "nestrace: 0.5 s | vfs 2.0k/s 7.8 MiB/s | vdisk 2.0k/s 7.8 MiB/s | "
+        "hostfs 2.0k ev/s | disk 2.0k/s 7.8 MiB/s | lost 0")
+    # rates since the line before; page cache only when there were events; a
+    # device the stack does not name (the guest FS's own dev) is not a level
+    assert lines.text("nestrace-agent: status ms=1500 records=9500 drops=7 vfs=1100:4505600 "
+                      "hostfs=1000 cache=30 blk=7:1:1100:4505600,7:0:600:2457600,"
+                      "7:2:400:1638400,7:9:5:5") == (
+        "nestrace: 1.5 s | vfs 100/s 0.4 MiB/s | vdisk 100/s 0.4 MiB/s | "
+        "hostfs 0 ev/s | disk 0/s 0.0 MiB/s | page cache 30 ev/s | LOST 7")
+    assert lines.last["disk"] == (1000, 4096000) and lines.last["drops"] == 7
+    # one side of a VM's stack: its two levels only
+    guest = StatusLines(Stack(vdisk=BlockDev("vda", 253, 0, 1 << 20, 512), side="guest"))
+    assert guest.text("nestrace-agent: status ms=1000 records=2 drops=-1 vfs=1:512 hostfs=0 "
+                      "cache=0 blk=253:0:1:512") == (
+        "nestrace: 1.0 s | vfs 1/s 0.0 MiB/s | vdisk 1/s 0.0 MiB/s | lost ?")

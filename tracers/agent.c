@@ -63,6 +63,7 @@ static struct env {
 	__u64 wakeup_bytes;
 	long duration_s;
 	long flush_ms;
+	long status_ms;			/* a status line this often (0: none) */
 	__u32 target_tgid;
 	const char *guest_mount;	/* a guest capture without Python: */
 	const char *guest_dir;		/* ... its directory */
@@ -104,7 +105,7 @@ static const char doc[] =
 "      guest.store` wherever nestrace is installed)\n";
 
 enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
-       OPT_GUEST_DIR, OPT_CPUS };
+       OPT_GUEST_DIR, OPT_CPUS, OPT_STATUS };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -122,6 +123,7 @@ static const struct argp_option opts[] = {
 	{ "ringbuf-kb", 'r', "KB", 0, "Ring buffer size in KiB, a power of two >= 4 (default 16384)" },
 	{ "wakeup-kb", OPT_WAKEUP, "KB", 0, "Wake the agent when this much waits (default ringbuf/4)" },
 	{ "flush-ms", OPT_FLUSH, "MS", 0, "Flush batches at least this often (default 200)" },
+	{ "status-ms", OPT_STATUS, "MS", 0, "Print a status line on stderr this often: records taken in so far per family and per traced disk, and events lost (default 0: none)" },
 	{ "mode", OPT_MODE, "MODE", 0, "auto (probe), tp_btf or raw_tp" },
 	{ "die-with-parent", OPT_DIE, NULL, 0, "Exit when the parent process dies" },
 	{ "verbose", 'v', NULL, 0, "Show libbpf debug output" },
@@ -198,6 +200,11 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_ARROW: env.arrow_dir = arg; break;
 	case OPT_TEE: env.tee = true; break;
 	case OPT_FLUSH: env.flush_ms = strtol(arg, NULL, 10); break;
+	case OPT_STATUS:
+		env.status_ms = strtol(arg, NULL, 10);
+		if (env.status_ms < 0)
+			argp_error(state, "--status-ms must be >= 0");
+		break;
 	case OPT_MODE:
 		if (strcmp(arg, "auto") && strcmp(arg, "tp_btf") && strcmp(arg, "raw_tp"))
 			argp_error(state, "--mode is auto, tp_btf or raw_tp");
@@ -574,6 +581,39 @@ _Static_assert(sizeof(struct nt_hostfs_event) <= NT_REC_MAX, "NT_REC_MAX");
 _Static_assert(sizeof(struct nt_pagecache_event) <= NT_REC_MAX, "NT_REC_MAX");
 _Static_assert(sizeof(struct nt_mapping_event) <= NT_REC_MAX, "NT_REC_MAX");
 
+/* What the status lines count (--status-ms): records taken in so far, the
+ * calls and dispatches with their bytes.  Counted only when asked for. */
+static struct {
+	__u64 vfs_calls, vfs_bytes, hostfs, cache;
+	__u64 blk_d[NT_MAX_DEVS], blk_bytes[NT_MAX_DEVS];	/* by env.devs index */
+} tally;
+
+static void tally__add(const void *p, __u16 kind)
+{
+	if (kind == NT_KIND_VFS_EVENT) {
+		const struct nt_vfs_event *e = p;
+
+		tally.vfs_calls++;
+		if (e->ret > 0)
+			tally.vfs_bytes += e->ret;
+	} else if (kind == NT_KIND_BLOCK_EVENT) {
+		const struct nt_block_event *e = p;
+
+		if (e->action != 6)	/* D: a request dispatched to the disk */
+			return;
+		for (int i = 0; i < env.ndevs; i++)
+			if (env.devs[i].dev == e->dev) {
+				tally.blk_d[i]++;
+				tally.blk_bytes[i] += (__u64)e->nr_sectors << 9;
+				break;
+			}
+	} else if (kind == NT_KIND_HOSTFS_EVENT) {
+		tally.hostfs++;
+	} else if (kind == NT_KIND_PAGECACHE_EVENT) {
+		tally.cache++;
+	}
+}
+
 /* A ring buffer sample is one CPU stage: records back to back. */
 static int on_record(void *ctx, void *data, size_t size)
 {
@@ -588,6 +628,8 @@ static int on_record(void *ctx, void *data, size_t size)
 			return 0;
 		}
 		out__append(p, h->kind);
+		if (env.status_ms)
+			tally__add(p, h->kind);
 		/* a guest capture snapshots the files it touched at the end */
 		if (env.guest_dir && h->kind == NT_KIND_VFS_EVENT)
 			touched__add(((const struct nt_vfs_event *)p)->ino);
@@ -926,21 +968,67 @@ static int stages__drain(struct family *first)
 	return 0;
 }
 
-/* Emit one cpu_stats record per CPU from the shared counters map. */
-static void stats__emit(struct family *first, __u64 *drops_total)
+/* The shared counters map, one entry per CPU (free it); NULL on error. */
+static struct nt_cpu_counters *counters__read(struct family *first)
 {
 	int ncpu = libbpf_num_possible_cpus();
 	int fd = bpf_map__fd(bpf_object__find_map_by_name(first->obj, "counters"));
 	struct nt_cpu_counters *vals = calloc(ncpu, sizeof(*vals));
 	__u32 zero = 0;
-	__u64 ts = now_ns();
 
-	*drops_total = 0;
 	if (!vals || bpf_map_lookup_elem(fd, &zero, vals)) {
 		fprintf(stderr, "nestrace-agent: cannot read counters: %s\n", strerror(errno));
 		free(vals);
-		return;
+		return NULL;
 	}
+	return vals;
+}
+
+/* Records dropped in BPF so far, over all CPUs; -1 when unreadable. */
+static long long drops__now(struct family *first)
+{
+	struct nt_cpu_counters *vals = counters__read(first);
+	long long sum = 0;
+
+	if (!vals)
+		return -1;
+	for (int cpu = 0; cpu < libbpf_num_possible_cpus(); cpu++)
+		sum += vals[cpu].ringbuf_drops;
+	free(vals);
+	return sum;
+}
+
+/* One status line (--status-ms): what was taken in so far, for the
+ * caller to turn into rates; printed after a flush, at most --flush-ms
+ * later than asked. */
+static void status__print(__u64 elapsed_ns, long long drops)
+{
+	char blk[NT_MAX_DEVS * 64] = "";
+	size_t n = 0;
+
+	for (int i = 0; i < env.ndevs && n < sizeof(blk); i++)
+		if (env.devs[i].roles & NT_ROLE_BLOCK)
+			n += snprintf(blk + n, sizeof(blk) - n, "%s%u:%u:%llu:%llu", n ? "," : "",
+				      env.devs[i].dev >> 20, env.devs[i].dev & 0xfffff,
+				      (unsigned long long)tally.blk_d[i],
+				      (unsigned long long)tally.blk_bytes[i]);
+	fprintf(stderr, "nestrace-agent: status ms=%llu records=%llu drops=%lld vfs=%llu:%llu "
+		"hostfs=%llu cache=%llu blk=%s\n", (unsigned long long)(elapsed_ns / 1000000),
+		(unsigned long long)out.records, drops, (unsigned long long)tally.vfs_calls,
+		(unsigned long long)tally.vfs_bytes, (unsigned long long)tally.hostfs,
+		(unsigned long long)tally.cache, blk);
+}
+
+/* Emit one cpu_stats record per CPU from the shared counters map. */
+static void stats__emit(struct family *first, __u64 *drops_total)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	struct nt_cpu_counters *vals = counters__read(first);
+	__u64 ts = now_ns();
+
+	*drops_total = 0;
+	if (!vals)
+		return;
 	for (int cpu = 0; cpu < ncpu; cpu++) {
 		struct nt_cpu_stats s = {
 			.hdr = { .kind = NT_KIND_CPU_STATS, .version = NT_VERSION_CPU_STATS,
@@ -1283,7 +1371,8 @@ int main(int argc, char **argv)
 	struct family *first = NULL;
 	struct ring_buffer *rb = NULL;
 	char hooks_json[4096];
-	__u64 start, end, last_flush, drops = 0, misses = 0, signal_ns = 0;
+	__u64 start, end, last_flush, last_status, last_warn = 0, drops = 0, misses = 0, signal_ns = 0;
+	long long warned = 0, now_drops;
 	static char misses_json[4096];
 	int err, nloaded = 0;
 
@@ -1388,7 +1477,7 @@ int main(int argc, char **argv)
 			if (families[i].skel)
 				family__attach(&families[i], ends);
 
-	start = last_flush = now_ns();
+	start = last_flush = last_status = now_ns();
 	hooks__json(hooks_json, sizeof(hooks_json));
 	out__json("{\"type\":\"start\",\"agent_version\":\"%s\",\"start_ns\":%llu,"
 		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"flush_ms\":%ld,\"ncpu\":%d,"
@@ -1418,6 +1507,21 @@ int main(int argc, char **argv)
 			ring_buffer__consume(rb);
 			out__flush();
 			last_flush = t;
+			/* losses said while they happen, not only at the end:
+			 * when the count grew, once a second at most */
+			now_drops = drops__now(first);
+			if (now_drops > warned && t - last_warn >= 1000000000ULL) {
+				fprintf(stderr, "nestrace-agent: WARNING: %lld events lost so far (ring "
+					"buffer full); raise --ringbuf-kb\n", now_drops);
+				warned = now_drops;
+				last_warn = t;
+			}
+			/* (right after a flush: the counts are as of t, give or
+			 * take the records the kernel is still writing) */
+			if (env.status_ms && t - last_status >= (__u64)env.status_ms * 1000000ULL) {
+				status__print(t - start, now_drops);
+				last_status = t;
+			}
 		}
 		if (env.duration_s && !env.cmd &&
 		    t - start >= (__u64)env.duration_s * 1000000000ULL) {

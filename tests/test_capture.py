@@ -539,6 +539,48 @@ def test_status_lines_count_what_the_store_holds_while_recording(lab_factory, tm
     assert last["drops"] == 0
 
 
+def test_status_lines_are_on_by_default_when_attaching_on_a_terminal(lab_factory, tmp_path):
+    """Without CMD and with stderr a terminal, a line a second; with
+    stderr a pipe, none (as when a CMD runs: its output owns the terminal)."""
+    import pty
+    lab = lab_factory("ext4", "xfs")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    load = subprocess.Popen(["fio", "--name=t", f"--directory={lab.mount}", "--rw=randread",
+                             "--bs=4k", "--direct=1", "--size=64M", "--runtime=30",
+                             "--time_based", "--output=/dev/null"])
+    try:
+        master, slave = pty.openpty()
+        try:
+            r = subprocess.run(NESTRACE + ["record", "-o", str(tmp_path / "tty"), "--stack",
+                                           lab.mount, "--duration", "2.6"],
+                               stdout=subprocess.PIPE, stderr=slave, cwd=ROOT, timeout=120)
+            os.close(slave)
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:      # EIO: the terminal's other end is closed
+                    break
+                if not chunk:
+                    break
+                out += chunk
+        finally:
+            os.close(master)
+        assert r.returncode == 0, out
+        shown = [l for l in out.decode(errors="replace").splitlines()
+                 if l.startswith("nestrace: ") and " | vdisk " in l]
+        assert len(shown) >= 2, out
+        assert all(" | vfs " in l and " | disk " in l for l in shown)
+        assert float(shown[-1].split()[1]) >= 1.9
+        piped = run_cli("record", "-o", str(tmp_path / "pipe"), "--stack", lab.mount,
+                        "--duration", "1.6")
+        assert " | vdisk " not in piped.stderr
+    finally:
+        kill_fio_jobs(lab.mount)
+        load.kill()
+        load.wait()
+
+
 def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_factory, tmp_path):
     lab = lab_factory("ext4", "xfs")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")

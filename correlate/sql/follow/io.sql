@@ -74,15 +74,24 @@ me AS (   -- the tree's I/Os that have a queue (vfs, block), and what was
           -- in flight when each arrived: only their device's I/Os are read
   SELECT DISTINCT q.k, q.level, q.io_id, q.arrive_ns FROM _depth_io q
   JOIN t ON q.capture_id = cid AND q.level = t.level AND q.io_id = t.io_id),
+-- (the I/Os in flight at any of those arrivals first, by time alone: a
+-- join on the device number would hash a million rows under each of a
+-- few keys, 1 s at 10 M events)
+near AS (
+  SELECT q.k, q.io_id, q.arrive_ns, q.end_ns FROM _depth_io q
+  WHERE q.arrive_ns <= (SELECT max(arrive_ns) FROM me)
+    AND (q.end_ns > (SELECT min(arrive_ns) FROM me) OR q.end_ns IS NULL)),
 fl AS (
   SELECT me.level, me.io_id, count(*) AS in_flight
-  FROM me JOIN _depth_io q ON q.k = me.k
+  FROM near q JOIN me ON q.k = me.k
    AND (q.arrive_ns < me.arrive_ns OR (q.arrive_ns = me.arrive_ns AND q.io_id <= me.io_id))
    AND (q.end_ns > me.arrive_ns OR q.end_ns IS NULL)
   GROUP BY ALL)
+-- (the tree's few rows on the right: the side a hash join builds)
 SELECT cid::VARCHAR AS capture_id, t.depth, t.level, t.io_id, t.via_level, t.via_id, t.kind,
        t.link_bytes, t.lag_ns, r.start_ns, r.end_ns, r.latency_ns, r.op, r.dev, r.ino,
        r.offset_bytes::BIGINT AS offset_bytes, r.bytes, r.comm, fl.in_flight
-FROM t LEFT JOIN _follow_rows r ON r.capture_id = cid AND r.level = t.level AND r.io_id = t.io_id
+FROM (SELECT * FROM _follow_rows WHERE capture_id = cid) r
+RIGHT JOIN t ON r.level = t.level AND r.io_id = t.io_id
 LEFT JOIN fl ON fl.level = t.level AND fl.io_id = t.io_id
 ORDER BY t.depth, r.start_ns, t.level, t.io_id;

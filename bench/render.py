@@ -23,7 +23,7 @@ def main() -> int:
     from nestrace.synth import replicate
     with tempfile.TemporaryDirectory(dir="/var/tmp") as t:
         tmp = Path(t)
-        src = source_capture(tmp)
+        src = source_capture(tmp, "direct")
         n_src = nestrace.open(src).rows("SELECT records_total AS n FROM capture_meta")[0]["n"]
         big = tmp / "big"
         n = replicate(src, big, max(1, -(-args.events // n_src)))

@@ -968,17 +968,21 @@ static int stages__drain(struct family *first)
 	return 0;
 }
 
-/* The shared counters map, one entry per CPU (free it); NULL on error. */
+/* The shared counters map, one entry per CPU, in a buffer kept for the
+ * next read (it is read at every flush); NULL on error, said once. */
 static struct nt_cpu_counters *counters__read(struct family *first)
 {
-	int ncpu = libbpf_num_possible_cpus();
+	static struct nt_cpu_counters *vals;
+	static bool said;
 	int fd = bpf_map__fd(bpf_object__find_map_by_name(first->obj, "counters"));
-	struct nt_cpu_counters *vals = calloc(ncpu, sizeof(*vals));
 	__u32 zero = 0;
 
+	if (!vals)
+		vals = calloc(libbpf_num_possible_cpus(), sizeof(*vals));
 	if (!vals || bpf_map_lookup_elem(fd, &zero, vals)) {
-		fprintf(stderr, "nestrace-agent: cannot read counters: %s\n", strerror(errno));
-		free(vals);
+		if (!said)
+			fprintf(stderr, "nestrace-agent: cannot read counters: %s\n", strerror(errno));
+		said = true;
 		return NULL;
 	}
 	return vals;
@@ -994,7 +998,6 @@ static long long drops__now(struct family *first)
 		return -1;
 	for (int cpu = 0; cpu < libbpf_num_possible_cpus(); cpu++)
 		sum += vals[cpu].ringbuf_drops;
-	free(vals);
 	return sum;
 }
 
@@ -1042,7 +1045,6 @@ static void stats__emit(struct family *first, __u64 *drops_total)
 		out__append(&s, NT_KIND_CPU_STATS);
 	}
 	out__flush_kind(NT_KIND_CPU_STATS);
-	free(vals);
 }
 
 /* Tracepoint hits the kernel did not run a program for: a program is

@@ -1166,3 +1166,29 @@ def test_write_zeroes_on_the_virtual_disk_are_tied_to_the_range_zeroed_or_punche
                    "lower_id IN (SELECT io_id FROM hostfs_io WHERE op = 'discard') GROUP BY ALL")
     assert kinds == [{"kind": "sync", "to_zeroes": True, "bytes": 2 << 20}], kinds
     assert_losses_counted(s)
+
+
+@pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
+def test_growing_or_truncating_the_image_discards_nothing_it_held(lab_factory, tmp_path, host_fs):
+    """A hypervisor that grows its image by zeroing past its end (QEMU's
+    parallels driver preallocates 128 MiB so) and cuts it back (a
+    truncate: the same driver at close) unmaps or zeroes no byte the file
+    held: no discard row in hostfs_io.  A hole punched inside the file is
+    one, cut at the file's end; the raw events stay in hostfs_events."""
+    lab = lab_factory("ext4", host_fs)
+    img = Path(lab.mount).parent / "host" / "vm.img"    # (another file on the lab's host FS)
+    subprocess.run(["dd", "if=/dev/urandom", f"of={img}", "bs=1M", "count=8", "conv=fsync",
+                    "status=none"], check=True)
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--side", "host", "--image", str(img), "--", "sh", "-c",
+            f"fallocate --zero-range -o 8MiB -l 16MiB {img} && "
+            f"fallocate --punch-hole -o 1MiB -l 1MiB {img} && "
+            f"fallocate --punch-hole -o 20MiB -l 8MiB {img} && truncate -s 4MiB {img}")
+    s = nestrace.open(store)
+    got = [tuple(r.values()) for r in s.rows(
+        "SELECT offset_bytes, bytes FROM hostfs_io WHERE op = 'discard' ORDER BY ts_ns")]
+    assert got == [(1 << 20, 1 << 20), (20 << 20, 4 << 20)], got
+    # what the host FS traced past the file's end is kept, raw
+    past = s.rows("SELECT count(*) AS n FROM hostfs_events WHERE op = 3 "
+                  "AND offset_bytes >= isize_bytes")[0]["n"]
+    assert past >= (2 if host_fs == "xfs" else 1), past

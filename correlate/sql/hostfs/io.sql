@@ -30,6 +30,11 @@
 -- (xfs_bunmap) its hole punching makes, each repeated for every
 -- transaction the range takes (the repeats, the same task's same range
 -- within 10 ms, are left out). btrfs has no such tracepoint.
+-- A discard row is cut at the file's end then (its size rounded up to
+-- the FS block), and one wholly past it is left out: a truncate of the
+-- image, xfs trimming the blocks it preallocated past the end, and a
+-- zero-range that grows the file (a hypervisor preallocating) unmap or
+-- zero no byte the file held.  They stay in table hostfs_events.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'hostfs'
@@ -47,7 +52,10 @@
 -- @column comm VARCHAR         task command name
 CREATE OR REPLACE VIEW hostfs_io AS
 WITH ev AS (
-  SELECT e.*, l.machine, l.fs_type, s.hook
+  SELECT e.*, l.machine, l.fs_type, s.hook,
+         -- the file's end at the time, in whole FS blocks
+         (ceil(e.isize_bytes / coalesce(l.block_size_bytes, 1)) * coalesce(l.block_size_bytes, 1))::BIGINT
+           AS file_end
   FROM hostfs_events e
   JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
   -- the hooks listed for this FS, or for '*' if it has no list of its own
@@ -91,11 +99,14 @@ dropped AS (
   SELECT capture_id, cpu, seq FROM unmaps
   WHERE offset_bytes = prev_offset AND bytes = prev_bytes AND ts_ns - prev_ns < 10000000)
 SELECT e.capture_id, e.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,
-       e.dev, e.ino, e.offset_bytes, e.bytes,
+       e.dev, e.ino, e.offset_bytes,
+       CASE WHEN e.op = 3 THEN least(e.offset_bytes + e.bytes, e.file_end) - e.offset_bytes
+            ELSE e.bytes END::UBIGINT AS bytes,
        CASE e.op WHEN 0 THEN 'read' WHEN 1 THEN 'write' WHEN 3 THEN 'discard' ELSE 'sync' END AS op,
        (e.iocb_flags & 1) <> 0 AS direct, e.hook AS source,
        e.fs_type, e.pid, e.comm
 FROM ev e ANTI JOIN dropped f ON f.capture_id = e.capture_id AND f.cpu = e.cpu AND f.seq = e.seq
+WHERE e.op <> 3 OR e.offset_bytes < e.file_end
 UNION ALL
 SELECT p.capture_id, l.machine, 'hostfs', (p.cpu::UBIGINT << 48) | p.seq, p.ts_ns, p.dev, p.ino,
        (p.index * 4096)::BIGINT, p.nr_pages * 4096, 'write', false, 'writeback_dirty_folio',

@@ -2,7 +2,8 @@
 keep it at the same offset: qcow2 (`nestrace.qcow2`), VMware's hosted
 sparse vmdk (`nestrace.vmdk`), VirtualBox's vdi (`nestrace.vdi`),
 Hyper-V's vhdx (`nestrace.vhdx`), the dynamic VHD (`nestrace.vpc`),
-QEMU's qed (`nestrace.qed`) and LUKS (`nestrace.luks`).  All but LUKS
+QEMU's qed (`nestrace.qed`), Parallels' expandable image
+(`nestrace.parallels`) and LUKS (`nestrace.luks`).  All but LUKS
 (the disk after a header, encrypted in place) allocate a cluster (a
 grain, in VMware's words; a block, in the others') of the file the first
 time the guest writes that part of its disk, where the file ends then,
@@ -16,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 
 # image formats whose map nestrace reads (stack.image_format's names)
-MAPPED = ("qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed", "luks")
+MAPPED = ("qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed", "parallels", "luks")
 # the formats whose guest offsets nestrace can follow, for messages
 FOLLOWED = "raw, " + ", ".join(MAPPED[:-1]) + " and " + MAPPED[-1]
 
@@ -62,6 +63,8 @@ def cluster_map(path: str, fmt: str) -> ClusterMap:
         from .vpc import bat_map as read
     elif fmt == "qed":
         from .qed import table_map as read
+    elif fmt == "parallels":
+        from .parallels import bat_map as read
     elif fmt == "luks":
         from .luks import header_map as read
     else:

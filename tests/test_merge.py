@@ -414,28 +414,27 @@ def test_the_host_side_traces_an_images_backing_chain_on_its_file_system(tmp_pat
     assert st["backing_files"] == []
 
 
-def test_a_parallels_image_is_recorded_but_not_merged(tmp_path):
-    """The host side of a VM whose image is a Parallels disk records (its levels are
+def test_a_qcow_version_1_image_is_recorded_but_not_merged(tmp_path):
+    """The host side of a VM whose image is QEMU's first qcow records (its levels are
     real), says that merge cannot map it, and merge refuses it: a guest
     offset is not the image offset there.  A qcow2 or dynamic VHD image
     whose header cannot be read, or a vmdk descriptor naming an extent
     nestrace does not read, records with a warning naming the file and
     offset; a flat vmdk is read through its descriptor."""
-    image = tmp_path / "vm.hds"
-    subprocess.run(["qemu-img", "create", "-q", "-f", "parallels", str(image), "16M"],
-                   check=True)
+    image = tmp_path / "vm.qcow"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow", str(image), "16M"], check=True)
     r = run_cli("record", "-o", str(tmp_path / "h"), "--side", "host", "--image", str(image),
                 "--duration", "0.5")
-    assert f"{image} is a parallels image" in r.stderr
+    assert f"{image} is a qcow image" in r.stderr
     st = json.loads(nestrace.open(tmp_path / "h").rows("SELECT stack_json FROM capture_meta")[0]
                     ["stack_json"])
-    assert st["image_format"] == "parallels"
+    assert st["image_format"] == "qcow"
     run_cli("record", "-o", str(tmp_path / "g"), "--side", "guest", "--stack", "/",
             "--duration", "0.5")
     r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h"), "-o", str(tmp_path / "m"),
                 check=False)
-    assert r.returncode == 2 and "is parallels" in r.stderr
-    assert "raw, qcow2, vmdk, vdi, vhdx, vpc, qed and luks images only" in r.stderr
+    assert r.returncode == 2 and "is qcow" in r.stderr
+    assert "raw, qcow2, vmdk, vdi, vhdx, vpc, qed, parallels and luks images only" in r.stderr
 
     desc = tmp_path / "flat.vmdk"
     subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-o", "subformat=monolithicFlat",

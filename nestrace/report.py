@@ -150,6 +150,16 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     discard = s.rows("SELECT level, requests, discard_bytes, zeroes_bytes, tied_bytes, tied_fraction, "
                      "lag_median_ns FROM discard_summary WHERE capture_id = ? "
                      "ORDER BY list_position(['vdisk', 'hostfs', 'disk'], level)", p)
+    # where an app read's or write's time goes, level by level: only when
+    # all four levels were traced (one side of a VM would put all of the
+    # virtual disk's service time on the host FS) and the calls' requests
+    # could be tied to them
+    latency = []
+    if traced == set(LEVELS) and {"vfs", "vdisk"} <= seen:
+        latency = sorted(s.rows(
+            "SELECT class, n AS calls, total_ns, guest_service_ns, guest_queue_ns, host_fs_ns, "
+            "host_queue_ns, device_ns FROM latency_breakdown_summary WHERE capture_id = ?", p),
+            key=lambda r: _class_order(r["class"]))
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
                    "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
                    "WHERE capture_id = ?", p)
@@ -172,7 +182,17 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "readahead": ra,
         "sync": sync,
         "discard": discard,
+        "latency": latency,
     }
+
+
+def _class_order(cls: str) -> tuple:
+    """latency_breakdown's class ("read 4K", "write >512K") in op, then
+    size order."""
+    op, _, size = cls.partition(" ")
+    n = float("inf") if size.startswith(">") else \
+        int(size[:-1]) * 1024 if size.endswith("K") else int(size or 0)
+    return op, n
 
 
 # what an attributed link's kind says (links' kind column, in short)
@@ -304,6 +324,19 @@ def render(rep: dict, console=None) -> None:
                   _fmt_ns(d["interarrival_median_ns"]), _fmt_ns(d["latency_median_ns"]),
                   _fmt_ns(d["latency_p99_ns"]))
     if rows:
+        con.print(t)
+    t = _table("Where an app I/O's time goes: mean per call",
+               ("class", "calls", "total", "guest", "vdisk\nqueue", "host FS", "host\nqueue",
+                "device"), left=("class",),
+               caption="guest: the guest FS and the syscall, outside its virtual-disk requests; "
+                       "vdisk queue and host queue: Q to D; host FS: the virtual disk's D to C "
+                       "not spent at the host disk (host FS, page cache, loop or hypervisor); "
+                       "device: the host disk's D to C. Means: the parts add up to the total")
+    for r in rep.get("latency") or []:
+        t.add_row(r["class"], str(r["calls"]), *(_fmt_ns(r[k]) for k in (
+            "total_ns", "guest_service_ns", "guest_queue_ns", "host_fs_ns", "host_queue_ns",
+            "device_ns")))
+    if t.row_count:
         con.print(t)
     t = _table("Amplification: bytes, x level above, x app",
                ("op", "level", "requests", "bytes", "x above", "x app"), left=("op", "level"))

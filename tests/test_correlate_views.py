@@ -985,6 +985,20 @@ def test_latency_breakdown_of_a_cached_read_is_all_guest_and_summary_averages():
          "guest_queue_ns": 5.0, "host_fs_ns": 100.0, "host_queue_ns": 5.0, "device_ns": 240.0}]
 
 
+def test_report_says_where_an_app_ios_time_goes_by_class_in_size_order():
+    from nestrace.report import _class_order, build
+    t = direct_read_stack()
+    t["vfs_events"] = t["vfs_events"] + [vfs(2000, 100, off=8192)]      # served from the page cache
+    s = session(**t)
+    s.store = None
+    assert build(s, "c1")["latency"] == [
+        {"class": "read 4K", "calls": 2, "total_ns": 500.0, "guest_service_ns": 150.0,
+         "guest_queue_ns": 5.0, "host_fs_ns": 100.0, "host_queue_ns": 5.0, "device_ns": 240.0}]
+    assert sorted(["write 4K", "read >512K", "read 64K", "read 512", "read 4K", "write 1K"],
+                  key=_class_order) == ["read 512", "read 4K", "read 64K", "read >512K",
+                                        "write 1K", "write 4K"]
+
+
 def test_base_levels_names_each_traced_device_with_its_machine():
     s = session()
     got = s.rows("SELECT level, dev, fs_type, size_sectors, machine FROM base_levels ORDER BY level")

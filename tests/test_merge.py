@@ -211,6 +211,7 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     assert {lv["level"]: lv["traced"] for lv in rep["levels"]} == \
         {"vfs": True, "vdisk": True, "hostfs": False, "disk": False}
     assert {r["level"] for r in rep["amplification"]} == {"vfs", "vdisk"}
+    assert rep["latency"] == []     # (the host's part of the time is not in it)
     shift_store(hstore, SHIFT, "hostbox")
 
     merged = tmp_path / "merged"
@@ -273,6 +274,13 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
                   "GROUP BY ALL HAVING count(*) > 1)")[0]["n"] == 0
     rep = json.loads(run_cli("report", "--json", str(merged)).stdout)
     assert rep["clock"]["host_machine"] == "hostbox" and rep["clock"]["err_ns"] == m["e"]
+    # where the reads' time went, across the two machines: the host disk's
+    # service time is most of it, and the parts add up to the whole
+    lat = {r["class"]: r for r in rep["latency"]}["read 4K"]
+    parts = ("guest_service_ns", "guest_queue_ns", "host_fs_ns", "host_queue_ns", "device_ns")
+    assert lat["calls"] >= 4096 and abs(sum(lat[k] for k in parts) - lat["total_ns"]) < 1, lat
+    assert lat["device_ns"] > lat["total_ns"] / 3, lat
+    assert "Where an app I/O's time goes" in run_cli("report", str(merged)).stdout
     run_cli("verify", str(merged))
     # the same capture merged twice into one store is refused, and a
     # guest capture is not taken for a host one

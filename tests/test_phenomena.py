@@ -179,6 +179,14 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
         p90 = str(x["seek_p90"]) if x["seek_unit"] == "sectors" else _fmt_bytes(x["seek_p90"])
         assert any(ln.split()[:2] == [x["level"], str(x["requests"])] and ln.rstrip().endswith(p90)
                    for ln in lines), (x, out)
+    # where the calls' time went: a row per class, whose parts add up to
+    # its mean, the host disk's part of it not nothing
+    lat = {r["class"]: r for r in rep["latency"]}
+    assert set(lat) == {"read 4K", "write 4K"}, lat
+    for cls, r in lat.items():
+        parts = ("guest_service_ns", "guest_queue_ns", "host_fs_ns", "host_queue_ns", "device_ns")
+        assert abs(sum(r[k] for k in parts) - r["total_ns"]) < 1 and r["device_ns"] > 0, r
+        assert any(ln.split()[:3] == [*cls.split(), str(r["calls"])] for ln in lines), (r, out)
     phases = next(ln.split()[1:] for ln in lines if ln.split()[:2] == ["level", "Q2G"])
     for lv in ("vdisk", "disk"):
         i = next(i for i, ln in enumerate(lines) if ln.split()[:2] == [lv, "median"])

@@ -25,8 +25,9 @@
 -- @column host_queue_ns BIGINT  host-disk queue time (Q -> D)
 -- @column device_ns BIGINT      host-disk service time (D -> C)
 CREATE OR REPLACE VIEW latency_breakdown AS
-WITH l AS MATERIALIZED (   -- (links planned and computed once, not twice)
-  SELECT DISTINCT capture_id, lower_level, upper_id, lower_id FROM links
+WITH l AS MATERIALIZED (   -- (links planned and computed once, not twice; a link
+                           -- is one row per lower, upper and kind: no DISTINCT)
+  SELECT capture_id, lower_level, upper_id, lower_id FROM links
   WHERE lower_level IN ('vdisk', 'disk') AND kind = 'sync' AND upper_id IS NOT NULL),
 v AS (
   SELECT capture_id, upper_id AS vfs_id, lower_id AS vdisk_id FROM l
@@ -34,8 +35,9 @@ v AS (
 vq AS (
   SELECT v.capture_id, v.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c
   FROM v JOIN vdisk_io r ON r.capture_id = v.capture_id AND r.io_id = v.vdisk_id GROUP BY ALL),
-dl AS (
-  SELECT DISTINCT l.capture_id, v.vfs_id, l.lower_id AS disk_id FROM l
+dl AS (   -- (a disk request twice under one call, through two of its
+          -- virtual-disk requests, changes no min or max below)
+  SELECT l.capture_id, v.vfs_id, l.lower_id AS disk_id FROM l
   JOIN v ON v.capture_id = l.capture_id AND v.vdisk_id = l.upper_id
   WHERE l.lower_level = 'disk'),
 dq AS (

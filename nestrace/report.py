@@ -98,7 +98,8 @@ def build(s: Session, capture_id: str | None = None) -> dict:
                     "FROM phases_stats WHERE capture_id = ?", p):
         phases.setdefault(r.pop("level"), {})[r.pop("phase")] = r
     depth: dict = {}
-    for r in s.rows("SELECT level, dev, ios, mean_depth, median_depth, p99_depth, max_depth, "
+    for r in s.rows("SELECT level, dev, ios, ios_unended, mean_depth, median_depth, p99_depth, "
+                    "max_depth, "
                     "avg_in_flight, busy_fraction, interarrival_median_ns, latency_median_ns, "
                     "latency_p99_ns FROM depth_summary WHERE capture_id = ? ORDER BY dev", p):
         depth.setdefault(r.pop("level"), []).append(r)
@@ -316,6 +317,10 @@ def render(rep: dict, console=None) -> None:
                 "arrivals\nevery", "latency\nmedian", "latency\np99"),
                caption="at arrival: the I/O itself included; mean in flight: iostat's aqu-sz; "
                        "busy: %util; block levels: dispatch to completion (latency: D2C)")
+    unended = {f"{lv['level']} {d['ios_unended']}" for lv, d in rows if d.get("ios_unended")}
+    if unended:
+        t.caption += ("; I/Os whose end was not seen (completion lost, or in flight at the "
+                      f"end), counted in no depth: {', '.join(sorted(unended))}")
     for lv, d in rows:
         many = sum(1 for x, _ in rows if x is lv) > 1
         t.add_row(lv["level"] + (f" {d['dev'] >> 20}:{d['dev'] & 0xfffff}" if many else ""),

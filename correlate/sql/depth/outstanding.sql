@@ -19,28 +19,32 @@ FROM (SELECT DISTINCT capture_id, level, dev FROM base_levels
 -- The I/Os of each measured device: when each arrived and was done.  vfs:
 -- every file call, from entry (AIO, io_uring: submission) to exit (the
 -- reaping io_getevents, the CQE).  Block levels: every dispatched request,
--- from dispatch (D) to completion (C), or with no completion recorded
--- until done_by_ns; the device's queue, as vscsiStats sees it.
+-- from dispatch (D) to completion (C); the device's queue, as vscsiStats
+-- sees it.  ended: its end was seen.  An I/O whose end was not seen (a
+-- call or request still in flight when the capture stopped, or a
+-- completion lost: a burst of them, the kernel running no program,
+-- once kept one disk 26 deep for a whole capture it served one at a
+-- time) is counted in no I/O's depth; its end_ns is done_by_ns, if any
+-- (the next use of its request id: when it was over at the latest).
 CREATE OR REPLACE VIEW _depth_io AS
 SELECT d.k, v.capture_id, v.level, v.dev, v.io_id, v.op, v.ts_ns AS arrive_ns,
-       v.end_ns AS end_ns, v.duration_ns::BIGINT AS latency_ns
+       v.end_ns AS end_ns, v.duration_ns::BIGINT AS latency_ns, v.end_ns IS NOT NULL AS ended
 FROM vfs_io v JOIN _depth_devs d USING (capture_id, level, dev)
 UNION ALL
 SELECT d.k, b.capture_id, b.level, b.dev, b.io_id, b.op, b.d_ns,
-       coalesce(b.c_ns, b.done_by_ns), b.d2c_ns
+       coalesce(b.c_ns, b.done_by_ns), b.d2c_ns, b.c_ns IS NOT NULL
 FROM block_requests b JOIN _depth_devs d USING (capture_id, level, dev)
 WHERE b.d_ns IS NOT NULL;
 
--- Arrivals (+1), with the time since the device's previous arrival, and
--- ends (-1) of each device.  An I/O with no end stays in flight to the
--- device's last event.
+-- Arrivals (+1; 0 for an I/O whose end was not seen), with the time
+-- since the device's previous arrival, and ends (-1) of each device.
 CREATE OR REPLACE VIEW _depth_ev AS
-SELECT k, io_id, arrive_ns AS t, 1::TINYINT AS delta, op, end_ns, latency_ns,
+SELECT k, io_id, arrive_ns AS t, ended::TINYINT AS delta, op, end_ns, latency_ns,
        arrive_ns - lag(arrive_ns) OVER (PARTITION BY k ORDER BY arrive_ns, io_id) AS gap_ns
 FROM _depth_io
 UNION ALL
 SELECT k, io_id, end_ns, -1::TINYINT, NULL, NULL, NULL, NULL FROM _depth_io
-WHERE end_ns IS NOT NULL;
+WHERE ended;
 
 -- The steps of each device in time order (an end before an arrival at the
 -- same instant; arrivals at one instant by io_id), with the number in
@@ -59,15 +63,16 @@ FROM _depth_ev;
 -- @column io_id UBIGINT         the I/O (row of the level's view)
 -- @column op VARCHAR            read, write, flush, sync, discard or other
 -- @column ts_ns UBIGINT         arrival: vfs entry (AIO, io_uring: submission); block dispatch (D)
--- @column end_ns UBIGINT        vfs exit (AIO: reaped; io_uring: CQE); block completion (C), or done_by_ns; NULL: in flight at the capture's end as far as seen
--- @column depth BIGINT          I/Os of the device in flight at the arrival, this one included
+-- @column end_ns UBIGINT        vfs exit (AIO: reaped; io_uring: CQE); block completion (C), or with none seen done_by_ns; NULL: in flight at the capture's end as far as seen
+-- @column depth BIGINT          I/Os of the device in flight at the arrival, this one included; NULL for an I/O whose end (vfs exit, block C) was not seen, which is counted in no I/O's depth
 -- @column interarrival_ns UBIGINT time since the device's previous arrival (NULL for its first)
 -- @column latency_ns BIGINT     vfs duration; block D2C (NULL without a completion)
 CREATE OR REPLACE VIEW depth_arrivals AS
-SELECT d.capture_id, d.level, d.dev, s.io_id, s.op, s.t AS ts_ns, s.end_ns, s.depth::BIGINT AS depth,
+SELECT d.capture_id, d.level, d.dev, s.io_id, s.op, s.t AS ts_ns, s.end_ns,
+       CASE WHEN s.delta = 1 THEN s.depth END::BIGINT AS depth,
        s.gap_ns::UBIGINT AS interarrival_ns, s.latency_ns
 FROM _depth_steps s JOIN _depth_devs d USING (k)
-WHERE s.delta = 1;
+WHERE s.delta >= 0;
 
 -- Upper bound of the vscsiStats outstandingIOs bin holding a depth; NULL above 64.
 CREATE OR REPLACE MACRO _depth_bin(n) AS
@@ -99,7 +104,7 @@ WITH a AS MATERIALIZED (   -- the window once, not once per metric
   SELECT capture_id, level, dev, op, depth, interarrival_ns, latency_ns FROM depth_arrivals),
 b AS (
   SELECT capture_id, level, dev, op, 'outstanding' AS metric, _depth_bin(depth)::BIGINT AS bin_max,
-         '>64' AS last FROM a
+         '>64' AS last FROM a WHERE depth IS NOT NULL
   UNION ALL
   SELECT capture_id, level, dev, op, 'interarrival', _depth_time_bin(interarrival_ns), '>100000'
   FROM a WHERE interarrival_ns IS NOT NULL
@@ -120,6 +125,7 @@ FROM b GROUP BY ALL;
 -- @column level VARCHAR         vfs, vdisk or disk
 -- @column dev UINTEGER          kernel dev_t
 -- @column ios BIGINT            I/Os (arrivals)
+-- @column ios_unended BIGINT    of them, those whose end (vfs exit, block C) was not seen: in flight at the capture's end, or their completion lost (capture_meta.completions_missed and requests_unfinished); counted in no depth below
 -- @column mean_depth DOUBLE     mean depth at arrival (this I/O included)
 -- @column median_depth BIGINT   median depth at arrival
 -- @column p99_depth BIGINT      99th percentile
@@ -160,14 +166,15 @@ s AS (   -- quantile_disc's pick (as percentile_disc): the first value whose
   FROM c GROUP BY k),
 -- the time between arrivals and the latencies, from the arrivals
 io AS (
-  SELECT k, median(gap_ns) AS interarrival_median_ns,
+  SELECT k, count(*) AS ios, count(*) FILTER (WHERE delta = 0) AS ios_unended,
+         median(gap_ns) AS interarrival_median_ns,
          quantile_cont(latency_ns, [0.5, 0.99]) AS latency_q
-  FROM _depth_ev WHERE delta = 1 GROUP BY k)
-SELECT d.capture_id, d.level, d.dev, s.ios, s.mean_depth::DOUBLE AS mean_depth,
+  FROM _depth_ev WHERE delta >= 0 GROUP BY k)
+SELECT d.capture_id, d.level, d.dev, io.ios, io.ios_unended, s.mean_depth::DOUBLE AS mean_depth,
        s.median_depth::BIGINT AS median_depth, s.p99_depth::BIGINT AS p99_depth,
        s.max_depth::BIGINT AS max_depth,
        s.in_flight_ns / nullif(s.span_ns, 0) AS avg_in_flight,
        coalesce(s.busy_ns, 0) / nullif(s.span_ns, 0) AS busy_fraction,
        s.span_ns::UBIGINT AS span_ns, io.interarrival_median_ns::DOUBLE AS interarrival_median_ns,
        io.latency_q[1]::DOUBLE AS latency_median_ns, io.latency_q[2]::DOUBLE AS latency_p99_ns
-FROM s JOIN io USING (k) JOIN _depth_devs d USING (k);
+FROM io LEFT JOIN s USING (k) JOIN _depth_devs d USING (k);

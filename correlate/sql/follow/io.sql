@@ -43,7 +43,7 @@ FROM hostfs_io;
 -- @column offset_bytes BIGINT  file offset (vfs, hostfs) or device offset (block levels)
 -- @column bytes BIGINT         the row's whole size (vfs: bytes done)
 -- @column comm VARCHAR         task
--- @column in_flight BIGINT     I/Os of its device in flight when it arrived, itself included (as depth_arrivals.depth; NULL for hostfs)
+-- @column in_flight BIGINT     I/Os of its device in flight when it arrived, itself included (as depth_arrivals.depth; NULL for hostfs, and for an I/O whose end was not seen)
 CREATE OR REPLACE MACRO follow_io(cid, lvl, id) AS TABLE
 WITH l AS MATERIALIZED (
   SELECT upper_level, upper_id, lower_level, lower_id, kind, bytes, lag_ns FROM links
@@ -72,7 +72,7 @@ t AS (
   UNION ALL SELECT * FROM up1 UNION ALL SELECT * FROM up2),
 me AS (   -- the tree's I/Os that have a queue (vfs, block), and what was
           -- in flight when each arrived: only their device's I/Os are read
-  SELECT DISTINCT q.k, q.level, q.io_id, q.arrive_ns FROM _depth_io q
+  SELECT DISTINCT q.k, q.level, q.io_id, q.arrive_ns, q.ended FROM _depth_io q
   JOIN t ON q.capture_id = cid AND q.level = t.level AND q.io_id = t.io_id),
 -- (the I/Os in flight at any of those arrivals first, by time alone: a
 -- join on the device number would hash a million rows under each of a
@@ -80,12 +80,12 @@ me AS (   -- the tree's I/Os that have a queue (vfs, block), and what was
 near AS (
   SELECT q.k, q.io_id, q.arrive_ns, q.end_ns FROM _depth_io q
   WHERE q.arrive_ns <= (SELECT max(arrive_ns) FROM me)
-    AND (q.end_ns > (SELECT min(arrive_ns) FROM me) OR q.end_ns IS NULL)),
+    AND q.ended AND q.end_ns > (SELECT min(arrive_ns) FROM me)),
 fl AS (
   SELECT me.level, me.io_id, count(*) AS in_flight
-  FROM near q JOIN me ON q.k = me.k
+  FROM near q JOIN me ON q.k = me.k AND me.ended
    AND (q.arrive_ns < me.arrive_ns OR (q.arrive_ns = me.arrive_ns AND q.io_id <= me.io_id))
-   AND (q.end_ns > me.arrive_ns OR q.end_ns IS NULL)
+   AND q.end_ns > me.arrive_ns
   GROUP BY ALL)
 -- (the tree's few rows on the right: the side a hash join builds)
 SELECT cid::VARCHAR AS capture_id, t.depth, t.level, t.io_id, t.via_level, t.via_id, t.kind,

@@ -137,7 +137,7 @@ TABLES = {
     'extent_maps': {'doc': 'FIEMAP snapshot of a traced file (the image, or a guest file) at capture start or end.', 'fields': [
         ('capture_id', 'string', '', 'capture this snapshot belongs to'),
         ('phase', 'string', '', 'start or end'),
-        ('role', 'string', '', "image (host FS file backing the virtual disk, or a file of its backing chain), guest_file, vdisk_image (a qcow2, sparse vmdk, vdi, vhdx, vpc, qed, parallels or luks image's cluster map: logical_bytes is the virtual-disk offset, physical_bytes the offset in the file the row names: the image, or for the unallocated clusters of a qcow2 image or of a vmdk snapshot a file of its backing chain, or for a vmdk whose descriptor is a file of its own the extent file) or image_metadata (where a qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables are: both offsets in the file the row names)"),
+        ('role', 'string', '', "image (host FS file backing the virtual disk, or a file of its backing chain), guest_file, vdisk_image (a qcow2, qcow, sparse vmdk, vdi, vhdx, vpc, qed, parallels or luks image's cluster map: logical_bytes is the virtual-disk offset, physical_bytes the offset in the file the row names: the image, or for the unallocated clusters of a qcow2 image or of a vmdk snapshot a file of its backing chain, or for a vmdk whose descriptor is a file of its own the extent file) or image_metadata (where a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables are: both offsets in the file the row names)"),
         ('path', 'string', '', 'path of the file when snapshotted'),
         ('dev', 'uint32', '', 'kernel dev_t of the file system holding the file'),
         ('ino', 'uint64', '', 'inode number'),
@@ -159,7 +159,7 @@ TABLES = {
         ('backing_path', 'string', '', 'loop devices: path of the backing file'),
         ('backing_offset_bytes', 'uint64', 'bytes', 'loop devices: lo_offset'),
         ('dio', 'bool', '', 'loop devices: backing file accessed with O_DIRECT'),
-        ('backing_format', 'string', '', 'vdisk: format of the disk image behind it (raw, or qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks in a merged guest + host capture: map_vdisk_image reads its cluster map); NULL in stores written before: raw'),
+        ('backing_format', 'string', '', 'vdisk: format of the disk image behind it (raw, or qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks in a merged guest + host capture: map_vdisk_image reads its cluster map); NULL in stores written before: raw'),
         ('fs_type', 'string', '', 'file system type (vfs, hostfs levels)'),
         ('block_size_bytes', 'uint32', 'bytes', 'file system block size (vfs, hostfs) or logical block size (disks)'),
         ('part_start_bytes', 'uint64', 'bytes', "vfs, hostfs: where the file system starts on the disk below it (its partition's start; 0 on a whole disk)"),

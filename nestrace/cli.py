@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from ._paths import AgentNotFound
-from .imagemap import FOLLOWED, MAPPED, ImageMapError, backing_chain
+from .imagemap import MAPPED, ImageMapError, backing_chain
 from .lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
 from .stack import StackError
 from .store import StoreError, check_store, live_captures, seal
@@ -323,11 +323,7 @@ def _side_stack(side: str, mount, vdisk, image, disk):
     if side == "guest":
         return guest_side(mount, vdisk)
     stack = host_side(image, disk)
-    if stack.image_format not in ("raw", *MAPPED):
-        click.secho(f"nestrace: warning: {image} is a {stack.image_format} image: the host's "
-                    f"levels are recorded, but `merge` maps {FOLLOWED} images "
-                    "only and will refuse it", err=True, fg="yellow")
-    elif stack.image_format in MAPPED:
+    if stack.image_format in MAPPED:
         try:
             chain = backing_chain(stack.image_path, stack.image_format)
         except ImageMapError as e:

@@ -1,5 +1,6 @@
 """Where a disk image keeps each guest byte, for the formats that do not
-keep it at the same offset: qcow2 (`nestrace.qcow2`), VMware's hosted
+keep it at the same offset: qcow2 (`nestrace.qcow2`) and QEMU's first
+qcow (version 1, `nestrace.qcow`), VMware's hosted
 sparse vmdk (`nestrace.vmdk`), VirtualBox's vdi (`nestrace.vdi`),
 Hyper-V's vhdx (`nestrace.vhdx`), the dynamic VHD (`nestrace.vpc`),
 QEMU's qed (`nestrace.qed`), Parallels' expandable image
@@ -7,8 +8,8 @@ QEMU's qed (`nestrace.qed`), Parallels' expandable image
 (the disk after a header, encrypted in place) allocate a cluster (a
 grain, in VMware's words; a block, in the others') of the file the first
 time the guest writes that part of its disk, where the file ends then,
-and find it again through a table (two levels of them for qcow2, vmdk
-and qed).  Their maps are read into one shape, `ClusterMap`, that
+and find it again through a table (two levels of them for qcow2, qcow,
+vmdk and qed).  Their maps are read into one shape, `ClusterMap`, that
 `record` stores as extent rows and `merge` and the views carry offsets
 through."""
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 
 # image formats whose map nestrace reads (stack.image_format's names)
-MAPPED = ("qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed", "parallels", "luks")
+MAPPED = ("qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed", "parallels", "luks")
 # the formats whose guest offsets nestrace can follow, for messages
 FOLLOWED = "raw, " + ", ".join(MAPPED[:-1]) + " and " + MAPPED[-1]
 
@@ -53,6 +54,8 @@ def cluster_map(path: str, fmt: str) -> ClusterMap:
     """The map of the `fmt` image at `path` (one of MAPPED)."""
     if fmt == "qcow2":
         from .qcow2 import cluster_map as read
+    elif fmt == "qcow":
+        from .qcow import table_map as read
     elif fmt == "vmdk":
         from .vmdk import grain_map as read
     elif fmt == "vdi":
@@ -137,7 +140,7 @@ class Layer:
 
 def backing_chain(path: str, fmt: str) -> list[Layer]:
     """The image at `path` and the files it reads through, top first: a
-    qcow2 image's backing file (relative to the image's directory, as QEMU
+    qcow2 (or qcow) image's backing file (relative to the image's directory, as QEMU
     takes it; of the format the image names, else by its first bytes),
     that file's backing file, and so on.  A vmdk whose descriptor is a file
     of its own is the descriptor, then its extent files (Layer.extent),

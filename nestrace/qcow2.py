@@ -11,6 +11,7 @@ place a guest byte can be read from directly, and are left out (counted)."""
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 
 from .imagemap import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
 
@@ -64,47 +65,73 @@ def _cluster_map(fd: int, path: str) -> ClusterMap:
         raise Qcow2Error(f"{path}: offset 36: L1 table of {l1_size} entries for a "
                          f"{size}-byte disk (needs {need})")
     l1 = struct.unpack(f">{l1_size}Q", _read(fd, path, l1_off, 8 * l1_size)) if l1_size else ()
-    meta = [(0, cs), (l1_off, 8 * l1_size), (rc_off, rc_clusters * cs)]
-    extents: list[list[int]] = []
-    opaque: list[tuple[int, int]] = []    # zero and compressed clusters
-    zeros = compressed = 0
-    for i, e1 in enumerate(l1):
-        l2_off = e1 & OFFSET_MASK
-        if not l2_off:
-            continue
-        if l2_off % cs:
-            raise Qcow2Error(f"{path}: offset {l1_off + 8 * i}: L1 entry {i} points to "
-                             f"{l2_off}, not a cluster boundary")
-        meta.append((l2_off, cs))
-        l2 = struct.unpack(f">{l2_entries}Q", _read(fd, path, l2_off, cs))
-        for j, e2 in enumerate(l2):
-            guest = (i * l2_entries + j) * cs
-            if guest >= size or not e2:
-                continue
-            n = min(cs, size - guest)
-            if e2 & COMPRESSED:
-                compressed += 1
-                opaque.append((guest, n))
-                continue
-            host = e2 & OFFSET_MASK
-            if version == 3 and e2 & ZERO or not host:
-                if version == 3 and e2 & ZERO:
-                    zeros += 1
-                    opaque.append((guest, n))
-                continue
-            if host % cs:
-                raise Qcow2Error(f"{path}: offset {l2_off + 8 * j}: L2 entry for guest "
-                                 f"offset {guest} points to {host}, not a cluster boundary")
-            add_run(extents, guest, host, n)
+    t = walk_tables(fd, path, l1, l1_off, l2_entries, cs, size, Qcow2Error, l1_mask=OFFSET_MASK,
+                    l1_align=cs, l2_mask=OFFSET_MASK, compressed=COMPRESSED,
+                    zero=ZERO if version == 3 else 0)
+    meta = [(0, cs), (l1_off, 8 * l1_size), (rc_off, rc_clusters * cs), *t.tables]
     # the refcount blocks the refcount table points to are metadata too
     if rc_clusters:
         rct = struct.unpack(f">{rc_clusters * cs // 8}Q", _read(fd, path, rc_off, rc_clusters * cs))
         meta += [(o & ~(cs - 1), cs) for o in rct if o]
     return ClusterMap(path=path, version=version, cluster_bytes=cs, virtual_bytes=size,
-                      extents=[tuple(x) for x in extents], zero_clusters=zeros,
-                      compressed_clusters=compressed, backing_file=backing,
+                      extents=t.extents, zero_clusters=t.zeros,
+                      compressed_clusters=t.compressed, backing_file=backing,
                       backing_format=backing_fmt, dirty=bool(incompat & INCOMPAT_DIRTY),
-                      metadata=coalesce(meta), opaque=coalesce(opaque))
+                      metadata=coalesce(meta), opaque=coalesce(t.opaque))
+
+
+@dataclass
+class Tables:
+    """What an L1 table and its L2 tables say: the disk's clusters with a
+    place in the file (extents), the zero and compressed ones (opaque,
+    counted) and where the L2 tables are (tables: offset, length)."""
+    extents: list[tuple[int, int, int]] = field(default_factory=list)
+    opaque: list[tuple[int, int]] = field(default_factory=list)
+    tables: list[tuple[int, int]] = field(default_factory=list)
+    zeros: int = 0
+    compressed: int = 0
+
+
+def walk_tables(fd: int, path: str, l1: tuple[int, ...], l1_off: int, l2_entries: int, cs: int,
+                size: int, error, *, l1_mask: int, l1_align: int, l2_mask: int,
+                compressed: int, zero: int) -> Tables:
+    """Follow the L1 entries (an L2 table's offset under l1_mask, 0: none,
+    on an l1_align boundary) to their L2 tables (l2_entries entries: a
+    cluster's offset under l2_mask, on a cluster boundary; 0 unallocated;
+    the `compressed` and `zero` bits, where the format has them)."""
+    t = Tables()
+    extents: list[list[int]] = []
+    for i, e1 in enumerate(l1):
+        l2_off = e1 & l1_mask
+        if not l2_off:
+            continue
+        if l2_off % l1_align:
+            raise error(f"{path}: offset {l1_off + 8 * i}: L1 entry {i} points to "
+                        f"{l2_off}, not a {'cluster' if l1_align == cs else 'sector'} boundary")
+        t.tables.append((l2_off, 8 * l2_entries))
+        l2 = struct.unpack(f">{l2_entries}Q", read_exact(fd, path, l2_off, 8 * l2_entries, error))
+        for j, e2 in enumerate(l2):
+            guest = (i * l2_entries + j) * cs
+            if guest >= size or not e2:
+                continue
+            n = min(cs, size - guest)
+            if e2 & compressed:
+                t.compressed += 1
+                t.opaque.append((guest, n))
+                continue
+            if e2 & zero:
+                t.zeros += 1
+                t.opaque.append((guest, n))
+                continue
+            host = e2 & l2_mask
+            if not host:
+                continue
+            if host % cs:
+                raise error(f"{path}: offset {l2_off + 8 * j}: L2 entry for guest "
+                            f"offset {guest} points to {host}, not a cluster boundary")
+            add_run(extents, guest, host, n)
+    t.extents = [tuple(x) for x in extents]
+    return t
 
 
 def _backing_format(fd: int, path: str, offset: int, cs: int) -> str:

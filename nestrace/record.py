@@ -276,7 +276,7 @@ def _same_dev(path: str, dev: int) -> bool:
 
 
 def cluster_rows(stack: Stack, phase: str, capture_id: str) -> list[dict]:
-    """A qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's cluster map as extent rows of
+    """A qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's cluster map as extent rows of
     role vdisk_image (logical: virtual-disk offset; physical: offset in the
     file the byte is read from, named by the row's dev and ino: the image,
     or a file of its backing chain; cluster_bytes: the image's), and where

@@ -274,8 +274,7 @@ def guest_side(mount_point: str, vdisk_path: str | None = None) -> Stack:
 # bytes (a vdi by its signature at byte 64: its first line varies, QEMU
 # writes "<<< QEMU VM Virtual Disk Image >>>"); a file starting otherwise
 # is taken for a raw image (a fixed VHD too: raw, with a footer at its end).
-# QEMU's first qcow (version 1, "QFI\xfb" then 1) is named so as not to be
-# taken for a raw one or a qcow2 (its offsets are not followed).
+# QEMU's first qcow (version 1: "QFI\xfb" then 1) is told from a qcow2.
 IMAGE_MAGIC = ((b"QFI\xfb\0\0\0\1", "qcow"), (b"QFI\xfb", "qcow2"), (b"KDMV", "vmdk"),
                (b"# Disk DescriptorFile", "vmdk"), (b"vhdxfile", "vhdx"), (b"conectix", "vpc"),
                (b"QED\0", "qed"), (b"WithoutFreeSpace", "parallels"),

@@ -733,7 +733,7 @@ def qcow2_stack(fmt="qcow2", **tables):
                                 "extent_maps": extents() + clusters} | tables)
 
 
-@pytest.mark.parametrize("fmt", ["qcow2", "vmdk", "vdi", "vhdx", "vpc", "parallels"])
+@pytest.mark.parametrize("fmt", ["qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "parallels"])
 def test_map_vdisk_image_of_a_mapped_image_is_its_cluster_map_and_the_gaps(fmt):
     s = qcow2_stack(fmt)
     got = [tuple(r.values()) for r in s.rows(

@@ -21,6 +21,7 @@ from nestrace.session import Session
 from nestrace.store import write_parquet_file
 from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
 from test_capture import FIO_RANDREAD, TRACE_THROUGH, TRACE_THROUGH_MAPPED, fio_log_offsets
+import test_qcow2
 
 MiB = 1 << 20
 O = 5_000_000_000
@@ -422,27 +423,40 @@ def test_the_host_side_traces_an_images_backing_chain_on_its_file_system(tmp_pat
     assert st["backing_files"] == []
 
 
-def test_a_qcow_version_1_image_is_recorded_but_not_merged(tmp_path):
-    """The host side of a VM whose image is QEMU's first qcow records (its levels are
-    real), says that merge cannot map it, and merge refuses it: a guest
+def test_host_side_image_maps_and_what_merge_refuses(tmp_path):
+    """The host side of a VM whose image is QEMU's first qcow stores its
+    map.  A format nestrace does not know (here a store edited to say so,
+    as one a later nestrace wrote might) is refused by merge: a guest
     offset is not the image offset there.  A qcow2 or dynamic VHD image
     whose header cannot be read, or a vmdk descriptor naming an extent
     nestrace does not read, records with a warning naming the file and
     offset; a flat vmdk is read through its descriptor."""
     image = tmp_path / "vm.qcow"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow", str(image), "16M"], check=True)
+    test_qcow2.qemu_io(image, "write -P 7 1M 4k", fmt="qcow")
     r = run_cli("record", "-o", str(tmp_path / "h"), "--side", "host", "--image", str(image),
                 "--duration", "0.5")
-    assert f"{image} is a qcow image" in r.stderr
-    st = json.loads(nestrace.open(tmp_path / "h").rows("SELECT stack_json FROM capture_meta")[0]
-                    ["stack_json"])
+    assert "warning" not in r.stderr, r.stderr
+    s = nestrace.open(tmp_path / "h")
+    st = json.loads(s.rows("SELECT stack_json FROM capture_meta")[0]["stack_json"])
     assert st["image_format"] == "qcow"
+    assert [tuple(r.values()) for r in s.rows(
+        "SELECT logical_bytes, physical_bytes, length_bytes FROM extent_maps "
+        "WHERE role = 'vdisk_image' AND phase = 'end'")] == test_qcow2.qemu_map(image)
+    s.close()
+    meta = next((tmp_path / "h" / "capture_meta").glob("capture=*/*.parquet"))
+    t = pq.read_table(meta)
+    i = t.schema.get_field_index("stack_json")
+    t = t.set_column(i, t.schema.field(i), pa.array(
+        [json.dumps(st | {"image_format": "bochs"})], pa.string()))
+    write_parquet_file(t, meta)
     run_cli("record", "-o", str(tmp_path / "g"), "--side", "guest", "--stack", "/",
             "--duration", "0.5")
     r = run_cli("merge", str(tmp_path / "g"), str(tmp_path / "h"), "-o", str(tmp_path / "m"),
                 check=False)
-    assert r.returncode == 2 and "is qcow" in r.stderr
-    assert "raw, qcow2, vmdk, vdi, vhdx, vpc, qed, parallels and luks images only" in r.stderr
+    assert r.returncode == 2 and "is bochs" in r.stderr
+    assert "raw, qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels and luks images only" \
+        in r.stderr
 
     desc = tmp_path / "flat.vmdk"
     subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", "-o", "subformat=monolithicFlat",

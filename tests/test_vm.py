@@ -39,7 +39,7 @@ WRITES = 16     # 64 KiB each, into a new sparse file: blocks the image never he
 # 64 extent files of 4 MiB, sparse and flat in turn (VMware's split disks
 # are 2 GiB extents, too big for this disk; it stands for the one-file
 # sparse vmdk too, whose grain map is the same code)
-FORMATS = ("raw", "vmdk-split", "vdi", "vhdx", "vpc", "parallels", "qcow2-chain")
+FORMATS = ("raw", "vmdk-split", "vdi", "vhdx", "vpc", "parallels", "qcow", "qcow2-chain")
 
 
 @pytest.fixture
@@ -48,7 +48,8 @@ def host_images(request, tmp_path):
     is uncached) holding a 256 MiB image with ext4 on it (1 KiB blocks,
     mkfs's choice for so small a disk) in each format asked for: a sparse
     raw file, or that file converted to qcow2, a one-file sparse vmdk, a
-    vdi, a vhdx, a dynamic VHD (vpc) or a Parallels image (only the clusters mkfs wrote
+    vdi, a vhdx, a dynamic VHD (vpc), a Parallels image or a qcow (version 1)
+    image (only the clusters mkfs wrote
     allocated, packed in the file in disk order; the guest's own writes
     then allocate more at its end), or an empty qcow2 overlay whose
     backing file, a qed image, holds the file system with fio's 16 MiB
@@ -175,9 +176,9 @@ RECORDER = {
 
 
 # One boot (the emulated guest is slow to boot and slower to start
-# Python): seven disks, one per format, used in turn, the raw one by
-# nestrace's Python recorder and the others by the agent alone, while seven
-# host sides record the seven images at once.
+# Python): eight disks, one per format, used in turn, the raw one by
+# nestrace's Python recorder and the others by the agent alone, while eight
+# host sides record the eight images at once.
 @pytest.mark.parametrize("host_images", [FORMATS], indirect=True, ids=["all-formats"])
 def test_a_qemu_guest_and_its_host_recorded_apart_merge_into_four_levels(host_images, tmp_path):
     """fio in the guest reads 512 x 4 KiB with O_DIRECT; QEMU reads the
@@ -284,7 +285,7 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
         # QEMU's reads and writes of the image's own tables (the L2 and
         # refcount updates of the guest's first writes, say; a vmdk's grain
         # table entries, a vdi's block map, a vhdx's log and BAT, a VHD's bitmaps, footer
-        # and BAT, a Parallels image's header and BAT) are metadata
+        # and BAT, a Parallels image's header and BAT, a qcow's L2 tables) are metadata
         assert s.rows("SELECT count(*) AS n FROM links WHERE lower_level = 'hostfs' "
                       "AND kind = 'metadata'")[0]["n"] > 0
         if fmt == "vmdk-split":

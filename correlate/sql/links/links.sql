@@ -5,7 +5,7 @@
 
 -- Hops, each in one address space, cut into 4 KiB blocks:
 --   vfs -> vdisk   virtual-disk bytes (file pieces through the guest extents)
---   vdisk -> hostfs image-file bytes (loop offset, or qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks clusters applied;
+--   vdisk -> hostfs image-file bytes (loop offset, or qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks clusters applied;
 --                  a backing file's bytes at its shift, _base_image_files)
 --   vdisk -> disk  host-disk bytes (through the image's extents); the
 --                  host FS access has no end time, so disk requests are tied
@@ -153,7 +153,7 @@ SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_star
        bytes::BIGINT AS l_len, unnest(_blocks(offset_bytes, bytes)) AS blk
 FROM vdisk_io WHERE bytes > 0
 UNION ALL
--- (an access to a qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables counts as metadata: REQ_META)
+-- (an access to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables counts as metadata: REQ_META)
 SELECT 'hostfs', h.capture_id, h.io_id, h.ts_ns, h.op,
        CASE WHEN m.io_id IS NULL THEN 0 ELSE 2 END::USMALLINT, false,
        h.off, h.bytes::BIGINT, unnest(_blocks(h.off, h.bytes))
@@ -361,7 +361,7 @@ JOIN _links_captures c USING (ck);
 -- mapping, no write call; kind writeback: other virtual-disk writes of
 -- a guest file's blocks; else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
--- and flags, and for host-FS accesses to a qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
+-- and flags, and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
 -- metadata).  bytes are exact overlaps of the mapped ranges.  A
 -- virtual-disk request whose C was lost ends, for its hops, at its
 -- done_by_ns (the next use of its request id), else at the capture's end.

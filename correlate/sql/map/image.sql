@@ -5,7 +5,7 @@
 
 -- The virtual disk in its image file, as extents.  A raw image holds
 -- byte b of the disk at b + lo_offset (one extent, the loop device's
--- offset or 0); a qcow2, sparse vmdk, vdi, vhdx, vpc, qed, parallels or luks image where its cluster map
+-- offset or 0); a qcow2, qcow, sparse vmdk, vdi, vhdx, vpc, qed, parallels or luks image where its cluster map
 -- (of grains, of blocks) says, as read by `record --side host` (the map at
 -- capture end, else the one at start), and between its extents the
 -- stretches with no place in the file (image_offset_bytes NULL):
@@ -153,7 +153,7 @@ SELECT k.capture_id, k.io_id, k.start_ns, k.done_by_ns, k.cs, k.c, greatest(k.vs
        least(k.vt, k.c + k.cs) AS vt, k.idelta, kept.c IS NULL AS allocated
 FROM k LEFT JOIN kept USING (capture_id, c, idelta);
 
--- Where a qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks image keeps its own tables (header, L1, L2,
+-- Where a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image keeps its own tables (header, L1, L2,
 -- refcounts; grain directories and tables; block map; BAT), at capture start
 -- or end: the hypervisor's accesses there serve no guest request byte for
 -- byte.

@@ -149,7 +149,7 @@ FROM _overlaps_2('_map_vfs_discards', '_map_guest_freed');
 -- map_vfs with image_offset_bytes in image bytes (_base_image_files), as
 -- the views below it read it.
 CREATE OR REPLACE VIEW _map_vfs AS
-WITH v AS (   -- carried into the image (pieces: qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks clusters)
+WITH v AS (   -- carried into the image (pieces: qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks clusters)
   SELECT capture_id, io_id, ts_ns, end_ns, op, ps - delta AS file_offset_bytes,
          (pt - ps)::UBIGINT AS bytes, ps::UBIGINT AS vdisk_offset_bytes,
          (ps + idelta)::UBIGINT AS image_offset_bytes
@@ -256,11 +256,11 @@ LEFT JOIN _base_image_files f
 -- @column image_ino UBIGINT     inode of that file: the image, or a file of its backing chain
 CREATE OR REPLACE VIEW map_vfs AS SELECT * FROM _map_in_files('_map_vfs');
 
--- Virtual-disk requests carried to the image (through a qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's
+-- Virtual-disk requests carried to the image (through a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's
 -- cluster map, see map_vdisk_image) and, piece by piece through the
 -- image's extents, to the host disk; the parts no extent covers (holes of
 -- a sparse image) are pieces too, with no disk offset.  Parts with no
--- place in a qcow2, vmdk, vdi, vhdx, vpc, qed, parallels or luks image give no row.
+-- place in a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image give no row.
 -- @column capture_id VARCHAR     capture
 -- @column io_id UBIGINT          vdisk_io row
 -- @column start_ns UBIGINT       first seen (Q)

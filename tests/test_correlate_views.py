@@ -35,6 +35,17 @@ def test_map_vfs_carries_a_file_offset_to_vdisk_image_and_disk():
                     "disk_offset_bytes": 104 * MiB + 8192}]
 
 
+def test_a_host_fs_write_no_virtual_disk_request_explains_is_other_not_writeback():
+    """(a hypervisor's write of the image from before a guest's capture
+    began, in a merged capture, was called write-back)"""
+    t = direct_read_stack()
+    t["hostfs_events"] = t["hostfs_events"] + [hostfs(5000, 8 * MiB, 65536, source=4, op=1,
+                                                      flags=1)]
+    s = session(**t)
+    assert s.rows("SELECT kind, bytes FROM links WHERE lower_level = 'hostfs' "
+                  "AND upper_id IS NULL") == [{"kind": "other", "bytes": 65536}]
+
+
 def test_map_vfs_splits_a_piece_at_the_end_of_an_image_extent():
     """1 KiB guest blocks: a 4 KiB read can cross an image extent's end,
     and its two parts lie in different places on the disk."""
@@ -908,7 +919,7 @@ def test_a_write_that_allocates_a_cluster_is_tied_to_the_copy_on_write_it_makes(
         (12, "read", "rmw", 8192, 10), (13, "read", "rmw", 53248, 10),
         (20, "write", "sync", 65536, 10),
         (52, "discard", "sync", 65536, 50), (53, "write", "sync", 4096, 50),
-        (92, "write", "sync", 4096, 90), (92, "write", "writeback", 4096, None)]
+        (92, "write", "other", 4096, None), (92, "write", "sync", 4096, 90)]
     got = s.rows("""
         SELECT d.start_ns, l.kind, l.bytes, v.start_ns AS vdisk FROM links l
         JOIN disk_io d ON d.io_id = l.lower_id JOIN vdisk_io v ON v.io_id = l.upper_id

@@ -332,6 +332,10 @@ out AS (
               WHEN r.s_ns IS NOT NULL THEN 'store'
               WHEN r.l_zeroes THEN 'zeroes'
               WHEN d.blk IS NOT NULL THEN 'writeback'
+              -- (a host-FS write no virtual-disk request explains is no
+              -- write-back: the hypervisor's own, or one from before a
+              -- guest's capture began in a merged capture)
+              WHEN r.hop = 1 AND r.lop = 1 AND r.l_flags = 0 THEN 'other'
               ELSE _unattributed_kind(['read', 'write', 'discard', 'other'][r.lop + 1], r.l_flags) END,
          r.block_bytes - r.attributed, r.l_start::BIGINT - r.s_ns::BIGINT
   FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM m WHERE block_bytes - attributed > 0) r
@@ -362,7 +366,7 @@ JOIN _links_captures c USING (ck);
 -- a guest file's blocks; else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
 -- and flags, and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
--- metadata).  bytes are exact overlaps of the mapped ranges.  A
+-- metadata; another host-FS write is other, not writeback).  bytes are exact overlaps of the mapped ranges.  A
 -- virtual-disk request whose C was lost ends, for its hops, at its
 -- done_by_ns (the next use of its request id), else at the capture's end.
 -- @column capture_id VARCHAR   capture

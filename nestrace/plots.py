@@ -104,7 +104,8 @@ def latency_breakdown(store: StoreLike, capture_id: str | None = None) -> go.Fig
     a bar per class and capture in a store of several."""
     s = _session(store)
     where, p, names = _one_or_each(s, capture_id)
-    rows = s.rows(f"SELECT * FROM latency_breakdown_summary {where} ORDER BY capture_id, class", p)
+    rows = s.rows(f"SELECT * FROM latency_breakdown_summary {where} "
+                  "ORDER BY capture_id, op, bin_max_bytes NULLS LAST", p)
     x = [f"{names[r['capture_id']]}: {r['class']}" if names else r["class"] for r in rows]
     fig = go.Figure()
     for col, name in PARTS:

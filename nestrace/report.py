@@ -157,10 +157,10 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     # could be tied to them
     latency = []
     if traced == set(LEVELS) and {"vfs", "vdisk"} <= seen:
-        latency = sorted(s.rows(
+        latency = s.rows(
             "SELECT class, n AS calls, total_ns, guest_service_ns, guest_queue_ns, host_fs_ns, "
-            "host_queue_ns, device_ns FROM latency_breakdown_summary WHERE capture_id = ?", p),
-            key=lambda r: _class_order(r["class"]))
+            "host_queue_ns, device_ns FROM latency_breakdown_summary WHERE capture_id = ? "
+            "ORDER BY op, bin_max_bytes NULLS LAST", p)
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
                    "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
                    "WHERE capture_id = ?", p)
@@ -185,15 +185,6 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "discard": discard,
         "latency": latency,
     }
-
-
-def _class_order(cls: str) -> tuple:
-    """latency_breakdown's class ("read 4K", "write >512K") in op, then
-    size order."""
-    op, _, size = cls.partition(" ")
-    n = float("inf") if size.startswith(">") else \
-        int(size[:-1]) * 1024 if size.endswith("K") else int(size or 0)
-    return op, n
 
 
 # what an attributed link's kind says (links' kind column, in short)

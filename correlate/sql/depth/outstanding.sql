@@ -158,7 +158,7 @@ c AS (
   FROM h),
 s AS (   -- quantile_disc's pick (as percentile_disc): the first value whose
          -- place in the order reaches q n
-  SELECT k, sum(n)::BIGINT AS ios, sum(n * depth) / nullif(sum(n), 0) AS mean_depth,
+  SELECT k, sum(n * depth) / nullif(sum(n), 0) AS mean_depth,
          min(depth) FILTER (WHERE below >= greatest(ceil(0.5 * total), 1)) AS median_depth,
          min(depth) FILTER (WHERE below >= greatest(ceil(0.99 * total), 1)) AS p99_depth,
          max(depth) AS max_depth, sum(in_flight_ns) AS in_flight_ns, sum(busy_ns) AS busy_ns,

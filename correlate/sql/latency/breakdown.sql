@@ -18,6 +18,7 @@
 -- @column io_id UBIGINT         vfs_io row
 -- @column op VARCHAR            read or write
 -- @column class VARCHAR         request class: op and vscsiStats size bin, e.g. "read 4K"
+-- @column bin_max_bytes BIGINT  the size bin's upper bound (NULL for >512K)
 -- @column total_ns BIGINT       syscall duration
 -- @column guest_service_ns BIGINT time outside the virtual-disk requests
 -- @column guest_queue_ns BIGINT virtual-disk queue time (Q -> D)
@@ -55,17 +56,16 @@ parts AS (
   LEFT JOIN vq ON vq.capture_id = f.capture_id AND vq.vfs_id = f.io_id
   LEFT JOIN dq ON dq.capture_id = f.capture_id AND dq.vfs_id = f.io_id
   WHERE f.op IN ('read', 'write') AND f.ret_bytes > 0)
-SELECT capture_id, io_id, op,
-       op || ' ' || CASE WHEN _size_bin(ret_bytes) IS NULL THEN '>512K'
-                         WHEN _size_bin(ret_bytes) < 1024 THEN _size_bin(ret_bytes)::VARCHAR
-                         ELSE (_size_bin(ret_bytes) // 1024)::VARCHAR || 'K' END AS class,
-       total_ns, total_ns - vdisk_ns AS guest_service_ns, guest_queue_ns,
+SELECT capture_id, io_id, op, op || ' ' || _size_label(ret_bytes) AS class,
+       _size_bin(ret_bytes)::BIGINT AS bin_max_bytes, total_ns, total_ns - vdisk_ns AS guest_service_ns, guest_queue_ns,
        vdisk_service_ns - disk_ns AS host_fs_ns, host_queue_ns, device_ns
 FROM parts;
 
 -- Mean of each part per request class (the stacked bars).
 -- @column capture_id VARCHAR    capture
+-- @column op VARCHAR            read or write
 -- @column class VARCHAR         request class
+-- @column bin_max_bytes BIGINT  the size bin's upper bound (NULL for >512K)
 -- @column n BIGINT              application I/Os in the class
 -- @column total_ns DOUBLE       mean syscall duration
 -- @column guest_service_ns DOUBLE mean guest service time
@@ -74,7 +74,7 @@ FROM parts;
 -- @column host_queue_ns DOUBLE  mean host-disk queue time
 -- @column device_ns DOUBLE      mean device time
 CREATE OR REPLACE VIEW latency_breakdown_summary AS
-SELECT capture_id, class, count(*) AS n, avg(total_ns)::DOUBLE AS total_ns,
+SELECT capture_id, op, class, bin_max_bytes, count(*) AS n, avg(total_ns)::DOUBLE AS total_ns,
        avg(guest_service_ns)::DOUBLE AS guest_service_ns, avg(guest_queue_ns)::DOUBLE AS guest_queue_ns,
        avg(host_fs_ns)::DOUBLE AS host_fs_ns, avg(host_queue_ns)::DOUBLE AS host_queue_ns,
        avg(device_ns)::DOUBLE AS device_ns

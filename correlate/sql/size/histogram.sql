@@ -13,6 +13,12 @@ CREATE OR REPLACE MACRO _size_bin(b) AS
        WHEN b <= 32768 THEN 32768 WHEN b <= 65536 THEN 65536 WHEN b <= 131072 THEN 131072
        WHEN b <= 262144 THEN 262144 WHEN b <= 524288 THEN 524288 END;
 
+-- The bin's name: 512, 1K, 2K, ... 512K, >512K.
+CREATE OR REPLACE MACRO _size_label(b) AS
+  CASE WHEN _size_bin(b) IS NULL THEN '>512K'
+       WHEN _size_bin(b) < 1024 THEN _size_bin(b)::VARCHAR
+       ELSE (_size_bin(b) // 1024)::VARCHAR || 'K' END;
+
 -- Number of I/Os and bytes per level, op and size bin.
 -- @column capture_id VARCHAR   capture
 -- @column level VARCHAR        vfs, vdisk, hostfs or disk
@@ -27,10 +33,7 @@ WITH s AS (
   UNION ALL SELECT capture_id, level, op, bytes FROM vdisk_io WHERE op IN ('read', 'write') AND bytes > 0
   UNION ALL SELECT capture_id, level, op, bytes FROM hostfs_io WHERE op IN ('read', 'write') AND bytes > 0
   UNION ALL SELECT capture_id, level, op, bytes FROM disk_io WHERE op IN ('read', 'write') AND bytes > 0)
-SELECT capture_id, level, op,
-       CASE WHEN _size_bin(b) IS NULL THEN '>512K'
-            WHEN _size_bin(b) < 1024 THEN _size_bin(b)::VARCHAR
-            ELSE (_size_bin(b) // 1024)::VARCHAR || 'K' END AS bin,
+SELECT capture_id, level, op, _size_label(b) AS bin,
        _size_bin(b)::BIGINT AS bin_max_bytes, count(*) AS n, sum(b)::BIGINT AS bytes
 FROM s GROUP BY ALL;
 

@@ -109,7 +109,10 @@ def render(cid: str, what: str, rows: pa.Table, split: dict | None = None, conso
                   "-" if x["in_flight"] is None else str(x["in_flight"]), x["kind"] or "",
                   "" if x["link_bytes"] is None else _fmt_bytes(x["link_bytes"]), x["comm"] or "")
     con.print(t)
-    if split and split["total_ns"]:
+    if split and split["total_ns"] and not split["ended"]:
+        con.print("where the call's time went is not known: a request it caused was not seen "
+                  "to end (capture_meta.completions_missed)")
+    elif split and split["total_ns"]:
         con.print(f"where the call's {_us(split['total_ns'])} us went (latency_breakdown):")
         for k, name in PARTS:
             con.print(f"  {name:<28} {_us(split[k]):>10} us {100 * (split[k] or 0) / split['total_ns']:4.0f} %")

@@ -158,8 +158,9 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     latency = []
     if traced == set(LEVELS) and {"vfs", "vdisk"} <= seen:
         latency = s.rows(
-            "SELECT class, n AS calls, total_ns, guest_service_ns, guest_queue_ns, host_fs_ns, "
-            "host_queue_ns, device_ns FROM latency_breakdown_summary WHERE capture_id = ? "
+            "SELECT class, n AS calls, n_unended AS calls_unended, total_ns, guest_service_ns, "
+            "guest_queue_ns, host_fs_ns, host_queue_ns, device_ns FROM latency_breakdown_summary "
+            "WHERE capture_id = ? "
             "ORDER BY op, bin_max_bytes NULLS LAST", p)
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
                    "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
@@ -328,6 +329,10 @@ def render(rep: dict, console=None) -> None:
                        "vdisk queue and host queue: Q to D; host FS: the virtual disk's D to C "
                        "not spent at the host disk (host FS, page cache, loop or hypervisor); "
                        "device: the host disk's D to C. Means: the parts add up to the total")
+    unended = sum(r.get("calls_unended") or 0 for r in rep.get("latency") or [])
+    if unended:
+        t.caption += (f". Calls left out, a request they caused not seen to end (a lost "
+                      f"completion): {unended}")
     for r in rep.get("latency") or []:
         t.add_row(r["class"], str(r["calls"]), *(_fmt_ns(r[k]) for k in (
             "total_ns", "guest_service_ns", "guest_queue_ns", "host_fs_ns", "host_queue_ns",

@@ -13,13 +13,17 @@
 --                 (guest FS, guest page cache, syscall entry and exit)
 -- The five add up to total_ns.  An I/O served from the guest page cache
 -- is all guest_service.  With several requests per level, the span from
--- the first queue to the last completion is used.
+-- the first queue to the last completion is used.  A call with a request
+-- whose dispatch or completion was not seen (a lost event:
+-- capture_meta.completions_missed, requests_unfinished) has no parts:
+-- ended is false and the five are NULL.
 -- @column capture_id VARCHAR    capture
 -- @column io_id UBIGINT         vfs_io row
 -- @column op VARCHAR            read or write
 -- @column class VARCHAR         request class: op and vscsiStats size bin, e.g. "read 4K"
 -- @column bin_max_bytes BIGINT  the size bin's upper bound (NULL for >512K)
 -- @column total_ns BIGINT       syscall duration
+-- @column ended BOOLEAN         every request it caused was seen dispatched and completed (else the parts are NULL)
 -- @column guest_service_ns BIGINT time outside the virtual-disk requests
 -- @column guest_queue_ns BIGINT virtual-disk queue time (Q -> D)
 -- @column host_fs_ns BIGINT     virtual-disk service time not spent in the host disk
@@ -34,7 +38,8 @@ v AS (
   SELECT capture_id, upper_id AS vfs_id, lower_id AS vdisk_id FROM l
   WHERE lower_level = 'vdisk'),
 vq AS (
-  SELECT v.capture_id, v.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c
+  SELECT v.capture_id, v.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c,
+         bool_and(r.d_ns IS NOT NULL AND r.c_ns IS NOT NULL) AS ended
   FROM v JOIN vdisk_io r ON r.capture_id = v.capture_id AND r.io_id = v.vdisk_id GROUP BY ALL),
 dl AS (   -- (a disk request twice under one call, through two of its
           -- virtual-disk requests, changes no min or max below)
@@ -42,10 +47,12 @@ dl AS (   -- (a disk request twice under one call, through two of its
   JOIN v ON v.capture_id = l.capture_id AND v.vdisk_id = l.upper_id
   WHERE l.lower_level = 'disk'),
 dq AS (
-  SELECT dl.capture_id, dl.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c
+  SELECT dl.capture_id, dl.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c,
+         bool_and(r.d_ns IS NOT NULL AND r.c_ns IS NOT NULL) AS ended
   FROM dl JOIN disk_io r ON r.capture_id = dl.capture_id AND r.io_id = dl.disk_id GROUP BY ALL),
 parts AS (
   SELECT f.capture_id, f.io_id, f.op, f.ret_bytes, f.duration_ns::BIGINT AS total_ns,
+         coalesce(vq.ended, true) AND coalesce(dq.ended, true) AS ended,
          coalesce(vq.d::BIGINT - vq.q::BIGINT, 0) AS guest_queue_ns,
          coalesce(vq.c::BIGINT - vq.q::BIGINT, 0) AS vdisk_ns,
          coalesce(vq.c::BIGINT - vq.d::BIGINT, 0) AS vdisk_service_ns,
@@ -57,24 +64,32 @@ parts AS (
   LEFT JOIN dq ON dq.capture_id = f.capture_id AND dq.vfs_id = f.io_id
   WHERE f.op IN ('read', 'write') AND f.ret_bytes > 0)
 SELECT capture_id, io_id, op, op || ' ' || _size_label(ret_bytes) AS class,
-       _size_bin(ret_bytes)::BIGINT AS bin_max_bytes, total_ns, total_ns - vdisk_ns AS guest_service_ns, guest_queue_ns,
-       vdisk_service_ns - disk_ns AS host_fs_ns, host_queue_ns, device_ns
+       _size_bin(ret_bytes)::BIGINT AS bin_max_bytes, total_ns, ended,
+       CASE WHEN ended THEN total_ns - vdisk_ns END AS guest_service_ns,
+       CASE WHEN ended THEN guest_queue_ns END AS guest_queue_ns,
+       CASE WHEN ended THEN vdisk_service_ns - disk_ns END AS host_fs_ns,
+       CASE WHEN ended THEN host_queue_ns END AS host_queue_ns,
+       CASE WHEN ended THEN device_ns END AS device_ns
 FROM parts;
 
--- Mean of each part per request class (the stacked bars).
+-- Mean of each part per request class (the stacked bars), over the calls
+-- whose requests were all seen to end; the others are counted apart.
 -- @column capture_id VARCHAR    capture
 -- @column op VARCHAR            read or write
 -- @column class VARCHAR         request class
 -- @column bin_max_bytes BIGINT  the size bin's upper bound (NULL for >512K)
--- @column n BIGINT              application I/Os in the class
--- @column total_ns DOUBLE       mean syscall duration
+-- @column n BIGINT              application I/Os in the class with every request seen to end
+-- @column n_unended BIGINT      those left out: a request they caused was not seen dispatched or completed
+-- @column total_ns DOUBLE       mean syscall duration (of the n)
 -- @column guest_service_ns DOUBLE mean guest service time
 -- @column guest_queue_ns DOUBLE mean virtual-disk queue time
 -- @column host_fs_ns DOUBLE     mean host FS time
 -- @column host_queue_ns DOUBLE  mean host-disk queue time
 -- @column device_ns DOUBLE      mean device time
 CREATE OR REPLACE VIEW latency_breakdown_summary AS
-SELECT capture_id, op, class, bin_max_bytes, count(*) AS n, avg(total_ns)::DOUBLE AS total_ns,
+SELECT capture_id, op, class, bin_max_bytes, count(*) FILTER (WHERE ended) AS n,
+       count(*) FILTER (WHERE NOT ended) AS n_unended,
+       (avg(total_ns) FILTER (WHERE ended))::DOUBLE AS total_ns,
        avg(guest_service_ns)::DOUBLE AS guest_service_ns, avg(guest_queue_ns)::DOUBLE AS guest_queue_ns,
        avg(host_fs_ns)::DOUBLE AS host_fs_ns, avg(host_queue_ns)::DOUBLE AS host_queue_ns,
        avg(device_ns)::DOUBLE AS device_ns

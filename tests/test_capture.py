@@ -445,6 +445,110 @@ def test_io_uring_sync_file_range_and_fallocate_are_followed_down(lab_factory, t
     assert_losses_counted(s)
 
 
+COPY_EACH_WAY = r"""
+import os, sys
+d = sys.argv[1]
+MiB = 1 << 20
+a = os.open(f"{d}/a", os.O_RDONLY)
+b = os.open(f"{d}/b", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+c = os.open(f"{d}/c", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+null = os.open("/dev/null", os.O_WRONLY)
+
+def whole(call, n):     # a call may move fewer bytes than asked
+    done = 0
+    while done < n:
+        k = call(done, n - done)
+        assert k > 0, k
+        done += k
+
+# copy_file_range through its offset pointers: a[1M, 2M) -> b[0, 1M)
+whole(lambda k, n: os.copy_file_range(a, b, n, MiB + k, k), MiB)
+# and from the file positions: a[2M, 3M) -> b[1M, 2M)
+os.lseek(a, 2 * MiB, os.SEEK_SET)
+os.lseek(b, MiB, os.SEEK_SET)
+whole(lambda k, n: os.copy_file_range(a, b, n), MiB)
+# sendfile into a file: a[3M, 3.5M) -> c[0, 0.5M)
+whole(lambda k, n: os.sendfile(c, a, 3 * MiB + k, n), MiB // 2)
+# and into /dev/null, on no traced file system: the read side alone
+whole(lambda k, n: os.sendfile(null, a, 3 * MiB + MiB // 2 + k, n), MiB // 2)
+os.fsync(b)
+os.fsync(c)
+# and coreutils' own cp (copy_file_range from the file positions, asking
+# for 2^63 bytes), written back at a sync
+import subprocess
+subprocess.run(["cp", f"{d}/a", f"{d}/d"], check=True)
+os.sync()
+"""
+
+
+def test_copy_file_range_and_sendfile_are_a_read_and_a_write_followed_down(lab_factory, tmp_path):
+    # coreutils' cp copies with copy_file_range; on a guest ext4 the kernel
+    # does it through the page cache: the source read from the virtual
+    # disk, the copy written back at the fsync
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    subprocess.run(["dd", "if=/dev/urandom", f"of={lab.mount}/a", "bs=1M", "count=4",
+                    "oflag=direct", "status=none"], check=True)
+    subprocess.run(["sync"], check=True)
+    drop_caches()
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c",
+            COPY_EACH_WAY, lab.mount)
+    ino = {n: os.stat(f"{lab.mount}/{n}").st_ino for n in "abcd"}
+    s = nestrace.open(store)
+    MiB = 1 << 20
+    got = s.rows("SELECT syscall, op, ino, sum(bytes) AS bytes, min(offset_bytes) AS lo, "
+                 "max(offset_bytes + bytes) AS hi FROM vfs_io "
+                 "WHERE syscall IN ('copy_file_range', 'sendfile') AND comm <> 'cp' "
+                 "GROUP BY ALL ORDER BY ALL")
+    assert got == sorted([
+        {"syscall": "copy_file_range", "op": "read", "ino": ino["a"], "bytes": 2 * MiB,
+         "lo": MiB, "hi": 3 * MiB},
+        {"syscall": "copy_file_range", "op": "write", "ino": ino["b"], "bytes": 2 * MiB,
+         "lo": 0, "hi": 2 * MiB},
+        {"syscall": "sendfile", "op": "read", "ino": ino["a"], "bytes": MiB, "lo": 3 * MiB,
+         "hi": 4 * MiB},
+        {"syscall": "sendfile", "op": "write", "ino": ino["c"], "bytes": MiB // 2, "lo": 0,
+         "hi": MiB // 2}], key=lambda r: tuple(r.values())), got
+    # a call's two rows: the same times and return; a write for each call
+    # into c or b, none for /dev/null
+    calls = s.rows("SELECT syscall, ts_ns, count(*) AS sides, count(DISTINCT end_ns) AS ends, "
+                   "count(DISTINCT ret) AS rets, count(*) FILTER (WHERE op = 'read') AS reads "
+                   "FROM vfs_io WHERE syscall IN ('copy_file_range', 'sendfile') AND comm <> 'cp' "
+                   "GROUP BY ALL")
+    assert all(c["ends"] == 1 and c["rets"] == 1 and c["reads"] == 1 for c in calls), calls
+    per = {(c["syscall"], c["sides"]) for c in calls}
+    assert per == {("copy_file_range", 2), ("sendfile", 2), ("sendfile", 1)}, calls
+    cp = s.rows("SELECT op, ino, sum(bytes) AS bytes, min(offset_bytes) AS lo, "
+                "max(offset_bytes + bytes) AS hi, max(req_bytes) AS asked FROM vfs_io "
+                "WHERE comm = 'cp' AND syscall = 'copy_file_range' GROUP BY ALL ORDER BY op")
+    assert [{k: r[k] for k in ("op", "ino", "bytes", "lo", "hi")} for r in cp] == [
+        {"op": "read", "ino": ino["a"], "bytes": 4 * MiB, "lo": 0, "hi": 4 * MiB},
+        {"op": "write", "ino": ino["d"], "bytes": 4 * MiB, "lo": 0, "hi": 4 * MiB}], cp
+    assert all(r["asked"] > 1 << 62 for r in cp), cp
+    # followed down: what the virtual disk read of a is the copies' reads';
+    # what it wrote of b and c, their writes' (written back at the fsync)
+    tied = {(r["cp"], r["op"], r["kind"]): r["bytes"] for r in s.rows(
+        "SELECT f.comm = 'cp' AS cp, f.op, l.kind, sum(l.bytes) AS bytes FROM links l "
+        "JOIN vfs_io f ON f.io_id = l.upper_id AND l.upper_level = 'vfs' "
+        "WHERE l.lower_level = 'vdisk' AND f.syscall IN ('copy_file_range', 'sendfile') "
+        "GROUP BY ALL")}
+    assert tied.get((False, "write", "writeback")) == 2 * MiB + MiB // 2, tied
+    assert tied.get((True, "write", "writeback")) == 4 * MiB, tied
+    # a read once from the virtual disk: [1M, 4M) by the calls, in part
+    # read ahead of them, and [0, 1M) by cp (the rest was cached); every
+    # page read ahead was used
+    ahead = s.rows("SELECT coalesce(sum(l.bytes), 0) AS n FROM links l JOIN vdisk_io v "
+                   "ON v.io_id = l.lower_id WHERE l.lower_level = 'vdisk' AND v.op = 'read' "
+                   "AND l.kind = 'readahead'")[0]["n"]
+    assert tied.get((False, "read", "sync"), 0) >= 64 << 10, tied
+    assert tied.get((True, "read", "sync")) == MiB, tied
+    assert tied[(False, "read", "sync")] + tied[(True, "read", "sync")] + ahead == 4 * MiB, \
+        (tied, ahead)
+    ra = s.rows("SELECT readahead_bytes, used_bytes FROM readahead_summary WHERE level = 'guest'")
+    assert ra[0]["readahead_bytes"] == ra[0]["used_bytes"], ra
+    assert_losses_counted(s)
+
+
 # each file system once as guest and once as host
 @pytest.mark.parametrize("guest,host", [("ext2", "ext3"), ("ext3", "btrfs"), ("xfs", "ext4"),
                                         ("btrfs", "ext2")])

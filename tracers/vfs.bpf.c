@@ -29,6 +29,10 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        SC_FALLOCATE,
        /* io_uring's sync_file_range and fallocate (its mode in iov_count) */
        SC_URING_SYNC_FILE_RANGE, SC_URING_FALLOCATE,
+       /* copy_file_range(2) and sendfile(2): a record per traced side, the
+        * file read (_IN) and the file written (_OUT), each with the call's
+        * return; the _OUT code is always _IN + 1 */
+       SC_COPY_FILE_RANGE_IN, SC_COPY_FILE_RANGE_OUT, SC_SENDFILE_IN, SC_SENDFILE_OUT,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -59,6 +63,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct vfs_start);
 } starts SEC(".maps");
+
+/* tid -> the file copy_file_range or sendfile writes (syscall == 0:
+ * none, or not a traced file); its read side is in starts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, NT_MAX_TASKS);
+	__type(key, __u32);
+	__type(value, struct vfs_start);
+} out_starts SEC(".maps");
 
 /* An iocb in flight: (process, the iocb's user address) -> its start.  A
  * plain hash, not LRU: an iocb that finds it full is counted as lost,
@@ -111,6 +124,8 @@ static __always_inline __u16 syscall__code(long id)
 	case 208: return SC_IO_GETEVENTS;
 	case 209: return SC_IO_SUBMIT;
 	case 333: return SC_IO_GETEVENTS;	/* io_pgetevents */
+	case 326: return SC_COPY_FILE_RANGE_IN;
+	case 40: return SC_SENDFILE_IN;		/* sendfile64 */
 #elif defined(__TARGET_ARCH_arm64)
 	case 63: return SC_READ;
 	case 64: return SC_WRITE;
@@ -129,6 +144,8 @@ static __always_inline __u16 syscall__code(long id)
 	case 2: return SC_IO_SUBMIT;
 	case 4: return SC_IO_GETEVENTS;
 	case 292: return SC_IO_GETEVENTS;	/* io_pgetevents */
+	case 285: return SC_COPY_FILE_RANGE_IN;
+	case 71: return SC_SENDFILE_IN;
 #else
 #error "nestrace vfs: add this architecture's syscall numbers"
 #endif
@@ -372,6 +389,74 @@ static __always_inline void aio__reap(struct io_event *events, long n, __u64 now
 	bpf_loop(n, aio_reap_one, &c, 0);
 }
 
+/* copy_file_range(fd_in, off_in *, fd_out, off_out *, len, flags) and
+ * sendfile(fd_out, fd_in, offset *, count) read one file and write
+ * another: each side on a traced file system is a start of its own (the
+ * read side in starts, dev 0 if it is not traced; the write side in
+ * out_starts), its offset through the pointer the call was given, else
+ * the file position. */
+static __always_inline int copy__enter(struct pt_regs *regs, __u16 code, const bool btf)
+{
+	struct vfs_start in = {}, out = {}, *slot;
+	__s64 *off_in, *off_out = NULL;
+	bool in_traced, out_traced;
+	__u64 len;
+	__u32 tid;
+
+	if (code == SC_COPY_FILE_RANGE_IN) {
+		in.fd = SC_ARG(btf, regs, 1);
+		off_in = (void *)SC_ARG(btf, regs, 2);
+		out.fd = SC_ARG(btf, regs, 3);
+		off_out = (void *)SC_ARG(btf, regs, 4);
+		len = SC_ARG(btf, regs, 5);
+	} else {
+		out.fd = SC_ARG(btf, regs, 1);
+		in.fd = SC_ARG(btf, regs, 2);
+		off_in = (void *)SC_ARG(btf, regs, 3);
+		len = SC_ARG(btf, regs, 4);
+	}
+	in_traced = vfs__file(&in, btf);
+	out_traced = vfs__file(&out, btf);
+	if (!in_traced && !out_traced)
+		return 0;
+	in.ts = out.ts = bpf_ktime_get_ns();
+	in.iov_count = out.iov_count = 1;
+	in.req_bytes = out.req_bytes = len;
+	if (in_traced && off_in)
+		bpf_probe_read_user(&in.offset, sizeof(in.offset), off_in);
+	else if (!in_traced)
+		in.dev = 0;
+	if (out_traced && off_out)
+		bpf_probe_read_user(&out.offset, sizeof(out.offset), off_out);
+	in.syscall = code;		/* what the exit matches, traced or not */
+	out.syscall = out_traced ? code + 1 : 0;
+	tid = (__u32)bpf_get_current_pid_tgid();
+	slot = bpf_map_lookup_elem(&starts, &tid);
+	if (slot)
+		*slot = in;
+	else
+		bpf_map_update_elem(&starts, &tid, &in, BPF_ANY);
+	slot = bpf_map_lookup_elem(&out_starts, &tid);
+	if (slot)
+		*slot = out;
+	else if (out_traced)
+		bpf_map_update_elem(&out_starts, &tid, &out, BPF_ANY);
+	return 0;
+}
+
+/* Its exit: a record per traced side, both with the call's return. */
+static __always_inline void copy__exit(struct vfs_start *s, __u64 now, long ret, __u32 tid)
+{
+	struct vfs_start *o = bpf_map_lookup_elem(&out_starts, &tid);
+
+	if (s->dev)
+		vfs__emit(s, now, ret, tid, task__tgid(), NULL);
+	if (o && o->syscall && o->syscall == s->syscall + 1) {
+		vfs__emit(o, now, ret, tid, task__tgid(), NULL);
+		o->syscall = 0;
+	}
+}
+
 static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool btf)
 {
 	struct vfs_start s = {}, *slot;
@@ -386,6 +471,8 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		aio__submit(regs, btf);
 		return 0;
 	}
+	if (code == SC_COPY_FILE_RANGE_IN || code == SC_SENDFILE_IN)
+		return copy__enter(regs, code, btf);
 	if (code == SC_IO_GETEVENTS) {	/* the events land at exit */
 		s.offset = SC_ARG(btf, regs, 4);
 	} else {
@@ -465,6 +552,8 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 	now = bpf_ktime_get_ns();
 	if (s->syscall == SC_IO_GETEVENTS)
 		aio__reap((void *)s->offset, ret, now);
+	else if (s->syscall == SC_COPY_FILE_RANGE_IN || s->syscall == SC_SENDFILE_IN)
+		copy__exit(s, now, ret, tid);
 	else
 		vfs__emit(s, now, ret, tid, task__tgid(), NULL);
 	s->syscall = 0;

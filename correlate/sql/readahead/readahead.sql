@@ -65,12 +65,13 @@ dels AS (
          unnest(range(p.index::BIGINT, (p.index + p.nr_pages)::BIGINT)) AS page
   FROM pagecache_events p JOIN filled f USING (capture_id, dev, ino)
   WHERE p.event = 2),
-demand AS (
+demand AS (   -- (the bytes a call moved, not those it asked for: coreutils' cp
+              -- asks copy_file_range for 2^63 bytes)
   SELECT f.fk, v.op, v.ts_ns AS d_start, v.end_ns AS d_end,
          unnest(range((v.offset_bytes // 4096)::BIGINT,
-                      ((v.offset_bytes + v.req_bytes + 4095) // 4096)::BIGINT)) AS page
+                      ((v.offset_bytes + v.bytes + 4095) // 4096)::BIGINT)) AS page
   FROM vfs_io v JOIN filled f USING (capture_id, dev, ino)
-  WHERE v.op IN ('read', 'write') AND v.offset_bytes >= 0 AND v.req_bytes > 0
+  WHERE v.op IN ('read', 'write') AND v.offset_bytes >= 0 AND v.bytes > 0
   UNION ALL   -- image pages are demanded by virtual-disk I/O, for as long as it lasts
   -- (in the file of the image's backing chain the piece is in)
   SELECT f.fk, v.op, v.start_ns, coalesce(v.done_by_ns, v.start_ns),

@@ -1233,6 +1233,42 @@ def test_a_hole_punched_in_a_guest_file_is_followed_from_the_call_to_the_host_di
     assert_losses_counted(s)
 
 
+def test_a_file_truncated_short_is_followed_from_the_call_to_the_host_disk(lab_factory, tmp_path):
+    # coreutils' truncate (ftruncate): cutting a 4 MiB file to 1 MiB is a
+    # vfs row (op discard, the 3 MiB cut off), and the guest FS (online
+    # discard) discards them at its commit, tied to the call, down to the
+    # host disk (host FS with online discard); growing it back to 2 MiB
+    # frees nothing (op other)
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on", guest_discard=True,
+                      host_discard=True)
+    f = f"{lab.mount}/f"
+    subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=1M", "count=4", "oflag=direct",
+                    "status=none"], check=True)
+    subprocess.run(["sync"], check=True)
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
+            f"truncate -s 1MiB {f} && truncate -s 2MiB {f} && sync -f {lab.mount} && "
+            f"{host_commit_and_disk_idle(lab)}")
+    s = nestrace.open(store)
+    calls = s.rows("SELECT io_id, op, offset_bytes, req_bytes, bytes FROM vfs_io "
+                   "WHERE syscall = 'ftruncate' ORDER BY ts_ns")
+    assert [{k: v for k, v in r.items() if k != "io_id"} for r in calls] == [
+        {"op": "discard", "offset_bytes": 1 << 20, "req_bytes": 4 << 20, "bytes": 3 << 20},
+        {"op": "other", "offset_bytes": 2 << 20, "req_bytes": 1 << 20, "bytes": 0}], calls
+    vdisk = s.rows("SELECT kind, sum(bytes) AS bytes FROM links WHERE lower_level = 'vdisk' "
+                   "AND upper_id = ? GROUP BY ALL", [calls[0]["io_id"]])
+    assert sum(r["bytes"] for r in vdisk) == 3 << 20 and {r["kind"] for r in vdisk} <= {
+        "discard", "sync"}, vdisk
+    disk = s.rows("""SELECT sum(bytes) AS bytes FROM links WHERE lower_level = 'disk'
+                     AND upper_id IN (SELECT lower_id FROM links WHERE lower_level = 'vdisk'
+                                      AND upper_id = ?)
+                     AND lower_id IN (SELECT io_id FROM disk_io WHERE op = 'discard')""",
+                  [calls[0]["io_id"]])
+    assert disk[0]["bytes"] == 3 << 20, disk
+    assert not s.rows("SELECT * FROM links WHERE upper_id = ?", [calls[1]["io_id"]])
+    assert_losses_counted(s)
+
+
 @pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
 def test_write_zeroes_on_the_virtual_disk_are_tied_to_the_range_zeroed_or_punched_in_the_image(
         lab_factory, tmp_path, host_fs):

@@ -1210,28 +1210,42 @@ def test_a_host_disk_discard_of_blocks_a_punched_hole_freed_is_tied_to_the_virtu
                                     {"mib": 64, "kind": "zeroes"}]
 
 
-def test_a_hole_an_application_punches_in_a_guest_file_is_followed_down_to_the_host_disk():
+# the two calls of the test below: a hole punched, or the file cut short,
+# freeing [512K, 1M); then a call that frees nothing (a plain fallocate of
+# 1 MiB, op other; the file grown to 2 MiB, op other, no bytes)
+FREEING_CALLS = {
+    "fallocate": ([vfs(100, 100, off=MiB // 2, req=MiB // 2, ret=0, syscall=25) | {"iov_count": 3},
+                   vfs(300, 50, off=2 * MiB, req=MiB, ret=0, syscall=25) | {"iov_count": 0}],
+                  [{"syscall": "fallocate", "op": "discard", "falloc_mode": 3, "bytes": MiB // 2},
+                   {"syscall": "fallocate", "op": "other", "falloc_mode": 0, "bytes": MiB}]),
+    # (offset: the new size; req: the size before)
+    "ftruncate": ([vfs(100, 100, off=MiB // 2, req=MiB, ret=0, syscall=32),
+                   vfs(300, 50, off=2 * MiB, req=MiB // 2, ret=0, syscall=32)],
+                  [{"syscall": "ftruncate", "op": "discard", "falloc_mode": None, "bytes": MiB // 2},
+                   {"syscall": "ftruncate", "op": "other", "falloc_mode": None, "bytes": 0}])}
+
+
+@pytest.mark.parametrize("call", sorted(FREEING_CALLS))
+def test_a_hole_an_application_punches_in_a_guest_file_is_followed_down_to_the_host_disk(call):
     """fallocate(PUNCH_HOLE | KEEP_SIZE) of the second half of a 1 MiB guest
     file (at virtual-disk 4 MiB at the start; only its first half mapped at
     the end).  The guest FS, with online discard, discards the freed blocks
     at its commit, after the call returned; the loop device punches them out
     of the image, and the host FS discards them on its disk.  Each is tied
     to the one above: kind discard, the lag from the upper one's end.  A
-    plain fallocate (mode 0) is op other and ties nothing."""
+    plain fallocate (mode 0) is op other and ties nothing.  The same for
+    ftruncate cutting the file to 512 KiB (then growing it)."""
     ext = extents(guest=((0, 4 * MiB, MiB // 2),),
                   image=((0, 100 * MiB, 4 * MiB + MiB // 2), (5 * MiB, 105 * MiB, 59 * MiB)))
     ext += [r | {"phase": "start"} for r in extents(image=((0, 100 * MiB, 64 * MiB),))]
     t = dict(extent_maps=ext,
-             vfs_events=[vfs(100, 100, off=MiB // 2, req=MiB // 2, ret=0, syscall=25) | {"iov_count": 3},
-                         vfs(300, 50, off=2 * MiB, req=MiB, ret=0, syscall=25) | {"iov_count": 0}],
+             vfs_events=FREEING_CALLS[call][0],
              block_events=request(1000, 1010, 1100, VDISK, 4 * MiB + MiB // 2, MiB // 2,
                                   rq=1, bio=11, op=3)
              + request(2000, 2010, 2100, DISK, 104 * MiB + MiB // 2, MiB // 2, rq=2, bio=12, op=3))
     s = session(**t)
     calls = s.rows("SELECT io_id, syscall, op, falloc_mode, bytes FROM vfs_io ORDER BY ts_ns")
-    assert [{k: v for k, v in r.items() if k != "io_id"} for r in calls] == [
-        {"syscall": "fallocate", "op": "discard", "falloc_mode": 3, "bytes": MiB // 2},
-        {"syscall": "fallocate", "op": "other", "falloc_mode": 0, "bytes": MiB}]
+    assert [{k: v for k, v in r.items() if k != "io_id"} for r in calls] == FREEING_CALLS[call][1]
     assert s.rows("SELECT vdisk_offset_bytes, bytes FROM map_vfs") == [
         {"vdisk_offset_bytes": 4 * MiB + MiB // 2, "bytes": MiB // 2}]
     vd = s.rows("SELECT io_id FROM vdisk_io")[0]["io_id"]

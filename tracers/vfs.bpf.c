@@ -33,6 +33,8 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
         * file read (_IN) and the file written (_OUT), each with the call's
         * return; the _OUT code is always _IN + 1 */
        SC_COPY_FILE_RANGE_IN, SC_COPY_FILE_RANGE_OUT, SC_SENDFILE_IN, SC_SENDFILE_OUT,
+       /* ftruncate(2): the new size in offset, the size before in req_bytes */
+       SC_FTRUNCATE,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -126,6 +128,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 333: return SC_IO_GETEVENTS;	/* io_pgetevents */
 	case 326: return SC_COPY_FILE_RANGE_IN;
 	case 40: return SC_SENDFILE_IN;		/* sendfile64 */
+	case 77: return SC_FTRUNCATE;
 #elif defined(__TARGET_ARCH_arm64)
 	case 63: return SC_READ;
 	case 64: return SC_WRITE;
@@ -146,6 +149,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 292: return SC_IO_GETEVENTS;	/* io_pgetevents */
 	case 285: return SC_COPY_FILE_RANGE_IN;
 	case 71: return SC_SENDFILE_IN;
+	case 46: return SC_FTRUNCATE;
 #else
 #error "nestrace vfs: add this architecture's syscall numbers"
 #endif
@@ -517,6 +521,13 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		s.offset = SC_ARG(btf, regs, 3);
 		s.req_bytes = SC_ARG(btf, regs, 4);
 		break;
+	case SC_FTRUNCATE: {	/* fd, length */
+		struct file *f = task__file(s.fd, btf);
+
+		s.offset = SC_ARG(btf, regs, 2);
+		s.req_bytes = f ? BPF_CORE_READ(f, f_inode, i_size) : 0;
+		break;
+	}
 	case SC_IO_GETEVENTS:
 		break;
 	default:	/* fsync, fdatasync: the whole file */

@@ -13,6 +13,8 @@
 -- copy_file_range(2) and sendfile(2) read one file and write another: a
 -- row per side on the traced file system (op read for the file read, op
 -- write for the file written), both with the call's times and return.
+-- ftruncate(2) is op discard when it cuts the file short (offset_bytes
+-- the new size, its bytes those cut off, on success), else other.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'vfs'
@@ -22,13 +24,13 @@
 -- @column duration_ns UBIGINT  exit - entry
 -- @column dev UINTEGER         kernel dev_t of the guest file system
 -- @column ino UBIGINT          inode number
--- @column offset_bytes BIGINT  file offset (-1 for fsync/fdatasync; sync_file_range: where its range starts)
--- @column req_bytes UBIGINT    bytes asked for (fallocate, sync_file_range: the range's length; 0 for sync_file_range: to the file's end)
--- @column ret_bytes BIGINT     bytes done (0 on error; fallocate: the range, on success)
+-- @column offset_bytes BIGINT  file offset (-1 for fsync/fdatasync; sync_file_range: where its range starts; ftruncate: the new size)
+-- @column req_bytes UBIGINT    bytes asked for (fallocate, sync_file_range: the range's length; 0 for sync_file_range: to the file's end; ftruncate: the file's size before)
+-- @column ret_bytes BIGINT     bytes done (0 on error; fallocate: the range, on success; ftruncate: the bytes cut off, on success)
 -- @column ret BIGINT           raw return value (bytes, or -errno)
 -- @column bytes BIGINT         alias of ret_bytes, for cross-level queries
--- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, sync_file_range, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ..., uring_fsync, uring_sync_file_range, uring_fallocate for io_uring requests; copy_file_range, sendfile (a row per side)
--- @column op VARCHAR           read, write, sync, discard (fallocate punching a hole or zeroing a range) or other (other fallocate)
+-- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, sync_file_range, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ..., uring_fsync, uring_sync_file_range, uring_fallocate for io_uring requests; copy_file_range, sendfile (a row per side); ftruncate
+-- @column op VARCHAR           read, write, sync, discard (fallocate punching a hole or zeroing a range; ftruncate cutting the file short) or other (other fallocate and ftruncate)
 -- @column falloc_mode USMALLINT fallocate's and uring_fallocate's mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...); NULL for the other syscalls
 -- @column direct BOOLEAN       file opened with O_DIRECT
 -- @column sync BOOLEAN         file opened with O_SYNC or O_DSYNC
@@ -39,22 +41,26 @@
 CREATE OR REPLACE VIEW vfs_io AS
 SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns, e.ts_ns + e.duration_ns AS end_ns,
        e.duration_ns, e.dev, e.ino, e.offset_bytes, e.req_bytes,
-       CASE WHEN e.syscall IN (25, 27) AND e.ret = 0 THEN e.req_bytes::BIGINT ELSE greatest(e.ret, 0) END
-         AS ret_bytes,
+       CASE WHEN e.syscall IN (25, 27) AND e.ret = 0 THEN e.req_bytes::BIGINT
+            WHEN e.syscall = 32 AND e.ret = 0 THEN greatest(e.req_bytes::BIGINT - e.offset_bytes, 0)
+            ELSE greatest(e.ret, 0) END AS ret_bytes,
        e.ret,
-       CASE WHEN e.syscall IN (25, 27) AND e.ret = 0 THEN e.req_bytes::BIGINT ELSE greatest(e.ret, 0) END
-         AS bytes,
+       CASE WHEN e.syscall IN (25, 27) AND e.ret = 0 THEN e.req_bytes::BIGINT
+            WHEN e.syscall = 32 AND e.ret = 0 THEN greatest(e.req_bytes::BIGINT - e.offset_bytes, 0)
+            ELSE greatest(e.ret, 0) END AS bytes,
        ['read', 'write', 'pread64', 'pwrite64', 'readv', 'writev', 'preadv', 'pwritev',
         'preadv2', 'pwritev2', 'fsync', 'fdatasync', 'sync_file_range',
         'aio_pread', 'aio_pwrite', 'aio_fsync', 'aio_fdsync', 'aio_preadv', 'aio_pwritev',
         'uring_read', 'uring_write', 'uring_readv', 'uring_writev', 'uring_fsync',
         'fallocate', 'uring_sync_file_range', 'uring_fallocate',
-        'copy_file_range', 'copy_file_range', 'sendfile', 'sendfile'][e.syscall]
+        'copy_file_range', 'copy_file_range', 'sendfile', 'sendfile', 'ftruncate'][e.syscall]
          AS syscall,
        CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18, 20, 22, 28, 30) THEN 'read'
             WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19, 21, 23, 29, 31) THEN 'write'
             WHEN e.syscall IN (25, 27) AND e.iov_count & (2 | 16) <> 0 THEN 'discard'
             WHEN e.syscall IN (25, 27) THEN 'other'
+            WHEN e.syscall = 32 AND e.req_bytes::BIGINT > e.offset_bytes THEN 'discard'
+            WHEN e.syscall = 32 THEN 'other'
             ELSE 'sync' END AS op,
        CASE WHEN e.syscall IN (25, 27) THEN e.iov_count END AS falloc_mode,
        (e.f_flags & 16384) <> 0 AS direct,          -- O_DIRECT (x86 040000)

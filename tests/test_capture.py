@@ -1198,13 +1198,9 @@ def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_disc
     assert_losses_counted(s)
 
 
-def test_a_hole_punched_in_a_guest_file_is_followed_from_the_call_to_the_host_disk(lab_factory,
-                                                                                  tmp_path):
-    # fallocate --punch-hole on a guest file: a vfs row (op discard, mode
-    # PUNCH_HOLE | KEEP_SIZE); the guest FS (online discard) discards the
-    # 2 MiB it freed at its commit, tied to the call; the host FS (online
-    # discard) discards the image blocks the loop device's hole freed,
-    # tied to those virtual-disk discards.
+def record_freeing(lab_factory, tmp_path, cmd: str):
+    """A 4 MiB guest file f on ext4 on xfs, both with online discard; CMD
+    (formatted with f) recorded, then the guest's and the host's commits."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on", guest_discard=True,
                       host_discard=True)
     f = f"{lab.mount}/f"
@@ -1213,23 +1209,39 @@ def test_a_hole_punched_in_a_guest_file_is_followed_from_the_call_to_the_host_di
     subprocess.run(["sync"], check=True)
     store = tmp_path / "s"
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
-            f"fallocate --punch-hole -o 1MiB -l 2MiB {f} && sync -f {lab.mount} && "
-            f"{host_commit_and_disk_idle(lab)}")
-    s = nestrace.open(store)
-    calls = s.rows("SELECT io_id, op, falloc_mode, offset_bytes, bytes FROM vfs_io "
-                   "WHERE syscall = 'fallocate'")
-    assert [{k: v for k, v in r.items() if k != "io_id"} for r in calls] == [
-        {"op": "discard", "falloc_mode": 3, "offset_bytes": 1 << 20, "bytes": 2 << 20}], calls
+            f"{cmd.format(f=f)} && sync -f {lab.mount} && {host_commit_and_disk_idle(lab)}")
+    return nestrace.open(store), store
+
+
+def freed_below(s, io_id) -> tuple[list, int]:
+    """What links ties to a freeing call: its virtual-disk bytes by kind,
+    and the host-disk discard bytes tied to those virtual-disk requests."""
     vdisk = s.rows("SELECT kind, sum(bytes) AS bytes FROM links WHERE lower_level = 'vdisk' "
-                   "AND upper_id = ? GROUP BY ALL", [calls[0]["io_id"]])
-    assert sum(r["bytes"] for r in vdisk) == 2 << 20 and {r["kind"] for r in vdisk} <= {
-        "discard", "sync"}, vdisk
+                   "AND upper_id = ? GROUP BY ALL", [io_id])
     disk = s.rows("""SELECT sum(bytes) AS bytes FROM links WHERE lower_level = 'disk'
                      AND upper_id IN (SELECT lower_id FROM links WHERE lower_level = 'vdisk'
                                       AND upper_id = ?)
                      AND lower_id IN (SELECT io_id FROM disk_io WHERE op = 'discard')""",
-                  [calls[0]["io_id"]])
-    assert disk[0]["bytes"] == 2 << 20, disk
+                  [io_id])
+    return vdisk, disk[0]["bytes"]
+
+
+def test_a_hole_punched_in_a_guest_file_is_followed_from_the_call_to_the_host_disk(lab_factory,
+                                                                                  tmp_path):
+    # fallocate --punch-hole on a guest file: a vfs row (op discard, mode
+    # PUNCH_HOLE | KEEP_SIZE); the guest FS (online discard) discards the
+    # 2 MiB it freed at its commit, tied to the call; the host FS (online
+    # discard) discards the image blocks the loop device's hole freed,
+    # tied to those virtual-disk discards.
+    s, store = record_freeing(lab_factory, tmp_path, "fallocate --punch-hole -o 1MiB -l 2MiB {f}")
+    calls = s.rows("SELECT io_id, op, falloc_mode, offset_bytes, bytes FROM vfs_io "
+                   "WHERE syscall = 'fallocate'")
+    assert [{k: v for k, v in r.items() if k != "io_id"} for r in calls] == [
+        {"op": "discard", "falloc_mode": 3, "offset_bytes": 1 << 20, "bytes": 2 << 20}], calls
+    vdisk, disk = freed_below(s, calls[0]["io_id"])
+    assert sum(r["bytes"] for r in vdisk) == 2 << 20 and {r["kind"] for r in vdisk} <= {
+        "discard", "sync"}, vdisk
+    assert disk == 2 << 20, disk
     rep = {r["level"]: r for r in json.loads(run_cli("report", "--json", str(store)).stdout)["discard"]}
     assert rep["vdisk"]["tied_bytes"] == 2 << 20 and rep["disk"]["tied_bytes"] >= 2 << 20, rep
     assert "tied to vfs (1.000)" in " ".join(run_cli("report", str(store)).stdout.split())   # (wrapped)
@@ -1242,32 +1254,16 @@ def test_a_file_truncated_short_is_followed_from_the_call_to_the_host_disk(lab_f
     # discard) discards them at its commit, tied to the call, down to the
     # host disk (host FS with online discard); growing it back to 2 MiB
     # frees nothing (op other)
-    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on", guest_discard=True,
-                      host_discard=True)
-    f = f"{lab.mount}/f"
-    subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=1M", "count=4", "oflag=direct",
-                    "status=none"], check=True)
-    subprocess.run(["sync"], check=True)
-    store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
-            f"truncate -s 1MiB {f} && truncate -s 2MiB {f} && sync -f {lab.mount} && "
-            f"{host_commit_and_disk_idle(lab)}")
-    s = nestrace.open(store)
+    s, _ = record_freeing(lab_factory, tmp_path, "truncate -s 1MiB {f} && truncate -s 2MiB {f}")
     calls = s.rows("SELECT io_id, op, offset_bytes, req_bytes, bytes FROM vfs_io "
                    "WHERE syscall = 'ftruncate' ORDER BY ts_ns")
     assert [{k: v for k, v in r.items() if k != "io_id"} for r in calls] == [
         {"op": "discard", "offset_bytes": 1 << 20, "req_bytes": 4 << 20, "bytes": 3 << 20},
         {"op": "other", "offset_bytes": 2 << 20, "req_bytes": 1 << 20, "bytes": 0}], calls
-    vdisk = s.rows("SELECT kind, sum(bytes) AS bytes FROM links WHERE lower_level = 'vdisk' "
-                   "AND upper_id = ? GROUP BY ALL", [calls[0]["io_id"]])
+    vdisk, disk = freed_below(s, calls[0]["io_id"])
     assert sum(r["bytes"] for r in vdisk) == 3 << 20 and {r["kind"] for r in vdisk} <= {
         "discard", "sync"}, vdisk
-    disk = s.rows("""SELECT sum(bytes) AS bytes FROM links WHERE lower_level = 'disk'
-                     AND upper_id IN (SELECT lower_id FROM links WHERE lower_level = 'vdisk'
-                                      AND upper_id = ?)
-                     AND lower_id IN (SELECT io_id FROM disk_io WHERE op = 'discard')""",
-                  [calls[0]["io_id"]])
-    assert disk[0]["bytes"] == 3 << 20, disk
+    assert disk == 3 << 20, disk
     assert not s.rows("SELECT * FROM links WHERE upper_id = ?", [calls[1]["io_id"]])
     assert_losses_counted(s)
 

@@ -455,7 +455,7 @@ static __always_inline void copy__exit(struct vfs_start *s, __u64 now, long ret,
 
 	if (s->dev)
 		vfs__emit(s, now, ret, tid, task__tgid(), NULL);
-	if (o && o->syscall && o->syscall == s->syscall + 1) {
+	if (o && o->syscall == s->syscall + 1) {
 		vfs__emit(o, now, ret, tid, task__tgid(), NULL);
 		o->syscall = 0;
 	}

@@ -44,10 +44,7 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
        CASE WHEN e.syscall IN (25, 27) AND e.ret = 0 THEN e.req_bytes::BIGINT
             WHEN e.syscall = 32 AND e.ret = 0 THEN greatest(e.req_bytes::BIGINT - e.offset_bytes, 0)
             ELSE greatest(e.ret, 0) END AS ret_bytes,
-       e.ret,
-       CASE WHEN e.syscall IN (25, 27) AND e.ret = 0 THEN e.req_bytes::BIGINT
-            WHEN e.syscall = 32 AND e.ret = 0 THEN greatest(e.req_bytes::BIGINT - e.offset_bytes, 0)
-            ELSE greatest(e.ret, 0) END AS bytes,
+       e.ret, ret_bytes AS bytes,
        ['read', 'write', 'pread64', 'pwrite64', 'readv', 'writev', 'preadv', 'pwritev',
         'preadv2', 'pwritev2', 'fsync', 'fdatasync', 'sync_file_range',
         'aio_pread', 'aio_pwrite', 'aio_fsync', 'aio_fdsync', 'aio_preadv', 'aio_pwritev',

@@ -477,14 +477,26 @@ os.fsync(c)
 # for 2^63 bytes), written back at a sync
 import subprocess
 subprocess.run(["cp", f"{d}/a", f"{d}/d"], check=True)
+# splice through a pipe (a is in the page cache by now): a[0, 1M) by its
+# offset pointer into the pipe, and out of it into e from e's position
+e = os.open(f"{d}/e", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+r, w = os.pipe()
+done = 0
+while done < MiB:
+    k = os.splice(a, w, min(MiB - done, 1 << 16), offset_src=done)
+    assert k > 0, k
+    whole(lambda _, n: os.splice(r, e, n), k)
+    done += k
 os.sync()
 """
 
 
-def test_copy_file_range_and_sendfile_are_a_read_and_a_write_followed_down(lab_factory, tmp_path):
+def test_copy_file_range_sendfile_and_splice_are_a_read_and_a_write_followed_down(lab_factory,
+                                                                                 tmp_path):
     # coreutils' cp copies with copy_file_range; on a guest ext4 the kernel
     # does it through the page cache: the source read from the virtual
-    # disk, the copy written back at the fsync
+    # disk, the copy written back at the fsync.  splice has a pipe on one
+    # side: a row for its other side alone
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     subprocess.run(["dd", "if=/dev/urandom", f"of={lab.mount}/a", "bs=1M", "count=4",
                     "oflag=direct", "status=none"], check=True)
@@ -493,7 +505,7 @@ def test_copy_file_range_and_sendfile_are_a_read_and_a_write_followed_down(lab_f
     store = tmp_path / "s"
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c",
             COPY_EACH_WAY, lab.mount)
-    ino = {n: os.stat(f"{lab.mount}/{n}").st_ino for n in "abcd"}
+    ino = {n: os.stat(f"{lab.mount}/{n}").st_ino for n in "abcde"}
     s = nestrace.open(store)
     MiB = 1 << 20
     got = s.rows("SELECT syscall, op, ino, sum(bytes) AS bytes, min(offset_bytes) AS lo, "
@@ -525,6 +537,16 @@ def test_copy_file_range_and_sendfile_are_a_read_and_a_write_followed_down(lab_f
         {"op": "read", "ino": ino["a"], "bytes": 4 * MiB, "lo": 0, "hi": 4 * MiB},
         {"op": "write", "ino": ino["d"], "bytes": 4 * MiB, "lo": 0, "hi": 4 * MiB}], cp
     assert all(r["asked"] > 1 << 62 for r in cp), cp
+    # splice: a row per call, for the file side (the pipe is not traced),
+    # each 64 KiB call at its place in a and then in e
+    sp = s.rows("SELECT op, ino, sum(bytes) AS bytes, min(offset_bytes) AS lo, "
+                "max(offset_bytes + bytes) AS hi, count(*) AS n, count(DISTINCT ts_ns) AS calls, "
+                "count(DISTINCT offset_bytes) AS places FROM vfs_io WHERE syscall = 'splice' "
+                "GROUP BY ALL ORDER BY op")
+    assert [{k: r[k] for k in ("op", "ino", "bytes", "lo", "hi")} for r in sp] == [
+        {"op": "read", "ino": ino["a"], "bytes": MiB, "lo": 0, "hi": MiB},
+        {"op": "write", "ino": ino["e"], "bytes": MiB, "lo": 0, "hi": MiB}], sp
+    assert all(r["n"] == r["calls"] == r["places"] for r in sp), sp
     # followed down: what the virtual disk read of a is the copies' reads';
     # what it wrote of b and c, their writes' (written back at the fsync)
     tied = {(r["cp"], r["op"], r["kind"]): r["bytes"] for r in s.rows(
@@ -534,6 +556,11 @@ def test_copy_file_range_and_sendfile_are_a_read_and_a_write_followed_down(lab_f
         "GROUP BY ALL")}
     assert tied.get((False, "write", "writeback")) == 2 * MiB + MiB // 2, tied
     assert tied.get((True, "write", "writeback")) == 4 * MiB, tied
+    spliced = s.rows("SELECT sum(l.bytes) AS bytes FROM links l JOIN vfs_io f "
+                     "ON f.io_id = l.upper_id AND l.upper_level = 'vfs' "
+                     "WHERE l.lower_level = 'vdisk' AND f.syscall = 'splice' AND f.op = 'write' "
+                     "AND l.kind = 'writeback'")
+    assert spliced == [{"bytes": MiB}], spliced
     # a read once from the virtual disk: [1M, 4M) by the calls, in part
     # read ahead of them, and [0, 1M) by cp (the rest was cached); every
     # page read ahead was used

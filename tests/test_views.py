@@ -140,6 +140,25 @@ def test_vfs_io_names_syscalls_and_ops():
          "ret_bytes": 0, "bytes": 0, "direct": False, "machine": "m1"}]
 
 
+def test_vfs_io_names_every_syscall_code_the_record_declares():
+    """schemas/ declares the codes the BPF programs write ("... 33 splice,
+    the file read 34 splice, the file written ..."): vfs_io must name each
+    as declared, and give the two sides of a copy the ops read and write."""
+    import re
+    from nestrace.schema import RECORDS
+    doc = next(f[4] for f in RECORDS["vfs_event"]["fields"] if f[0] == "syscall")
+    declared = {int(n): name for n, name in re.findall(r"\b(\d+) ([a-z_0-9]+)", doc)}
+    assert sorted(declared) == list(range(1, len(declared) + 1)), declared
+    assert declared[33] == declared[34] == "splice", declared
+    ev = [vfs(100 * c, 1, off=0, ret=0, syscall=c) for c in declared]
+    got = {r["ts_ns"] // 100: r for r in session(vfs_events=ev).rows(
+        "SELECT ts_ns, syscall, op FROM vfs_io")}
+    assert {c: r["syscall"] for c, r in got.items()} == declared
+    sides = {c: got[c]["op"] for c in declared if re.search(rf"\b{c} \w+, the file (read|written)", doc)}
+    expect = {c: "read" if c % 2 == 0 else "write" for c in range(28, 32)}
+    assert sides == expect | {33: "read", 34: "write"}, sides
+
+
 @pytest.mark.parametrize("host_fs,expected", [
     ("xfs", ["xfs_file_direct_read"]),
     ("ext4", ["iomap_dio_rw_begin", "mm_filemap_get_pages"]),

@@ -35,6 +35,9 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        SC_COPY_FILE_RANGE_IN, SC_COPY_FILE_RANGE_OUT, SC_SENDFILE_IN, SC_SENDFILE_OUT,
        /* ftruncate(2): the new size in offset, the size before in req_bytes */
        SC_FTRUNCATE,
+       /* splice(2), as copy_file_range: one side is a pipe, so a record
+        * for the file it reads or for the file it writes */
+       SC_SPLICE_IN, SC_SPLICE_OUT,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -129,6 +132,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 326: return SC_COPY_FILE_RANGE_IN;
 	case 40: return SC_SENDFILE_IN;		/* sendfile64 */
 	case 77: return SC_FTRUNCATE;
+	case 275: return SC_SPLICE_IN;
 #elif defined(__TARGET_ARCH_arm64)
 	case 63: return SC_READ;
 	case 64: return SC_WRITE;
@@ -150,6 +154,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 285: return SC_COPY_FILE_RANGE_IN;
 	case 71: return SC_SENDFILE_IN;
 	case 46: return SC_FTRUNCATE;
+	case 76: return SC_SPLICE_IN;
 #else
 #error "nestrace vfs: add this architecture's syscall numbers"
 #endif
@@ -393,7 +398,8 @@ static __always_inline void aio__reap(struct io_event *events, long n, __u64 now
 	bpf_loop(n, aio_reap_one, &c, 0);
 }
 
-/* copy_file_range(fd_in, off_in *, fd_out, off_out *, len, flags) and
+/* copy_file_range(fd_in, off_in *, fd_out, off_out *, len, flags),
+ * splice (the same arguments; one side a pipe) and
  * sendfile(fd_out, fd_in, offset *, count) read one file and write
  * another: each side on a traced file system is a start of its own (the
  * read side in starts, dev 0 if it is not traced; the write side in
@@ -407,7 +413,7 @@ static __always_inline int copy__enter(struct pt_regs *regs, __u16 code, const b
 	__u64 len;
 	__u32 tid;
 
-	if (code == SC_COPY_FILE_RANGE_IN) {
+	if (code == SC_COPY_FILE_RANGE_IN || code == SC_SPLICE_IN) {
 		in.fd = SC_ARG(btf, regs, 1);
 		off_in = (void *)SC_ARG(btf, regs, 2);
 		out.fd = SC_ARG(btf, regs, 3);
@@ -475,7 +481,7 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		aio__submit(regs, btf);
 		return 0;
 	}
-	if (code == SC_COPY_FILE_RANGE_IN || code == SC_SENDFILE_IN)
+	if (code == SC_COPY_FILE_RANGE_IN || code == SC_SENDFILE_IN || code == SC_SPLICE_IN)
 		return copy__enter(regs, code, btf);
 	if (code == SC_IO_GETEVENTS) {	/* the events land at exit */
 		s.offset = SC_ARG(btf, regs, 4);
@@ -563,7 +569,8 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 	now = bpf_ktime_get_ns();
 	if (s->syscall == SC_IO_GETEVENTS)
 		aio__reap((void *)s->offset, ret, now);
-	else if (s->syscall == SC_COPY_FILE_RANGE_IN || s->syscall == SC_SENDFILE_IN)
+	else if (s->syscall == SC_COPY_FILE_RANGE_IN || s->syscall == SC_SENDFILE_IN ||
+		 s->syscall == SC_SPLICE_IN)
 		copy__exit(s, now, ret, tid);
 	else
 		vfs__emit(s, now, ret, tid, task__tgid(), NULL);

@@ -12,7 +12,8 @@
 -- (io_uring's fsync: the whole file, as fsync(2).)
 -- copy_file_range(2) and sendfile(2) read one file and write another: a
 -- row per side on the traced file system (op read for the file read, op
--- write for the file written), both with the call's times and return.
+-- write for the file written), both with the call's times and return;
+-- splice(2) the same, for its one side that is not a pipe.
 -- ftruncate(2) is op discard when it cuts the file short (offset_bytes
 -- the new size, its bytes those cut off, on success), else other.
 -- @column capture_id VARCHAR   capture
@@ -29,7 +30,7 @@
 -- @column ret_bytes BIGINT     bytes done (0 on error; fallocate: the range, on success; ftruncate: the bytes cut off, on success)
 -- @column ret BIGINT           raw return value (bytes, or -errno)
 -- @column bytes BIGINT         alias of ret_bytes, for cross-level queries
--- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, sync_file_range, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ..., uring_fsync, uring_sync_file_range, uring_fallocate for io_uring requests; copy_file_range, sendfile (a row per side); ftruncate
+-- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, sync_file_range, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ..., uring_fsync, uring_sync_file_range, uring_fallocate for io_uring requests; copy_file_range, sendfile, splice (a row per side); ftruncate
 -- @column op VARCHAR           read, write, sync, discard (fallocate punching a hole or zeroing a range; ftruncate cutting the file short) or other (other fallocate and ftruncate)
 -- @column falloc_mode USMALLINT fallocate's and uring_fallocate's mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...); NULL for the other syscalls
 -- @column direct BOOLEAN       file opened with O_DIRECT
@@ -50,10 +51,11 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
         'aio_pread', 'aio_pwrite', 'aio_fsync', 'aio_fdsync', 'aio_preadv', 'aio_pwritev',
         'uring_read', 'uring_write', 'uring_readv', 'uring_writev', 'uring_fsync',
         'fallocate', 'uring_sync_file_range', 'uring_fallocate',
-        'copy_file_range', 'copy_file_range', 'sendfile', 'sendfile', 'ftruncate'][e.syscall]
+        'copy_file_range', 'copy_file_range', 'sendfile', 'sendfile', 'ftruncate',
+        'splice', 'splice'][e.syscall]
          AS syscall,
-       CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18, 20, 22, 28, 30) THEN 'read'
-            WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19, 21, 23, 29, 31) THEN 'write'
+       CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18, 20, 22, 28, 30, 33) THEN 'read'
+            WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19, 21, 23, 29, 31, 34) THEN 'write'
             WHEN e.syscall IN (25, 27) AND e.iov_count & (2 | 16) <> 0 THEN 'discard'
             WHEN e.syscall IN (25, 27) THEN 'other'
             WHEN e.syscall = 32 AND e.req_bytes::BIGINT > e.offset_bytes THEN 'discard'

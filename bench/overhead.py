@@ -159,6 +159,33 @@ def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path) -> dict:
                          for f, (n, t) in sorted(cost.items())}}
 
 
+def print_iops_tables(results: dict, depths: list[int]) -> None:
+    print("| iodepth | (a) none IOPS | (b) nestrace IOPS | (c) ftrace blk IOPS | (b)/(a) | (c)/(a) "
+          "| nestrace events/s | nestrace lost |")
+    print("|---|---|---|---|---|---|---|---|")
+    for depth in depths:
+        med = {m: statistics.median(r["iops"] for r in results[(depth, m)]) for m in "abc"}
+        b = results[(depth, "b")]
+        evs = statistics.median(r["events_per_s"] for r in b)
+        lost = sum(r["lost"] for r in b)
+        print(f"| {depth} | {med['a']:.0f} | {med['b']:.0f} | {med['c']:.0f} | "
+              f"{med['b'] / med['a']:.3f} | {med['c'] / med['a']:.3f} | {evs:.0f} | {lost} |")
+    # The host is noisy: each round's own ratios show how far one run is
+    # from the medians above.
+    print("\n| iodepth | (b)/(a) per round: median [min, max] | (c)/(a) per round: median [min, max] "
+          "| CPU µs per I/O a / b / c (median) | steal % a / b / c (median) |")
+    print("|---|---|---|---|---|")
+    for depth in depths:
+        rs = {m: results[(depth, m)] for m in "abc"}
+        cells = []
+        for m in "bc":
+            q = [x["iops"] / a["iops"] for x, a in zip(rs[m], rs["a"])]
+            cells.append(f"{statistics.median(q):.3f} [{min(q):.3f}, {max(q):.3f}]")
+        steal = " / ".join(f"{statistics.median(r['steal_pct'] for r in rs[m]):.1f}" for m in "abc")
+        cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[m]):.1f}" for m in "abc")
+        print(f"| {depth} | {cells[0]} | {cells[1]} | {cpu} | {steal} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runtime", type=int, default=10, help="seconds per fio run")
@@ -212,31 +239,9 @@ def main() -> int:
     print(f"\nfio 4k randwrite, ext4 on xfs lab stack (guest-dio on, host-dio on), "
           f"{args.rounds} rounds of {args.runtime} s in rotating order, median IOPS; "
           f"traces written to {out_dir}\n")
-    print("| iodepth | (a) none IOPS | (b) nestrace IOPS | (c) ftrace blk IOPS | (b)/(a) | (c)/(a) "
-          "| nestrace events/s | nestrace lost |")
-    print("|---|---|---|---|---|---|---|---|")
     depths = sorted({d for d, _ in results})
-    for depth in depths:
-        med = {m: statistics.median(r["iops"] for r in results[(depth, m)]) for m in "abc"}
-        b = results[(depth, "b")]
-        evs = statistics.median(r["events_per_s"] for r in b)
-        lost = sum(r["lost"] for r in b)
-        print(f"| {depth} | {med['a']:.0f} | {med['b']:.0f} | {med['c']:.0f} | "
-              f"{med['b'] / med['a']:.3f} | {med['c'] / med['a']:.3f} | {evs:.0f} | {lost} |")
-    # The host is noisy: each round's own ratios show how far one run is
-    # from the medians above.
-    print("\n| iodepth | (b)/(a) per round: median [min, max] | (c)/(a) per round: median [min, max] "
-          "| CPU µs per I/O a / b / c (median) | steal % a / b / c (median) |")
-    print("|---|---|---|---|---|")
-    for depth in depths:
-        rs = {m: results[(depth, m)] for m in "abc"}
-        cells = []
-        for m in "bc":
-            q = [x["iops"] / a["iops"] for x, a in zip(rs[m], rs["a"])]
-            cells.append(f"{statistics.median(q):.3f} [{min(q):.3f}, {max(q):.3f}]")
-        steal = " / ".join(f"{statistics.median(r['steal_pct'] for r in rs[m]):.1f}" for m in "abc")
-        cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[m]):.1f}" for m in "abc")
-        print(f"| {depth} | {cells[0]} | {cells[1]} | {cpu} | {steal} |")
+    if args.rounds:     # --rounds 0: the BPF programs' table alone
+        print_iops_tables(results, depths)
     if args.bpf_stats:
         # kernel.bpf_stats_enabled adds two clock reads to every run: an
         # upper bound on what the programs cost in the rounds above.

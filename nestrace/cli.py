@@ -563,7 +563,7 @@ def sql_cmd(store, query, as_csv, as_json) -> None:
     if not query:
         _shell(s)
         return
-    cur = s.con.execute(query)
+    cur = s.execute(query)
     if cur.description is None:
         return
     cols = [d[0] for d in cur.description]
@@ -612,7 +612,7 @@ def _shell(s) -> None:
             q = "\n".join(buf)
             buf = []
             try:
-                cur = s.con.execute(q)
+                cur = s.execute(q)
                 if cur.description:
                     click.echo(format_table([d[0] for d in cur.description], cur.fetchall()))
             except Exception as e:  # the shell keeps going on a bad query

@@ -3,6 +3,7 @@ plus every SQL module under correlate/sql."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -130,9 +131,11 @@ class Session:
             if not m.late:
                 self.con.execute(sqlmod.deferred(m.text))
         self._use_stored_views()
-        for m in order:      # (see sqlmod.load_order; `correlate` needs none of them)
-            if m.late and late_modules:
-                self.con.execute(sqlmod.deferred(m.text))
+        # (see sqlmod.load_order; `correlate` and `report` need none of
+        # them).  Created on first use: binding follow_io on a store not
+        # yet correlated plans links from the raw tables, ~0.5 s of every
+        # `nestrace sql` that never calls it.
+        self._late = [m for m in order if m.late and late_modules]
 
     def _use_stored_views(self) -> None:
         """Read what `nestrace correlate` stored (block_requests, links) from
@@ -188,6 +191,7 @@ class Session:
         _quiet(s.con)
         _plan(s.con)
         s.stored_views = set()
+        s._late = []
         s._tables = {}   # kept alive: DuckDB scans them in place
         for table, schema in raw_tables().items():
             t = tables.get(table)
@@ -202,8 +206,23 @@ class Session:
             s.con.execute(sqlmod.deferred(m.text))
         return s
 
+    def _load_late(self, sql: str) -> None:
+        """Create the late modules (sqlmod.load_order) once SQL names one of
+        their objects."""
+        if self._late and re.search(r"\b(" + "|".join(
+                re.escape(n) for m in self._late for _, n in m.objects) + r")\b", sql, re.I):
+            for m in self._late:
+                self.con.execute(sqlmod.deferred(m.text))
+            self._late = []
+
+    def execute(self, sql: str, params: list | None = None) -> duckdb.DuckDBPyConnection:
+        """Run SQL and return DuckDB's cursor (`.description`, `.fetchall()`)."""
+        self._load_late(sql)
+        return self.con.execute(sql, params or [])
+
     def query(self, sql: str, params: list | None = None) -> pa.Table:
         """Run SQL and return the result as an Arrow table."""
+        self._load_late(sql)
         rel = self.con.sql(sql, params=params or None)
         if rel is None:                     # a statement with no result
             return pa.table({})
@@ -211,10 +230,10 @@ class Session:
 
     def df(self, sql: str, params: list | None = None):
         """Run SQL and return a pandas DataFrame."""
-        return self.con.execute(sql, params or []).df()
+        return self.execute(sql, params).df()
 
     def rows(self, sql: str, params: list | None = None) -> list[dict]:
-        cur = self.con.execute(sql, params or [])
+        cur = self.execute(sql, params)
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 

@@ -1,6 +1,7 @@
 """Diff tests for the public views: hand-built rows, one query, exact rows."""
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 from nestrace import sqlmod
@@ -66,9 +67,16 @@ def test_late_modules_load_last_and_nothing_includes_them(tmp_path):
     # the shipped follow_io is one: a session over a correlated store binds
     # it against the stored links (tests/test_phenomena.py opens one)
     assert [m.name for m in sqlmod.load_order(sqlmod.discover()) if m.late] == ["follow.io"]
-    macros = "SELECT function_name FROM duckdb_functions() WHERE function_name = 'follow_io'"
-    assert Session(None).rows(macros) == [{"function_name": "follow_io"}]
-    assert Session(None, late_modules=False).rows(macros) == []   # correlate's and report's
+    # created on first use (binding it on a store not yet correlated plans
+    # links from the raw tables): not for a query that does not name it
+    macros = "SELECT function_name FROM duckdb_functions() WHERE function_name = 'follow' || '_io'"
+    s = Session(None)
+    assert s.rows(macros) == []
+    assert s.rows("SELECT count(*) AS n FROM follow_io('c', 'vfs', 1)") == [{"n": 1}]
+    assert s.rows(macros) == [{"function_name": "follow_io"}]
+    s = Session(None, late_modules=False)     # correlate's and report's: never
+    with pytest.raises(duckdb.CatalogException, match="follow_io"):
+        s.rows("SELECT * FROM follow_io('c', 'vfs', 1)")
 
 
 def test_block_request_phases_from_q_g_i_d_c():

@@ -13,8 +13,6 @@ from .session import LINKS_INPUTS, Session
 from .store import check_store
 
 REPORT_VERSION = 1
-# shared intermediates the report's views build on, lower first
-CACHED = ["block_requests", *LINKS_INPUTS, "_map_disk", "links"]
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
 EXTENT_LINES = 8    # extent files of a split vmdk the terminal report names
 VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "hostfs": "hostfs_io", "disk": "disk_io"}
@@ -51,7 +49,7 @@ def _one(s: Session, sql: str, params: list) -> dict:
 def build(s: Session, capture_id: str | None = None) -> dict:
     cid = s.capture(capture_id)
     p = [cid]
-    s.cache(s.views_to_cache(CACHED))
+    s.cache_links()
     meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, hook_misses, "
                    "completions_missed, requests_unfinished, "
                    "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs, stack_json "

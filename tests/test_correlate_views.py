@@ -581,14 +581,14 @@ def test_a_write_inside_a_long_fsync_is_bound_after_a_shorter_one_ends():
 
 
 def test_cached_intermediates_give_the_same_numbers():
-    from nestrace.report import CACHED
+    from nestrace.session import LINKS_CACHE
     t = direct_read_stack()
     t["block_events"] += request(2000, 2010, 2500, VDISK, 4 * MiB + 512, 512, rq=3, bio=13, op=1)
     t["block_events"] += request(2100, 2110, 2300, DISK, 104 * MiB, 4096, rq=4, bio=14)
     views = ["seek_summary", "phases_stats", "amplification", "links_summary", "links_to_vfs",
              "rmw_summary", "sync_transform", "size_histogram"]
     plain, cached = session(**t), session(**t)
-    cached.cache(CACHED)
+    cached.cache(LINKS_CACHE)
     for v in views:
         q = f"SELECT * FROM {v} ORDER BY ALL"
         assert plain.rows(q) == cached.rows(q), v

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import nestrace
+
 from conftest import NESTRACE, ROOT, loop_devices, our_mounts, run_cli
 from nestrace._paths import agent_path
 
@@ -65,6 +67,23 @@ def test_a_session_on_a_store_with_missing_tables_keeps_their_types_and_needs_no
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], cwd=ROOT,
                        capture_output=True, text=True, check=True)
     assert r.stdout.split() == ["[]", "[{'data_type':", "'UBIGINT'}]", "False"], r.stdout
+
+
+def test_a_query_reading_links_on_a_store_not_correlated_computes_it_once_first(tmp_path):
+    """links re-planned at each use made one query on the demo's store
+    take 5 s; a session computes it (and what it reads) into tables the
+    first time a query names it or a view built on it, and not before."""
+    from nestrace.store import init_store
+    init_store(tmp_path / "s")
+    s = nestrace.open(tmp_path / "s")
+    cached = "SELECT table_name AS t FROM duckdb_tables() WHERE temporary ORDER BY 1"
+    assert s.rows("SELECT count(*) AS n FROM disk_io") == [{"n": 0}]
+    assert s.rows(cached) == []
+    assert s.rows("SELECT count(*) AS n FROM latency_breakdown_summary") == [{"n": 0}]
+    tables = {r["t"] for r in s.rows(cached)}
+    assert {"_cache_links", "_cache_block_requests", "_cache_map_extents"} <= tables, tables
+    assert s.rows("SELECT count(*) AS n FROM links") == [{"n": 0}]
+    assert {r["t"] for r in s.rows(cached)} == tables
 
 
 def test_import_of_a_file_that_is_not_blktrace(tmp_path):

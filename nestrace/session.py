@@ -235,14 +235,23 @@ class Session:
 
     def _prepare(self, sql: str) -> None:
         """Before SQL runs: compute links once if it reads links and links
-        is not stored; create the late modules (sqlmod.load_order) once it
-        names one of their objects."""
+        is not stored; create each late module (sqlmod.load_order) the
+        first time SQL names one of its objects."""
         if self._auto_links and _names_any(sql, self._links_names):
             self.cache_links()
-        if self._late and _names_any(sql, {n for m in self._late for _, n in m.objects}):
+        late = {m.name: m for m in self._late}
+        hit = {n for n, m in late.items() if _names_any(sql, {o for _, o in m.objects})}
+        todo = list(hit)
+        while todo:     # (and the late modules those include)
+            for dep in late[todo.pop()].includes:
+                if dep in late and dep not in hit:
+                    hit.add(dep)
+                    todo.append(dep)
+        if hit:
             for m in self._late:
-                self.con.execute(sqlmod.deferred(m.text))
-            self._late = []
+                if m.name in hit:
+                    self.con.execute(sqlmod.deferred(m.text))
+            self._late = [m for m in self._late if m.name not in hit]
 
     def execute(self, sql: str, params: list | None = None) -> duckdb.DuckDBPyConnection:
         """Run SQL and return DuckDB's cursor (`.description`, `.fetchall()`)."""

@@ -66,14 +66,18 @@ def test_late_modules_load_last_and_nothing_includes_them(tmp_path):
         sqlmod.load_order(sqlmod.discover(tmp_path / "sql"))
     # the shipped follow_io is one: a session over a correlated store binds
     # it against the stored links (tests/test_phenomena.py opens one)
-    assert [m.name for m in sqlmod.load_order(sqlmod.discover()) if m.late] == ["follow.io"]
+    assert [m.name for m in sqlmod.load_order(sqlmod.discover()) if m.late] == [
+        "follow.io", "rate.timeline", "seek.cdf"]
     # created on first use (binding it on a store not yet correlated plans
     # links from the raw tables): not for a query that does not name it
-    macros = "SELECT function_name FROM duckdb_functions() WHERE function_name = 'follow' || '_io'"
+    macros = ("SELECT function_name AS f FROM duckdb_functions() WHERE function_name IN "
+              "('follow' || '_io', 'seek' || '_cdf', 'seek' || '_cdf_points') ORDER BY 1")
     s = Session(None)
     assert s.rows(macros) == []
+    assert s.rows("SELECT count(*) AS n FROM seek_cdf('disk')") == [{"n": 0}]
+    assert s.rows(macros) == [{"f": "seek_cdf"}, {"f": "seek_cdf_points"}]   # its module only
     assert s.rows("SELECT count(*) AS n FROM follow_io('c', 'vfs', 1)") == [{"n": 1}]
-    assert s.rows(macros) == [{"function_name": "follow_io"}]
+    assert s.rows(macros) == [{"f": "follow_io"}, {"f": "seek_cdf"}, {"f": "seek_cdf_points"}]
     s = Session(None, late_modules=False)     # correlate's and report's: never
     with pytest.raises(duckdb.CatalogException, match="follow_io"):
         s.rows("SELECT * FROM follow_io('c', 'vfs', 1)")

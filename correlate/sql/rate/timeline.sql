@@ -3,6 +3,8 @@
 -- INCLUDE vfs.io
 -- INCLUDE block.requests
 -- INCLUDE hostfs.io
+-- LATE: a table macro, bound when created (~12 ms): a session creates it
+-- when a query first names it.
 
 -- Reads and writes per level, op and time bucket of `bucket_ns`
 -- nanoseconds from the capture's start: file calls at entry (bytes done),

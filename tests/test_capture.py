@@ -576,6 +576,50 @@ def test_copy_file_range_sendfile_and_splice_are_a_read_and_a_write_followed_dow
     assert_losses_counted(s)
 
 
+HINTS = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+assert libc.readahead(fd, ctypes.c_int64(0), ctypes.c_size_t(1 << 20)) == 0
+os.posix_fadvise(fd, 2 << 20, 1 << 20, os.POSIX_FADV_WILLNEED)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+os.pread(fd, 4096, 0)
+os.pread(fd, 4096, 2 << 20)
+"""
+
+
+def test_readahead_and_fadvise_are_vfs_hints_and_what_they_read_is_readahead(lab_factory,
+                                                                             tmp_path):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    path = f"{lab.mount}/f"
+    subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=1M", "count=4", "oflag=direct",
+                    "status=none"], check=True)
+    subprocess.run(["sync"], check=True)
+    drop_caches()
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c", HINTS,
+            path)
+    s = nestrace.open(store)
+    MiB = 1 << 20
+    ino = os.stat(path).st_ino
+    got = s.rows("SELECT syscall, advice, offset_bytes, req_bytes, ret, ino FROM vfs_hints "
+                 "ORDER BY ts_ns")
+    assert got == [dict(zip(("syscall", "advice", "offset_bytes", "req_bytes", "ret", "ino"),
+                            r + (ino,))) for r in [
+        ("readahead", None, 0, MiB, 0), ("fadvise64", "willneed", 2 * MiB, MiB, 0),
+        ("fadvise64", "sequential", 0, 0, 0)]], got
+    reads = s.rows("SELECT syscall, offset_bytes, bytes FROM vfs_io ORDER BY ts_ns")
+    assert reads == [{"syscall": "pread64", "offset_bytes": o, "bytes": 4096}
+                     for o in (0, 2 * MiB)], reads
+    # the hints read the two ranges in: links' readahead (not tied to the
+    # calls); the reads then found them cached or in flight
+    ahead = s.rows("SELECT coalesce(sum(l.bytes), 0) AS n FROM links l JOIN vdisk_io v "
+                   "ON v.io_id = l.lower_id WHERE l.lower_level = 'vdisk' AND v.op = 'read' "
+                   "AND l.kind = 'readahead'")[0]["n"]
+    assert ahead >= 2 * MiB, ahead
+    assert_losses_counted(s)
+
+
 # each file system once as guest and once as host
 @pytest.mark.parametrize("guest,host", [("ext2", "ext3"), ("ext3", "btrfs"), ("xfs", "ext4"),
                                         ("btrfs", "ext2")])

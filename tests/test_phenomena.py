@@ -81,6 +81,12 @@ def test_readahead_amplifies_small_random_runs_at_both_levels(lab_factory, tmp_p
     guest, disk = amp(s, "vdisk", "read"), amp(s, "disk", "read")
     assert 5 <= guest <= 10, (guest, disk)
     assert 12 <= disk <= 24, (guest, disk)
+    assert "random" not in advice(s)
+
+
+def advice(s) -> set[str]:
+    """The posix_fadvise hints the capture's vfs level saw."""
+    return {r["advice"] for r in s.rows("SELECT advice FROM vfs_hints WHERE syscall = 'fadvise64'")}
 
 
 def test_guest_fadvise_random_does_not_reach_the_host(lab_factory, tmp_path):
@@ -89,6 +95,10 @@ def test_guest_fadvise_random_does_not_reach_the_host(lab_factory, tmp_path):
     guest, disk = amp(s, "vdisk", "read"), amp(s, "disk", "read")
     assert 0.9 <= guest <= 1.3, (guest, disk)
     assert 5 <= disk / guest <= 10, (guest, disk)      # the host still reads ahead
+    # the hint is in the capture: fio's fadvise(RANDOM) on its file, whole
+    rnd = s.rows("SELECT offset_bytes, req_bytes, ret FROM vfs_hints WHERE advice = 'random'")
+    assert rnd and all(r["offset_bytes"] == 0 and r["ret"] == 0 for r in rnd), rnd
+    assert "dontneed" in advice(s)      # and its cache invalidation first
     ra = s.rows("SELECT readahead_bytes, unused_bytes FROM readahead_summary WHERE level = 'host'")
     assert ra and ra[0]["readahead_bytes"] > 0 and ra[0]["unused_bytes"] > 0
 

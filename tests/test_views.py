@@ -154,8 +154,9 @@ def test_vfs_io_names_syscalls_and_ops():
 
 def test_vfs_io_names_every_syscall_code_the_record_declares():
     """schemas/ declares the codes the BPF programs write ("... 33 splice,
-    the file read 34 splice, the file written ..."): vfs_io must name each
-    as declared, and give the two sides of a copy the ops read and write."""
+    the file read 34 splice, the file written ..."): vfs_io, or vfs_hints
+    for the hints, must name each as declared, and vfs_io give the two
+    sides of a copy the ops read and write."""
     import re
     from nestrace.schema import RECORDS
     doc = next(f[4] for f in RECORDS["vfs_event"]["fields"] if f[0] == "syscall")
@@ -163,12 +164,31 @@ def test_vfs_io_names_every_syscall_code_the_record_declares():
     assert sorted(declared) == list(range(1, len(declared) + 1)), declared
     assert declared[33] == declared[34] == "splice", declared
     ev = [vfs(100 * c, 1, off=0, ret=0, syscall=c) for c in declared]
-    got = {r["ts_ns"] // 100: r for r in session(vfs_events=ev).rows(
-        "SELECT ts_ns, syscall, op FROM vfs_io")}
-    assert {c: r["syscall"] for c, r in got.items()} == declared
+    s = session(vfs_events=ev)
+    got = {r["ts_ns"] // 100: r for r in s.rows("SELECT ts_ns, syscall, op FROM vfs_io")}
+    hints = {r["ts_ns"] // 100: r["syscall"] for r in s.rows("SELECT ts_ns, syscall FROM vfs_hints")}
+    assert {c: r["syscall"] for c, r in got.items()} | hints == declared
+    assert sorted(hints) == [35, 36], hints
     sides = {c: got[c]["op"] for c in declared if re.search(rf"\b{c} \w+, the file (read|written)", doc)}
     expect = {c: "read" if c % 2 == 0 else "write" for c in range(28, 32)}
     assert sides == expect | {33: "read", 34: "write"}, sides
+
+
+
+def test_vfs_hints_are_fadvise_and_readahead_calls_and_not_io():
+    """fadvise64's advice by name (POSIX_FADV_* 0..5), readahead with its
+    range; neither is a row of vfs_io."""
+    ev = [vfs(10 * a, 1, off=0, req=0, ret=0, syscall=35) | {"iov_count": a} for a in range(6)]
+    ev += [vfs(100, 1, off=4096, req=65536, ret=0, syscall=36), vfs(200, 5, syscall=3)]
+    s = session(vfs_events=ev)
+    got = s.rows("SELECT ts_ns, end_ns, syscall, advice, offset_bytes, req_bytes, ret "
+                 "FROM vfs_hints ORDER BY ts_ns")
+    assert [(r["syscall"], r["advice"]) for r in got] == [
+        ("fadvise64", a) for a in ("normal", "random", "sequential", "willneed", "dontneed",
+                                   "noreuse")] + [("readahead", None)]
+    assert got[-1] == {"ts_ns": 100, "end_ns": 101, "syscall": "readahead", "advice": None,
+                       "offset_bytes": 4096, "req_bytes": 65536, "ret": 0}, got
+    assert s.rows("SELECT ts_ns, syscall FROM vfs_io") == [{"ts_ns": 200, "syscall": "pread64"}]
 
 
 @pytest.mark.parametrize("host_fs,expected", [

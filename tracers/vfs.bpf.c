@@ -38,6 +38,9 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        /* splice(2), as copy_file_range: one side is a pipe, so a record
         * for the file it reads or for the file it writes */
        SC_SPLICE_IN, SC_SPLICE_OUT,
+       /* posix_fadvise(2) (its advice in iov_count) and readahead(2): the
+        * hints, with their ranges */
+       SC_FADVISE, SC_READAHEAD,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -133,6 +136,8 @@ static __always_inline __u16 syscall__code(long id)
 	case 40: return SC_SENDFILE_IN;		/* sendfile64 */
 	case 77: return SC_FTRUNCATE;
 	case 275: return SC_SPLICE_IN;
+	case 221: return SC_FADVISE;		/* fadvise64 */
+	case 187: return SC_READAHEAD;
 #elif defined(__TARGET_ARCH_arm64)
 	case 63: return SC_READ;
 	case 64: return SC_WRITE;
@@ -155,6 +160,8 @@ static __always_inline __u16 syscall__code(long id)
 	case 71: return SC_SENDFILE_IN;
 	case 46: return SC_FTRUNCATE;
 	case 76: return SC_SPLICE_IN;
+	case 223: return SC_FADVISE;		/* fadvise64_64 */
+	case 213: return SC_READAHEAD;
 #else
 #error "nestrace vfs: add this architecture's syscall numbers"
 #endif
@@ -526,6 +533,13 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		s.iov_count = SC_ARG(btf, regs, 2);
 		s.offset = SC_ARG(btf, regs, 3);
 		s.req_bytes = SC_ARG(btf, regs, 4);
+		break;
+	case SC_FADVISE:	/* fd, offset, len, advice */
+		s.iov_count = SC_ARG(btf, regs, 4);
+		/* fall through */
+	case SC_READAHEAD:	/* fd, offset, count */
+		s.offset = SC_ARG(btf, regs, 2);
+		s.req_bytes = SC_ARG(btf, regs, 3);
 		break;
 	case SC_FTRUNCATE: {	/* fd, length */
 		struct file *f = task__file(s.fd, btf);

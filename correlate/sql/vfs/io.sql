@@ -16,6 +16,7 @@
 -- splice(2) the same, for its one side that is not a pipe.
 -- ftruncate(2) is op discard when it cuts the file short (offset_bytes
 -- the new size, its bytes those cut off, on success), else other.
+-- The hints posix_fadvise(2) and readahead(2) are in vfs_hints, not here.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'vfs'
@@ -65,4 +66,38 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
        (e.f_flags & 16384) <> 0 AS direct,          -- O_DIRECT (x86 040000)
        (e.f_flags & 1052672) <> 0 AS sync,          -- O_SYNC | O_DSYNC
        e.pid, e.tid, e.fd, e.comm
-FROM vfs_events e JOIN capture_meta c USING (capture_id);
+FROM vfs_events e JOIN capture_meta c USING (capture_id)
+WHERE e.syscall < 35;   -- not the hints
+
+-- One row per posix_fadvise(2) (fadvise64) or readahead(2) call on a file of
+-- the guest file system: the hints an application gives about its I/O,
+-- with their ranges.  No I/O of their own: the virtual-disk reads a
+-- readahead or a willneed causes are links' kind readahead, tied to no
+-- call.  (fio's fadvise_hint and invalidate show as random and dontneed.)
+-- @column capture_id VARCHAR   capture
+-- @column machine VARCHAR      machine that recorded it
+-- @column level VARCHAR        always 'vfs'
+-- @column io_id UBIGINT        row id, unique in a capture (cpu << 48 | seq)
+-- @column ts_ns UBIGINT        syscall entry, CLOCK_MONOTONIC ns
+-- @column end_ns UBIGINT       syscall exit
+-- @column duration_ns UBIGINT  exit - entry
+-- @column dev UINTEGER         kernel dev_t of the guest file system
+-- @column ino UBIGINT          inode number
+-- @column offset_bytes BIGINT  where the range starts
+-- @column req_bytes UBIGINT    the range's length (fadvise64: 0 to the file's end)
+-- @column ret BIGINT           raw return value (0, or -errno)
+-- @column syscall VARCHAR      fadvise64 or readahead
+-- @column advice VARCHAR       fadvise64's advice: normal, random, sequential, willneed, dontneed or noreuse (POSIX_FADV_*); NULL for readahead
+-- @column pid UINTEGER         process id
+-- @column tid UINTEGER         thread id
+-- @column fd INTEGER           file descriptor
+-- @column comm VARCHAR         task command name
+CREATE OR REPLACE VIEW vfs_hints AS
+SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,
+       e.ts_ns + e.duration_ns AS end_ns, e.duration_ns, e.dev, e.ino, e.offset_bytes, e.req_bytes,
+       e.ret, ['fadvise64', 'readahead'][e.syscall - 34] AS syscall,
+       CASE WHEN e.syscall = 35 THEN ['normal', 'random', 'sequential', 'willneed', 'dontneed',
+                                      'noreuse'][e.iov_count + 1] END AS advice,
+       e.pid, e.tid, e.fd, e.comm
+FROM vfs_events e JOIN capture_meta c USING (capture_id)
+WHERE e.syscall IN (35, 36);

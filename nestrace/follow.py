@@ -46,7 +46,6 @@ def follow(s: Session, level: str, io_id: int | None = None,
     """(capture, what was followed, the follow_io rows)."""
     cid = s.capture(capture_id)
     io_id, what = pick(s, cid, level, io_id)
-    s.cache_links()
     return cid, what, s.follow_io(level, io_id, cid)
 
 

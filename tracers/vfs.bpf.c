@@ -405,6 +405,12 @@ static __always_inline void aio__reap(struct io_event *events, long n, __u64 now
 	bpf_loop(n, aio_reap_one, &c, 0);
 }
 
+/* The calls that read one file and write another (copy__enter). */
+static __always_inline bool code__copies(__u16 code)
+{
+	return code == SC_COPY_FILE_RANGE_IN || code == SC_SENDFILE_IN || code == SC_SPLICE_IN;
+}
+
 /* copy_file_range(fd_in, off_in *, fd_out, off_out *, len, flags),
  * splice (the same arguments; one side a pipe) and
  * sendfile(fd_out, fd_in, offset *, count) read one file and write
@@ -488,7 +494,7 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		aio__submit(regs, btf);
 		return 0;
 	}
-	if (code == SC_COPY_FILE_RANGE_IN || code == SC_SENDFILE_IN || code == SC_SPLICE_IN)
+	if (code__copies(code))
 		return copy__enter(regs, code, btf);
 	if (code == SC_IO_GETEVENTS) {	/* the events land at exit */
 		s.offset = SC_ARG(btf, regs, 4);
@@ -583,8 +589,7 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 	now = bpf_ktime_get_ns();
 	if (s->syscall == SC_IO_GETEVENTS)
 		aio__reap((void *)s->offset, ret, now);
-	else if (s->syscall == SC_COPY_FILE_RANGE_IN || s->syscall == SC_SENDFILE_IN ||
-		 s->syscall == SC_SPLICE_IN)
+	else if (code__copies(s->syscall))
 		copy__exit(s, now, ret, tid);
 	else
 		vfs__emit(s, now, ret, tid, task__tgid(), NULL);

@@ -35,7 +35,9 @@ def pick(s: Session, cid: str, level: str, io_id: int | None) -> tuple[int, str]
         if not rows:
             raise ValueError(f"capture {cid} has no completed {level} read or write")
         return rows[0]["io_id"], f"the slowest {level} read or write"
-    view = "hostfs_io" if level == "hostfs" else f"{level}_io"
+    view = {"hostfs": "hostfs_io",
+            "vfs": "(SELECT capture_id, io_id FROM vfs_io UNION ALL "
+                   "SELECT capture_id, io_id FROM vfs_hints)"}.get(level, f"{level}_io")
     if not s.rows(f"SELECT 1 FROM {view} WHERE capture_id = ? AND io_id = ? LIMIT 1", [cid, io_id]):
         raise ValueError(f"capture {cid} has no {level} I/O with io_id {io_id}")
     return io_id, f"{level} io_id {io_id}"

@@ -150,6 +150,50 @@ def test_reads_of_a_memory_mapped_file_are_put_down_to_its_page_faults():
     assert [r["lower_id"] for r in got] == [ids[0], ids[0], ids[1], ids[2]]
 
 
+def test_reads_a_readahead_or_willneed_call_queued_are_tied_to_it():
+    """readahead(2) of file bytes [0, 16 KiB) at 100-1000 ns, and
+    fadvise(WILLNEED) from 64 KiB to the file's end at 2000-2500 (length
+    0), both through the guest extent at 4 MiB on the virtual disk.  Tied
+    to their call, kind hint: the 16 KiB read queued at 200, and the 8 KiB
+    read at 64 KiB queued at 2100.  Not tied: a read in the willneed's
+    range queued after the call returned (3000), one in a dontneed's range
+    (5050), and one in the readahead's range by a failed readahead
+    (6050): the kernel's readahead flag makes them kind readahead."""
+    hint = dict(syscall=36, ret=0)
+    t = dict(vfs_events=[vfs(100, 900, off=0, req=16384, **hint),
+                         vfs(2000, 500, off=65536, req=0, syscall=35, ret=0) | {"iov_count": 3},
+                         vfs(5000, 100, off=131072, syscall=35, ret=0) | {"iov_count": 4},
+                         vfs(6000, 100, off=0, req=4096, syscall=36, ret=-9)],
+             block_events=request(200, 210, 800, VDISK, 4 * MiB, 16384, rq=1, bio=11, flags=32)
+             + request(2100, 2110, 2800, VDISK, 4 * MiB + 65536, 8192, rq=2, bio=12, flags=32)
+             + request(3000, 3010, 3800, VDISK, 4 * MiB + 73728, 4096, rq=3, bio=13, flags=32)
+             + request(5050, 5060, 5800, VDISK, 4 * MiB + 131072, 4096, rq=4, bio=14, flags=32)
+             + request(6050, 6060, 6800, VDISK, 4 * MiB, 4096, rq=5, bio=15, flags=32))
+    s = session(**t)
+    hints = [r["io_id"] for r in s.rows("SELECT io_id FROM vfs_hints ORDER BY ts_ns")]
+    got = s.rows("SELECT v.start_ns, l.upper_level, l.upper_id, l.kind, l.bytes, l.lag_ns "
+                 "FROM links l JOIN vdisk_io v ON v.io_id = l.lower_id "
+                 "WHERE l.lower_level = 'vdisk' ORDER BY v.start_ns")
+    assert got == [
+        {"start_ns": 200, "upper_level": "vfs", "upper_id": hints[0], "kind": "hint",
+         "bytes": 16384, "lag_ns": 100},
+        {"start_ns": 2100, "upper_level": "vfs", "upper_id": hints[1], "kind": "hint",
+         "bytes": 8192, "lag_ns": 100},
+        {"start_ns": 3000, "upper_level": "vfs", "upper_id": None, "kind": "readahead",
+         "bytes": 4096, "lag_ns": None},
+        {"start_ns": 5050, "upper_level": "vfs", "upper_id": None, "kind": "readahead",
+         "bytes": 4096, "lag_ns": None},
+        {"start_ns": 6050, "upper_level": "vfs", "upper_id": None, "kind": "readahead",
+         "bytes": 4096, "lag_ns": None}], got
+    # nothing in vfs_io, and followed from the call down
+    assert s.rows("SELECT count(*) AS n FROM vfs_io") == [{"n": 0}]
+    down = s.rows(f"SELECT depth, level, op, bytes, kind FROM follow_io('{CAP}', 'vfs', "
+                  f"{hints[1]}) ORDER BY depth")
+    assert down == [{"depth": 0, "level": "vfs", "op": "other", "bytes": 0, "kind": None},
+                    {"depth": 1, "level": "vdisk", "op": "read", "bytes": 8192,
+                     "kind": "hint"}], down
+
+
 def test_buffered_write_is_tied_to_its_writeback_with_the_lag():
     t = dict(vfs_events=[vfs(100, 10, off=0, syscall=4)],
              block_events=request(5000, 5010, 6000, VDISK, 4 * MiB, 4096, rq=1, bio=11, op=1))

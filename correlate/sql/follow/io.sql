@@ -10,6 +10,10 @@ CREATE OR REPLACE VIEW _follow_rows AS
 SELECT capture_id, level, io_id, ts_ns AS start_ns, end_ns, duration_ns::BIGINT AS latency_ns, op,
        dev, ino, offset_bytes, ret_bytes AS bytes, comm
 FROM vfs_io
+UNION ALL   -- (the hints: links ties the reads they ask for to them, kind hint)
+SELECT capture_id, level, io_id, ts_ns, end_ns, duration_ns::BIGINT, 'other', dev, ino,
+       offset_bytes, req_bytes::BIGINT, comm
+FROM vfs_hints
 UNION ALL
 SELECT capture_id, level, io_id, start_ns, coalesce(c_ns, done_by_ns),
        coalesce(c_ns, done_by_ns)::BIGINT - start_ns::BIGINT, op, dev, NULL, offset_bytes::BIGINT,
@@ -28,7 +32,7 @@ FROM hostfs_io;
 -- @column capture_id VARCHAR   capture
 -- @column depth INTEGER        0 the I/O itself; 1, 2 below it; -1, -2 above it
 -- @column level VARCHAR        vfs, vdisk, hostfs or disk
--- @column io_id UBIGINT        the row's io_id in its level's view
+-- @column io_id UBIGINT        the row's io_id in its level's view (vfs: vfs_io, or vfs_hints)
 -- @column via_level VARCHAR    level of the neighbour toward depth 0 (NULL at 0)
 -- @column via_id UBIGINT       io_id of that neighbour
 -- @column kind VARCHAR         the link's kind (as in links)
@@ -37,11 +41,11 @@ FROM hostfs_io;
 -- @column start_ns UBIGINT     vfs: entry; block: first seen (Q, else G, else D); hostfs: the access
 -- @column end_ns UBIGINT       vfs: exit; block: completion (or done_by_ns); hostfs: NULL
 -- @column latency_ns BIGINT    end_ns - start_ns
--- @column op VARCHAR           the row's op
+-- @column op VARCHAR           the row's op (a vfs_hints row: other)
 -- @column dev UINTEGER         kernel dev_t
 -- @column ino UBIGINT          file (vfs, hostfs)
 -- @column offset_bytes BIGINT  file offset (vfs, hostfs) or device offset (block levels)
--- @column bytes BIGINT         the row's whole size (vfs: bytes done)
+-- @column bytes BIGINT         the row's whole size (vfs: bytes done; a vfs_hints row: its range, 0 to the file's end)
 -- @column comm VARCHAR         task
 -- @column in_flight BIGINT     I/Os of its device in flight when it arrived, itself included (as depth_arrivals.depth; NULL for hostfs, and for an I/O whose end was not seen)
 CREATE OR REPLACE MACRO follow_io(cid, lvl, id) AS TABLE

@@ -235,6 +235,26 @@ FROM b JOIN _links_captures c USING (capture_id);
 CREATE OR REPLACE VIEW _links_faults_keyed AS
 SELECT k, ts_ns AS f_ns FROM _links_pages_keyed('_links_faults', 0);
 
+-- The hints readahead(2) and posix_fadvise(POSIX_FADV_WILLNEED) (vfs_hints)
+-- that succeeded, carried through the guest file's extents onto
+-- virtual-disk blocks (fadvise's length 0: to the file's end).  The kernel
+-- queues the reads a hint asks for before the call returns: a
+-- virtual-disk read no read call explains, of a block in the range of
+-- the latest such call on it, queued while that call ran, is put down to
+-- the call (kind hint, upper_id its vfs_hints row).
+CREATE OR REPLACE VIEW _links_hints AS
+SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, offset_bytes AS off,
+       CASE WHEN req_bytes = 0 AND syscall = 'fadvise64' THEN 1::BIGINT << 62
+            ELSE offset_bytes + req_bytes::BIGINT END AS stop
+FROM vfs_hints
+WHERE ret = 0 AND offset_bytes >= 0 AND (syscall = 'readahead' OR advice = 'willneed');
+
+CREATE OR REPLACE VIEW _links_hints_keyed AS
+WITH b AS (SELECT capture_id, io_id, ts_ns, end_ns, unnest(_blocks(vs, vt - vs)) AS blk
+           FROM _map_into_vdisk('_links_hints'))
+SELECT _links_key(c.ck, 0, 0, b.blk) AS k, b.ts_ns AS h_ns, b.end_ns AS h_end, b.io_id AS h_id
+FROM b JOIN _links_captures c USING (capture_id);
+
 -- Stores through shared mappings of guest files (no system call): the
 -- folios a user-mode page fault dirtied, carried onto virtual-disk blocks.
 -- A virtual-disk write of a block a store dirtied after the last write
@@ -327,8 +347,9 @@ out AS (
               ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
   FROM m WHERE kind0 IS NOT NULL AND attributed > 0
   UNION ALL
-  SELECT r.ck, r.hop, r.lower_id, NULL,
-         CASE WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
+  SELECT r.ck, r.hop, r.lower_id, CASE WHEN r.l_start <= h.h_end THEN h.h_id END,
+         CASE WHEN r.l_start <= h.h_end THEN 'hint'
+              WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
               WHEN r.s_ns IS NOT NULL THEN 'store'
               WHEN r.l_zeroes THEN 'zeroes'
               WHEN d.blk IS NOT NULL THEN 'writeback'
@@ -337,8 +358,11 @@ out AS (
               -- guest's capture began in a merged capture)
               WHEN r.hop = 1 AND r.lop = 1 AND r.l_flags = 0 THEN 'other'
               ELSE _unattributed_kind(['read', 'write', 'discard', 'other'][r.lop + 1], r.l_flags) END,
-         r.block_bytes - r.attributed, r.l_start::BIGINT - r.s_ns::BIGINT
+         r.block_bytes - r.attributed,
+         r.l_start::BIGINT - CASE WHEN r.l_start <= h.h_end THEN h.h_ns ELSE r.s_ns END::BIGINT
   FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM m WHERE block_bytes - attributed > 0) r
+  -- (the hints' keys are virtual-disk reads': no other row matches)
+  ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
   ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
   LEFT JOIN filed d ON d.ck = r.ck AND d.blk = r.blk AND r.hop = 0 AND r.lop = 1)
 SELECT * FROM out;
@@ -356,7 +380,9 @@ FROM (SELECT ck, hop, lower_id, upper_id, kind, sum(bytes)::BIGINT AS bytes, min
 JOIN _links_captures c USING (ck);
 
 -- Each lower-level request tied to each upper-level event that caused part
--- of it (kind sync, writeback, rmw or discard), plus the unattributed rest of it,
+-- of it (kind sync, writeback, rmw or discard; kind hint: a virtual-disk
+-- read a readahead(2) or posix_fadvise(WILLNEED) call asked for, queued
+-- while it ran, tied to its vfs_hints row), plus the unattributed rest of it,
 -- classified (upper_id NULL; kind zeroes: a write-zeroes request
 -- (REQ_OP_WRITE_ZEROES: fallocate of a block device, a file system
 -- zeroing blocks, mkfs); kind fault: a virtual-disk read of a block
@@ -373,8 +399,8 @@ JOIN _links_captures c USING (ck);
 -- @column upper_level VARCHAR  vfs or vdisk
 -- @column lower_level VARCHAR  vdisk, hostfs or disk
 -- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
--- @column upper_id UBIGINT     io_id of the upper event (vfs_io or vdisk_io); NULL when unattributed
--- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a file system's online discard, at its commit, of the blocks a hole punched for it freed: an fallocate's in a guest file, a virtual-disk discard's in the image), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
+-- @column upper_id UBIGINT     io_id of the upper event (vfs_io, for kind hint vfs_hints, or vdisk_io); NULL when unattributed
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a file system's online discard, at its commit, of the blocks a hole punched for it freed: an fallocate's in a guest file, a virtual-disk discard's in the image), hint (a virtual-disk read a readahead or fadvise WILLNEED call asked for), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
 -- @column lag_ns BIGINT        writeback and discard: lower start - upper end; otherwise lower start - upper start; store: lower start - the store's page fault; NULL for the other unattributed
 CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;

@@ -71,9 +71,10 @@ WHERE e.syscall < 35;   -- not the hints
 
 -- One row per posix_fadvise(2) (fadvise64) or readahead(2) call on a file of
 -- the guest file system: the hints an application gives about its I/O,
--- with their ranges.  No I/O of their own: the virtual-disk reads a
--- readahead or a willneed causes are links' kind readahead, tied to no
--- call.  (fio's fadvise_hint and invalidate show as random and dontneed.)
+-- with their ranges.  Not I/O, so not in vfs_io: the virtual-disk reads
+-- a readahead or a willneed queues while it runs are links' kind hint,
+-- tied to its row here (upper_id).  (fio's fadvise_hint and invalidate
+-- show as random and dontneed.)
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'vfs'

@@ -2,7 +2,9 @@
 or chrome://tracing).
 
 One process per level (vfs, vdisk, hostfs, disk, in stack order), one
-slice per I/O, and a flow arrow for every link: from the upper event to
+slice per I/O (and per readahead(2) or posix_fadvise call, vfs_hints: links
+ties the reads they ask for to them), and a flow arrow for every link:
+from the upper event to
 the lower request or access it caused.  I/Os in flight together are laid
 out on lanes ("slot N": the first lane free when the I/O starts), since a
 JSON timeline needs the slices on one thread to nest, and concurrent
@@ -26,7 +28,11 @@ PID = {lv: i + 1 for i, lv in enumerate(LEVELS)}
 
 QUERIES = {
     "vfs": """SELECT io_id, ts_ns AS t0, end_ns AS t1, op, syscall, bytes, offset_bytes, ino,
-                     pid, tid, comm FROM vfs_io WHERE capture_id = $c""",
+                     pid, tid, comm FROM vfs_io WHERE capture_id = $c
+              UNION ALL   -- the hints, which links ties the reads they ask for to
+              SELECT io_id, ts_ns, end_ns, 'other', coalesce('fadvise64 ' || advice, syscall),
+                     req_bytes, offset_bytes, ino, pid, tid, comm
+              FROM vfs_hints WHERE capture_id = $c""",
     "vdisk": """SELECT io_id, start_ns AS t0, coalesce(c_ns, d_ns) AS t1, op, rwbs, bytes,
                        offset_bytes, sector, q2g_ns, g2i_ns, i2d_ns, d2c_ns, q2c_ns
                 FROM vdisk_io WHERE capture_id = $c""",

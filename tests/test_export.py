@@ -70,6 +70,21 @@ def test_timeline_of_a_hand_built_stack():
                                     "counters": 9, "start_ns": 0}
 
 
+def test_a_hint_is_a_vfs_slice_with_a_flow_to_the_reads_it_asked_for():
+    """fadvise(WILLNEED) of file bytes [8 KiB, 16 KiB) at 100-1000 ns, and
+    the 8 KiB virtual-disk read it queued at 200 (links' kind hint)."""
+    tl = export.timeline(Session.from_tables({
+        "capture_meta": capture_meta(), "device_map": device_map(), "extent_maps": extents(),
+        "vfs_events": [vfs(100, 900, off=8192, req=8192, ret=0, syscall=35) | {"iov_count": 3}],
+        "block_events": request(200, 210, 900, VDISK, 4 * MiB + 8192, 8192, rq=1, bio=11,
+                                flags=32)}))
+    ev = tl["traceEvents"]
+    assert [(e["pid"], e["name"], e["ts"], e["dur"]) for e in ev if e["ph"] == "X"] == [
+        (1, "fadvise64 willneed 8 KiB", 0.1, 0.9), (2, "RA 8 KiB", 0.2, 0.7)]
+    assert [(e["ph"], e["name"], e["pid"], e["ts"]) for e in ev if e["ph"] in "sf"] == [
+        ("s", "hint", 1, 0.55), ("f", "hint", 2, 0.55)]
+
+
 def test_window_keeps_the_ios_that_overlap_it_and_their_links():
     tl = export.timeline(stack(), window=(900e-9, 2000e-9))
     got = [(e["pid"], e["args"]["offset_bytes"]) for e in tl["traceEvents"] if e["ph"] == "X"]
@@ -104,8 +119,12 @@ def test_real_capture_exports_a_loadable_timeline(lab_factory, tmp_path):
     s = nestrace.open(store)
     per_level = Counter(e["cat"] for e in ev if e["ph"] == "X")
     for lv in ("vfs", "vdisk", "hostfs", "disk"):
-        assert per_level[lv] == s.rows(f"SELECT count(*) AS n FROM {lv}_io")[0]["n"], lv
-    assert per_level["vfs"] == 512 and per_level["disk"] >= 512
+        assert per_level[lv] == s.rows(f"SELECT count(*) AS n FROM {lv}_io")[0]["n"] + (
+            s.rows("SELECT count(*) AS n FROM vfs_hints")[0]["n"] if lv == "vfs" else 0), lv
+    # fio's 512 I/Os, and its fadvise calls (RANDOM, and DONTNEED at the end)
+    names = Counter(e["name"].split()[0] for e in ev if e["ph"] == "X" and e["cat"] == "vfs")
+    assert names["fadvise64"] >= 1 and sum(names.values()) - names["fadvise64"] == 512, names
+    assert per_level["disk"] >= 512
     # a JSON trace viewer needs the slices of one thread to nest: on a lane they never overlap
     lanes = defaultdict(list)
     for e in ev:

@@ -928,12 +928,50 @@ def test_a_file_written_only_through_a_mapping_has_its_end_extent_map(lab_factor
     store = tmp_path / "s"
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c", prog)
     s = nestrace.open(store)
-    assert s.rows("SELECT syscall, op, offset_bytes, req_bytes, bytes FROM vfs_io") == [
+    assert s.rows("SELECT syscall, op, offset_bytes, req_bytes, bytes FROM vfs_io "
+                  "ORDER BY ts_ns") == [
         {"syscall": "ftruncate", "op": "other", "offset_bytes": 1 << 20, "req_bytes": 0,
-         "bytes": 0}]
+         "bytes": 0},
+        {"syscall": "msync", "op": "sync", "offset_bytes": 0, "req_bytes": 1 << 20, "bytes": 0}]
     got = s.rows("SELECT sum(length_bytes) AS n FROM extent_maps WHERE phase = 'end' AND path = ?",
                  [path])
     assert got == [{"n": 1 << 20}]
+
+
+@pytest.mark.parametrize("mode", ["tp_btf", "raw_tp"])
+def test_msync_is_a_sync_of_the_file_range_mapped_at_its_address(lab_factory, tmp_path, mode):
+    """A mapping of file bytes [256 KiB, 768 KiB): msync of its second
+    page is a sync of file bytes [260 KiB, 264 KiB), and of the whole
+    mapping one of [256 KiB, 768 KiB); each writes back the page a store
+    dirtied (links' kind store) while it runs (sync_transform)."""
+    lab = lab_factory("ext4", "xfs")
+    path = f"{lab.mount}/mapped"
+    KiB = 1024
+    prog = ("import mmap, os\n"
+            f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT)\n"
+            "os.ftruncate(fd, 1 << 20)\n"
+            "m = mmap.mmap(fd, 512 << 10, offset=256 << 10)\n"
+            "m[4096:8192] = b'y' * 4096\n"
+            "m.flush(4096, 4096)\n"
+            "m[65536:69632] = b'z' * 4096\n"
+            "m.flush()\n")
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--mode", mode, "--",
+            sys.executable, "-c", prog)
+    s = nestrace.open(store)
+    assert f'"sys_enter": "{mode}"' in s.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"]
+    ino = os.stat(path).st_ino
+    got = s.rows("SELECT op, offset_bytes, req_bytes, ret, fd, ino FROM vfs_io "
+                 "WHERE syscall = 'msync' ORDER BY ts_ns")
+    assert got == [{"op": "sync", "offset_bytes": o, "req_bytes": n, "ret": 0, "fd": -1, "ino": ino}
+                   for o, n in ((260 * KiB, 4 * KiB), (256 * KiB, 512 * KiB))], got
+    sync = {r["level"]: r for r in s.rows("SELECT * FROM sync_transform")}
+    assert sync["vfs"]["flushes"] == 2, sync
+    assert sync["vdisk"]["fsync_bound_writes"] >= 2, sync
+    stored = s.rows("SELECT coalesce(sum(bytes), 0) AS n FROM links "
+                    "WHERE lower_level = 'vdisk' AND kind = 'store'")[0]["n"]
+    assert stored >= 8 * KiB, stored
+    assert_losses_counted(s)
 
 
 def test_explicit_devices_give_the_same_stack_as_discovery(lab_factory, tmp_path):

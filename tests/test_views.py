@@ -175,6 +175,18 @@ def test_vfs_io_names_every_syscall_code_the_record_declares():
 
 
 
+def test_msync_is_op_sync_with_ms_sync_and_counts_as_a_flush():
+    """msync's flags in iov_count: MS_SYNC (4) fsyncs the range; MS_ASYNC
+    (1) does nothing on Linux: op other, no flush."""
+    ev = [vfs(100, 7, off=8192, req=4096, ret=0, syscall=37) | {"iov_count": 4, "fd": -1},
+          vfs(200, 3, off=0, req=65536, ret=0, syscall=37) | {"iov_count": 1 | 2, "fd": -1}]
+    s = session(vfs_events=ev)
+    assert s.rows("SELECT syscall, op, offset_bytes, req_bytes, fd FROM vfs_io ORDER BY ts_ns") == [
+        {"syscall": "msync", "op": "sync", "offset_bytes": 8192, "req_bytes": 4096, "fd": -1},
+        {"syscall": "msync", "op": "other", "offset_bytes": 0, "req_bytes": 65536, "fd": -1}]
+    assert s.rows("SELECT flushes FROM sync_transform WHERE level = 'vfs'") == [{"flushes": 1}]
+
+
 def test_vfs_hints_are_fadvise_and_readahead_calls_and_not_io():
     """fadvise64's advice by name (POSIX_FADV_* 0..5), readahead with its
     range; neither is a row of vfs_io."""

@@ -41,6 +41,9 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        /* posix_fadvise(2) (its advice in iov_count) and readahead(2): the
         * hints, with their ranges */
        SC_FADVISE, SC_READAHEAD,
+       /* msync(2): the file mapped at its address (its flags in
+        * iov_count); no fd, so fd -1 */
+       SC_MSYNC,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -138,6 +141,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 275: return SC_SPLICE_IN;
 	case 221: return SC_FADVISE;		/* fadvise64 */
 	case 187: return SC_READAHEAD;
+	case 26: return SC_MSYNC;
 #elif defined(__TARGET_ARCH_arm64)
 	case 63: return SC_READ;
 	case 64: return SC_WRITE;
@@ -162,6 +166,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 76: return SC_SPLICE_IN;
 	case 223: return SC_FADVISE;		/* fadvise64_64 */
 	case 213: return SC_READAHEAD;
+	case 227: return SC_MSYNC;
 #else
 #error "nestrace vfs: add this architecture's syscall numbers"
 #endif
@@ -249,6 +254,44 @@ static __always_inline bool file__traced(struct vfs_start *s, struct file *f)
 static __always_inline bool vfs__file(struct vfs_start *s, const bool btf)
 {
 	return file__traced(s, task__file(s->fd, btf));
+}
+
+struct msync_ctx {
+	struct vfs_start *s;
+	__u64 addr;
+	bool traced;
+};
+
+/* The mapping msync's address is in (bpf_find_vma): its file, if traced,
+ * and the address as a file offset; the length kept to this mapping (a
+ * range over several is recorded for its first). */
+static long msync__vma(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct msync_ctx *c = data;
+	__u64 start = BPF_CORE_READ(vma, vm_start), end = BPF_CORE_READ(vma, vm_end);
+
+	if (!file__traced(c->s, BPF_CORE_READ(vma, vm_file)))
+		return 0;
+	c->s->offset = (c->addr - start) + (BPF_CORE_READ(vma, vm_pgoff) << 12);
+	if (c->s->req_bytes > end - c->addr)
+		c->s->req_bytes = end - c->addr;
+	c->traced = true;
+	return 0;
+}
+
+/* msync(addr, len, flags) of a mapped file on a traced file system. */
+static __always_inline bool msync__file(struct vfs_start *s, struct pt_regs *regs, const bool btf)
+{
+	struct msync_ctx c = { .s = s, .addr = SC_ARG(btf, regs, 1) };
+	long err;
+
+	s->fd = -1;
+	s->req_bytes = SC_ARG(btf, regs, 2);
+	s->iov_count = SC_ARG(btf, regs, 3);
+	err = bpf_find_vma(bpf_get_current_task_btf(), c.addr, msync__vma, &c, 0);
+	if (err == -16)		/* -EBUSY: the address space was locked: unknown, so lost */
+		records__lost(1);
+	return c.traced;
 }
 
 enum { ASYNC_RW, ASYNC_RWV, ASYNC_SYNC };
@@ -498,6 +541,9 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		return copy__enter(regs, code, btf);
 	if (code == SC_IO_GETEVENTS) {	/* the events land at exit */
 		s.offset = SC_ARG(btf, regs, 4);
+	} else if (code == SC_MSYNC) {
+		if (!msync__file(&s, regs, btf))
+			return 0;
 	} else {
 		s.fd = SC_ARG(btf, regs, 1);
 		if (!vfs__file(&s, btf))
@@ -505,7 +551,8 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	}
 	s.ts = bpf_ktime_get_ns();
 	s.syscall = code;
-	s.iov_count = 1;
+	if (code != SC_MSYNC)
+		s.iov_count = 1;
 	switch (code) {
 	case SC_READ:
 	case SC_WRITE:
@@ -555,6 +602,7 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		break;
 	}
 	case SC_IO_GETEVENTS:
+	case SC_MSYNC:
 		break;
 	default:	/* fsync, fdatasync: the whole file */
 		s.offset = -1;

@@ -113,6 +113,14 @@ def record_fio(lab, store: Path, tmp_path: Path, *fio_args: str, extra=()) -> tu
     return nestrace.open(store), fio_log_offsets(log), r
 
 
+def record_python(lab, store: Path, prog: str, *args: str, extra=()):
+    """Record a Python program (run with args) on the lab's stack; return a
+    session on the store."""
+    run_cli("record", "-o", str(store), "--stack", lab.mount, *extra, "--", sys.executable, "-c",
+            prog, *args)
+    return nestrace.open(store)
+
+
 def assert_traced_through(s, offsets: list[int], syscall: str = "pread64") -> None:
     assert len(offsets) == 4096
     vfs = s.rows("SELECT offset_bytes, ret_bytes FROM vfs_io WHERE syscall = ?", [syscall])
@@ -413,10 +421,7 @@ def test_io_uring_sync_file_range_and_fallocate_are_followed_down(lab_factory, t
     subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=64k", "count=1", "status=none"],
                    check=True)
     subprocess.run(["sync"], check=True)
-    store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c",
-            URING_EACH_KIND, f)
-    s = nestrace.open(store)
+    s = record_python(lab, tmp_path / "s", URING_EACH_KIND, f)
     got = {r.pop("syscall"): r for r in s.rows(
         "SELECT syscall, io_id, ts_ns, end_ns, op, offset_bytes, req_bytes, bytes, falloc_mode "
         "FROM vfs_io WHERE syscall LIKE 'uring_%'")}
@@ -503,11 +508,8 @@ def test_copy_file_range_sendfile_and_splice_are_a_read_and_a_write_followed_dow
                     "oflag=direct", "status=none"], check=True)
     subprocess.run(["sync"], check=True)
     drop_caches()
-    store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c",
-            COPY_EACH_WAY, lab.mount)
+    s = record_python(lab, tmp_path / "s", COPY_EACH_WAY, lab.mount)
     ino = {n: os.stat(f"{lab.mount}/{n}").st_ino for n in "abcde"}
-    s = nestrace.open(store)
     MiB = 1 << 20
     got = s.rows("SELECT syscall, op, ino, sum(bytes) AS bytes, min(offset_bytes) AS lo, "
                  "max(offset_bytes + bytes) AS hi FROM vfs_io "
@@ -598,9 +600,7 @@ def test_readahead_and_fadvise_are_vfs_hints_and_the_reads_they_ask_for_are_tied
     subprocess.run(["sync"], check=True)
     drop_caches()
     store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c", HINTS,
-            path)
-    s = nestrace.open(store)
+    s = record_python(lab, store, HINTS, path)
     MiB = 1 << 20
     ino = os.stat(path).st_ino
     got = s.rows("SELECT syscall, advice, offset_bytes, req_bytes, ret, ino FROM vfs_hints "
@@ -925,9 +925,7 @@ def test_a_file_written_only_through_a_mapping_has_its_end_extent_map(lab_factor
             "m = mmap.mmap(fd, 1 << 20)\n"
             "m[:] = b'x' * (1 << 20)\n"
             "m.flush()\n")
-    store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", sys.executable, "-c", prog)
-    s = nestrace.open(store)
+    s = record_python(lab, tmp_path / "s", prog)
     assert s.rows("SELECT syscall, op, offset_bytes, req_bytes, bytes FROM vfs_io "
                   "ORDER BY ts_ns") == [
         {"syscall": "ftruncate", "op": "other", "offset_bytes": 1 << 20, "req_bytes": 0,
@@ -955,10 +953,7 @@ def test_msync_is_a_sync_of_the_file_range_mapped_at_its_address(lab_factory, tm
             "m.flush(4096, 4096)\n"
             "m[65536:69632] = b'z' * 4096\n"
             "m.flush()\n")
-    store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--mode", mode, "--",
-            sys.executable, "-c", prog)
-    s = nestrace.open(store)
+    s = record_python(lab, tmp_path / "s", prog, extra=("--mode", mode))
     assert f'"sys_enter": "{mode}"' in s.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"]
     ino = os.stat(path).st_ino
     got = s.rows("SELECT op, offset_bytes, req_bytes, ret, fd, ino FROM vfs_io "
@@ -971,6 +966,40 @@ def test_msync_is_a_sync_of_the_file_range_mapped_at_its_address(lab_factory, tm
     stored = s.rows("SELECT coalesce(sum(bytes), 0) AS n FROM links "
                     "WHERE lower_level = 'vdisk' AND kind = 'store'")[0]["n"]
     assert stored >= 8 * KiB, stored
+    assert_losses_counted(s)
+
+
+def test_syncfs_and_sync_are_syncs_that_bound_the_write_back(lab_factory, tmp_path):
+    """Two buffered 64 KiB writes, each written back by a sync call:
+    syncfs(fd) on the file system of its fd, and sync(2), one row on the
+    guest file system with no file."""
+    lab = lab_factory("ext4", "xfs")
+    path = f"{lab.mount}/f"
+    prog = ("import ctypes, os\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            f"fd = os.open({path!r}, os.O_WRONLY | os.O_CREAT)\n"
+            "os.pwrite(fd, b'a' * 65536, 0)\n"
+            "assert libc.syncfs(fd) == 0\n"
+            "os.pwrite(fd, b'b' * 65536, 65536)\n"
+            "os.sync()\n")
+    s = record_python(lab, tmp_path / "s", prog)
+    ino = os.stat(path).st_ino
+    guest = s.rows("SELECT dev FROM device_map WHERE level = 'vfs'")[0]["dev"]
+    got = s.rows("SELECT syscall, op, ino, fd >= 0 AS has_fd, dev, ret FROM vfs_io ORDER BY ts_ns")
+    assert [(r["syscall"], r["op"], r["ino"], r["has_fd"], r["dev"], r["ret"]) for r in got] == [
+        ("pwrite64", "write", ino, True, guest, 65536), ("syncfs", "sync", ino, True, guest, 0),
+        ("pwrite64", "write", ino, True, guest, 65536), ("sync", "sync", 0, False, guest, 0)], got
+    sync = {r["level"]: r for r in s.rows("SELECT * FROM sync_transform")}
+    assert sync["vfs"]["flushes"] == 2, sync
+    assert sync["vdisk"]["fsync_bound_writes"] >= 2, sync
+    # each write is written back (links' writeback), while the sync after it runs
+    wb = s.rows("SELECT w.offset_bytes, min(v.start_ns) AS at FROM links l "
+                "JOIN vfs_io w ON w.io_id = l.upper_id JOIN vdisk_io v ON v.io_id = l.lower_id "
+                "WHERE l.lower_level = 'vdisk' AND l.kind = 'writeback' GROUP BY ALL ORDER BY 1")
+    calls = s.rows("SELECT ts_ns, end_ns FROM vfs_io WHERE op = 'sync' ORDER BY ts_ns")
+    assert [r["offset_bytes"] for r in wb] == [0, 65536], wb
+    for w, c in zip(wb, calls):
+        assert c["ts_ns"] <= w["at"] <= c["end_ns"], (wb, calls)
     assert_losses_counted(s)
 
 

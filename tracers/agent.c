@@ -705,7 +705,15 @@ static void filters__rodata(volatile __u32 *use_maps, volatile __u32 *ndevs, __u
 		fam##__extra_rodata(s);					\
 	}
 
-static void vfs__extra_rodata(struct vfs_bpf *s) { s->rodata->target_tgid = env.target_tgid; }
+static void vfs__extra_rodata(struct vfs_bpf *s)
+{
+	s->rodata->target_tgid = env.target_tgid;
+	for (int i = 0; i < env.ndevs; i++)	/* sync(2) is recorded on the first vfs device */
+		if (env.devs[i].roles & NT_ROLE_VFS) {
+			s->rodata->sync_dev = env.devs[i].dev;
+			break;
+		}
+}
 static void block__extra_rodata(struct block_bpf *s) {}
 static void hostfs__extra_rodata(struct hostfs_bpf *s) {}
 FAMILY(vfs)

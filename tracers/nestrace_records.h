@@ -31,7 +31,7 @@ struct nt_header {
 struct nt_vfs_event {
 	struct nt_header hdr;
 	__u64 duration_ns; /* syscall exit time minus entry time (AIO: reaped minus submitted; io_uring: CQE posted minus submitted) */
-	__u64 ino; /* inode number of the file */
+	__u64 ino; /* inode number of the file (0 for sync) */
 	__s64 offset_bytes; /* file offset of the I/O (f_pos at entry, or the pread/pwrite offset); -1 when none */
 	__u64 req_bytes; /* bytes asked for (count, or the sum of the iovec lengths) */
 	__s64 ret; /* syscall return value: bytes done, or -errno (AIO: the io_event's res; io_uring: the CQE's res) */
@@ -39,9 +39,9 @@ struct nt_vfs_event {
 	__u32 pid; /* process id (tgid) */
 	__u32 tid; /* thread id */
 	__u32 f_flags; /* open flags of the file (O_DIRECT, O_SYNC, ...) */
-	__u16 syscall; /* nestrace syscall code: 1 read 2 write 3 pread64 4 pwrite64 5 readv 6 writev 7 preadv 8 pwritev 9 preadv2 10 pwritev2 11 fsync 12 fdatasync 13 sync_file_range 14 aio_pread 15 aio_pwrite 16 aio_fsync 17 aio_fdsync 18 aio_preadv 19 aio_pwritev (Linux AIO: one record per iocb, from io_submit to the io_getevents that reaped it) 20 uring_read 21 uring_write 22 uring_readv 23 uring_writev 24 uring_fsync (io_uring: one record per request, from submission to its CQE) 25 fallocate (its mode in iov_count) 26 uring_sync_file_range 27 uring_fallocate (its mode in iov_count) 28 copy_file_range, the file read 29 copy_file_range, the file written 30 sendfile, the file read 31 sendfile, the file written (a record per side on a traced file system, both with the call's return) 32 ftruncate (offset_bytes: the new size; req_bytes: the size before) 33 splice, the file read 34 splice, the file written (the other side is a pipe) 35 fadvise64 (posix_fadvise: its advice in iov_count) 36 readahead 37 msync (the file mapped at its address, fd -1: offset_bytes the address as a file offset, req_bytes the length within that mapping, its flags in iov_count) */
+	__u16 syscall; /* nestrace syscall code: 1 read 2 write 3 pread64 4 pwrite64 5 readv 6 writev 7 preadv 8 pwritev 9 preadv2 10 pwritev2 11 fsync 12 fdatasync 13 sync_file_range 14 aio_pread 15 aio_pwrite 16 aio_fsync 17 aio_fdsync 18 aio_preadv 19 aio_pwritev (Linux AIO: one record per iocb, from io_submit to the io_getevents that reaped it) 20 uring_read 21 uring_write 22 uring_readv 23 uring_writev 24 uring_fsync (io_uring: one record per request, from submission to its CQE) 25 fallocate (its mode in iov_count) 26 uring_sync_file_range 27 uring_fallocate (its mode in iov_count) 28 copy_file_range, the file read 29 copy_file_range, the file written 30 sendfile, the file read 31 sendfile, the file written (a record per side on a traced file system, both with the call's return) 32 ftruncate (offset_bytes: the new size; req_bytes: the size before) 33 splice, the file read 34 splice, the file written (the other side is a pipe) 35 fadvise64 (posix_fadvise: its advice in iov_count) 36 readahead 37 msync (the file mapped at its address, fd -1: offset_bytes the address as a file offset, req_bytes the length within that mapping, its flags in iov_count) 38 syncfs (the file system of its fd) 39 sync (every file system: one record, on the first traced vfs device, ino 0, fd -1) */
 	__u16 iov_count; /* number of iovecs (1 for plain read/write); fallocate, uring_fallocate: its mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...); fadvise64: its advice; msync: its flags (1 MS_ASYNC, 2 MS_INVALIDATE, 4 MS_SYNC) */
-	__s32 fd; /* file descriptor (-1 for msync) */
+	__s32 fd; /* file descriptor (-1 for msync and sync) */
 	char comm[16]; /* task command name */
 };
 

@@ -15,6 +15,9 @@ struct nt_vfs_event *unused_vfs_event __attribute__((unused));
 
 /* Only trace this process (tgid) when non-zero. */
 const volatile __u32 target_tgid = 0;
+/* The traced file system sync(2) is recorded on (the agent's first vfs
+ * device); 0: sync(2) is not recorded. */
+const volatile __u32 sync_dev = 0;
 
 enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        SC_PREADV, SC_PWRITEV, SC_PREADV2, SC_PWRITEV2, SC_FSYNC,
@@ -44,6 +47,9 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        /* msync(2): the file mapped at its address (its flags in
         * iov_count); no fd, so fd -1 */
        SC_MSYNC,
+       /* syncfs(2) (the file system of its fd; the fd's file) and sync(2)
+        * (every file system: recorded once, on sync_dev, with no file) */
+       SC_SYNCFS, SC_SYNC,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -142,6 +148,8 @@ static __always_inline __u16 syscall__code(long id)
 	case 221: return SC_FADVISE;		/* fadvise64 */
 	case 187: return SC_READAHEAD;
 	case 26: return SC_MSYNC;
+	case 306: return SC_SYNCFS;
+	case 162: return SC_SYNC;
 #elif defined(__TARGET_ARCH_arm64)
 	case 63: return SC_READ;
 	case 64: return SC_WRITE;
@@ -167,6 +175,8 @@ static __always_inline __u16 syscall__code(long id)
 	case 223: return SC_FADVISE;		/* fadvise64_64 */
 	case 213: return SC_READAHEAD;
 	case 227: return SC_MSYNC;
+	case 267: return SC_SYNCFS;
+	case 81: return SC_SYNC;
 #else
 #error "nestrace vfs: add this architecture's syscall numbers"
 #endif
@@ -544,6 +554,11 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	} else if (code == SC_MSYNC) {
 		if (!msync__file(&s, regs, btf))
 			return 0;
+	} else if (code == SC_SYNC) {
+		if (!sync_dev)
+			return 0;
+		s.dev = sync_dev;
+		s.fd = -1;
 	} else {
 		s.fd = SC_ARG(btf, regs, 1);
 		if (!vfs__file(&s, btf))

@@ -5,8 +5,8 @@
 
 -- Per level: writes, how many are synchronous at this level (O_SYNC/O_DSYNC
 -- at vfs; FUA or PREFLUSH at block levels), explicit flushes (fsync and
--- fdatasync at vfs, also through AIO and io_uring, and msync with MS_SYNC,
--- an fsync of its range; flush requests at block levels), and how many writes
+-- fdatasync at vfs, also through AIO and io_uring, msync with MS_SYNC,
+-- an fsync of its range, syncfs and sync; flush requests at block levels), and how many writes
 -- below fall inside an fsync of the level above ("fsync-bound").  sync_file_range
 -- (and io_uring's) starts writeback of a range without a flush of the disk's
 -- cache: it is counted apart (range_syncs), with the writes below issued
@@ -15,8 +15,8 @@
 -- @column level VARCHAR        vfs, vdisk or disk
 -- @column writes BIGINT        write I/Os
 -- @column stable_writes BIGINT writes that must be durable on completion (O_SYNC/O_DSYNC, FUA, PREFLUSH)
--- @column flushes BIGINT       fsync/fdatasync calls (and msync with MS_SYNC), or flush requests
--- @column fsync_bound_writes BIGINT writes issued while an application fsync/fdatasync (or msync with MS_SYNC) was in progress
+-- @column flushes BIGINT       fsync/fdatasync calls (and msync with MS_SYNC, syncfs, sync), or flush requests
+-- @column fsync_bound_writes BIGINT writes issued while an application fsync/fdatasync (or msync with MS_SYNC, syncfs, sync) was in progress
 -- @column stable_fraction DOUBLE stable_writes / writes
 -- @column range_syncs BIGINT   sync_file_range calls (vfs; 0 at block levels)
 -- @column range_sync_bound_writes BIGINT writes issued while an application sync_file_range was in progress (block levels; 0 at vfs)
@@ -62,7 +62,8 @@ v AS (
   SELECT capture_id, 'vfs' AS level,
          count(*) FILTER (WHERE op = 'write') AS writes,
          count(*) FILTER (WHERE op = 'write' AND sync) AS stable_writes,
-         count(*) FILTER (WHERE syscall IN ('fsync', 'fdatasync', 'aio_fsync', 'aio_fdsync', 'uring_fsync')
+         count(*) FILTER (WHERE syscall IN ('fsync', 'fdatasync', 'aio_fsync', 'aio_fdsync', 'uring_fsync',
+                                            'syncfs', 'sync')
                           OR (syscall = 'msync' AND op = 'sync')) AS flushes,
          0::BIGINT AS fsync_bound_writes,
          count(*) FILTER (WHERE syscall IN ('sync_file_range', 'uring_sync_file_range')) AS range_syncs,

@@ -20,6 +20,9 @@
 -- MS_SYNC (the kernel then fsyncs the range), else other (MS_ASYNC does
 -- nothing): no fd (-1), its address as a file offset, the length within
 -- that one mapping (a range over several is recorded for its first).
+-- syncfs(2) is op sync on the file system of its fd (ino: the fd's
+-- file); sync(2), which syncs every file system, is one row on the
+-- first traced guest file system (ino 0, fd -1).
 -- The hints posix_fadvise(2) and readahead(2) are in vfs_hints, not here.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
@@ -29,20 +32,20 @@
 -- @column end_ns UBIGINT       syscall exit (AIO: the io_getevents that reaped it; io_uring: its CQE)
 -- @column duration_ns UBIGINT  exit - entry
 -- @column dev UINTEGER         kernel dev_t of the guest file system
--- @column ino UBIGINT          inode number
+-- @column ino UBIGINT          inode number (0 for sync)
 -- @column offset_bytes BIGINT  file offset (-1 for fsync/fdatasync; sync_file_range, msync: where its range starts; ftruncate: the new size)
 -- @column req_bytes UBIGINT    bytes asked for (fallocate, sync_file_range, msync: the range's length; 0 for sync_file_range: to the file's end; ftruncate: the file's size before)
 -- @column ret_bytes BIGINT     bytes done (0 on error; fallocate: the range, on success; ftruncate: the bytes cut off, on success)
 -- @column ret BIGINT           raw return value (bytes, or -errno)
 -- @column bytes BIGINT         alias of ret_bytes, for cross-level queries
--- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, sync_file_range, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ..., uring_fsync, uring_sync_file_range, uring_fallocate for io_uring requests; copy_file_range, sendfile, splice (a row per side); ftruncate; msync
+-- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, sync_file_range, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ..., uring_fsync, uring_sync_file_range, uring_fallocate for io_uring requests; copy_file_range, sendfile, splice (a row per side); ftruncate; msync; syncfs, sync
 -- @column op VARCHAR           read, write, sync, discard (fallocate punching a hole or zeroing a range; ftruncate cutting the file short) or other (other fallocate and ftruncate; msync without MS_SYNC)
 -- @column falloc_mode USMALLINT fallocate's and uring_fallocate's mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...); NULL for the other syscalls
 -- @column direct BOOLEAN       file opened with O_DIRECT
 -- @column sync BOOLEAN         file opened with O_SYNC or O_DSYNC
 -- @column pid UINTEGER         process id
 -- @column tid UINTEGER         thread id
--- @column fd INTEGER           file descriptor (-1 for msync)
+-- @column fd INTEGER           file descriptor (-1 for msync and sync)
 -- @column comm VARCHAR         task command name
 CREATE OR REPLACE VIEW vfs_io AS
 SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns, e.ts_ns + e.duration_ns AS end_ns,
@@ -57,7 +60,7 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
         'uring_read', 'uring_write', 'uring_readv', 'uring_writev', 'uring_fsync',
         'fallocate', 'uring_sync_file_range', 'uring_fallocate',
         'copy_file_range', 'copy_file_range', 'sendfile', 'sendfile', 'ftruncate',
-        'splice', 'splice', NULL, NULL, 'msync'][e.syscall]
+        'splice', 'splice', NULL, NULL, 'msync', 'syncfs', 'sync'][e.syscall]
          AS syscall,
        CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18, 20, 22, 28, 30, 33) THEN 'read'
             WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19, 21, 23, 29, 31, 34) THEN 'write'

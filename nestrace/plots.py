@@ -455,6 +455,9 @@ def _tables_html(rep: dict) -> str:
             + ("<h3>Discards and write-zeroes</h3>" + table(rep["discard"], [
                 "level", "requests", "discard_bytes", "zeroes_bytes", "tied_bytes", "tied_fraction",
                 "lag_median_ns"]) if rep.get("discard") else "")
+            + ("<h3>Application hints</h3>" + table(rep["hints"], [
+                "syscall", "advice", "calls", "failed", "range_bytes", "to_end_calls",
+                "tied_requests", "tied_bytes"]) if rep.get("hints") else "")
             + f"<p>lost events: {rep['lost']['total']}</p>")
 
 

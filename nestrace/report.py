@@ -146,6 +146,9 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     sync = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes, stable_fraction, "
                   "range_syncs, range_sync_bound_writes "
                   "FROM sync_transform WHERE capture_id = ? ORDER BY level", p)
+    hints = s.rows("SELECT syscall, advice, calls, failed, range_bytes, to_end_calls, tied_requests, "
+                   "tied_bytes FROM hints_summary WHERE capture_id = ? "
+                   "ORDER BY syscall, advice NULLS FIRST", p)
     discard = s.rows("SELECT level, requests, discard_bytes, zeroes_bytes, tied_bytes, tied_fraction, "
                      "lag_median_ns FROM discard_summary WHERE capture_id = ? "
                      "ORDER BY list_position(['vdisk', 'hostfs', 'disk'], level)", p)
@@ -182,6 +185,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "readahead": ra,
         "sync": sync,
         "discard": discard,
+        "hints": hints,
         "latency": latency,
     }
 
@@ -192,6 +196,7 @@ KIND_GLOSS = {
     "writeback": "writeback: after a write that dirtied the range",
     "rmw": "rmw: a read a partial write caused",
     "discard": "discard: after the upper discard of the range",
+    "hint": "hint: a read a readahead(2) or fadvise(WILLNEED) call asked for",
 }
 
 
@@ -360,7 +365,7 @@ def render(rep: dict, console=None) -> None:
     else:
         con.print("Attribution: none (it needs two traced levels and the stack's offset maps, "
                   "which `nestrace record` stores)")
-    t = _table("Read-modify-write, page cache, sync, discard", ("what", "numbers"),
+    t = _table("Read-modify-write, page cache, sync, discard, hints", ("what", "numbers"),
                left=("what", "numbers"))
     for r in rep["rmw"]:
         t.add_row(f"RMW {r['hop']}", f"{r['rmw_writes']}/{r['partial_writes']} partial writes caused "
@@ -388,6 +393,14 @@ def render(rep: dict, console=None) -> None:
         t.add_row(f"discard {r['level']}", f"{r['requests']} requests: "
                   f"{_fmt_bytes(r['discard_bytes'])} discarded, "
                   f"{_fmt_bytes(r['zeroes_bytes'])} write-zeroes{tied}")
+    for r in rep.get("hints", []):
+        what = r["syscall"] + (f" {r['advice']}" if r["advice"] else "")
+        t.add_row(f"hint {what}", f"{r['calls']} call{'' if r['calls'] == 1 else 's'}"
+                  + (f" ({r['failed']} failed)" if r["failed"] else "")
+                  + (f", {_fmt_bytes(r['range_bytes'])} asked" if r["range_bytes"] else "")
+                  + (f", {r['to_end_calls']} to the file's end" if r["to_end_calls"] else "")
+                  + (f", {_fmt_bytes(r['tied_bytes'])} read at vdisk in {r['tied_requests']} "
+                     "requests" if r["syscall"] == "readahead" or r["advice"] == "willneed" else ""))
     con.print(t)
     lost = rep["lost"]
     style = "bold red" if lost["total"] else "green"

@@ -350,6 +350,11 @@ class Session:
     def discard_summary(self, capture_id: str | None = None) -> pa.Table:
         return self._view("discard_summary", capture_id)
 
+    def hints(self, capture_id: str | None = None) -> pa.Table:
+        """The application's readahead(2) and posix_fadvise calls, per call
+        and advice, with the virtual-disk bytes tied to them."""
+        return self._view("hints_summary", capture_id)
+
     def depth(self, capture_id: str | None = None) -> pa.Table:
         """Queue depth per level and device: I/Os in flight at each arrival
         (mean, median, p99, max), aqu-sz and %util."""

@@ -631,6 +631,14 @@ def test_readahead_and_fadvise_are_vfs_hints_and_the_reads_they_ask_for_are_tied
         if r["depth"] == 1:
             down[(r["level"], r["kind"])] += r["link_bytes"]
     assert down == {("vdisk", "hint"): MiB}, rows
+    # the report: a row per call and advice, what each asked for and read
+    rep = json.loads(run_cli("report", str(store), "--json").stdout)["hints"]
+    assert [(r["syscall"], r["advice"], r["calls"], r["range_bytes"], r["to_end_calls"],
+             r["tied_bytes"]) for r in rep] == [
+        ("fadvise64", "sequential", 1, 0, 1, 0), ("fadvise64", "willneed", 1, MiB, 0, MiB),
+        ("readahead", None, 1, MiB, 0, MiB)], rep
+    out = run_cli("report", str(store)).stdout
+    assert "hint fadvise64 willneed    1 call, 1.0 MiB asked, 1.0 MiB read at vdisk" in out, out
     assert_losses_counted(s)
 
 

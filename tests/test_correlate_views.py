@@ -194,6 +194,25 @@ def test_reads_a_readahead_or_willneed_call_queued_are_tied_to_it():
                      "kind": "hint"}], down
 
 
+def test_hints_summary_counts_calls_per_advice_and_the_reads_tied_to_them():
+    """Two readahead(2) calls, one of which queued a 16 KiB read, a failed
+    one, and fadvise RANDOM twice (one to the file's end)."""
+    t = dict(vfs_events=[vfs(100, 900, off=0, req=16384, syscall=36, ret=0),
+                         vfs(3000, 10, off=65536, req=8192, syscall=36, ret=0),
+                         vfs(4000, 10, off=0, req=4096, syscall=36, ret=-9),
+                         vfs(5000, 1, off=0, req=0, syscall=35, ret=0) | {"iov_count": 1},
+                         vfs(6000, 1, off=4096, req=4096, syscall=35, ret=0) | {"iov_count": 1}],
+             block_events=request(200, 210, 800, VDISK, 4 * MiB, 16384, rq=1, bio=11, flags=32))
+    s = session(**t)
+    got = s.rows("SELECT * EXCLUDE (capture_id) FROM hints_summary ORDER BY syscall")
+    assert got == [
+        {"syscall": "fadvise64", "advice": "random", "calls": 2, "failed": 0, "range_bytes": 4096,
+         "to_end_calls": 1, "tied_requests": 0, "tied_bytes": 0},
+        {"syscall": "readahead", "advice": None, "calls": 3, "failed": 1, "range_bytes": 28672,
+         "to_end_calls": 0, "tied_requests": 1, "tied_bytes": 16384}], got
+    assert s.hints().num_rows == 2
+
+
 def test_buffered_write_is_tied_to_its_writeback_with_the_lag():
     t = dict(vfs_events=[vfs(100, 10, off=0, syscall=4)],
              block_events=request(5000, 5010, 6000, VDISK, 4 * MiB, 4096, rq=1, bio=11, op=1))

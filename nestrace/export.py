@@ -2,7 +2,7 @@
 or chrome://tracing).
 
 One process per level (vfs, vdisk, hostfs, disk, in stack order), one
-slice per I/O (and per readahead(2) or posix_fadvise call, vfs_hints: links
+slice per I/O (and per readahead(2), posix_fadvise or madvise call, vfs_hints: links
 ties the reads they ask for to them), and a flow arrow for every link:
 from the upper event to
 the lower request or access it caused.  I/Os in flight together are laid
@@ -30,7 +30,7 @@ QUERIES = {
     "vfs": """SELECT io_id, ts_ns AS t0, end_ns AS t1, op, syscall, bytes, offset_bytes, ino,
                      pid, tid, comm FROM vfs_io WHERE capture_id = $c
               UNION ALL   -- the hints, which links ties the reads they ask for to
-              SELECT io_id, ts_ns, end_ns, 'other', coalesce('fadvise64 ' || advice, syscall),
+              SELECT io_id, ts_ns, end_ns, 'other', concat_ws(' ', syscall, advice),
                      req_bytes, offset_bytes, ino, pid, tid, comm
               FROM vfs_hints WHERE capture_id = $c""",
     "vdisk": """SELECT io_id, start_ns AS t0, coalesce(c_ns, d_ns) AS t1, op, rwbs, bytes,

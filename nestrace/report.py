@@ -196,7 +196,7 @@ KIND_GLOSS = {
     "writeback": "writeback: after a write that dirtied the range",
     "rmw": "rmw: a read a partial write caused",
     "discard": "discard: after the upper discard of the range",
-    "hint": "hint: a read a readahead(2) or fadvise(WILLNEED) call asked for",
+    "hint": "hint: a read a readahead, WILLNEED or POPULATE_READ call asked for",
 }
 
 
@@ -400,7 +400,8 @@ def render(rep: dict, console=None) -> None:
                   + (f", {_fmt_bytes(r['range_bytes'])} asked" if r["range_bytes"] else "")
                   + (f", {r['to_end_calls']} to the file's end" if r["to_end_calls"] else "")
                   + (f", {_fmt_bytes(r['tied_bytes'])} read at vdisk in {r['tied_requests']} "
-                     "requests" if r["syscall"] == "readahead" or r["advice"] == "willneed" else ""))
+                     "requests" if r["syscall"] == "readahead"
+                     or r["advice"] in ("willneed", "populate_read") else ""))
     con.print(t)
     lost = rep["lost"]
     style = "bold red" if lost["total"] else "green"

@@ -351,7 +351,7 @@ class Session:
         return self._view("discard_summary", capture_id)
 
     def hints(self, capture_id: str | None = None) -> pa.Table:
-        """The application's readahead(2) and posix_fadvise calls, per call
+        """The application's readahead(2), posix_fadvise and madvise calls, per call
         and advice, with the virtual-disk bytes tied to them."""
         return self._view("hints_summary", capture_id)
 

@@ -591,14 +591,21 @@ os.pread(fd, 4096, 2 << 20)
 """
 
 
+def uncached_file(lab, mib: int) -> str:
+    """A file of `mib` MiB of random bytes on the lab's guest FS, on its
+    disk and in no page cache; its path."""
+    path = f"{lab.mount}/f"
+    subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=1M", f"count={mib}",
+                    "oflag=direct", "status=none"], check=True)
+    subprocess.run(["sync"], check=True)
+    drop_caches()
+    return path
+
+
 def test_readahead_and_fadvise_are_vfs_hints_and_the_reads_they_ask_for_are_tied_to_them(
         lab_factory, tmp_path):
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
-    path = f"{lab.mount}/f"
-    subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=1M", "count=4", "oflag=direct",
-                    "status=none"], check=True)
-    subprocess.run(["sync"], check=True)
-    drop_caches()
+    path = uncached_file(lab, 4)
     store = tmp_path / "s"
     s = record_python(lab, store, HINTS, path)
     MiB = 1 << 20
@@ -639,6 +646,38 @@ def test_readahead_and_fadvise_are_vfs_hints_and_the_reads_they_ask_for_are_tied
         ("readahead", None, 1, MiB, 0, MiB)], rep
     out = run_cli("report", str(store)).stdout
     assert "hint fadvise64 willneed    1 call, 1.0 MiB asked, 1.0 MiB read at vdisk" in out, out
+    assert_losses_counted(s)
+
+
+MAPPED_HINTS = r"""
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+m = mmap.mmap(fd, 4 << 20, prot=mmap.PROT_READ)
+m.madvise(mmap.MADV_RANDOM)
+m.madvise(mmap.MADV_WILLNEED, 1 << 20, 1 << 20)
+m.madvise(22, 3 << 20, 1 << 20)     # MADV_POPULATE_READ (Linux 5.14)
+assert m[1 << 20] is not None
+"""
+
+
+def test_madvise_of_a_mapped_file_is_a_hint_and_what_it_reads_is_tied_to_it(lab_factory,
+                                                                           tmp_path):
+    """madvise on a mapping of a guest file: RANDOM reads nothing;
+    WILLNEED and POPULATE_READ read their MiB while the call runs."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    path = uncached_file(lab, 4)
+    s = record_python(lab, tmp_path / "s", MAPPED_HINTS, path)
+    MiB = 1 << 20
+    got = s.rows("SELECT syscall, advice, offset_bytes, req_bytes, ret, fd, ino FROM vfs_hints "
+                 "ORDER BY ts_ns")
+    assert got == [{"syscall": "madvise", "advice": a, "offset_bytes": o, "req_bytes": n, "ret": 0,
+                    "fd": -1, "ino": os.stat(path).st_ino}
+                   for a, o, n in (("random", 0, 4 * MiB), ("willneed", MiB, MiB),
+                                   ("populate_read", 3 * MiB, MiB))], got
+    tied = s.rows("SELECT advice, tied_bytes FROM hints_summary ORDER BY advice")
+    assert tied == [{"advice": "populate_read", "tied_bytes": MiB},
+                    {"advice": "random", "tied_bytes": 0},
+                    {"advice": "willneed", "tied_bytes": MiB}], tied
     assert_losses_counted(s)
 
 

@@ -168,7 +168,7 @@ def test_vfs_io_names_every_syscall_code_the_record_declares():
     got = {r["ts_ns"] // 100: r for r in s.rows("SELECT ts_ns, syscall, op FROM vfs_io")}
     hints = {r["ts_ns"] // 100: r["syscall"] for r in s.rows("SELECT ts_ns, syscall FROM vfs_hints")}
     assert {c: r["syscall"] for c, r in got.items()} | hints == declared
-    assert sorted(hints) == [35, 36], hints
+    assert sorted(hints) == [35, 36, 40], hints
     sides = {c: got[c]["op"] for c in declared if re.search(rf"\b{c} \w+, the file (read|written)", doc)}
     expect = {c: "read" if c % 2 == 0 else "write" for c in range(28, 32)}
     assert sides == expect | {33: "read", 34: "write"}, sides
@@ -201,6 +201,18 @@ def test_vfs_hints_are_fadvise_and_readahead_calls_and_not_io():
     assert got[-1] == {"ts_ns": 100, "end_ns": 101, "syscall": "readahead", "advice": None,
                        "offset_bytes": 4096, "req_bytes": 65536, "ret": 0}, got
     assert s.rows("SELECT ts_ns, syscall FROM vfs_io") == [{"ts_ns": 200, "syscall": "pread64"}]
+
+
+def test_madvise_of_a_mapped_file_is_a_hint_with_its_advice_by_name():
+    """MADV_* codes: 3 willneed, 9 remove, 22 populate_read; 100
+    (hwpoison) has no name here: its number."""
+    ev = [vfs(10 * a, 1, off=4096, req=8192, ret=0, syscall=40) | {"iov_count": a, "fd": -1}
+          for a in (3, 9, 22, 100)]
+    s = session(vfs_events=ev)
+    got = s.rows("SELECT syscall, advice, offset_bytes, req_bytes, fd FROM vfs_hints ORDER BY ts_ns")
+    assert got == [{"syscall": "madvise", "advice": a, "offset_bytes": 4096, "req_bytes": 8192,
+                    "fd": -1} for a in ("willneed", "remove", "populate_read", "100")], got
+    assert s.rows("SELECT count(*) AS n FROM vfs_io") == [{"n": 0}]
 
 
 @pytest.mark.parametrize("host_fs,expected", [

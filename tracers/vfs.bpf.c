@@ -50,6 +50,10 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        /* syncfs(2) (the file system of its fd; the fd's file) and sync(2)
         * (every file system: recorded once, on sync_dev, with no file) */
        SC_SYNCFS, SC_SYNC,
+       /* madvise(2) of a mapped file (its advice in iov_count), as msync:
+        * a hint, with posix_fadvise and readahead; only the advice about
+        * file I/O (madvice__file) */
+       SC_MADVISE,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -150,6 +154,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 26: return SC_MSYNC;
 	case 306: return SC_SYNCFS;
 	case 162: return SC_SYNC;
+	case 28: return SC_MADVISE;
 #elif defined(__TARGET_ARCH_arm64)
 	case 63: return SC_READ;
 	case 64: return SC_WRITE;
@@ -177,6 +182,7 @@ static __always_inline __u16 syscall__code(long id)
 	case 227: return SC_MSYNC;
 	case 267: return SC_SYNCFS;
 	case 81: return SC_SYNC;
+	case 233: return SC_MADVISE;
 #else
 #error "nestrace vfs: add this architecture's syscall numbers"
 #endif
@@ -266,18 +272,18 @@ static __always_inline bool vfs__file(struct vfs_start *s, const bool btf)
 	return file__traced(s, task__file(s->fd, btf));
 }
 
-struct msync_ctx {
+struct mapped_ctx {
 	struct vfs_start *s;
 	__u64 addr;
 	bool traced;
 };
 
-/* The mapping msync's address is in (bpf_find_vma): its file, if traced,
- * and the address as a file offset; the length kept to this mapping (a
- * range over several is recorded for its first). */
-static long msync__vma(struct task_struct *task, struct vm_area_struct *vma, void *data)
+/* The mapping an msync's or madvise's address is in (bpf_find_vma): its
+ * file, if traced, and the address as a file offset; the length kept to
+ * this mapping (a range over several is recorded for its first). */
+static long mapped__vma(struct task_struct *task, struct vm_area_struct *vma, void *data)
 {
-	struct msync_ctx *c = data;
+	struct mapped_ctx *c = data;
 	__u64 start = BPF_CORE_READ(vma, vm_start), end = BPF_CORE_READ(vma, vm_end);
 
 	if (!file__traced(c->s, BPF_CORE_READ(vma, vm_file)))
@@ -289,16 +295,30 @@ static long msync__vma(struct task_struct *task, struct vm_area_struct *vma, voi
 	return 0;
 }
 
-/* msync(addr, len, flags) of a mapped file on a traced file system. */
-static __always_inline bool msync__file(struct vfs_start *s, struct pt_regs *regs, const bool btf)
+/* The madvise advice about a file's I/O: MADV_NORMAL, RANDOM, SEQUENTIAL,
+ * WILLNEED, REMOVE, COLD, PAGEOUT, POPULATE_READ, POPULATE_WRITE.  The
+ * rest (DONTNEED, FREE, HUGEPAGE, ...) manage memory, and allocators
+ * call them all the time on anonymous memory: not even looked up. */
+static __always_inline bool madvice__file(long advice)
 {
-	struct msync_ctx c = { .s = s, .addr = SC_ARG(btf, regs, 1) };
+	switch (advice) {
+	case 0: case 1: case 2: case 3: case 9: case 20: case 21: case 22: case 23:
+		return true;
+	}
+	return false;
+}
+
+/* msync(addr, len, flags) or madvise(addr, len, advice) of a mapped file
+ * on a traced file system (anonymous memory has no file: not recorded). */
+static __always_inline bool mapped__file(struct vfs_start *s, struct pt_regs *regs, const bool btf)
+{
+	struct mapped_ctx c = { .s = s, .addr = SC_ARG(btf, regs, 1) };
 	long err;
 
 	s->fd = -1;
 	s->req_bytes = SC_ARG(btf, regs, 2);
 	s->iov_count = SC_ARG(btf, regs, 3);
-	err = bpf_find_vma(bpf_get_current_task_btf(), c.addr, msync__vma, &c, 0);
+	err = bpf_find_vma(bpf_get_current_task_btf(), c.addr, mapped__vma, &c, 0);
 	if (err == -16)		/* -EBUSY: the address space was locked: unknown, so lost */
 		records__lost(1);
 	return c.traced;
@@ -551,8 +571,10 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		return copy__enter(regs, code, btf);
 	if (code == SC_IO_GETEVENTS) {	/* the events land at exit */
 		s.offset = SC_ARG(btf, regs, 4);
-	} else if (code == SC_MSYNC) {
-		if (!msync__file(&s, regs, btf))
+	} else if (code == SC_MSYNC || code == SC_MADVISE) {
+		if (code == SC_MADVISE && !madvice__file(SC_ARG(btf, regs, 3)))
+			return 0;
+		if (!mapped__file(&s, regs, btf))
 			return 0;
 	} else if (code == SC_SYNC) {
 		if (!sync_dev)
@@ -566,7 +588,7 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	}
 	s.ts = bpf_ktime_get_ns();
 	s.syscall = code;
-	if (code != SC_MSYNC)
+	if (code != SC_MSYNC && code != SC_MADVISE)
 		s.iov_count = 1;
 	switch (code) {
 	case SC_READ:
@@ -618,6 +640,7 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	}
 	case SC_IO_GETEVENTS:
 	case SC_MSYNC:
+	case SC_MADVISE:
 		break;
 	default:	/* fsync, fdatasync: the whole file */
 		s.offset = -1;

@@ -4,13 +4,14 @@
 
 -- Per capture, system call and advice: the hint calls (vfs_hints), the
 -- bytes their ranges covered, and the virtual-disk reads links puts down
--- to them (kind hint: a readahead(2) or fadvise(WILLNEED) queues its
--- reads before it returns).  The other advice (random, sequential,
--- dontneed, ...) reads nothing itself; it changes the guest's readahead
--- and page cache, and never reaches the host, which has its own.
+-- to them (kind hint: a readahead(2), a WILLNEED or a madvise
+-- POPULATE_READ queues its reads before it returns).  The other advice
+-- (random, sequential, dontneed, ...) reads nothing itself; it changes
+-- the guest's readahead and page cache, and never reaches the host,
+-- which has its own.
 -- @column capture_id VARCHAR   capture
--- @column syscall VARCHAR      fadvise64 or readahead
--- @column advice VARCHAR       fadvise64's advice (normal, random, sequential, willneed, dontneed, noreuse); NULL for readahead
+-- @column syscall VARCHAR      fadvise64, readahead or madvise
+-- @column advice VARCHAR       the advice, as in vfs_hints; NULL for readahead
 -- @column calls BIGINT         calls
 -- @column failed BIGINT        of them, calls that returned an error
 -- @column range_bytes BIGINT   bytes of their ranges (a length 0, to the file's end, counts 0)
@@ -23,7 +24,7 @@ t AS (   -- (links only where there are hints that read: none, usually)
   SELECT capture_id, upper_id AS io_id, count(DISTINCT lower_id) AS reqs, sum(bytes) AS bytes
   FROM links
   WHERE kind = 'hint' AND lower_level = 'vdisk'
-    AND capture_id IN (SELECT capture_id FROM h WHERE syscall = 'readahead' OR advice = 'willneed')
+    AND capture_id IN (SELECT capture_id FROM _links_hints)
   GROUP BY ALL)
 SELECT h.capture_id, h.syscall, h.advice, count(*) AS calls,
        count(*) FILTER (WHERE h.ret < 0) AS failed,

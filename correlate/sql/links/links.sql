@@ -235,8 +235,8 @@ FROM b JOIN _links_captures c USING (capture_id);
 CREATE OR REPLACE VIEW _links_faults_keyed AS
 SELECT k, ts_ns AS f_ns FROM _links_pages_keyed('_links_faults', 0);
 
--- The hints readahead(2) and posix_fadvise(POSIX_FADV_WILLNEED) (vfs_hints)
--- that succeeded, carried through the guest file's extents onto
+-- The hints that read (vfs_hints): readahead(2), posix_fadvise and
+-- madvise WILLNEED, madvise POPULATE_READ, those that succeeded, carried through the guest file's extents onto
 -- virtual-disk blocks (fadvise's length 0: to the file's end).  The kernel
 -- queues the reads a hint asks for before the call returns: a
 -- virtual-disk read no read call explains, of a block in the range of
@@ -247,7 +247,8 @@ SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, offset_bytes AS off,
        CASE WHEN req_bytes = 0 AND syscall = 'fadvise64' THEN 1::BIGINT << 62
             ELSE offset_bytes + req_bytes::BIGINT END AS stop
 FROM vfs_hints
-WHERE ret = 0 AND offset_bytes >= 0 AND (syscall = 'readahead' OR advice = 'willneed');
+WHERE ret = 0 AND offset_bytes >= 0
+  AND (syscall = 'readahead' OR advice = 'willneed' OR advice = 'populate_read');
 
 CREATE OR REPLACE VIEW _links_hints_keyed AS
 WITH b AS (SELECT capture_id, io_id, ts_ns, end_ns, unnest(_blocks(vs, vt - vs)) AS blk
@@ -381,8 +382,9 @@ JOIN _links_captures c USING (ck);
 
 -- Each lower-level request tied to each upper-level event that caused part
 -- of it (kind sync, writeback, rmw or discard; kind hint: a virtual-disk
--- read a readahead(2) or posix_fadvise(WILLNEED) call asked for, queued
--- while it ran, tied to its vfs_hints row), plus the unattributed rest of it,
+-- read a readahead(2), posix_fadvise or madvise WILLNEED, or madvise
+-- POPULATE_READ call asked for, queued while it ran, tied to its
+-- vfs_hints row), plus the unattributed rest of it,
 -- classified (upper_id NULL; kind zeroes: a write-zeroes request
 -- (REQ_OP_WRITE_ZEROES: fallocate of a block device, a file system
 -- zeroing blocks, mkfs); kind fault: a virtual-disk read of a block
@@ -400,7 +402,7 @@ JOIN _links_captures c USING (ck);
 -- @column lower_level VARCHAR  vdisk, hostfs or disk
 -- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
 -- @column upper_id UBIGINT     io_id of the upper event (vfs_io, for kind hint vfs_hints, or vdisk_io); NULL when unattributed
--- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a file system's online discard, at its commit, of the blocks a hole punched for it freed: an fallocate's in a guest file, a virtual-disk discard's in the image), hint (a virtual-disk read a readahead or fadvise WILLNEED call asked for), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a file system's online discard, at its commit, of the blocks a hole punched for it freed: an fallocate's in a guest file, a virtual-disk discard's in the image), hint (a virtual-disk read a readahead, a WILLNEED or a POPULATE_READ call asked for), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
 -- @column lag_ns BIGINT        writeback and discard: lower start - upper end; otherwise lower start - upper start; store: lower start - the store's page fault; NULL for the other unattributed
 CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;

@@ -23,7 +23,7 @@
 -- syncfs(2) is op sync on the file system of its fd (ino: the fd's
 -- file); sync(2), which syncs every file system, is one row on the
 -- first traced guest file system (ino 0, fd -1).
--- The hints posix_fadvise(2) and readahead(2) are in vfs_hints, not here.
+-- The hints posix_fadvise(2), readahead(2) and madvise(2) are in vfs_hints, not here.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'vfs'
@@ -75,14 +75,19 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
        (e.f_flags & 1052672) <> 0 AS sync,          -- O_SYNC | O_DSYNC
        e.pid, e.tid, e.fd, e.comm
 FROM vfs_events e JOIN capture_meta c USING (capture_id)
-WHERE e.syscall NOT IN (35, 36);   -- not the hints
+WHERE e.syscall NOT IN (35, 36, 40);   -- not the hints
 
 -- One row per posix_fadvise(2) (fadvise64) or readahead(2) call on a file of
--- the guest file system: the hints an application gives about its I/O,
--- with their ranges.  Not I/O, so not in vfs_io: the virtual-disk reads
--- a readahead or a willneed queues while it runs are links' kind hint,
--- tied to its row here (upper_id).  (fio's fadvise_hint and invalidate
--- show as random and dontneed.)
+-- the guest file system, and per madvise(2) of a mapping of one with
+-- advice about its I/O (normal, random, sequential, willneed, remove,
+-- cold, pageout, populate_read, populate_write: not the memory
+-- management ones, dontneed, free, hugepage, ...; as msync in vfs_io: no
+-- fd, its address as a file offset, the length within that one
+-- mapping): the hints an application gives about its I/O, with
+-- their ranges.  Not I/O, so not in vfs_io: the virtual-disk reads a
+-- readahead, a willneed or a madvise populate_read queues while it runs
+-- are links' kind hint, tied to its row here (upper_id).  (fio's
+-- fadvise_hint and invalidate show as random and dontneed.)
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'vfs'
@@ -95,18 +100,25 @@ WHERE e.syscall NOT IN (35, 36);   -- not the hints
 -- @column offset_bytes BIGINT  where the range starts
 -- @column req_bytes UBIGINT    the range's length (fadvise64: 0 to the file's end)
 -- @column ret BIGINT           raw return value (0, or -errno)
--- @column syscall VARCHAR      fadvise64 or readahead
--- @column advice VARCHAR       fadvise64's advice: normal, random, sequential, willneed, dontneed or noreuse (POSIX_FADV_*); NULL for readahead
+-- @column syscall VARCHAR      fadvise64, readahead or madvise
+-- @column advice VARCHAR       fadvise64's advice: normal, random, sequential, willneed, dontneed or noreuse (POSIX_FADV_*); madvise's: normal, random, sequential, willneed, remove, cold, pageout, populate_read or populate_write (MADV_*); NULL for readahead
 -- @column pid UINTEGER         process id
 -- @column tid UINTEGER         thread id
--- @column fd INTEGER           file descriptor
+-- @column fd INTEGER           file descriptor (-1 for madvise)
 -- @column comm VARCHAR         task command name
 CREATE OR REPLACE VIEW vfs_hints AS
 SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,
        e.ts_ns + e.duration_ns AS end_ns, e.duration_ns, e.dev, e.ino, e.offset_bytes, e.req_bytes,
-       e.ret, ['fadvise64', 'readahead'][e.syscall - 34] AS syscall,
+       e.ret, CASE e.syscall WHEN 35 THEN 'fadvise64' WHEN 36 THEN 'readahead' ELSE 'madvise' END
+         AS syscall,
        CASE WHEN e.syscall = 35 THEN ['normal', 'random', 'sequential', 'willneed', 'dontneed',
-                                      'noreuse'][e.iov_count + 1] END AS advice,
+                                      'noreuse'][e.iov_count + 1]
+            WHEN e.syscall = 40 THEN coalesce(
+              ['normal', 'random', 'sequential', 'willneed', 'dontneed', NULL, NULL, NULL, 'free',
+               'remove', 'dontfork', 'dofork', 'mergeable', 'unmergeable', 'hugepage',
+               'nohugepage', 'dontdump', 'dodump', 'wipeonfork', 'keeponfork', 'cold', 'pageout',
+               'populate_read', 'populate_write', 'dontneed_locked', 'collapse'][e.iov_count + 1],
+              e.iov_count::VARCHAR) END AS advice,
        e.pid, e.tid, e.fd, e.comm
 FROM vfs_events e JOIN capture_meta c USING (capture_id)
-WHERE e.syscall IN (35, 36);
+WHERE e.syscall IN (35, 36, 40);

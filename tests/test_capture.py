@@ -408,14 +408,19 @@ run(23, 0, ctypes.addressof(buf), 16384)         # IORING_OP_WRITE, 16 KiB at 0
 run(8, 0, 0, 16384, 7)                           # SYNC_FILE_RANGE, WAIT_BEFORE|WRITE|WAIT_AFTER
 run(17, 32768, 8192, 3)                          # FALLOCATE 8 KiB at 32 KiB, PUNCH_HOLE|KEEP_SIZE
 assert libc.syncfs(fd) == 0                      # the guest FS commits: its discards go down
+run(24, 0, 0, 65536, 4)                          # FADVISE DONTNEED [0, 64K): the clean pages go
+run(24, 0, 0, 65536, 3)                          # FADVISE WILLNEED: read back in (not the hole)
+run(55, 49152, 0, 0)                             # FTRUNCATE to 48 KiB: 16 KiB cut off
 """
 
 
-def test_io_uring_sync_file_range_and_fallocate_are_followed_down(lab_factory, tmp_path):
+def test_io_uring_sync_file_range_fallocate_fadvise_and_ftruncate_are_followed_down(
+        lab_factory, tmp_path):
     # a buffered io_uring write over a file's blocks, its sync_file_range,
     # which writes it to the virtual disk while it runs, and a hole punched
     # further on in the file, which the guest FS (online discard) discards
-    # at its commit, tied to the request
+    # at its commit, tied to the request; then fadvise DONTNEED and
+    # WILLNEED, which reads the file back in, and an ftruncate
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on", guest_discard=True)
     f = f"{lab.mount}/u"
     subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=64k", "count=1", "status=none"],
@@ -425,12 +430,22 @@ def test_io_uring_sync_file_range_and_fallocate_are_followed_down(lab_factory, t
     got = {r.pop("syscall"): r for r in s.rows(
         "SELECT syscall, io_id, ts_ns, end_ns, op, offset_bytes, req_bytes, bytes, falloc_mode "
         "FROM vfs_io WHERE syscall LIKE 'uring_%'")}
-    assert set(got) == {"uring_write", "uring_sync_file_range", "uring_fallocate"}, got
+    assert set(got) == {"uring_write", "uring_sync_file_range", "uring_fallocate",
+                        "uring_ftruncate"}, got
     pick = ("op", "offset_bytes", "req_bytes", "bytes", "falloc_mode")
     assert {k: {c: r[c] for c in pick} for k, r in got.items()} == {
         "uring_write": dict(zip(pick, ("write", 0, 16384, 16384, None))),
         "uring_sync_file_range": dict(zip(pick, ("sync", 0, 16384, 0, None))),
-        "uring_fallocate": dict(zip(pick, ("discard", 32768, 8192, 8192, 3)))}
+        "uring_fallocate": dict(zip(pick, ("discard", 32768, 8192, 8192, 3))),
+        "uring_ftruncate": dict(zip(pick, ("discard", 49152, 65536, 16384, None)))}
+    # the fadvise requests are hints; WILLNEED's reads (the file's 64 KiB
+    # but the 8 KiB hole) are tied to it
+    hints = s.rows("SELECT syscall, advice, offset_bytes, req_bytes, ret, tied_bytes "
+                   "FROM vfs_hints LEFT JOIN (SELECT upper_id AS io_id, sum(bytes) AS tied_bytes "
+                   "FROM links WHERE kind = 'hint' GROUP BY ALL) USING (io_id) ORDER BY ts_ns")
+    assert hints == [{"syscall": "uring_fadvise", "advice": a, "offset_bytes": 0,
+                      "req_bytes": 65536, "ret": 0, "tied_bytes": n}
+                     for a, n in (("dontneed", None), ("willneed", 57344))], hints
     # the write's 16 KiB reached the virtual disk inside the sync_file_range
     sfr = got["uring_sync_file_range"]
     wb = s.rows("SELECT sum(l.bytes) AS bytes, bool_and(v.start_ns BETWEEN ? AND ?) AS inside "

@@ -1273,6 +1273,23 @@ def test_a_host_disk_discard_of_blocks_a_punched_hole_freed_is_tied_to_the_virtu
                                     {"mib": 64, "kind": "zeroes"}]
 
 
+def test_a_read_of_bytes_the_file_loses_later_maps_through_the_start_snapshot():
+    """A 1 MiB guest file (at virtual-disk 4 MiB) cut to 512 KiB at 1000 ns:
+    the end snapshot has only its first half.  A pread of 4 KiB at 768 KiB
+    before that, and the virtual-disk read it waited for, are still tied
+    (kind sync), through where the start snapshot had the bytes."""
+    ext = extents(guest=((0, 4 * MiB, MiB // 2),))
+    ext += [r | {"phase": "start"} for r in extents()]
+    t = dict(extent_maps=ext,
+             vfs_events=[vfs(100, 300, off=3 * MiB // 4), vfs(1000, 50, off=MiB // 2, req=MiB,
+                                                              ret=0, syscall=32)],
+             block_events=request(150, 160, 350, VDISK, 4 * MiB + 3 * MiB // 4, 4096, rq=1, bio=11))
+    s = session(**t)
+    read = s.rows("SELECT io_id FROM vfs_io WHERE syscall = 'pread64'")[0]["io_id"]
+    assert s.rows("SELECT upper_id, kind, bytes FROM links WHERE lower_level = 'vdisk'") == [
+        {"upper_id": read, "kind": "sync", "bytes": 4096}]
+
+
 # the two calls of the test below: a hole punched, or the file cut short,
 # freeing [512K, 1M); then a call that frees nothing (a plain fallocate of
 # 1 MiB, op other; the file grown to 2 MiB, op other, no bytes)
@@ -1285,7 +1302,13 @@ FREEING_CALLS = {
     "ftruncate": ([vfs(100, 100, off=MiB // 2, req=MiB, ret=0, syscall=32),
                    vfs(300, 50, off=2 * MiB, req=MiB // 2, ret=0, syscall=32)],
                   [{"syscall": "ftruncate", "op": "discard", "falloc_mode": None, "bytes": MiB // 2},
-                   {"syscall": "ftruncate", "op": "other", "falloc_mode": None, "bytes": 0}])}
+                   {"syscall": "ftruncate", "op": "other", "falloc_mode": None, "bytes": 0}]),
+    "uring_ftruncate": ([vfs(100, 100, off=MiB // 2, req=MiB, ret=0, syscall=42),
+                         vfs(300, 50, off=2 * MiB, req=MiB // 2, ret=0, syscall=42)],
+                        [{"syscall": "uring_ftruncate", "op": "discard", "falloc_mode": None,
+                          "bytes": MiB // 2},
+                         {"syscall": "uring_ftruncate", "op": "other", "falloc_mode": None,
+                          "bytes": 0}])}
 
 
 @pytest.mark.parametrize("call", sorted(FREEING_CALLS))

@@ -168,7 +168,7 @@ def test_vfs_io_names_every_syscall_code_the_record_declares():
     got = {r["ts_ns"] // 100: r for r in s.rows("SELECT ts_ns, syscall, op FROM vfs_io")}
     hints = {r["ts_ns"] // 100: r["syscall"] for r in s.rows("SELECT ts_ns, syscall FROM vfs_hints")}
     assert {c: r["syscall"] for c, r in got.items()} | hints == declared
-    assert sorted(hints) == [35, 36, 40], hints
+    assert sorted(hints) == [35, 36, 40, 41], hints
     sides = {c: got[c]["op"] for c in declared if re.search(rf"\b{c} \w+, the file (read|written)", doc)}
     expect = {c: "read" if c % 2 == 0 else "write" for c in range(28, 32)}
     assert sides == expect | {33: "read", 34: "write"}, sides

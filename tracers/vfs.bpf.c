@@ -54,6 +54,9 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
         * a hint, with posix_fadvise and readahead; only the advice about
         * file I/O (madvice__file) */
        SC_MADVISE,
+       /* io_uring's fadvise (a hint: its advice in iov_count) and
+        * ftruncate (as ftruncate(2); Linux 6.9) */
+       SC_URING_FADVISE, SC_URING_FTRUNCATE,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -704,6 +707,8 @@ static __always_inline __u16 uring__code(__u8 opcode)
 	case 17: return SC_URING_FALLOCATE;	/* IORING_OP_FALLOCATE */
 	case 22: return SC_URING_READ;		/* IORING_OP_READ */
 	case 23: return SC_URING_WRITE;		/* IORING_OP_WRITE */
+	case 24: return SC_URING_FADVISE;	/* IORING_OP_FADVISE */
+	case 55: return SC_URING_FTRUNCATE;	/* IORING_OP_FTRUNCATE */
 	}
 	return 0;
 }
@@ -740,6 +745,7 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 	struct io_rw *rw = (void *)req;		/* io_kiocb_to_cmd(): the command data comes first */
 	struct aio_start a = {};
 	__u64 key = (__u64)req, id;
+	struct file *f;
 
 	a.s.syscall = uring__code(RD1(btf, req, opcode));
 	if (!a.s.syscall)
@@ -747,14 +753,32 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 	if (target_tgid && task__tgid() != target_tgid)
 		return 0;
 	a.s.fd = RD1(btf, req, cqe.fd);
-	if (RD1(btf, req, flags) & 1) {		/* REQ_F_FIXED_FILE = IOSQE_FIXED_FILE */
-		if (!file__traced(&a.s, uring__fixed_file(req, a.s.fd)))
-			return 0;
-	} else if (!vfs__file(&a.s, btf)) {
+	if (RD1(btf, req, flags) & 1)		/* REQ_F_FIXED_FILE = IOSQE_FIXED_FILE */
+		f = uring__fixed_file(req, a.s.fd);
+	else
+		f = task__file(a.s.fd, btf);
+	if (!file__traced(&a.s, f))
 		return 0;
-	}
 	a.s.ts = bpf_ktime_get_ns();
-	if (a.s.syscall >= SC_URING_SYNC_FILE_RANGE && bpf_core_type_exists(struct io_sync)) {
+	a.s.iov_count = 1;
+	if (a.s.syscall == SC_URING_FADVISE) {
+		struct io_fadvise *fa = (void *)req;
+
+		if (!bpf_core_type_exists(struct io_fadvise))
+			return 0;
+		a.s.offset = BPF_CORE_READ(fa, offset);
+		a.s.req_bytes = BPF_CORE_READ(fa, len);
+		a.s.iov_count = BPF_CORE_READ(fa, advice);
+	} else if (a.s.syscall == SC_URING_FTRUNCATE) {
+		/* the new size; the size before in req_bytes, as ftruncate(2) */
+		struct io_ftrunc *ft = (void *)req;
+
+		if (!bpf_core_type_exists(struct io_ftrunc))
+			return 0;
+		a.s.offset = BPF_CORE_READ(ft, len);
+		a.s.req_bytes = BPF_CORE_READ(f, f_inode, i_size);
+	} else if ((a.s.syscall == SC_URING_SYNC_FILE_RANGE || a.s.syscall == SC_URING_FALLOCATE) &&
+		   bpf_core_type_exists(struct io_sync)) {
 		/* a range in the request's io_sync; fallocate's mode with it */
 		struct io_sync *sync = (void *)req;
 

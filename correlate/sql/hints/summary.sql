@@ -10,12 +10,12 @@
 -- the guest's readahead and page cache, and never reaches the host,
 -- which has its own.
 -- @column capture_id VARCHAR   capture
--- @column syscall VARCHAR      fadvise64, readahead or madvise
+-- @column syscall VARCHAR      fadvise64, uring_fadvise, readahead or madvise
 -- @column advice VARCHAR       the advice, as in vfs_hints; NULL for readahead
 -- @column calls BIGINT         calls
 -- @column failed BIGINT        of them, calls that returned an error
 -- @column range_bytes BIGINT   bytes of their ranges (a length 0, to the file's end, counts 0)
--- @column to_end_calls BIGINT  calls whose range ran to the file's end (fadvise64 with length 0)
+-- @column to_end_calls BIGINT  calls whose range ran to the file's end (fadvise64, uring_fadvise with length 0)
 -- @column tied_requests BIGINT virtual-disk requests with bytes put down to them
 -- @column tied_bytes BIGINT    virtual-disk bytes put down to them (links' kind hint)
 CREATE OR REPLACE VIEW hints_summary AS
@@ -29,7 +29,8 @@ t AS (   -- (links only where there are hints that read: none, usually)
 SELECT h.capture_id, h.syscall, h.advice, count(*) AS calls,
        count(*) FILTER (WHERE h.ret < 0) AS failed,
        coalesce(sum(h.req_bytes), 0)::BIGINT AS range_bytes,
-       count(*) FILTER (WHERE h.syscall = 'fadvise64' AND h.req_bytes = 0) AS to_end_calls,
+       count(*) FILTER (WHERE h.syscall IN ('fadvise64', 'uring_fadvise') AND h.req_bytes = 0)
+         AS to_end_calls,
        coalesce(sum(t.reqs), 0)::BIGINT AS tied_requests,
        coalesce(sum(t.bytes), 0)::BIGINT AS tied_bytes
 FROM h LEFT JOIN t ON t.capture_id = h.capture_id AND t.io_id = h.io_id

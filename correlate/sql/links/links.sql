@@ -244,15 +244,24 @@ SELECT k, ts_ns AS f_ns FROM _links_pages_keyed('_links_faults', 0);
 -- the call (kind hint, upper_id its vfs_hints row).
 CREATE OR REPLACE VIEW _links_hints AS
 SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, offset_bytes AS off,
-       CASE WHEN req_bytes = 0 AND syscall = 'fadvise64' THEN 1::BIGINT << 62
+       CASE WHEN req_bytes = 0 AND syscall IN ('fadvise64', 'uring_fadvise') THEN 1::BIGINT << 62
             ELSE offset_bytes + req_bytes::BIGINT END AS stop
 FROM vfs_hints
 WHERE ret = 0 AND offset_bytes >= 0
   AND (syscall = 'readahead' OR advice = 'willneed' OR advice = 'populate_read');
 
+-- (through the end snapshot, and where bytes were freed later, the start
+-- one, as for the calls: _map_vfs_ranges)
 CREATE OR REPLACE VIEW _links_hints_keyed AS
-WITH b AS (SELECT capture_id, io_id, ts_ns, end_ns, unnest(_blocks(vs, vt - vs)) AS blk
-           FROM _map_into_vdisk('_links_hints'))
+WITH hk AS NOT MATERIALIZED (
+  SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, off AS lo, stop AS hi, *
+  FROM _links_hints),
+p AS (
+  SELECT capture_id, io_id, ts_ns, end_ns, vs, vt FROM _map_into_vdisk('_links_hints')
+  UNION ALL
+  SELECT capture_id, io_id, ts_ns, end_ns, greatest(off, o.lo) + o.delta, least(stop, o.hi) + o.delta
+  FROM _overlaps_2('hk', '_map_guest_freed')),
+b AS (SELECT capture_id, io_id, ts_ns, end_ns, unnest(_blocks(vs, vt - vs)) AS blk FROM p)
 SELECT _links_key(c.ck, 0, 0, b.blk) AS k, b.ts_ns AS h_ns, b.end_ns AS h_end, b.io_id AS h_id
 FROM b JOIN _links_captures c USING (capture_id);
 

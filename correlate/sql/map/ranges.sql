@@ -130,11 +130,15 @@ FROM vfs_io WHERE op IN ('read', 'write', 'discard') AND ret_bytes > 0 AND offse
 
 -- Each file syscall's pieces on the virtual disk (through the guest
 -- file's extents): [vs, vt), and delta = virtual-disk minus file offset.
--- A hole punched (fallocate, op discard) is carried through where the
--- start snapshot had the bytes it freed: the end snapshot has none there.
-CREATE OR REPLACE VIEW _map_vfs_discards AS
+-- Bytes freed during the capture (a hole punched, the file cut short)
+-- are carried through where the start snapshot had them: the end
+-- snapshot has none there.  So are the calls that freed them (op
+-- discard), and the reads and writes of them before.
+CREATE OR REPLACE VIEW _map_vfs_freeing AS
 SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, off AS lo, stop AS hi, *
-FROM _map_vfs_io WHERE op = 'discard';
+FROM _map_vfs_io v
+SEMI JOIN (SELECT DISTINCT k0, k1, k2 FROM _map_guest_freed) f   -- (files with bytes freed)
+  ON f.k0 = v.capture_id AND f.k1 = v.dev AND f.k2 = v.ino;
 CREATE OR REPLACE VIEW _map_guest_freed AS
 SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi, delta
 FROM _map_extents_freed('guest_file');
@@ -144,7 +148,7 @@ SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk(
 UNION ALL
 SELECT capture_id, io_id, ts_ns, end_ns, op, o.delta, greatest(off, o.lo) + o.delta AS vs,
        least(stop, o.hi) + o.delta AS vt
-FROM _overlaps_2('_map_vfs_discards', '_map_guest_freed');
+FROM _overlaps_2('_map_vfs_freeing', '_map_guest_freed');
 
 -- map_vfs with image_offset_bytes in image bytes (_base_image_files), as
 -- the views below it read it.

@@ -291,6 +291,7 @@ static long mapped__vma(struct task_struct *task, struct vm_area_struct *vma, vo
 
 	if (!file__traced(c->s, BPF_CORE_READ(vma, vm_file)))
 		return 0;
+	/* (vm_pgoff in 4 KiB pages: x86-64's, and arm64's as Debian builds it) */
 	c->s->offset = (c->addr - start) + (BPF_CORE_READ(vma, vm_pgoff) << 12);
 	if (c->s->req_bytes > end - c->addr)
 		c->s->req_bytes = end - c->addr;

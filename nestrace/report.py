@@ -146,7 +146,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     sync = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes, stable_fraction, "
                   "range_syncs, range_sync_bound_writes "
                   "FROM sync_transform WHERE capture_id = ? ORDER BY level", p)
-    hints = s.rows("SELECT syscall, advice, calls, failed, range_bytes, to_end_calls, tied_requests, "
+    hints = s.rows("SELECT syscall, advice, reads, calls, failed, range_bytes, to_end_calls, tied_requests, "
                    "tied_bytes FROM hints_summary WHERE capture_id = ? "
                    "ORDER BY syscall, advice NULLS FIRST", p)
     discard = s.rows("SELECT level, requests, discard_bytes, zeroes_bytes, tied_bytes, tied_fraction, "
@@ -400,8 +400,7 @@ def render(rep: dict, console=None) -> None:
                   + (f", {_fmt_bytes(r['range_bytes'])} asked" if r["range_bytes"] else "")
                   + (f", {r['to_end_calls']} to the file's end" if r["to_end_calls"] else "")
                   + (f", {_fmt_bytes(r['tied_bytes'])} read at vdisk in {r['tied_requests']} "
-                     "requests" if r["syscall"] == "readahead"
-                     or r["advice"] in ("willneed", "populate_read") else ""))
+                     "requests" if r["reads"] else ""))
     con.print(t)
     lost = rep["lost"]
     style = "bold red" if lost["total"] else "green"

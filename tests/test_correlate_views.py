@@ -206,9 +206,9 @@ def test_hints_summary_counts_calls_per_advice_and_the_reads_tied_to_them():
     s = session(**t)
     got = s.rows("SELECT * EXCLUDE (capture_id) FROM hints_summary ORDER BY syscall")
     assert got == [
-        {"syscall": "fadvise64", "advice": "random", "calls": 2, "failed": 0, "range_bytes": 4096,
+        {"syscall": "fadvise64", "advice": "random", "reads": False, "calls": 2, "failed": 0, "range_bytes": 4096,
          "to_end_calls": 1, "tied_requests": 0, "tied_bytes": 0},
-        {"syscall": "readahead", "advice": None, "calls": 3, "failed": 1, "range_bytes": 28672,
+        {"syscall": "readahead", "advice": None, "reads": True, "calls": 3, "failed": 1, "range_bytes": 28672,
          "to_end_calls": 0, "tied_requests": 1, "tied_bytes": 16384}], got
     assert s.hints().num_rows == 2
 

@@ -201,6 +201,10 @@ def test_vfs_hints_are_fadvise_and_readahead_calls_and_not_io():
     assert got[-1] == {"ts_ns": 100, "end_ns": 101, "syscall": "readahead", "advice": None,
                        "offset_bytes": 4096, "req_bytes": 65536, "ret": 0}, got
     assert s.rows("SELECT ts_ns, syscall FROM vfs_io") == [{"ts_ns": 200, "syscall": "pread64"}]
+    # which read their range in (willneed, readahead), and which run to the file's end
+    flags = s.rows("SELECT reads, to_end FROM vfs_hints ORDER BY ts_ns")
+    assert flags == [{"reads": a == 3, "to_end": True} for a in range(6)] + [
+        {"reads": True, "to_end": False}], flags
 
 
 def test_madvise_of_a_mapped_file_is_a_hint_with_its_advice_by_name():

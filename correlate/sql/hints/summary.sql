@@ -12,6 +12,7 @@
 -- @column capture_id VARCHAR   capture
 -- @column syscall VARCHAR      fadvise64, uring_fadvise, readahead or madvise
 -- @column advice VARCHAR       the advice, as in vfs_hints; NULL for readahead
+-- @column reads BOOLEAN        the calls read their range in (vfs_hints.reads)
 -- @column calls BIGINT         calls
 -- @column failed BIGINT        of them, calls that returned an error
 -- @column range_bytes BIGINT   bytes of their ranges (a length 0, to the file's end, counts 0)
@@ -26,11 +27,10 @@ t AS (   -- (links only where there are hints that read: none, usually)
   WHERE kind = 'hint' AND lower_level = 'vdisk'
     AND capture_id IN (SELECT capture_id FROM _links_hints)
   GROUP BY ALL)
-SELECT h.capture_id, h.syscall, h.advice, count(*) AS calls,
+SELECT h.capture_id, h.syscall, h.advice, h.reads, count(*) AS calls,
        count(*) FILTER (WHERE h.ret < 0) AS failed,
        coalesce(sum(h.req_bytes), 0)::BIGINT AS range_bytes,
-       count(*) FILTER (WHERE h.syscall IN ('fadvise64', 'uring_fadvise') AND h.req_bytes = 0)
-         AS to_end_calls,
+       count(*) FILTER (WHERE h.to_end) AS to_end_calls,
        coalesce(sum(t.reqs), 0)::BIGINT AS tied_requests,
        coalesce(sum(t.bytes), 0)::BIGINT AS tied_bytes
 FROM h LEFT JOIN t ON t.capture_id = h.capture_id AND t.io_id = h.io_id

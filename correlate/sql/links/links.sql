@@ -244,11 +244,9 @@ SELECT k, ts_ns AS f_ns FROM _links_pages_keyed('_links_faults', 0);
 -- the call (kind hint, upper_id its vfs_hints row).
 CREATE OR REPLACE VIEW _links_hints AS
 SELECT capture_id, io_id, dev, ino, ts_ns, end_ns, offset_bytes AS off,
-       CASE WHEN req_bytes = 0 AND syscall IN ('fadvise64', 'uring_fadvise') THEN 1::BIGINT << 62
-            ELSE offset_bytes + req_bytes::BIGINT END AS stop
+       CASE WHEN to_end THEN 1::BIGINT << 62 ELSE offset_bytes + req_bytes::BIGINT END AS stop
 FROM vfs_hints
-WHERE ret = 0 AND offset_bytes >= 0
-  AND (syscall = 'readahead' OR advice = 'willneed' OR advice = 'populate_read');
+WHERE reads AND ret = 0 AND offset_bytes >= 0;
 
 -- (through the end snapshot, and where bytes were freed later, the start
 -- one, as for the calls: _map_vfs_ranges)

@@ -106,6 +106,8 @@ WHERE e.syscall NOT IN (35, 36, 40, 41);   -- not the hints
 -- @column ret BIGINT           raw return value (0, or -errno)
 -- @column syscall VARCHAR      fadvise64, uring_fadvise, readahead or madvise
 -- @column advice VARCHAR       fadvise64's and uring_fadvise's advice: normal, random, sequential, willneed, dontneed or noreuse (POSIX_FADV_*); madvise's: normal, random, sequential, willneed, remove, cold, pageout, populate_read or populate_write (MADV_*); NULL for readahead
+-- @column reads BOOLEAN        the kernel reads the range in before the call returns: readahead, willneed, madvise populate_read
+-- @column to_end BOOLEAN       the range runs to the file's end (fadvise64, uring_fadvise with length 0)
 -- @column pid UINTEGER         process id
 -- @column tid UINTEGER         thread id
 -- @column fd INTEGER           file descriptor (-1 for madvise)
@@ -123,6 +125,8 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
                'nohugepage', 'dontdump', 'dodump', 'wipeonfork', 'keeponfork', 'cold', 'pageout',
                'populate_read', 'populate_write', 'dontneed_locked', 'collapse'][e.iov_count + 1],
               e.iov_count::VARCHAR) END AS advice,
+       e.syscall = 36 OR advice IN ('willneed', 'populate_read') AS reads,
+       e.syscall IN (35, 41) AND e.req_bytes = 0 AS to_end,
        e.pid, e.tid, e.fd, e.comm
 FROM vfs_events e JOIN capture_meta c USING (capture_id)
 WHERE e.syscall IN (35, 36, 40, 41);

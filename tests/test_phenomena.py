@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import nestrace
-from conftest import drop_caches, run_cli
+from conftest import assert_losses_counted, drop_caches, run_cli
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -207,6 +207,31 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
     # in flight with it, and below that the host's access and disk request;
     # and back up from that disk request to the same call
     tree = json.loads(run_cli("follow", str(s.store), "vfs", "--json").stdout)
+    how = "the slowest vfs read or write"
+    # This kernel now and then runs no program for a completion (README,
+    # "Design choices and limits"; assert_losses_counted checks each such
+    # request is counted and the kernel's).  When the slowest call's tree
+    # holds one, its depth is not known and follow says so; then the
+    # slowest call whose requests were all seen to end is followed instead.
+    assert_losses_counted(s)
+    unended = {(r["level"], r["io_id"]) for r in s.rows(
+        "SELECT level, io_id FROM block_requests WHERE c_ns IS NULL")}
+    if any((r["level"], r["io_id"]) in unended for r in tree):
+        assert all(r["in_flight"] is None for r in tree if (r["level"], r["io_id"]) in unended), tree
+        out = run_cli("follow", str(s.store), "vfs").stdout
+        assert "where the call's time went is not known" in out, out
+        (vid,) = s.rows(
+            "WITH d AS (SELECT l.upper_id AS v, l.lower_level, l.lower_id FROM links l "
+            "  WHERE l.upper_level = 'vfs' AND l.upper_id IS NOT NULL), "
+            "d2 AS (SELECT d.v, l.lower_level, l.lower_id FROM d JOIN links l "
+            "  ON l.upper_level = d.lower_level AND l.upper_id = d.lower_id), "
+            "bad AS (SELECT DISTINCT v FROM (SELECT * FROM d UNION ALL SELECT * FROM d2) x "
+            "  JOIN block_requests b ON b.level = x.lower_level AND b.io_id = x.lower_id "
+            "  WHERE b.c_ns IS NULL) "
+            "SELECT io_id FROM vfs_io WHERE op IN ('read', 'write') AND duration_ns IS NOT NULL "
+            "  AND io_id NOT IN (SELECT v FROM bad) ORDER BY duration_ns DESC, io_id LIMIT 1")
+        how = f"vfs io_id {vid['io_id']}"
+        tree = json.loads(run_cli("follow", str(s.store), "vfs", str(vid["io_id"]), "--json").stdout)
     assert [(r["depth"], r["level"]) for r in tree][:2] == [(0, "vfs"), (1, "vdisk")], tree
     assert {(r["depth"], r["level"], r["kind"]) for r in tree[1:]} == {
         (1, "vdisk", "sync"), (2, "hostfs", "sync"), (2, "disk", "sync")}, tree
@@ -219,8 +244,9 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
     up = json.loads(run_cli("follow", str(s.store), "disk", str(disk["io_id"]), "--json").stdout)
     assert [(r["depth"], r["level"], r["io_id"]) for r in up if r["depth"] < 0] == [
         (-2, "vfs", tree[0]["io_id"]), (-1, "vdisk", tree[1]["io_id"])], up
-    out = run_cli("follow", str(s.store), "vfs").stdout
-    assert "the slowest vfs read or write" in out and str(disk["io_id"]) in out, out
+    picked = [] if how.startswith("the slowest") else [str(tree[0]["io_id"])]
+    out = run_cli("follow", str(s.store), "vfs", *picked).stdout
+    assert how in out and str(disk["io_id"]) in out, out
     # and where the call's time went: five parts that add up to it
     total = float(re.search(r"where the call's ([\d.]+) us went", out).group(1))
     assert total == pytest.approx(tree[0]["latency_ns"] / 1e3, abs=0.06), out

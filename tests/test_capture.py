@@ -375,12 +375,12 @@ def test_each_kind_of_aio_iocb_is_one_row(lab_factory, tmp_path):
 
 
 
-# io_uring without liburing: a buffered write, sync_file_range of it, a
-# hole punched further on, each submitted and reaped one at a time; then syncfs
-URING_EACH_KIND = r"""
+# io_uring without liburing: a ring, and run() to submit one request and
+# reap it (sqe_flags 1: IOSQE_FIXED_FILE; fd_in: the SQE's splice_fd_in)
+URING_RING = r"""
 import ctypes, mmap, os, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
-SETUP, ENTER = 425, 426                 # the same on x86_64 and aarch64
+SETUP, ENTER, REGISTER = 425, 426, 427  # the same on x86_64 and aarch64
 params = ctypes.create_string_buffer(120)
 ring = libc.syscall(SETUP, 4, params)
 assert ring >= 0, ctypes.get_errno()
@@ -390,12 +390,11 @@ cq_off = struct.unpack_from("6I", params, 80)       # head tail mask entries ove
 sq = mmap.mmap(ring, sq_off[6] + 4 * sq_entries, offset=0)
 sqes = mmap.mmap(ring, 64 * sq_entries, offset=0x10000000)
 cq = mmap.mmap(ring, cq_off[5] + 16 * 2 * sq_entries, offset=0x8000000)
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
-buf = ctypes.create_string_buffer(b"x" * 16384)
-def run(opcode, off, addr, length, op_flags=0):
+def run(opcode, off, addr, length, op_flags=0, fd=None, fd_in=0, sqe_flags=0):
     tail, = struct.unpack_from("I", sq, sq_off[1])
     i = tail & struct.unpack_from("I", sq, sq_off[2])[0]
-    struct.pack_into("BBHiQQII", sqes, 64 * i, opcode, 0, 0, fd, off, addr, length, op_flags)
+    struct.pack_into("BBHiqqIIQHHi", sqes, 64 * i, opcode, sqe_flags, 0,
+                     FD if fd is None else fd, off, addr, length, op_flags, 0, 0, 0, fd_in)
     struct.pack_into("I", sq, sq_off[6] + 4 * i, i)
     struct.pack_into("I", sq, sq_off[1], tail + 1)
     assert libc.syscall(ENTER, ring, 1, 1, 1, None, 0) == 1, ctypes.get_errno()
@@ -404,6 +403,14 @@ def run(opcode, off, addr, length, op_flags=0):
         "I", cq, cq_off[2])[0]))
     struct.pack_into("I", cq, cq_off[0], head + 1)
     assert res >= 0, (opcode, res)
+    return res
+"""
+
+# a buffered write, sync_file_range of it, a hole punched further on, each
+# submitted and reaped one at a time; then syncfs
+URING_EACH_KIND = URING_RING + r"""
+fd = FD = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+buf = ctypes.create_string_buffer(b"x" * 16384)
 run(23, 0, ctypes.addressof(buf), 16384)         # IORING_OP_WRITE, 16 KiB at 0
 run(8, 0, 0, 16384, 7)                           # SYNC_FILE_RANGE, WAIT_BEFORE|WRITE|WAIT_AFTER
 run(17, 32768, 8192, 3)                          # FALLOCATE 8 KiB at 32 KiB, PUNCH_HOLE|KEEP_SIZE
@@ -463,6 +470,82 @@ def test_io_uring_sync_file_range_fallocate_fadvise_and_ftruncate_are_followed_d
                "AND upper_id = ? AND kind IN ('discard', 'sync')",
                [got["uring_fallocate"]["io_id"]])
     assert d == [{"bytes": 8192}], d
+    assert_losses_counted(s)
+
+
+# madvise requests on a read-only shared mapping of a file (argv[1], 4
+# MiB), then splice requests through a pipe: the file's [0, 320K) into
+# file argv[2], 64 KiB at a time, by offsets and by file positions, the
+# last through registered files (SPLICE_F_FD_IN_FIXED, IOSQE_FIXED_FILE)
+URING_MADVISE_SPLICE = URING_RING + r"""
+MiB, K64 = 1 << 20, 1 << 16
+FD = a = os.open(sys.argv[1], os.O_RDONLY)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_long]
+base = libc.mmap(None, 4 * MiB, 1, 1, a, 0)          # PROT_READ, MAP_SHARED
+assert base not in (None, 2 ** 64 - 1), ctypes.get_errno()
+run(25, 0, base, 4 * MiB, 1)                        # IORING_OP_MADVISE: RANDOM
+run(25, 0, base + MiB, MiB, 3)                      # WILLNEED [1M, 2M)
+run(25, 0, base + 3 * MiB, MiB, 22)                 # POPULATE_READ [3M, 4M)
+e = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+r, w = os.pipe()
+files = (ctypes.c_int32 * 2)(a, e)
+assert libc.syscall(REGISTER, ring, 2, files, 2) == 0, ctypes.get_errno()   # REGISTER_FILES
+for i in range(5):
+    # IORING_OP_SPLICE: a into the pipe (off: the pipe's, -1; addr: a's
+    # offset), then the pipe into e (off: e's offset, -1 its position)
+    if i < 3:
+        assert run(30, -1, i * K64, K64, fd=w, fd_in=a) == K64
+        assert run(30, -1, -1, K64, fd=e, fd_in=r) == K64
+    elif i == 3:
+        os.lseek(a, i * K64, os.SEEK_SET)
+        assert run(30, -1, -1, K64, fd=w, fd_in=a) == K64
+        assert run(30, i * K64, -1, K64, fd=e, fd_in=r) == K64
+    else:
+        assert run(30, -1, i * K64, K64, 1 << 31, fd=w, fd_in=0) == K64    # a registered
+        assert run(30, i * K64, -1, K64, fd=1, fd_in=r, sqe_flags=1) == K64  # e registered
+os.fsync(e)
+"""
+
+
+@pytest.mark.parametrize("mode", ["tp_btf", "raw_tp"])
+def test_io_uring_madvise_is_a_hint_and_splice_a_read_and_a_write_followed_down(
+        lab_factory, tmp_path, mode):
+    """io_uring's madvise (no fd: the mapping at its address) is a hint like
+    madvise(2), and what WILLNEED and POPULATE_READ read is tied to it;
+    its splice, like splice(2), a row for the side that is a file, the
+    read's virtual-disk reads and the write's write-back tied to them."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    path = uncached_file(lab, 4)
+    s = record_python(lab, tmp_path / "s", URING_MADVISE_SPLICE, path, f"{lab.mount}/e",
+                      extra=["--mode", mode])
+    MiB, K64 = 1 << 20, 1 << 16
+    ino = {"f": os.stat(path).st_ino, "e": os.stat(f"{lab.mount}/e").st_ino}
+    got = s.rows("SELECT syscall, advice, offset_bytes, req_bytes, ret, fd, ino, reads "
+                 "FROM vfs_hints ORDER BY ts_ns")
+    assert got == [{"syscall": "uring_madvise", "advice": a, "offset_bytes": o, "req_bytes": n,
+                    "ret": 0, "fd": -1, "ino": ino["f"], "reads": a != "random"}
+                   for a, o, n in (("random", 0, 4 * MiB), ("willneed", MiB, MiB),
+                                   ("populate_read", 3 * MiB, MiB))], got
+    tied = s.rows("SELECT syscall, advice, tied_bytes FROM hints_summary ORDER BY advice")
+    assert tied == [{"syscall": "uring_madvise", "advice": a, "tied_bytes": n}
+                    for a, n in (("populate_read", MiB), ("random", 0), ("willneed", MiB))], tied
+    sp = s.rows("SELECT op, ino, offset_bytes, req_bytes, bytes, fd FROM vfs_io "
+                "WHERE syscall = 'uring_splice' ORDER BY ts_ns, op")
+    assert [(r["op"], r["ino"], r["offset_bytes"], r["req_bytes"], r["bytes"]) for r in sp] == [
+        (op, ino[f], i * K64, K64, K64) for i in range(5) for op, f in (("read", "f"),
+                                                                      ("write", "e"))], sp
+    assert [r["fd"] for r in sp if r["op"] == "write"][4] == 1, sp   # the registered file's index
+    # below: the virtual-disk reads of the splices' range are theirs (kind
+    # sync; some read ahead of them), and the 320 KiB written to e is
+    # written back for them at the fsync
+    tied = {(r["op"], r["kind"]): r["bytes"] for r in s.rows(
+        "SELECT f.op, l.kind, sum(l.bytes) AS bytes FROM links l "
+        "JOIN vfs_io f ON f.io_id = l.upper_id AND l.upper_level = 'vfs' "
+        "WHERE l.lower_level = 'vdisk' AND f.syscall = 'uring_splice' GROUP BY ALL")}
+    assert tied.get(("read", "sync"), 0) >= K64 and tied.get(("write", "writeback")) == 5 * K64, \
+        tied
     assert_losses_counted(s)
 
 

@@ -213,6 +213,30 @@ def test_hints_summary_counts_calls_per_advice_and_the_reads_tied_to_them():
     assert s.hints().num_rows == 2
 
 
+def test_io_uring_splice_sides_are_a_read_and_a_write_and_its_madvise_a_hint():
+    """io_uring's splice (codes 44 and 45: the file read, the file written)
+    is a vfs_io row per side, op read and op write, as splice(2); its
+    madvise (43) a vfs_hints row with madvise's advice names, whose
+    POPULATE_READ ties the virtual-disk read it queued (400 ns)."""
+    t = dict(vfs_events=[vfs(100, 50, off=0, req=65536, ret=65536, syscall=44),
+                         vfs(200, 50, off=8192, req=65536, ret=65536, syscall=45),
+                         vfs(300, 900, off=0, req=16384, ret=0, syscall=43)
+                         | {"iov_count": 22, "fd": -1},
+                         vfs(2000, 10, off=0, req=16384, ret=0, syscall=43)
+                         | {"iov_count": 1, "fd": -1}],
+             block_events=request(400, 410, 800, VDISK, 4 * MiB, 16384, rq=1, bio=11, flags=32))
+    s = session(**t)
+    assert s.rows("SELECT syscall, op, offset_bytes, bytes FROM vfs_io ORDER BY ts_ns") == [
+        {"syscall": "uring_splice", "op": "read", "offset_bytes": 0, "bytes": 65536},
+        {"syscall": "uring_splice", "op": "write", "offset_bytes": 8192, "bytes": 65536}]
+    hints = s.rows("SELECT io_id, syscall, advice, reads, fd FROM vfs_hints ORDER BY ts_ns")
+    assert [{k: v for k, v in r.items() if k != "io_id"} for r in hints] == [
+        {"syscall": "uring_madvise", "advice": "populate_read", "reads": True, "fd": -1},
+        {"syscall": "uring_madvise", "advice": "random", "reads": False, "fd": -1}]
+    assert s.rows("SELECT upper_id, kind, bytes FROM links WHERE lower_level = 'vdisk'") == [
+        {"upper_id": hints[0]["io_id"], "kind": "hint", "bytes": 16384}]
+
+
 def test_buffered_write_is_tied_to_its_writeback_with_the_lag():
     t = dict(vfs_events=[vfs(100, 10, off=0, syscall=4)],
              block_events=request(5000, 5010, 6000, VDISK, 4 * MiB, 4096, rq=1, bio=11, op=1))

@@ -57,6 +57,9 @@ enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
        /* io_uring's fadvise (a hint: its advice in iov_count) and
         * ftruncate (as ftruncate(2); Linux 6.9) */
        SC_URING_FADVISE, SC_URING_FTRUNCATE,
+       /* io_uring's madvise (as madvise(2): a hint, no fd) and splice (as
+        * splice(2): a record per side not a pipe; _OUT is _IN + 1) */
+       SC_URING_MADVISE, SC_URING_SPLICE_IN, SC_URING_SPLICE_OUT,
        /* internal: the system calls that carry them (never in a record) */
        SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
@@ -312,20 +315,27 @@ static __always_inline bool madvice__file(long advice)
 	return false;
 }
 
-/* msync(addr, len, flags) or madvise(addr, len, advice) of a mapped file
- * on a traced file system (anonymous memory has no file: not recorded). */
-static __always_inline bool mapped__file(struct vfs_start *s, struct pt_regs *regs, const bool btf)
+/* An msync or madvise (addr, len, flags or advice) of a mapped file on a
+ * traced file system, in the current task's address space (anonymous
+ * memory has no file: not recorded). */
+static __always_inline bool mapped__range(struct vfs_start *s, __u64 addr, __u64 len, __u16 arg)
 {
-	struct mapped_ctx c = { .s = s, .addr = SC_ARG(btf, regs, 1) };
+	struct mapped_ctx c = { .s = s, .addr = addr };
 	long err;
 
 	s->fd = -1;
-	s->req_bytes = SC_ARG(btf, regs, 2);
-	s->iov_count = SC_ARG(btf, regs, 3);
+	s->req_bytes = len;
+	s->iov_count = arg;
 	err = bpf_find_vma(bpf_get_current_task_btf(), c.addr, mapped__vma, &c, 0);
 	if (err == -16)		/* -EBUSY: the address space was locked: unknown, so lost */
 		records__lost(1);
 	return c.traced;
+}
+
+/* msync(addr, len, flags) or madvise(addr, len, advice) */
+static __always_inline bool mapped__file(struct vfs_start *s, struct pt_regs *regs, const bool btf)
+{
+	return mapped__range(s, SC_ARG(btf, regs, 1), SC_ARG(btf, regs, 2), SC_ARG(btf, regs, 3));
 }
 
 enum { ASYNC_RW, ASYNC_RWV, ASYNC_SYNC };
@@ -695,6 +705,15 @@ struct {
 	__type(value, struct aio_start);
 } uring_inflight SEC(".maps");
 
+/* ... and the written side of a splice in flight (its read side, or a
+ * placeholder for it, in uring_inflight). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct aio_start);
+} uring_splice_out SEC(".maps");
+
 /* IORING_OP_* (uapi numbers) nestrace follows */
 static __always_inline __u16 uring__code(__u8 opcode)
 {
@@ -709,6 +728,8 @@ static __always_inline __u16 uring__code(__u8 opcode)
 	case 22: return SC_URING_READ;		/* IORING_OP_READ */
 	case 23: return SC_URING_WRITE;		/* IORING_OP_WRITE */
 	case 24: return SC_URING_FADVISE;	/* IORING_OP_FADVISE */
+	case 25: return SC_URING_MADVISE;	/* IORING_OP_MADVISE */
+	case 30: return SC_URING_SPLICE_IN;	/* IORING_OP_SPLICE */
 	case 55: return SC_URING_FTRUNCATE;	/* IORING_OP_FTRUNCATE */
 	}
 	return 0;
@@ -737,6 +758,89 @@ static __always_inline struct file *uring__fixed_file(struct io_kiocb *req, int 
 	return (struct file *)(ptr & ~3UL);	/* FFS_NOWAIT, FFS_ISREG bits */
 }
 
+/* A request's start under key in map: its submitter and the time. */
+static __always_inline void uring__start(void *map, __u64 key, struct aio_start *a, __u64 ts)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+
+	a->s.ts = ts;
+	a->tid = (__u32)id;
+	a->tgid = id >> 32;
+	bpf_get_current_comm(a->comm, sizeof(a->comm));
+	if (bpf_map_update_elem(map, &key, a, BPF_ANY))
+		records__lost(1);
+}
+
+/* The file of fd in a request: a registered file (fixed), else the
+ * submitter's. */
+static __always_inline struct file *uring__file(struct io_kiocb *req, int fd, bool fixed,
+						const bool btf)
+{
+	return fixed ? uring__fixed_file(req, fd) : task__file(fd, btf);
+}
+
+/* IORING_OP_SPLICE: as splice(2), a start per side on a traced file
+ * system.  The file written is the request's own (io_splice's file_out
+ * is the request's file), the file read splice_fd_in (registered with
+ * SPLICE_F_FD_IN_FIXED); an offset -1 is the file position.  The read
+ * side's start goes in uring_inflight, with dev 0 if that side is not
+ * traced, the written side's in uring_splice_out. */
+static __always_inline int uring__splice(struct io_kiocb *req, const bool btf)
+{
+	struct io_splice *sp = (void *)req;
+	struct aio_start in = {}, out = {};
+	__u64 key = (__u64)req, ts;
+	bool in_traced, out_traced;
+	__u32 flags;
+	__s64 off;
+
+	if (!bpf_core_type_exists(struct io_splice))
+		return 0;
+	flags = BPF_CORE_READ(sp, flags);
+	in.s.fd = BPF_CORE_READ(sp, splice_fd_in);
+	out.s.fd = RD1(btf, req, cqe.fd);
+	in_traced = file__traced(&in.s, uring__file(req, in.s.fd, flags & (1U << 31), btf));
+	out_traced = file__traced(&out.s, uring__file(req, out.s.fd, RD1(btf, req, flags) & 1, btf));
+	if (!in_traced && !out_traced)
+		return 0;
+	ts = bpf_ktime_get_ns();
+	in.s.iov_count = out.s.iov_count = 1;
+	in.s.req_bytes = out.s.req_bytes = BPF_CORE_READ(sp, len);
+	in.s.syscall = SC_URING_SPLICE_IN;
+	out.s.syscall = SC_URING_SPLICE_OUT;
+	off = BPF_CORE_READ(sp, off_in);
+	if (!in_traced)
+		in.s.dev = 0;
+	else if (off != -1)
+		in.s.offset = off;
+	off = BPF_CORE_READ(sp, off_out);
+	if (off != -1)
+		out.s.offset = off;
+	uring__start(&uring_inflight, key, &in, ts);
+	if (out_traced)
+		uring__start(&uring_splice_out, key, &out, ts);
+	return 0;
+}
+
+/* IORING_OP_MADVISE: as madvise(2), no fd: the mapping at its address, in
+ * the submitter's address space (an SQPOLL thread shares it) */
+static __always_inline int uring__madvise(struct io_kiocb *req)
+{
+	struct io_madvise *ma = (void *)req;
+	struct aio_start a = {};
+	__u32 advice;
+
+	if (!bpf_core_type_exists(struct io_madvise))
+		return 0;
+	advice = BPF_CORE_READ(ma, advice);
+	if (!madvice__file(advice) ||
+	    !mapped__range(&a.s, BPF_CORE_READ(ma, addr), BPF_CORE_READ(ma, len), advice))
+		return 0;
+	a.s.syscall = SC_URING_MADVISE;
+	uring__start(&uring_inflight, (__u64)req, &a, bpf_ktime_get_ns());
+	return 0;
+}
+
 /* A request is submitted: its SQE has been read and prepared (file
  * offset and length in the request's io_rw), its file not yet looked up,
  * so the fd is resolved here, in the submitter (or the SQPOLL thread,
@@ -745,7 +849,7 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 {
 	struct io_rw *rw = (void *)req;		/* io_kiocb_to_cmd(): the command data comes first */
 	struct aio_start a = {};
-	__u64 key = (__u64)req, id;
+	__u64 key = (__u64)req;
 	struct file *f;
 
 	a.s.syscall = uring__code(RD1(btf, req, opcode));
@@ -753,11 +857,13 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 		return 0;
 	if (target_tgid && task__tgid() != target_tgid)
 		return 0;
+	if (a.s.syscall == SC_URING_MADVISE)
+		return uring__madvise(req);
+	if (a.s.syscall == SC_URING_SPLICE_IN)
+		return uring__splice(req, btf);
 	a.s.fd = RD1(btf, req, cqe.fd);
-	if (RD1(btf, req, flags) & 1)		/* REQ_F_FIXED_FILE = IOSQE_FIXED_FILE */
-		f = uring__fixed_file(req, a.s.fd);
-	else
-		f = task__file(a.s.fd, btf);
+	/* REQ_F_FIXED_FILE = IOSQE_FIXED_FILE */
+	f = uring__file(req, a.s.fd, RD1(btf, req, flags) & 1, btf);
 	if (!file__traced(&a.s, f))
 		return 0;
 	a.s.ts = bpf_ktime_get_ns();
@@ -792,24 +898,32 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 			     BPF_CORE_READ(rw, kiocb.ki_pos), BPF_CORE_READ(rw, addr),
 			     BPF_CORE_READ(rw, len));
 	}
-	id = bpf_get_current_pid_tgid();
-	a.tid = (__u32)id;
-	a.tgid = id >> 32;
-	bpf_get_current_comm(a.comm, sizeof(a.comm));
-	if (bpf_map_update_elem(&uring_inflight, &key, &a, BPF_ANY))
-		records__lost(1);
+	uring__start(&uring_inflight, key, &a, a.s.ts);
 	return 0;
 }
 
-/* Its CQE is posted (wherever that runs): the record. */
+/* Its CQE is posted (wherever that runs): the record (a splice: one per
+ * traced side). */
 static __always_inline int uring__complete(void *req, struct io_uring_cqe *cqe, const bool btf)
 {
-	__u64 key = (__u64)req;
+	__u64 key = (__u64)req, now;
 	struct aio_start *a = bpf_map_lookup_elem(&uring_inflight, &key);
+	__s32 res;
 
 	if (!a)
 		return 0;
-	vfs__emit(&a->s, bpf_ktime_get_ns(), RD1(btf, cqe, res), a->tid, a->tgid, a->comm);
+	now = bpf_ktime_get_ns();
+	res = RD1(btf, cqe, res);
+	if (a->s.syscall != SC_URING_SPLICE_IN || a->s.dev)
+		vfs__emit(&a->s, now, res, a->tid, a->tgid, a->comm);
+	if (a->s.syscall == SC_URING_SPLICE_IN) {
+		struct aio_start *o = bpf_map_lookup_elem(&uring_splice_out, &key);
+
+		if (o) {
+			vfs__emit(&o->s, now, res, o->tid, o->tgid, o->comm);
+			bpf_map_delete_elem(&uring_splice_out, &key);
+		}
+	}
 	bpf_map_delete_elem(&uring_inflight, &key);
 	return 0;
 }

@@ -10,7 +10,7 @@
 -- the guest's readahead and page cache, and never reaches the host,
 -- which has its own.
 -- @column capture_id VARCHAR   capture
--- @column syscall VARCHAR      fadvise64, uring_fadvise, readahead or madvise
+-- @column syscall VARCHAR      fadvise64, uring_fadvise, readahead, madvise or uring_madvise
 -- @column advice VARCHAR       the advice, as in vfs_hints; NULL for readahead
 -- @column reads BOOLEAN        the calls read their range in (vfs_hints.reads)
 -- @column calls BIGINT         calls

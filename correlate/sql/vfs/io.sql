@@ -13,7 +13,8 @@
 -- copy_file_range(2) and sendfile(2) read one file and write another: a
 -- row per side on the traced file system (op read for the file read, op
 -- write for the file written), both with the call's times and return;
--- splice(2) the same, for its one side that is not a pipe.
+-- splice(2) the same, for its one side that is not a pipe (io_uring's,
+-- uring_splice, too).
 -- ftruncate(2), and io_uring's, is op discard when it cuts the file short
 -- (offset_bytes the new size, its bytes those cut off, on success), else other.
 -- msync(2) of a file mapped from the guest file system is op sync with
@@ -23,8 +24,8 @@
 -- syncfs(2) is op sync on the file system of its fd (ino: the fd's
 -- file); sync(2), which syncs every file system, is one row on the
 -- first traced guest file system (ino 0, fd -1).
--- The hints posix_fadvise(2) (and io_uring's), readahead(2) and madvise(2)
--- are in vfs_hints, not here.
+-- The hints posix_fadvise(2), readahead(2) and madvise(2) (and io_uring's
+-- fadvise and madvise) are in vfs_hints, not here.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        always 'vfs'
@@ -39,7 +40,7 @@
 -- @column ret_bytes BIGINT     bytes done (0 on error; fallocate: the range, on success; ftruncate: the bytes cut off, on success)
 -- @column ret BIGINT           raw return value (bytes, or -errno)
 -- @column bytes BIGINT         alias of ret_bytes, for cross-level queries
--- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, sync_file_range, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ..., uring_fsync, uring_sync_file_range, uring_fallocate, uring_ftruncate for io_uring requests; copy_file_range, sendfile, splice (a row per side); ftruncate; msync; syncfs, sync
+-- @column syscall VARCHAR      read, write, pread64, pwrite64, readv, ... fsync, sync_file_range, fallocate; aio_pread, aio_pwrite, ... for AIO iocbs; uring_read, uring_write, ..., uring_fsync, uring_sync_file_range, uring_fallocate, uring_ftruncate, uring_splice for io_uring requests; copy_file_range, sendfile, splice, uring_splice (a row per side); ftruncate; msync; syncfs, sync
 -- @column op VARCHAR           read, write, sync, discard (fallocate punching a hole or zeroing a range; ftruncate cutting the file short) or other (other fallocate and ftruncate; msync without MS_SYNC)
 -- @column falloc_mode USMALLINT fallocate's and uring_fallocate's mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...); NULL for the other syscalls
 -- @column direct BOOLEAN       file opened with O_DIRECT
@@ -63,10 +64,10 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
         'fallocate', 'uring_sync_file_range', 'uring_fallocate',
         'copy_file_range', 'copy_file_range', 'sendfile', 'sendfile', 'ftruncate',
         'splice', 'splice', NULL, NULL, 'msync', 'syncfs', 'sync', NULL, NULL,
-        'uring_ftruncate'][e.syscall]
+        'uring_ftruncate', NULL, 'uring_splice', 'uring_splice'][e.syscall]
          AS syscall,
-       CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18, 20, 22, 28, 30, 33) THEN 'read'
-            WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19, 21, 23, 29, 31, 34) THEN 'write'
+       CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18, 20, 22, 28, 30, 33, 44) THEN 'read'
+            WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19, 21, 23, 29, 31, 34, 45) THEN 'write'
             WHEN e.syscall IN (25, 27) AND e.iov_count & (2 | 16) <> 0 THEN 'discard'
             WHEN e.syscall IN (25, 27) THEN 'other'
             WHEN e.syscall IN (32, 42) AND e.req_bytes::BIGINT > e.offset_bytes THEN 'discard'
@@ -78,16 +79,16 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
        (e.f_flags & 1052672) <> 0 AS sync,          -- O_SYNC | O_DSYNC
        e.pid, e.tid, e.fd, e.comm
 FROM vfs_events e JOIN capture_meta c USING (capture_id)
-WHERE e.syscall NOT IN (35, 36, 40, 41);   -- not the hints
+WHERE e.syscall NOT IN (35, 36, 40, 41, 43);   -- not the hints
 
 -- One row per posix_fadvise(2) (fadvise64; io_uring's, uring_fadvise, from
 -- its submission to its CQE) or readahead(2) call on a file of the guest
--- file system, and per madvise(2) of a mapping of one with
--- advice about its I/O (normal, random, sequential, willneed, remove,
--- cold, pageout, populate_read, populate_write: not the memory
--- management ones, dontneed, free, hugepage, ...; as msync in vfs_io: no
--- fd, its address as a file offset, the length within that one
--- mapping): the hints an application gives about its I/O, with
+-- file system, and per madvise(2) (io_uring's: uring_madvise) of a
+-- mapping of one with advice about its I/O (normal, random, sequential,
+-- willneed, remove, cold, pageout, populate_read, populate_write: not the
+-- memory management ones, dontneed, free, hugepage, ...; as msync in
+-- vfs_io: no fd, its address as a file offset, the length within that
+-- one mapping): the hints an application gives about its I/O, with
 -- their ranges.  Not I/O, so not in vfs_io: the virtual-disk reads a
 -- readahead, a willneed or a madvise populate_read queues while it runs
 -- are links' kind hint, tied to its row here (upper_id).  (fio's
@@ -104,22 +105,23 @@ WHERE e.syscall NOT IN (35, 36, 40, 41);   -- not the hints
 -- @column offset_bytes BIGINT  where the range starts
 -- @column req_bytes UBIGINT    the range's length (fadvise64, uring_fadvise: 0 to the file's end)
 -- @column ret BIGINT           raw return value (0, or -errno)
--- @column syscall VARCHAR      fadvise64, uring_fadvise, readahead or madvise
--- @column advice VARCHAR       fadvise64's and uring_fadvise's advice: normal, random, sequential, willneed, dontneed or noreuse (POSIX_FADV_*); madvise's: normal, random, sequential, willneed, remove, cold, pageout, populate_read or populate_write (MADV_*); NULL for readahead
--- @column reads BOOLEAN        the kernel reads the range in before the call returns: readahead, willneed, madvise populate_read
+-- @column syscall VARCHAR      fadvise64, uring_fadvise, readahead, madvise or uring_madvise
+-- @column advice VARCHAR       fadvise64's and uring_fadvise's advice: normal, random, sequential, willneed, dontneed or noreuse (POSIX_FADV_*); madvise's and uring_madvise's: normal, random, sequential, willneed, remove, cold, pageout, populate_read or populate_write (MADV_*); NULL for readahead
+-- @column reads BOOLEAN        the kernel reads the range in before the call returns: readahead, willneed, madvise's and uring_madvise's populate_read
 -- @column to_end BOOLEAN       the range runs to the file's end (fadvise64, uring_fadvise with length 0)
 -- @column pid UINTEGER         process id
 -- @column tid UINTEGER         thread id
--- @column fd INTEGER           file descriptor (-1 for madvise)
+-- @column fd INTEGER           file descriptor (-1 for madvise and uring_madvise)
 -- @column comm VARCHAR         task command name
 CREATE OR REPLACE VIEW vfs_hints AS
 SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,
        e.ts_ns + e.duration_ns AS end_ns, e.duration_ns, e.dev, e.ino, e.offset_bytes, e.req_bytes,
        e.ret, CASE e.syscall WHEN 35 THEN 'fadvise64' WHEN 36 THEN 'readahead'
-                             WHEN 41 THEN 'uring_fadvise' ELSE 'madvise' END AS syscall,
+                             WHEN 41 THEN 'uring_fadvise' WHEN 40 THEN 'madvise'
+                             ELSE 'uring_madvise' END AS syscall,
        CASE WHEN e.syscall IN (35, 41) THEN ['normal', 'random', 'sequential', 'willneed', 'dontneed',
                                       'noreuse'][e.iov_count + 1]
-            WHEN e.syscall = 40 THEN coalesce(
+            WHEN e.syscall IN (40, 43) THEN coalesce(
               ['normal', 'random', 'sequential', 'willneed', 'dontneed', NULL, NULL, NULL, 'free',
                'remove', 'dontfork', 'dofork', 'mergeable', 'unmergeable', 'hugepage',
                'nohugepage', 'dontdump', 'dodump', 'wipeonfork', 'keeponfork', 'cold', 'pageout',
@@ -129,4 +131,4 @@ SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq A
        e.syscall IN (35, 41) AND e.req_bytes = 0 AS to_end,
        e.pid, e.tid, e.fd, e.comm
 FROM vfs_events e JOIN capture_meta c USING (capture_id)
-WHERE e.syscall IN (35, 36, 40, 41);
+WHERE e.syscall IN (35, 36, 40, 41, 43);

@@ -376,7 +376,8 @@ def test_each_kind_of_aio_iocb_is_one_row(lab_factory, tmp_path):
 
 
 # io_uring without liburing: a ring, and run() to submit one request and
-# reap it (sqe_flags 1: IOSQE_FIXED_FILE; fd_in: the SQE's splice_fd_in)
+# reap it (sqe_flags 1: IOSQE_FIXED_FILE, 32: IOSQE_BUFFER_SELECT; group:
+# the SQE's buf_group; fd_in: its splice_fd_in)
 URING_RING = r"""
 import ctypes, mmap, os, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -390,11 +391,11 @@ cq_off = struct.unpack_from("6I", params, 80)       # head tail mask entries ove
 sq = mmap.mmap(ring, sq_off[6] + 4 * sq_entries, offset=0)
 sqes = mmap.mmap(ring, 64 * sq_entries, offset=0x10000000)
 cq = mmap.mmap(ring, cq_off[5] + 16 * 2 * sq_entries, offset=0x8000000)
-def run(opcode, off, addr, length, op_flags=0, fd=None, fd_in=0, sqe_flags=0):
+def run(opcode, off, addr, length, op_flags=0, fd=None, fd_in=0, sqe_flags=0, group=0):
     tail, = struct.unpack_from("I", sq, sq_off[1])
     i = tail & struct.unpack_from("I", sq, sq_off[2])[0]
     struct.pack_into("BBHiqqIIQHHi", sqes, 64 * i, opcode, sqe_flags, 0,
-                     FD if fd is None else fd, off, addr, length, op_flags, 0, 0, 0, fd_in)
+                     FD if fd is None else fd, off, addr, length, op_flags, 0, group, 0, fd_in)
     struct.pack_into("I", sq, sq_off[6] + 4 * i, i)
     struct.pack_into("I", sq, sq_off[1], tail + 1)
     assert libc.syscall(ENTER, ring, 1, 1, 1, None, 0) == 1, ctypes.get_errno()
@@ -476,7 +477,9 @@ def test_io_uring_sync_file_range_fallocate_fadvise_and_ftruncate_are_followed_d
 # madvise requests on a read-only shared mapping of a file (argv[1], 4
 # MiB), then splice requests through a pipe: the file's [0, 320K) into
 # file argv[2], 64 KiB at a time, by offsets and by file positions, the
-# last through registered files (SPLICE_F_FD_IN_FIXED, IOSQE_FIXED_FILE)
+# last through registered files (SPLICE_F_FD_IN_FIXED, IOSQE_FIXED_FILE);
+# then a read of 4 KiB at 2 MiB into a buffer the kernel picks from a
+# group the ring was given (IORING_OP_PROVIDE_BUFFERS, IOSQE_BUFFER_SELECT)
 URING_MADVISE_SPLICE = URING_RING + r"""
 MiB, K64 = 1 << 20, 1 << 16
 FD = a = os.open(sys.argv[1], os.O_RDONLY)
@@ -506,6 +509,9 @@ for i in range(5):
         assert run(30, -1, i * K64, K64, 1 << 31, fd=w, fd_in=0) == K64    # a registered
         assert run(30, i * K64, -1, K64, fd=1, fd_in=r, sqe_flags=1) == K64  # e registered
 os.fsync(e)
+bufs = ctypes.create_string_buffer(4 * 4096)
+assert run(31, 0, ctypes.addressof(bufs), 4096, fd=4, group=7) >= 0   # 4 buffers, group 7
+assert run(22, 2 * MiB, 0, 4096, sqe_flags=32, group=7) == 4096
 """
 
 
@@ -537,6 +543,10 @@ def test_io_uring_madvise_is_a_hint_and_splice_a_read_and_a_write_followed_down(
         (op, ino[f], i * K64, K64, K64) for i in range(5) for op, f in (("read", "f"),
                                                                       ("write", "e"))], sp
     assert [r["fd"] for r in sp if r["op"] == "write"][4] == 1, sp   # the registered file's index
+    assert s.rows("SELECT syscall, op, ino, offset_bytes, req_bytes, bytes FROM vfs_io "
+                  "WHERE syscall = 'uring_read'") == [
+        {"syscall": "uring_read", "op": "read", "ino": ino["f"], "offset_bytes": 2 * MiB,
+         "req_bytes": 4096, "bytes": 4096}]
     # below: the virtual-disk reads of the splices' range are theirs (kind
     # sync; some read ahead of them), and the 320 KiB written to e is
     # written back for them at the fsync

@@ -163,15 +163,16 @@ def test_vfs_io_names_every_syscall_code_the_record_declares():
     declared = {int(n): name for n, name in re.findall(r"\b(\d+) ([a-z_0-9]+)", doc)}
     assert sorted(declared) == list(range(1, len(declared) + 1)), declared
     assert declared[33] == declared[34] == "splice", declared
+    assert declared[44] == declared[45] == "uring_splice", declared
     ev = [vfs(100 * c, 1, off=0, ret=0, syscall=c) for c in declared]
     s = session(vfs_events=ev)
     got = {r["ts_ns"] // 100: r for r in s.rows("SELECT ts_ns, syscall, op FROM vfs_io")}
     hints = {r["ts_ns"] // 100: r["syscall"] for r in s.rows("SELECT ts_ns, syscall FROM vfs_hints")}
     assert {c: r["syscall"] for c, r in got.items()} | hints == declared
-    assert sorted(hints) == [35, 36, 40, 41], hints
+    assert sorted(hints) == [35, 36, 40, 41, 43], hints
     sides = {c: got[c]["op"] for c in declared if re.search(rf"\b{c} \w+, the file (read|written)", doc)}
     expect = {c: "read" if c % 2 == 0 else "write" for c in range(28, 32)}
-    assert sides == expect | {33: "read", 34: "write"}, sides
+    assert sides == expect | {33: "read", 34: "write", 44: "read", 45: "write"}, sides
 
 
 

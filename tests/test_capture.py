@@ -1575,6 +1575,51 @@ def test_a_file_truncated_short_is_followed_from_the_call_to_the_host_disk(lab_f
     assert_losses_counted(s)
 
 
+GROW_AND_CUT = r"""
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_DIRECT)
+buf = mmap.mmap(-1, 1 << 20)
+buf.write(b"y" * (1 << 20))
+assert os.pwrite(fd, buf, 1 << 20) == 1 << 20      # grown from 1 to 2 MiB
+os.fsync(fd)
+os.ftruncate(fd, 1 << 20)                           # and cut back
+os.fsync(fd)
+"""
+
+
+@pytest.mark.parametrize("guest_fs", ["ext4", "xfs"])
+def test_bytes_a_file_gains_and_loses_during_the_capture_are_followed_down(lab_factory, tmp_path,
+                                                                         guest_fs):
+    # a 1 MiB guest file grown by a direct 1 MiB pwrite and cut back: the
+    # new bytes are in neither snapshot, only in the mapping events; the
+    # pwrite's virtual-disk writes are tied to it, and so are the guest's
+    # discards of those blocks (online discard) to the ftruncate
+    lab = lab_factory(guest_fs, "xfs", guest_dio="on", host_dio="on", guest_discard=True)
+    f = f"{lab.mount}/f"
+    subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=1M", "count=1", "oflag=direct",
+                    "status=none"], check=True)
+    subprocess.run(["sync"], check=True)
+    s = record_python(lab, tmp_path / "s", GROW_AND_CUT, f)
+    calls = {r["syscall"]: r["io_id"] for r in s.rows(
+        "SELECT syscall, io_id FROM vfs_io WHERE syscall IN ('pwrite64', 'ftruncate')")}
+    ends = s.rows("SELECT phase, sum(length_bytes) AS n FROM extent_maps WHERE path = ? "
+                  "GROUP BY ALL ORDER BY phase", [f])
+    assert ends == [{"phase": "end", "n": 1 << 20}, {"phase": "start", "n": 1 << 20}], ends
+    tied = {(r["call"], r["kind"]): r["bytes"] for r in s.rows(
+        "SELECT f.syscall AS call, l.kind, sum(l.bytes) AS bytes FROM links l "
+        "JOIN vfs_io f ON f.io_id = l.upper_id WHERE l.lower_level = 'vdisk' "
+        "AND l.upper_id IN (?, ?) GROUP BY ALL", [calls["pwrite64"], calls["ftruncate"]])}
+    assert tied == {("pwrite64", "sync"): 1 << 20, ("ftruncate", "discard"): 1 << 20}, tied
+    # and below the virtual disk, the pwrite's requests are the host FS's
+    # writes of the image (the guest's discard then punched those image
+    # bytes out: the host disk's writes of them are not tied, README)
+    below = s.rows("SELECT sum(d.bytes) AS n FROM links d JOIN links v ON v.lower_level = 'vdisk' "
+                   "AND v.lower_id = d.upper_id AND v.upper_id = ? AND v.kind = 'sync' "
+                   "WHERE d.lower_level = 'hostfs'", [calls["pwrite64"]])[0]["n"]
+    assert below == 1 << 20, below
+    assert_losses_counted(s)
+
+
 @pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
 def test_write_zeroes_on_the_virtual_disk_are_tied_to_the_range_zeroed_or_punched_in_the_image(
         lab_factory, tmp_path, host_fs):

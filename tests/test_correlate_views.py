@@ -1314,6 +1314,43 @@ def test_a_read_of_bytes_the_file_loses_later_maps_through_the_start_snapshot():
         {"upper_id": read, "kind": "sync", "bytes": 4096}]
 
 
+def test_bytes_allocated_and_freed_during_the_capture_map_through_the_mapping_events():
+    """A guest file of 512 KiB at virtual-disk 4 MiB at start and at end
+    grew during the capture: its mapping events put file bytes [512K, 1M)
+    at virtual-disk 20 MiB; it was cut back to 512 KiB at 1000 ns.  A
+    direct pwrite of 64 KiB at 512K before that, and the virtual-disk write
+    it waited for at 20 MiB, are tied (kind sync), through the mapping
+    events.  A mapping event of bytes the start snapshot has at the same
+    place (an unwritten extent written) maps nothing twice."""
+    from rows import _hdr
+    ext = extents(guest=((0, 4 * MiB, MiB // 2),))
+    ext += [r | {"phase": "start"} for r in ext]
+    grown = _hdr(5, 50) | {"ino": 12, "file_offset_bytes": MiB // 2, "disk_bytes": 20 * MiB,
+                           "length_bytes": MiB // 2, "dev": GUEST, "map_type": 2, "source": 3,
+                           "flags": 48}
+    written = grown | _hdr(5, 60) | {"file_offset_bytes": 0, "disk_bytes": 4 * MiB,
+                                     "length_bytes": 65536}
+    t = dict(extent_maps=ext, mapping_events=[grown, written],
+             vfs_events=[vfs(100, 300, off=MiB // 2, req=65536, ret=65536, syscall=4,
+                             f_flags=16384),
+                         vfs(500, 50, off=0, req=4096, ret=4096, syscall=3),
+                         vfs(1000, 50, off=MiB // 2, req=MiB, ret=0, syscall=32)],
+             block_events=request(150, 160, 350, VDISK, 20 * MiB, 65536, rq=1, bio=11, op=1)
+             + request(510, 520, 540, VDISK, 4 * MiB, 4096, rq=2, bio=12))
+    s = session(**t)
+    calls = {r["syscall"]: r["io_id"] for r in s.rows("SELECT io_id, syscall FROM vfs_io")}
+    got = s.rows("SELECT upper_id, kind, bytes FROM links WHERE lower_level = 'vdisk' "
+                 "ORDER BY upper_id")
+    assert got == sorted([{"upper_id": calls["pwrite64"], "kind": "sync", "bytes": 65536},
+                          {"upper_id": calls["pread64"], "kind": "sync", "bytes": 4096}],
+                         key=lambda r: r["upper_id"]), got
+    assert s.rows("SELECT vdisk_offset_bytes, bytes FROM map_vfs WHERE io_id = ?",
+                  [calls["pread64"]]) == [{"vdisk_offset_bytes": 4 * MiB, "bytes": 4096}]
+    # the call that freed them is carried there too: the 512 KiB cut off
+    assert s.rows("SELECT vdisk_offset_bytes, bytes FROM map_vfs WHERE io_id = ?",
+                  [calls["ftruncate"]]) == [{"vdisk_offset_bytes": 20 * MiB, "bytes": MiB // 2}]
+
+
 # the two calls of the test below: a hole punched, or the file cut short,
 # freeing [512K, 1M); then a call that frees nothing (a plain fallocate of
 # 1 MiB, op other; the file grown to 2 MiB, op other, no bytes)

@@ -25,20 +25,27 @@ SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, logical_bytes::BIGI
 FROM _map_image_extents;
 
 -- Bytes of files of role r ('image' or 'guest_file') that were freed
--- during the capture: in the start snapshot, in no extent of map_extents
--- (a hole punched, a range zeroed by unmapping it).  lo, hi: file bytes;
--- delta: their old place minus file offset; disk_dev: the old place's
--- device.  (Where map_extents has no end snapshot of a file, it is the
--- start one, and nothing is freed.)
-CREATE OR REPLACE MACRO _map_extents_freed(r) AS TABLE
+-- during the capture, as known from source src: with src 'fiemap_start',
+-- bytes in the start snapshot and in no extent of map_extents (a hole
+-- punched, a range zeroed by unmapping it, the file cut short); with
+-- 'mapping_events', bytes allocated during the capture (mapping events)
+-- and in neither map_extents nor the start snapshot (a file grown and
+-- cut short again, a hole filled and punched again).  lo, hi: file
+-- bytes; delta: their old place minus file offset; disk_dev: the old
+-- place's device.  (Where map_extents has no end snapshot of a file, it
+-- is the start one, or the mapping events, and those free nothing.)
+CREATE OR REPLACE MACRO _map_extents_freed(r, src) AS TABLE
 WITH st AS (
   SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo,
          (logical_bytes + length_bytes)::BIGINT AS hi,
          physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
-  FROM _map_extents_all WHERE role = r AND source = 'fiemap_start'),
+  FROM _map_extents_all WHERE role = r AND source = src),
 now AS (
   SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi
-  FROM map_extents WHERE role = r),
+  FROM map_extents WHERE role = r
+  UNION ALL
+  SELECT capture_id, dev, ino, logical_bytes::BIGINT, (logical_bytes + length_bytes)::BIGINT
+  FROM _map_extents_all WHERE role = r AND source = 'fiemap_start' AND src = 'mapping_events'),
 stk AS NOT MATERIALIZED (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, * FROM st),
 nowk AS (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi FROM now),
 covered AS (  -- each start extent's parts that some extent covers now
@@ -69,7 +76,8 @@ ANTI JOIN covered c ON c.capture_id = st.capture_id AND c.dev = st.dev AND c.ino
 -- place before that (the host's read-modify-write of a partial page, say)
 -- is found through these.  A hole punched in the image (the loop device's
 -- discards) frees its blocks, and a host FS with online discard discards
--- them on its disk: found through these too.
+-- them on its disk: found through these too.  (Image bytes allocated
+-- during the capture and freed before its end are not: see README.)
 -- lo, hi: image bytes; delta: old disk offset minus image offset;
 -- disk_dev: the old place's disk.  (A part is moved when no copy of it
 -- in map_extents is on the same disk with the same delta: on a mirrored
@@ -104,7 +112,7 @@ WHERE n.reach IS NULL OR n.reach < c.hi
 UNION ALL
 SELECT x.capture_id, x.lo + coalesce(f.shift, 0), x.hi + coalesce(f.shift, 0),
        x.delta - coalesce(f.shift, 0), x.disk_dev
-FROM _map_extents_freed('image') x
+FROM _map_extents_freed('image', 'fiemap_start') x
 LEFT JOIN _base_image_files f ON f.capture_id = x.capture_id AND f.ino = x.ino;
 
 -- The rows of view `t` (capture_id, dev, ino and a guest-file byte range
@@ -131,8 +139,9 @@ FROM vfs_io WHERE op IN ('read', 'write', 'discard') AND ret_bytes > 0 AND offse
 -- Each file syscall's pieces on the virtual disk (through the guest
 -- file's extents): [vs, vt), and delta = virtual-disk minus file offset.
 -- Bytes freed during the capture (a hole punched, the file cut short)
--- are carried through where the start snapshot had them: the end
--- snapshot has none there.  So are the calls that freed them (op
+-- are carried through where the start snapshot had them, or for bytes
+-- allocated during the capture, where its mapping events put them: the
+-- end snapshot has none there.  So are the calls that freed them (op
 -- discard), and the reads and writes of them before.
 CREATE OR REPLACE VIEW _map_vfs_freeing AS
 SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, off AS lo, stop AS hi, *
@@ -141,7 +150,8 @@ SEMI JOIN (SELECT DISTINCT k0, k1, k2 FROM _map_guest_freed) f   -- (files with 
   ON f.k0 = v.capture_id AND f.k1 = v.dev AND f.k2 = v.ino;
 CREATE OR REPLACE VIEW _map_guest_freed AS
 SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi, delta
-FROM _map_extents_freed('guest_file');
+FROM (SELECT * FROM _map_extents_freed('guest_file', 'fiemap_start')
+      UNION ALL SELECT * FROM _map_extents_freed('guest_file', 'mapping_events'));
 
 CREATE OR REPLACE VIEW _map_vfs_ranges AS
 SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk('_map_vfs_io')

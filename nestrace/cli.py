@@ -709,7 +709,7 @@ def compare_cmd(store, capture_ids, as_json, as_csv, by_stack) -> None:
 @click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB.")
 @user_errors
 def correlate_cmd(store, memory_limit) -> None:
-    """Materialize the cross-level links into the store (idempotent)."""
+    """Materialize the cross-level links (and block_requests, rmw) into the store (idempotent)."""
     from .report import correlate
     for cid, n in correlate(store, memory_limit).items():
         click.echo(f"capture {cid}: {n} links")

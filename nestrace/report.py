@@ -417,7 +417,7 @@ def render(rep: dict, console=None) -> None:
 
 def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict[str, int]:
     """Store the expensive intermediates per capture (block_requests, then
-    links) in STORE/<view>/capture=<id>/ so later sessions read them
+    links, then rmw) in STORE/<view>/capture=<id>/ so later sessions read them
     instead of recomputing.  Idempotent.  Returns links rows per capture."""
     from .session import MATERIALIZED
     p = check_store(store)
@@ -428,6 +428,8 @@ def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict
         for view in MATERIALIZED:
             if view == "links":
                 s.cache(LINKS_INPUTS)
+            elif view == "rmw":     # (its other map; LINKS_INPUTS are still cached)
+                s.cache(["_map_disk"])
             for cid in s.captures():
                 d = p / view / f"capture={cid}"
                 d.mkdir(parents=True, exist_ok=True)

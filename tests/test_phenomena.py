@@ -55,6 +55,15 @@ def test_512b_direct_writes_through_host_page_cache_read_a_host_page_each(lab_fa
     assert 6.5 <= disk_read / (writes * 512) <= 9, (disk_read, r)   # ~8x the written bytes
     rmw = s.rows("SELECT sum(bytes) AS b FROM links WHERE lower_level = 'disk' AND kind = 'rmw'")
     assert rmw[0]["b"] >= 0.9 * disk_read, (rmw, disk_read)
+    # correlate stores rmw (its maps are in memory there); a session on the
+    # store reads those rows, the same as computed, and the same summary
+    run_cli("correlate", str(s.store))
+    s2 = nestrace.open(s.store)
+    assert "rmw" in s2.stored_views
+    q = "SELECT * FROM rmw ORDER BY ALL"
+    assert s2.rows(q) == s.rows(q) and len(s.rows(q)) >= 2000
+    assert s2.rows("SELECT * FROM _rmw_stored ORDER BY ALL") == s.rows(q)
+    assert rmw_host(s2) == r
 
 
 def test_512b_direct_writes_with_guest_dio_need_no_host_reads(lab_factory, tmp_path):

@@ -3,21 +3,9 @@
 -- INCLUDE map.ranges
 -- INCLUDE links.links
 
--- Writes at one level whose range, mapped to the level below, is not
--- aligned to that level's block, with the reads of the same aligned
--- blocks the level below did while the write was in flight.
---   hop guest: application writes -> guest FS block (vfs -> vdisk reads)
---   hop host:  virtual-disk writes -> host page (4 KiB) of the image
---              (vdisk -> disk reads, through the image's extents)
--- @column capture_id VARCHAR   capture
--- @column hop VARCHAR          guest or host
--- @column write_id UBIGINT     the partial write (vfs_io or vdisk_io row)
--- @column write_bytes BIGINT   its bytes
--- @column block_bytes INTEGER  block size it is not aligned to
--- @column reads BIGINT         reads below of its partial blocks while it was in flight
--- @column read_bytes BIGINT    bytes of those reads
--- @column read_ns BIGINT       time the reads took (sum of Q to C)
-CREATE OR REPLACE VIEW rmw AS
+-- (rmw as computed: `rmw` reads the rows `nestrace correlate` stored,
+-- where it has been run, as for links)
+CREATE OR REPLACE VIEW _rmw_computed AS
 WITH gb AS (SELECT capture_id, block_size_bytes AS bs FROM device_map WHERE level = 'vfs'),
 -- guest hop: pieces of app writes on the virtual disk
 gw AS (   -- (through the guest file's extents only: where the pieces
@@ -96,6 +84,22 @@ SELECT x.capture_id, x.hop, x.write_id, s.write_bytes, x.bs::INTEGER AS block_by
        x.reads, x.read_bytes::BIGINT AS read_bytes, x.read_ns::BIGINT AS read_ns
 FROM (SELECT * FROM g UNION ALL SELECT * FROM h) x
 JOIN sizes s USING (capture_id, hop, write_id);
+
+-- Writes at one level whose range, mapped to the level below, is not
+-- aligned to that level's block, with the reads of the same aligned
+-- blocks the level below did while the write was in flight.
+--   hop guest: application writes -> guest FS block (vfs -> vdisk reads)
+--   hop host:  virtual-disk writes -> host page (4 KiB) of the image
+--              (vdisk -> disk reads, through the image's extents)
+-- @column capture_id VARCHAR   capture
+-- @column hop VARCHAR          guest or host
+-- @column write_id UBIGINT     the partial write (vfs_io or vdisk_io row)
+-- @column write_bytes BIGINT   its bytes
+-- @column block_bytes INTEGER  block size it is not aligned to
+-- @column reads BIGINT         reads below of its partial blocks while it was in flight
+-- @column read_bytes BIGINT    bytes of those reads
+-- @column read_ns BIGINT       time the reads took (sum of Q to C)
+CREATE OR REPLACE VIEW rmw AS SELECT * FROM _rmw_computed;
 
 -- RMW per hop: partial writes, how many caused reads, and what they cost.
 -- @column capture_id VARCHAR   capture

@@ -425,20 +425,32 @@ def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict
     # (without the late modules: binding follow_io would plan links from
     # the raw tables before they are stored, ~0.6 s for nothing)
     with Session(p, memory_limit=memory_limit, late_modules=False) as s:
+        caps = s.captures()
         for view in MATERIALIZED:
             if view == "links":
                 s.cache(LINKS_INPUTS)
             elif view == "rmw":     # (its other map; LINKS_INPUTS are still cached)
                 s.cache(["_map_disk"])
-            for cid in s.captures():
+            src = f"_{view}_computed"
+            if len(caps) > 1:
+                # computed once for every capture, then written capture by
+                # capture: the filter on the capture is not pushed through
+                # links' joins, and each capture's COPY computed them all
+                # (8 captures of 82k events: links 0.58 s per capture,
+                # against 0.26 s for one alone)
+                s.con.execute(f"CREATE OR REPLACE TEMP TABLE _correlate_{view} AS SELECT * FROM {src}")
+                src = f"temp._correlate_{view}"
+            for cid in caps:
                 d = p / view / f"capture={cid}"
                 d.mkdir(parents=True, exist_ok=True)
                 tmp = d / "data.parquet.tmp"
                 path = str(tmp).replace("'", "''")
-                s.con.execute(f"COPY (SELECT * FROM _{view}_computed WHERE capture_id = ?) TO "
+                s.con.execute(f"COPY (SELECT * FROM {src} WHERE capture_id = ?) TO "
                               f"'{path}' (FORMAT parquet, COMPRESSION zstd)", [cid])
                 os.replace(tmp, d / "data.parquet")
                 if view == "links":
                     out[cid] = pq.ParquetFile(d / "data.parquet").metadata.num_rows
+            if len(caps) > 1:
+                s.con.execute(f"DROP TABLE temp._correlate_{view}")
             s._use_stored_views()   # later views read what was just stored
     return out

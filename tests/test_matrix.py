@@ -87,6 +87,18 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
     r = run_cli("plot", str(store), "--kind", "sizes", "--capture", "nope", "-o",
                 str(tmp_path / "n.html"), check=False)
     assert r.returncode == 2 and "no capture 'nope'" in r.stderr, r.stderr
+    # correlate stores each capture's views; a session then reads each
+    # capture's rows as they were computed, and compare says the same
+    run_cli("correlate", str(store))
+    s2 = nestrace.open(store)
+    assert s2.stored_views == {"block_requests", "links", "rmw"}
+    for view in ("block_requests", "links", "rmw"):
+        for x in rows:
+            q = f"SELECT * FROM {view} WHERE capture_id = ? ORDER BY ALL"
+            got = s2.rows(q, [x["capture_id"]])
+            assert got == s.rows(q, [x["capture_id"]]), (view, x["capture_id"])
+            assert got or view == "rmw", (view, x["capture_id"])
+    assert json.loads(run_cli("compare", str(store), "--json").stdout) == cli
 
 
 @pytest.mark.root

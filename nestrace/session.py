@@ -37,8 +37,8 @@ MATERIALIZED = ("block_requests", "links", "rmw")
 # its plan binds to scans of them instead of expanding each view at every
 # use (on an 82k-event capture, planning was ~1.5 s of links' 2.2 s)
 LINKS_INPUTS = ["_base_image_files", "_map_image_cluster", "map_extents", "_map_guest_freed",
-                "_map_image_moved", "_map_vdisk_ranges", "_map_vdisk_pieces", "_map_vfs_ranges",
-                "_map_vdisk", "_links_hints_keyed"]
+                "_map_image_freed", "_map_image_moved", "_map_vdisk_ranges", "_map_vdisk_pieces",
+                "_map_vfs_ranges", "_map_vdisk", "_links_hints_keyed"]
 # links and the shared intermediates it reads, lower first: what a command
 # that reads links computes once (Session.cache_links)
 LINKS_CACHE = ["block_requests", *LINKS_INPUTS, "_map_disk", "links"]

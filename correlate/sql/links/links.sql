@@ -117,11 +117,13 @@ FROM _links_onto_disks('cow');
 
 -- The same hop vdisk -> disk through where moved or freed image bytes
 -- were at the start (_map_image_moved: copy-on-write hosts, holes
--- punched): used for reads, for discards (a host FS with online discard
--- discards the blocks a hole punched for a virtual-disk discard or
--- write-zeroes freed), and for the writes a read-modify-write read is put
--- down to, not for write-back (a freed old place may hold other data
--- later).
+-- punched; and bytes allocated and freed during the capture): used for
+-- reads, for discards (a host FS with online discard discards the blocks
+-- a hole punched for a virtual-disk discard or write-zeroes freed), and
+-- for the writes a read-modify-write read is put down to, not for
+-- write-back (a freed old place may hold other data later); for writes in
+-- flight with them only through freed bytes (_links_upper_freed: a
+-- copy-on-write host writes a rewritten block elsewhere).
 -- (only the captures with moved bytes are carried into the image again)
 CREATE OR REPLACE VIEW _links_moved_ranges AS
 SELECT * FROM _map_vdisk_ranges
@@ -135,17 +137,25 @@ WITH v AS NOT MATERIALIZED (
   SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, ps + idelta AS lo,
          pt + idelta AS hi, capture_id, io_id, start_ns, done_by_ns, op
   FROM _map_into_image('_links_moved_ranges') WHERE idelta IS NOT NULL),
-mk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev
+mk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev, freed
        FROM _map_image_moved),
 p AS (   -- (_overlaps_2: the moved ranges are found with _overlaps)
   SELECT q.capture_id, q.io_id, q.start_ns, q.done_by_ns AS u_end, q.op,
          greatest(q.lo, q.o.lo) + q.o.delta + x.shift AS u_off,
-         least(q.hi, q.o.hi) - greatest(q.lo, q.o.lo) AS u_len
+         least(q.hi, q.o.hi) - greatest(q.lo, q.o.lo) AS u_len, q.o.freed
   FROM _overlaps_2('v', 'mk') q
   JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev)
 SELECT 'vdisk' AS upper_level, 'disk' AS lower_level, capture_id, io_id AS upper_id,
-       start_ns AS u_start, u_end, op AS u_op, u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk
+       start_ns AS u_start, u_end, op AS u_op, u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk,
+       freed
 FROM p;
+
+-- Virtual-disk writes carried to where image bytes freed during the
+-- capture were (_map_image_freed: the start snapshot's place, or for bytes
+-- allocated during the capture, the mapping events'): tied to a host-disk
+-- write only while in flight with it (kind sync), never as write-back.
+CREATE OR REPLACE VIEW _links_upper_freed AS
+SELECT * FROM _links_upper_moved WHERE freed AND u_op = 'write';
 
 CREATE OR REPLACE VIEW _links_lower AS
 SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_start, op AS l_op,
@@ -206,6 +216,9 @@ FROM query_table(t) x JOIN _links_captures c USING (capture_id);
 
 CREATE OR REPLACE VIEW _links_upper_keyed AS SELECT * FROM _links_keyed('_links_upper');
 CREATE OR REPLACE VIEW _links_upper_moved_keyed AS SELECT * FROM _links_keyed('_links_upper_moved');
+-- (op 4: a write tied only while in flight: _links_blocks)
+CREATE OR REPLACE VIEW _links_upper_freed_keyed AS
+SELECT * REPLACE (4::UTINYINT AS uop) FROM _links_keyed('_links_upper_freed');
 
 CREATE OR REPLACE VIEW _links_lower_keyed AS
 SELECT c.ck, _links_hop(x.lower_level) AS hop, _links_op(x.l_op) AS lop, x.lower_id, x.l_start,
@@ -285,7 +298,8 @@ WITH same_op AS MATERIALIZED (
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM _links_lower_keyed l
   ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed
-                  UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop IN (0, 2)) u
+                  UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop IN (0, 2)
+                  UNION ALL SELECT * FROM _links_upper_freed_keyed) u
     ON u.k = l.k AND l.l_asof >= u.u_start),
 stored AS (   -- virtual-disk writes: the last store through a mapping before them
   SELECT l.* EXCLUDE (upper_id),
@@ -319,6 +333,7 @@ k AS (
     _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,
     CASE WHEN upper_id IS NULL THEN NULL
          WHEN l_start <= u_end + l_err AND lop = uop THEN 'sync'
+         WHEN l_start <= u_end + l_err AND uop = 4 THEN 'sync'   -- (_links_upper_freed_keyed)
          WHEN l_start <= u_end + l_err AND uop = 1 AND lop = 0 THEN 'rmw'
          WHEN uop = 1 AND lop = 1 THEN 'writeback'
          WHEN uop = 2 AND lop = 2 THEN 'discard'

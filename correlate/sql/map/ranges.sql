@@ -76,10 +76,11 @@ ANTI JOIN covered c ON c.capture_id = st.capture_id AND c.dev = st.dev AND c.ino
 -- place before that (the host's read-modify-write of a partial page, say)
 -- is found through these.  A hole punched in the image (the loop device's
 -- discards) frees its blocks, and a host FS with online discard discards
--- them on its disk: found through these too.  (Image bytes allocated
--- during the capture and freed before its end are not: see README.)
+-- them on its disk: found through these too (_map_image_freed), as are
+-- image bytes allocated during the capture and freed before its end.
 -- lo, hi: image bytes; delta: old disk offset minus image offset;
--- disk_dev: the old place's disk.  (A part is moved when no copy of it
+-- disk_dev: the old place's disk; freed: the bytes are nowhere at the end
+-- (_map_image_freed), not elsewhere.  (A part is moved when no copy of it
 -- in map_extents is on the same disk with the same delta: on a mirrored
 -- host each copy is cut at the same image offsets.)
 CREATE OR REPLACE VIEW _map_image_moved AS
@@ -105,14 +106,27 @@ reach AS (   -- per disk and place: how far the extents starting at or before lo
          max(max(hi)) OVER (PARTITION BY capture_id, disk_dev, delta ORDER BY lo
                             ROWS UNBOUNDED PRECEDING) AS reach
   FROM now GROUP BY capture_id, disk_dev, delta, lo)
-SELECT c.* FROM cand c   -- (not held by one extent now on the same disk at the same place)
+SELECT c.*, false AS freed FROM cand c   -- (not held by one extent now on the same disk at the same place)
 ASOF LEFT JOIN reach n ON n.capture_id = c.capture_id AND n.disk_dev = c.disk_dev
  AND n.delta = c.delta AND c.lo >= n.lo
 WHERE n.reach IS NULL OR n.reach < c.hi
 UNION ALL
-SELECT x.capture_id, x.lo + coalesce(f.shift, 0), x.hi + coalesce(f.shift, 0),
-       x.delta - coalesce(f.shift, 0), x.disk_dev
-FROM _map_extents_freed('image', 'fiemap_start') x
+SELECT *, true FROM _map_image_freed;
+
+-- Image bytes freed during the capture (a hole punched: the loop device's
+-- discards), where they were: where the start snapshot had them, or for
+-- bytes allocated during the capture and freed before its end (a guest
+-- write into a hole of a sparse image, then the guest's discard of those
+-- blocks), where the host FS's mapping events put them; as
+-- _map_image_moved's rows.  Unlike the old place of bytes a copy-on-write
+-- host moved, such a place held them until they were freed: links ties a
+-- host-disk write there to the virtual-disk write in flight with it (not
+-- to one that ended before: the place may hold other data once freed).
+CREATE OR REPLACE VIEW _map_image_freed AS
+SELECT x.capture_id, x.lo + coalesce(f.shift, 0) AS lo, x.hi + coalesce(f.shift, 0) AS hi,
+       x.delta - coalesce(f.shift, 0) AS delta, x.disk_dev
+FROM (SELECT * FROM _map_extents_freed('image', 'fiemap_start')
+      UNION ALL SELECT * FROM _map_extents_freed('image', 'mapping_events')) x
 LEFT JOIN _base_image_files f ON f.capture_id = x.capture_id AND f.ino = x.ino;
 
 -- The rows of view `t` (capture_id, dev, ino and a guest-file byte range

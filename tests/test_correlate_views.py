@@ -1351,6 +1351,20 @@ def test_bytes_allocated_and_freed_during_the_capture_map_through_the_mapping_ev
                   [calls["ftruncate"]]) == [{"vdisk_offset_bytes": 20 * MiB, "bytes": MiB // 2}]
 
 
+def _disk_links_are(s, want) -> dict:
+    """Assert links at the disk level are `want`: (the disk request's Q
+    time, the virtual-disk request's Q time or None, kind, bytes) each.
+    Returns the requests' io_ids by (level, Q time)."""
+    ids = {(r["level"], r["ts_ns"]): r["io_id"]
+           for r in s.rows("SELECT level, start_ns AS ts_ns, io_id FROM block_requests")}
+    got = s.rows("SELECT lower_id, upper_id, kind, bytes FROM links WHERE lower_level = 'disk' "
+                 "ORDER BY lower_id")
+    assert got == sorted([{"lower_id": ids["disk", d], "kind": k, "bytes": n,
+                           "upper_id": None if v is None else ids["vdisk", v]}
+                          for d, v, k, n in want], key=lambda r: r["lower_id"]), got
+    return ids
+
+
 def test_image_bytes_allocated_and_freed_during_the_capture_tie_the_disk_writes_in_flight():
     """The image had a 1 MiB hole at 32 MiB at start and at end; during the
     capture the host FS allocated it at disk 200 MiB (a mapping event: xfs
@@ -1375,15 +1389,8 @@ def test_image_bytes_allocated_and_freed_during_the_capture_tie_the_disk_writes_
                 + request(1000, 1010, 1100, DISK, 200 * MiB + 65536, 65536, rq=4, bio=14, op=1)
                 + request(2000, 2010, 2300, VDISK, 32 * MiB, 4096, rq=5, bio=15)
                 + request(2100, 2110, 2200, DISK, 200 * MiB, 4096, rq=6, bio=16))
-    ids = {(r["level"], r["ts_ns"]): r["io_id"]
-           for r in s.rows("SELECT level, start_ns AS ts_ns, io_id FROM block_requests")}
-    got = s.rows("SELECT lower_id, upper_id, kind, bytes FROM links WHERE lower_level = 'disk' "
-                 "ORDER BY lower_id")
-    assert got == sorted([
-        {"lower_id": ids["disk", 150], "upper_id": ids["vdisk", 100], "kind": "sync", "bytes": 65536},
-        {"lower_id": ids["disk", 1000], "upper_id": None, "kind": "writeback", "bytes": 65536},
-        {"lower_id": ids["disk", 2100], "upper_id": ids["vdisk", 2000], "kind": "sync",
-         "bytes": 4096}], key=lambda r: r["lower_id"]), got
+    ids = _disk_links_are(s, [(150, 100, "sync", 65536), (1000, None, "writeback", 65536),
+                              (2100, 2000, "sync", 4096)])
     assert s.rows("SELECT io_id, image_offset_bytes, bytes FROM map_disk ORDER BY io_id") == sorted([
         {"io_id": ids["disk", 150], "image_offset_bytes": 32 * MiB, "bytes": 65536},
         {"io_id": ids["disk", 1000], "image_offset_bytes": 32 * MiB + 65536, "bytes": 65536},
@@ -1410,15 +1417,8 @@ def test_a_disk_write_where_freed_image_bytes_were_is_tied_in_flight_and_a_moved
                 + request(1000, 1010, 1400, VDISK, 48 * MiB, 65536, rq=3, bio=13, op=1)
                 + request(1100, 1110, 1200, DISK, 148 * MiB, 65536, rq=4, bio=14, op=1, flags=1)
                 + request(1150, 1160, 1300, DISK, 300 * MiB, 65536, rq=5, bio=15, op=1, flags=1))
-    ids = {(r["level"], r["ts_ns"]): r["io_id"]
-           for r in s.rows("SELECT level, start_ns AS ts_ns, io_id FROM block_requests")}
-    got = s.rows("SELECT lower_id, upper_id, kind, bytes FROM links WHERE lower_level = 'disk' "
-                 "ORDER BY lower_id")
-    assert got == sorted([
-        {"lower_id": ids["disk", 150], "upper_id": ids["vdisk", 100], "kind": "sync", "bytes": 65536},
-        {"lower_id": ids["disk", 1100], "upper_id": None, "kind": "journal", "bytes": 65536},
-        {"lower_id": ids["disk", 1150], "upper_id": ids["vdisk", 1000], "kind": "sync",
-         "bytes": 65536}], key=lambda r: r["lower_id"]), got
+    _disk_links_are(s, [(150, 100, "sync", 65536), (1100, None, "journal", 65536),
+                        (1150, 1000, "sync", 65536)])
 
 
 # the two calls of the test below: a hole punched, or the file cut short,

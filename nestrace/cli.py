@@ -345,7 +345,9 @@ def _report_capture(store: Path, capture_id: str, result, stream_problems=()) ->
     for p in list(stream_problems) + list(result.problems):
         click.echo(f"nestrace: error: {p}", err=True)
     click.echo(f"capture {capture_id}: {result.records} records -> {store}")
-    click.echo(format_summary(level_summary(store, capture_id)))
+    summary = level_summary(store, capture_id)
+    summary.pop("captures", None)   # (the line above names it)
+    click.echo(format_summary(summary))
     missed = result.completions_unseen
     if result.lost_total > missed:
         click.secho(f"nestrace: WARNING: {result.lost_total} EVENTS LOST in capture {capture_id} "
@@ -773,7 +775,10 @@ def summary_cmd(store, capture) -> None:
     """Per-level summary of a capture: requests, bytes, lost events."""
     from .summary import format_summary, level_summary
     p = check_store(store)
-    click.echo(format_summary(level_summary(p, capture)))
+    try:
+        click.echo(format_summary(level_summary(p, capture)))
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def main() -> None:

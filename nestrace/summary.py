@@ -9,11 +9,13 @@ LEVELS = (("vfs", "vfs_io"), ("vdisk", "vdisk_io"), ("hostfs", "hostfs_io"), ("d
 
 
 def level_summary(store: Path, capture_id: str | None = None) -> dict:
+    """ValueError for a capture the store does not hold (naming those it does)."""
     with Session(store) as s:
         caps = s.captures()
         if not caps:
             return {"capture_id": None, "levels": [], "lost": 0}
-        cid = capture_id or caps[-1]
+        # (the newest by start, as report and follow take it)
+        cid = s.capture(capture_id)
         # the levels the capture traced (one side of a VM has two)
         traced = {r["level"] for r in s.rows(
             "SELECT DISTINCT level FROM device_map WHERE capture_id = ?", [cid])}
@@ -34,7 +36,7 @@ def level_summary(store: Path, capture_id: str | None = None) -> dict:
                       "WHERE capture_id = ?", [cid])
         lost = meta[0]["lost_total"] if meta else 0
         return {"capture_id": cid, "levels": levels, "lost": lost,
-                "records": meta[0]["records_total"] if meta else 0}
+                "records": meta[0]["records_total"] if meta else 0, "captures": len(caps)}
 
 
 def _mib(b: int) -> str:
@@ -42,7 +44,11 @@ def _mib(b: int) -> str:
 
 
 def format_summary(summary: dict) -> str:
-    out = [f"{'level':<8}{'events':>10}{'reads':>10}{'read MiB':>10}{'writes':>10}"
+    out = []
+    if summary.get("captures", 1) > 1:     # (which one, when it could be another)
+        out.append(f"capture {summary['capture_id']} (of {summary['captures']} in the store; "
+                   "--capture picks one)")
+    out += [f"{'level':<8}{'events':>10}{'reads':>10}{'read MiB':>10}{'writes':>10}"
            f"{'write MiB':>11}{'other':>8}"]
     for r in summary["levels"]:
         out.append(f"{r['level']:<8}{r['n']:>10}{r['reads']:>10}{_mib(r['read_bytes']):>10}"

@@ -99,6 +99,18 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
             assert got == s.rows(q, [x["capture_id"]]), (view, x["capture_id"])
             assert got or view == "rmw", (view, x["capture_id"])
     assert json.loads(run_cli("compare", str(store), "--json").stdout) == cli
+    # summary names the capture it shows, of the four; another on request;
+    # one the store does not hold is an error naming those it does
+    newest = s.capture()
+    out = run_cli("summary", str(store)).stdout.splitlines()
+    assert out[0] == f"capture {newest} (of 4 in the store; --capture picks one)", out
+    for x in rows:
+        lines = run_cli("summary", str(store), "--capture", x["capture_id"]).stdout.splitlines()
+        vfs = s.rows("SELECT count(*) AS n FROM vfs_io WHERE capture_id = ?", [x["capture_id"]])
+        assert lines[0].startswith(f"capture {x['capture_id']} ") and \
+            next(ln.split() for ln in lines if ln.startswith("vfs"))[1] == str(vfs[0]["n"]), lines
+    r = run_cli("summary", str(store), "--capture", "nope", check=False)
+    assert r.returncode == 2 and f"no capture 'nope' in the store (have: " in r.stderr, r.stderr
 
 
 @pytest.mark.root

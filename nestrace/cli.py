@@ -778,7 +778,7 @@ def summary_cmd(store, capture) -> None:
     try:
         click.echo(format_summary(level_summary(p, capture)))
     except ValueError as e:
-        raise UserError(str(e)) from None
+        raise UserError(f"{store}: {e}") from None
 
 
 def main() -> None:

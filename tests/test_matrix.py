@@ -110,7 +110,8 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
         assert lines[0].startswith(f"capture {x['capture_id']} ") and \
             next(ln.split() for ln in lines if ln.startswith("vfs"))[1] == str(vfs[0]["n"]), lines
     r = run_cli("summary", str(store), "--capture", "nope", check=False)
-    assert r.returncode == 2 and f"no capture 'nope' in the store (have: " in r.stderr, r.stderr
+    assert r.returncode == 2 and f"{store}: no capture 'nope' in the store (have: " in r.stderr, \
+        r.stderr
 
 
 @pytest.mark.root

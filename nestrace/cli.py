@@ -721,7 +721,8 @@ def correlate_cmd(store, memory_limit) -> None:
 @click.argument("store", type=click.Path())
 @click.option("--kind", default="seek-cdf", show_default=True,
               help="seek-cdf, latency, phases, amplification, sizes, offsets, throughput, depth or compare.")
-@click.option("--level", default="disk", show_default=True, help="Level for seek-cdf.")
+@click.option("--level", default="disk", show_default=True,
+              type=click.Choice(["vfs", "vdisk", "hostfs", "disk"]), help="Level for seek-cdf.")
 @click.option("--capture", "capture_id", default=None,
               help="Only this capture (default: every capture of the store, side by side).")
 @click.option("-o", "--output", required=True, type=click.Path(), help="FILE.html or FILE.png")

@@ -76,6 +76,8 @@ def seek_cdf(stores: StoreLike | Sequence[StoreLike], level: str = "disk",
     """CDF of I/Os over normalized seek distance at one level, one curve per
     store and capture (e.g. the same guest FS on several host FS), or of
     one capture."""
+    if level not in LEVELS:     # (else an empty figure, as if nothing sought)
+        raise ValueError(f"unknown level {level!r} (choose from {', '.join(LEVELS)})")
     if isinstance(stores, (Session, str, os.PathLike)):
         stores = [stores]
     fig = go.Figure()

@@ -87,6 +87,9 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
     r = run_cli("plot", str(store), "--kind", "sizes", "--capture", "nope", "-o",
                 str(tmp_path / "n.html"), check=False)
     assert r.returncode == 2 and "no capture 'nope'" in r.stderr, r.stderr
+    r = run_cli("plot", str(store), "--level", "disks", "-o", str(tmp_path / "n.html"), check=False)
+    assert r.returncode == 2 and "'disks' is not one of 'vfs', 'vdisk', 'hostfs', 'disk'" in r.stderr
+    assert not (tmp_path / "n.html").exists()
     # correlate stores each capture's views; a session then reads each
     # capture's rows as they were computed, and compare says the same
     run_cli("correlate", str(store))

@@ -30,6 +30,11 @@ def test_seek_cdf_plots_the_cdf_of_known_distances():
     assert tr.name == "hand-built"
 
 
+def test_seek_cdf_refuses_a_level_that_is_not_one():
+    with pytest.raises(ValueError, match="unknown level 'disks' \\(choose from vfs, vdisk, hostfs, disk\\)"):
+        plots.seek_cdf(session(), level="disks")
+
+
 def test_seek_cdf_overlays_one_curve_per_store():
     ev = request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1) + request(4, 5, 6, DISK, 8192, 4096, rq=2, bio=2)
     a, b = session(block_events=ev), session(block_events=ev)

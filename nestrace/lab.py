@@ -126,6 +126,11 @@ class LabConfig:
                            f"(choose from {', '.join(BTRFS_PROFILES)})")
         if not self.name.replace("-", "").replace("_", "").isalnum():
             raise LabError(f"bad lab name {self.name!r}")
+        for flag, bs in (("--guest-block-size", self.guest_block_size),
+                         ("--host-block-size", self.host_block_size)):
+            # (mkfs.ext4 -b 3000 makes 2 KiB blocks without a word)
+            if bs is not None and (bs <= 0 or bs & (bs - 1)):
+                raise LabError(f"{flag} {bs}: not a power of two")
 
 
 class Lab:

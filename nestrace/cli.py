@@ -156,10 +156,18 @@ def lab_list() -> None:
                    f"{st.get('config', {}).get('guest_fs')} on {st.get('config', {}).get('host_fs')}")
 
 
+def _ringbuf_kb(ctx, param, v):
+    """(the agent's rule, said before it starts; 0 was taken for the default)"""
+    if v is not None and (v < 4 or v & (v - 1)):
+        raise click.BadParameter(f"{v}: not a power of two >= 4")
+    return v
+
+
 def capture_options(f):
     """The options of a capture, shared by record and lab run."""
     for opt in reversed((
-        click.option("--ringbuf-kb", type=int, default=None, help="BPF ring buffer size in KiB."),
+        click.option("--ringbuf-kb", type=int, default=None, callback=_ringbuf_kb,
+                     help="BPF ring buffer size in KiB, a power of two >= 4 (default 16384)."),
         click.option("--flush-ms", type=click.IntRange(1, 60000), default=None,
                      help="How often staged records reach the store, at most (default 200)."),
         click.option("--mode", type=click.Choice(["auto", "tp_btf", "raw_tp"]), default="auto",
@@ -259,7 +267,8 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @click.option("--vdisk", type=click.Path(), help="Virtual disk device (with --stack, overrides).")
 @click.option("--image", type=click.Path(), help="Disk image file (with --stack, overrides).")
 @click.option("--disk", type=click.Path(), help="Host disk device (with --stack, overrides).")
-@click.option("--duration", type=float, default=None, help="Seconds to record (without CMD).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds to record (without CMD).")
 @capture_options
 @click.option("--pid", type=int, default=None,
               help="vfs level: only this process (and its threads); lower levels: all I/O.")
@@ -282,6 +291,9 @@ def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mod
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from . import record as rec
     from .stack import block_dev_of_path, discover, from_devices, mount_of
+    if duration is not None and command:    # (it was ignored)
+        raise UserError("--duration is for recording without CMD: with CMD the recording "
+                        "ends when CMD does")
     if side != "both":
         stack = _side_stack(side, mount, vdisk, image, disk)
     elif not mount:

@@ -131,6 +131,21 @@ def test_failure_half_way_up_leaves_nothing(nothing_left):
 
 
 @pytest.mark.root
+def test_record_options_out_of_range_are_refused_before_tracing(tmp_path, nothing_left):
+    # (a duration of 0 or less, or a ring buffer size of 0, were taken for
+    # none; --duration with a command was ignored)
+    for args, said in ((["--duration", "-1"], "-1.0 is not in the range x>0"),
+                       (["--duration", "0"], "0.0 is not in the range x>0"),
+                       (["--ringbuf-kb", "0"], "0: not a power of two >= 4"),
+                       (["--ringbuf-kb", "24"], "24: not a power of two >= 4"),
+                       (["--duration", "1", "--", "true"],
+                        "--duration is for recording without CMD")):
+        r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", "/", *args, check=False)
+        assert r.returncode == 2 and said in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.root
 def test_mount_point_that_is_not_a_nested_stack(tmp_path, nothing_left):
     line = one_error_line(run_cli("record", "-o", str(tmp_path / "s"), "--stack", "/",
                                   "--duration", "1", check=False))

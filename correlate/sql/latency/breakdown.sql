@@ -31,25 +31,32 @@
 -- @column device_ns BIGINT      host-disk service time (D -> C)
 CREATE OR REPLACE VIEW latency_breakdown AS
 WITH l AS MATERIALIZED (   -- (links planned and computed once, not twice; a link
-                           -- is one row per lower, upper and kind: no DISTINCT)
-  SELECT capture_id, lower_level, upper_id, lower_id FROM links
-  WHERE lower_level IN ('vdisk', 'disk') AND kind = 'sync' AND upper_id IS NOT NULL),
+                           -- is one row per lower, upper and kind: no DISTINCT;
+                           -- joined on the capture's number, not its name: on
+                           -- a 10 M-event store 0.69 -> 0.56 s for the summary)
+  SELECT c.ck, x.lower_level, x.upper_id, x.lower_id
+  FROM links x JOIN _base_captures c USING (capture_id)
+  WHERE x.lower_level IN ('vdisk', 'disk') AND x.kind = 'sync' AND x.upper_id IS NOT NULL),
 v AS (
-  SELECT capture_id, upper_id AS vfs_id, lower_id AS vdisk_id FROM l
+  SELECT ck, upper_id AS vfs_id, lower_id AS vdisk_id FROM l
   WHERE lower_level = 'vdisk'),
 vq AS (
-  SELECT v.capture_id, v.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c,
+  SELECT v.ck, v.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c,
          bool_and(r.d_ns IS NOT NULL AND r.c_ns IS NOT NULL) AS ended
-  FROM v JOIN vdisk_io r ON r.capture_id = v.capture_id AND r.io_id = v.vdisk_id GROUP BY ALL),
+  FROM v JOIN (SELECT c.ck, r.* FROM vdisk_io r JOIN _base_captures c USING (capture_id)) r
+    ON r.ck = v.ck AND r.io_id = v.vdisk_id
+  GROUP BY ALL),
 dl AS (   -- (a disk request twice under one call, through two of its
           -- virtual-disk requests, changes no min or max below)
-  SELECT l.capture_id, v.vfs_id, l.lower_id AS disk_id FROM l
-  JOIN v ON v.capture_id = l.capture_id AND v.vdisk_id = l.upper_id
+  SELECT l.ck, v.vfs_id, l.lower_id AS disk_id FROM l
+  JOIN v ON v.ck = l.ck AND v.vdisk_id = l.upper_id
   WHERE l.lower_level = 'disk'),
 dq AS (
-  SELECT dl.capture_id, dl.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c,
+  SELECT dl.ck, dl.vfs_id, min(r.start_ns) AS q, min(r.d_ns) AS d, max(r.c_ns) AS c,
          bool_and(r.d_ns IS NOT NULL AND r.c_ns IS NOT NULL) AS ended
-  FROM dl JOIN disk_io r ON r.capture_id = dl.capture_id AND r.io_id = dl.disk_id GROUP BY ALL),
+  FROM dl JOIN (SELECT c.ck, r.* FROM disk_io r JOIN _base_captures c USING (capture_id)) r
+    ON r.ck = dl.ck AND r.io_id = dl.disk_id
+  GROUP BY ALL),
 parts AS (
   SELECT f.capture_id, f.io_id, f.op, f.ret_bytes, f.duration_ns::BIGINT AS total_ns,
          coalesce(vq.ended, true) AND coalesce(dq.ended, true) AS ended,
@@ -59,9 +66,9 @@ parts AS (
          coalesce(dq.d::BIGINT - dq.q::BIGINT, 0) AS host_queue_ns,
          coalesce(dq.c::BIGINT - dq.d::BIGINT, 0) AS device_ns,
          coalesce(dq.c::BIGINT - dq.q::BIGINT, 0) AS disk_ns
-  FROM vfs_io f
-  LEFT JOIN vq ON vq.capture_id = f.capture_id AND vq.vfs_id = f.io_id
-  LEFT JOIN dq ON dq.capture_id = f.capture_id AND dq.vfs_id = f.io_id
+  FROM (SELECT c.ck, f.* FROM vfs_io f JOIN _base_captures c USING (capture_id)) f
+  LEFT JOIN vq ON vq.ck = f.ck AND vq.vfs_id = f.io_id
+  LEFT JOIN dq ON dq.ck = f.ck AND dq.vfs_id = f.io_id
   WHERE f.op IN ('read', 'write') AND f.ret_bytes > 0)
 SELECT capture_id, io_id, op, op || ' ' || _size_label(ret_bytes) AS class,
        _size_bin(ret_bytes)::BIGINT AS bin_max_bytes, total_ns, ended,

@@ -137,12 +137,21 @@ FROM b GROUP BY ALL;
 -- @column latency_median_ns DOUBLE median latency: the time each I/O was counted in flight (vfs: entry to exit; block: D2C)
 -- @column latency_p99_ns DOUBLE 99th percentile of it
 CREATE OR REPLACE VIEW depth_summary AS
-WITH st AS (   -- which of the arrivals at one instant comes first changes no
-               -- aggregate: ordered by time alone (a shorter sort key)
-  SELECT k, t, delta,
+WITH ev AS (   -- (_depth_ev without its window: the one below gives the gaps)
+  SELECT k, arrive_ns AS t, ended::TINYINT AS delta, latency_ns FROM _depth_io
+  UNION ALL
+  SELECT k, end_ns, -1::TINYINT, NULL FROM _depth_io WHERE ended),
+st AS (   -- which of the arrivals at one instant comes first changes no
+          -- aggregate: ordered by time alone (a shorter sort key); the time
+          -- since the previous arrival from the same sort (one window, not
+          -- two: 0.84 -> 0.75 s on a 10 M-event store)
+  SELECT k, t, delta, latency_ns,
          sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS depth,
-         lead(t) OVER w - t AS dt
-  FROM _depth_ev
+         lead(t) OVER w - t AS dt,
+         CASE WHEN delta >= 0
+              THEN t - max(CASE WHEN delta >= 0 THEN t END)
+                         OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) END AS gap_ns
+  FROM ev
   WINDOW w AS (PARTITION BY k ORDER BY t, delta)),
 -- per device and depth: the arrivals that found it, and the time spent at
 -- it.  The depth quantiles come from this short histogram: a quantile
@@ -169,7 +178,7 @@ io AS (
   SELECT k, count(*) AS ios, count(*) FILTER (WHERE delta = 0) AS ios_unended,
          median(gap_ns) AS interarrival_median_ns,
          quantile_cont(latency_ns, [0.5, 0.99]) AS latency_q
-  FROM _depth_ev WHERE delta >= 0 GROUP BY k)
+  FROM st WHERE delta >= 0 GROUP BY k)
 SELECT d.capture_id, d.level, d.dev, io.ios, io.ios_unended, s.mean_depth::DOUBLE AS mean_depth,
        s.median_depth::BIGINT AS median_depth, s.p99_depth::BIGINT AS p99_depth,
        s.max_depth::BIGINT AS max_depth,

@@ -122,15 +122,15 @@ FROM _links_onto_disks('cow');
 -- a hole punched for a virtual-disk discard or write-zeroes freed), and
 -- for the writes a read-modify-write read is put down to, not for
 -- write-back (a freed old place may hold other data later); for writes in
--- flight with them only through freed bytes (_links_upper_freed: a
+-- flight with them only through freed bytes (op write_freed: a
 -- copy-on-write host writes a rewritten block elsewhere).
 -- (only the captures with moved bytes are carried into the image again)
 CREATE OR REPLACE VIEW _links_moved_ranges AS
-SELECT * FROM _map_vdisk_ranges
-WHERE capture_id IN (SELECT DISTINCT capture_id FROM _map_image_moved)
+WITH c AS MATERIALIZED (SELECT DISTINCT capture_id FROM _map_image_moved)
+SELECT * FROM _map_vdisk_ranges WHERE capture_id IN (SELECT capture_id FROM c)
 UNION ALL
 SELECT * REPLACE ('discard' AS op) FROM _map_vdisk_ranges
-WHERE req_op = 9 AND capture_id IN (SELECT DISTINCT capture_id FROM _map_image_moved);
+WHERE req_op = 9 AND capture_id IN (SELECT capture_id FROM c);
 
 CREATE OR REPLACE VIEW _links_upper_moved AS
 WITH v AS NOT MATERIALIZED (
@@ -145,17 +145,14 @@ p AS (   -- (_overlaps_2: the moved ranges are found with _overlaps)
          least(q.hi, q.o.hi) - greatest(q.lo, q.o.lo) AS u_len, q.o.freed
   FROM _overlaps_2('v', 'mk') q
   JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev)
+-- (op write_freed: a virtual-disk write carried to where image bytes freed
+-- during the capture were (_map_image_freed: the start snapshot's place,
+-- or for bytes allocated during the capture, the mapping events'), tied
+-- to a host-disk write only while in flight with it, never as write-back)
 SELECT 'vdisk' AS upper_level, 'disk' AS lower_level, capture_id, io_id AS upper_id,
-       start_ns AS u_start, u_end, op AS u_op, u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk,
-       freed
+       start_ns AS u_start, u_end, CASE WHEN freed AND op = 'write' THEN 'write_freed' ELSE op END AS u_op,
+       u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk
 FROM p;
-
--- Virtual-disk writes carried to where image bytes freed during the
--- capture were (_map_image_freed: the start snapshot's place, or for bytes
--- allocated during the capture, the mapping events'): tied to a host-disk
--- write only while in flight with it (kind sync), never as write-back.
-CREATE OR REPLACE VIEW _links_upper_freed AS
-SELECT * FROM _links_upper_moved WHERE freed AND u_op = 'write';
 
 CREATE OR REPLACE VIEW _links_lower AS
 SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_start, op AS l_op,
@@ -199,26 +196,26 @@ JOIN (SELECT capture_id, max(clock_offset_err_ns) AS clock_offset_err_ns, max(en
 CREATE OR REPLACE MACRO _links_hop(lvl) AS
   (CASE lvl WHEN 'vdisk' THEN 0 WHEN 'hostfs' THEN 1 ELSE 2 END)::UTINYINT;
 CREATE OR REPLACE MACRO _links_op(op) AS
-  (CASE op WHEN 'read' THEN 0 WHEN 'write' THEN 1 WHEN 'discard' THEN 2 ELSE 3 END)::UTINYINT;
+  (CASE op WHEN 'read' THEN 0 WHEN 'write' THEN 1 WHEN 'discard' THEN 2
+           WHEN 'write_freed' THEN 1 ELSE 3 END)::UTINYINT;
 CREATE OR REPLACE MACRO _links_key(ck, hop, op, blk) AS
   (CASE WHEN ck < 4096 THEN ck ELSE error('links: more than 4096 captures in one store') END << 52)
   | (hop::UBIGINT << 50) | (op::UBIGINT << 48)
   | CASE WHEN blk >= 0 AND blk < (1::BIGINT << 48) THEN blk::UBIGINT END;  -- else no match
 
 -- Both sides keyed, with small codes for the strings: the rows between
--- the two joins below are held in memory, 3 per 4 KiB block.
+-- the two joins below are held in memory, 3 per 4 KiB block.  (uop 4: a
+-- write_freed, keyed as a write: _links_upper_moved, _links_blocks)
 -- (t: _links_upper or _links_upper_moved)
 CREATE OR REPLACE MACRO _links_keyed(t) AS TABLE
 SELECT _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.u_op), x.blk) AS k,
        x.upper_id, x.u_start, coalesce(x.u_end, greatest(c.end_ns, x.u_start)) AS u_end,
-       _links_op(x.u_op) AS uop, x.u_off, x.u_len
+       CASE WHEN x.u_op = 'write_freed' THEN 4 ELSE _links_op(x.u_op) END::UTINYINT AS uop,
+       x.u_off, x.u_len
 FROM query_table(t) x JOIN _links_captures c USING (capture_id);
 
 CREATE OR REPLACE VIEW _links_upper_keyed AS SELECT * FROM _links_keyed('_links_upper');
 CREATE OR REPLACE VIEW _links_upper_moved_keyed AS SELECT * FROM _links_keyed('_links_upper_moved');
--- (op 4: a write tied only while in flight: _links_blocks)
-CREATE OR REPLACE VIEW _links_upper_freed_keyed AS
-SELECT * REPLACE (4::UTINYINT AS uop) FROM _links_keyed('_links_upper_freed');
 
 CREATE OR REPLACE VIEW _links_lower_keyed AS
 SELECT c.ck, _links_hop(x.lower_level) AS hop, _links_op(x.l_op) AS lop, x.lower_id, x.l_start,
@@ -298,8 +295,7 @@ WITH same_op AS MATERIALIZED (
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM _links_lower_keyed l
   ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed
-                  UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop IN (0, 2)
-                  UNION ALL SELECT * FROM _links_upper_freed_keyed) u
+                  UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop IN (0, 2, 4)) u
     ON u.k = l.k AND l.l_asof >= u.u_start),
 stored AS (   -- virtual-disk writes: the last store through a mapping before them
   SELECT l.* EXCLUDE (upper_id),
@@ -323,7 +319,7 @@ rmw AS (      -- (the writes of those blocks only: usually few, often none)
   ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed WHERE k IN (SELECT k FROM unread)
                   UNION ALL
                   SELECT * FROM _links_upper_moved_keyed
-                  WHERE uop = 1 AND k IN (SELECT k FROM unread)) u
+                  WHERE uop IN (1, 4) AND k IN (SELECT k FROM unread)) u
     ON u.k = l.k AND l.l_asof >= u.u_start),
 j AS (
   SELECT * FROM stored WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
@@ -333,8 +329,8 @@ k AS (
     _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,
     CASE WHEN upper_id IS NULL THEN NULL
          WHEN l_start <= u_end + l_err AND lop = uop THEN 'sync'
-         WHEN l_start <= u_end + l_err AND uop = 4 THEN 'sync'   -- (_links_upper_freed_keyed)
-         WHEN l_start <= u_end + l_err AND uop = 1 AND lop = 0 THEN 'rmw'
+         WHEN l_start <= u_end + l_err AND uop = 4 AND lop = 1 THEN 'sync'   -- (write_freed)
+         WHEN l_start <= u_end + l_err AND uop IN (1, 4) AND lop = 0 THEN 'rmw'
          WHEN uop = 1 AND lop = 1 THEN 'writeback'
          WHEN uop = 2 AND lop = 2 THEN 'discard'
     END AS kind0

@@ -278,6 +278,21 @@ def test_a_sync_write_nobody_asked_for_is_write_back_in_a_file_and_journal_elsew
         {"offset_bytes": 4 * MiB + 8192, "kind": "writeback", "bytes": 4096}]
 
 
+def test_a_sync_host_disk_write_nobody_asked_for_is_write_back_in_the_image_and_journal_elsewhere():
+    """The same on the host disk: a REQ_SYNC write no virtual-disk request
+    explains, of blocks the image holds (its pages dirtied before the
+    capture, written back by a flusher for a sync: seen at a capture's
+    start), is write-back; one outside the image (at 10 MiB) is the host
+    FS's journal by its flags."""
+    t = dict(block_events=request(100, 110, 200, DISK, 104 * MiB, 8192, rq=1, bio=11, op=1, flags=1)
+             + request(300, 310, 400, DISK, 10 * MiB, 4096, rq=2, bio=12, op=1, flags=1))
+    s = session(**t)
+    assert s.rows("SELECT d.offset_bytes, l.kind, l.bytes, l.upper_id FROM links l JOIN disk_io d "
+                  "ON d.io_id = l.lower_id ORDER BY 1") == [
+        {"offset_bytes": 10 * MiB, "kind": "journal", "bytes": 4096, "upper_id": None},
+        {"offset_bytes": 104 * MiB, "kind": "writeback", "bytes": 8192, "upper_id": None}]
+
+
 def test_journal_write_nobody_asked_for_is_classified_by_its_flags():
     t = dict(block_events=request(10, 11, 20, DISK, 50 * MiB, 4096, rq=1, bio=1, op=1, flags=1 | 16 | 8))
     s = session(**t)

@@ -343,22 +343,32 @@ m AS (
                                least(l_off + l_len, blk * 4096 + 4096) - greatest(l_off, blk * 4096),
                                u_off, u_len) END AS attributed
   FROM k),
-reach AS (    -- guest files' extents on the virtual disk: how far those
-              -- starting at or before lo reach
-  SELECT c.ck, e.physical_bytes::BIGINT AS lo,
-         max(max((e.physical_bytes + e.length_bytes)::BIGINT))
-           OVER (PARTITION BY c.ck ORDER BY e.physical_bytes::BIGINT ROWS UNBOUNDED PRECEDING) AS reach
-  FROM map_extents e JOIN _links_captures c USING (capture_id)
-  WHERE e.role = 'guest_file' GROUP BY c.ck, e.physical_bytes::BIGINT),
+reach AS (    -- guest files' extents on the virtual disk (hop 0), and the
+              -- image's on the host disks at the end, where its bytes are
+              -- (hop 2, in links' disk space): how far those starting at
+              -- or before lo reach
+  SELECT ck, hop, lo, max(max(hi)) OVER (PARTITION BY ck, hop ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
+  FROM (SELECT c.ck, 0::UTINYINT AS hop, e.physical_bytes::BIGINT AS lo,
+               (e.physical_bytes + e.length_bytes)::BIGINT AS hi
+        FROM map_extents e JOIN _links_captures c USING (capture_id)
+        WHERE e.role = 'guest_file'
+        UNION ALL
+        SELECT c.ck, 2, e.physical_bytes::BIGINT + x.shift,
+               e.physical_bytes::BIGINT + e.length_bytes::BIGINT + x.shift
+        FROM _map_image_extents e JOIN _links_captures c USING (capture_id)
+        JOIN _links_disks x ON x.capture_id = e.capture_id AND x.dev = e.disk_dev)
+  GROUP BY ck, hop, lo),
 filed AS (    -- virtual-disk blocks written with no cause found that hold a
               -- guest file's data (in one of its extents: an ASOF join on
               -- their reach, not a range join of every such block with
-              -- every extent): write-back, whatever the flags say (fsync
-              -- writes data with REQ_SYNC too)
-  SELECT DISTINCT r.ck, r.blk
+              -- every extent), and host-disk ones that hold the image's
+              -- (its pages dirtied before the capture, say): write-back,
+              -- whatever the flags say (fsync writes data with REQ_SYNC,
+              -- and so does a flusher writing back for a sync)
+  SELECT DISTINCT r.ck, r.hop, r.blk
   FROM m r
-  ASOF JOIN reach e ON e.ck = r.ck AND r.blk * 4096 >= e.lo
-  WHERE r.hop = 0 AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL
+  ASOF JOIN reach e ON e.ck = r.ck AND e.hop = r.hop AND r.blk * 4096 >= e.lo
+  WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL
     AND r.blk * 4096 < e.reach),
 out AS (
   SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
@@ -383,7 +393,7 @@ out AS (
   -- (the hints' keys are virtual-disk reads': no other row matches)
   ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
   ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
-  LEFT JOIN filed d ON d.ck = r.ck AND d.blk = r.blk AND r.hop = 0 AND r.lop = 1)
+  LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1)
 SELECT * FROM out;
 
 -- Links as computed (`links` reads the rows `nestrace correlate` stored,
@@ -409,7 +419,9 @@ JOIN _links_captures c USING (ck);
 -- a page fault on a memory-mapped file asked for; kind store: a
 -- virtual-disk write of a block last dirtied by a store through a shared
 -- mapping, no write call; kind writeback: other virtual-disk writes of
--- a guest file's blocks; else readahead,
+-- a guest file's blocks, and host-disk writes of blocks the image holds
+-- at the end (its pages written back, dirtied before the capture, say);
+-- else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
 -- and flags, and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
 -- metadata; another host-FS write is other, not writeback).  bytes are exact overlaps of the mapped ranges.  A

@@ -31,6 +31,10 @@ class UserError(click.ClickException):
         click.echo(f"nestrace: error: {self.message}", err=True)
 
 
+# the four levels, top down (follow, plot --level)
+LEVEL_NAMES = ("vfs", "vdisk", "hostfs", "disk")
+
+
 def user_errors(fn):
     """Decorator: turn the library's expected errors into one-line exit 2."""
     @functools.wraps(fn)
@@ -659,7 +663,7 @@ def report_cmd(store, capture, as_json, memory_limit) -> None:
 
 @cli.command("follow")
 @click.argument("store", type=click.Path())
-@click.argument("level", type=click.Choice(["vfs", "vdisk", "hostfs", "disk"]))
+@click.argument("level", type=click.Choice(LEVEL_NAMES))
 @click.argument("io_id", type=int, required=False)
 @click.option("--capture", default=None, help="Capture id (default: the newest).")
 @click.option("--json", "as_json", is_flag=True, help="The follow_io rows as JSON.")
@@ -734,7 +738,7 @@ def correlate_cmd(store, memory_limit) -> None:
 @click.option("--kind", default="seek-cdf", show_default=True,
               help="seek-cdf, latency, phases, amplification, sizes, offsets, throughput, depth or compare.")
 @click.option("--level", default="disk", show_default=True,
-              type=click.Choice(["vfs", "vdisk", "hostfs", "disk"]), help="Level for seek-cdf.")
+              type=click.Choice(LEVEL_NAMES), help="Level for seek-cdf.")
 @click.option("--capture", "capture_id", default=None,
               help="Only this capture (default: every capture of the store, side by side).")
 @click.option("-o", "--output", required=True, type=click.Path(), help="FILE.html or FILE.png")

@@ -28,11 +28,13 @@ def raw_tables() -> dict[str, pa.Schema]:
     return out
 
 
-# views `nestrace correlate` stores, each with a `_<view>_computed` twin
-# (rmw maps the writes through the offset maps links was computed from: in
-# `correlate` they are already in memory; in `report`, reading no stored
-# rmw, mapping them again was ~0.35 s of every run)
-MATERIALIZED = ("block_requests", "links", "rmw")
+# what `nestrace correlate` stores, in STORE/<name>/, and the view that
+# reads it: `_<name>_computed` gives the rows stored (rmw maps the writes
+# through the offset maps links was computed from: in `correlate` they are
+# already in memory; in `report`, reading no stored rmw, mapping them again
+# was ~0.35 s of every run).  block_requests is stored without the columns
+# it derives when read (_block_requests_core: the paired requests)
+MATERIALIZED = {"block_requests": "_block_requests_core", "links": "links", "rmw": "rmw"}
 # what links reads, lower first: computed once into tables before links,
 # its plan binds to scans of them instead of expanding each view at every
 # use (on an 82k-event capture, planning was ~1.5 s of links' 2.2 s)
@@ -178,7 +180,9 @@ class Session:
             files = list(self.store.glob(f"{view}/capture=*/data.parquet"))
             if not files:
                 continue
-            want = self._documented_columns(view)
+            target = MATERIALIZED[view]
+            want = (self.con.sql(f"SELECT * FROM _{view}_computed").columns
+                    if target.startswith("_") else self._documented_columns(view))
             stale = [f for f in files if pq.read_schema(f).names != want]
             if stale:   # written by an older nestrace: computed again until re-run
                 print(f"nestrace: {view} stored by an older version in {len(stale)} "
@@ -196,11 +200,11 @@ class Session:
             if not missing:         # the common case: never plan the computation
                 self.stored_views.add(view)
                 self.con.execute(sqlmod.deferred(
-                    f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _{view}_stored"))
+                    f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM _{view}_stored"))
                 continue
             ids = ", ".join("'" + c.replace("'", "''") + "'" for c in missing)
             self.con.execute(sqlmod.deferred(
-                f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _{view}_stored "
+                f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM _{view}_stored "
                 f"UNION ALL BY NAME SELECT * FROM _{view}_computed "
                 f"WHERE capture_id IN ({ids})"))
 

@@ -17,11 +17,11 @@ import click
 
 from . import __version__
 from ._paths import AgentNotFound
+from .errors import RecordError, StreamError
 from .imagemap import MAPPED, ImageMapError, backing_chain
 from .lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
 from .stack import StackError
 from .store import StoreError, check_store, live_captures, seal
-from .stream import StreamError
 
 
 class UserError(click.ClickException):
@@ -39,7 +39,6 @@ def user_errors(fn):
     """Decorator: turn the library's expected errors into one-line exit 2."""
     @functools.wraps(fn)
     def wrapper(*a, **kw):
-        from .record import RecordError
         import duckdb
         try:
             return fn(*a, **kw)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ._paths import agent_path
+from .errors import RecordError
 from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
 from .stack import Stack, btrfs_layout, extent_rows, file_id, kdev_str
@@ -27,10 +28,6 @@ from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
 MAX_GUEST_FILES = 4096
-
-
-class RecordError(RuntimeError):
-    pass
 
 
 def new_capture_id() -> str:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .errors import StreamError
 from .schema import BY_KIND, RECORDS, STREAM_MAGIC, record_dtype, record_schema
 
 FRAME = struct.Struct("<IHHII")
@@ -28,14 +29,6 @@ MAX_FRAME_BYTES = 64 << 20
 # Task names are bytes; a byte that is not part of well-formed UTF-8
 # becomes '?' (the agent's Arrow writer does the same, utf8__fix).
 codecs.register_error("nestrace-qmark", lambda e: ("?" * (e.end - e.start), e.end))
-
-
-class StreamError(ValueError):
-    """A problem in a record stream, with the file and byte offset."""
-
-    def __init__(self, source: str, offset: int, reason: str):
-        super().__init__(f"{source}: offset {offset}: {reason}")
-        self.source, self.offset, self.reason = source, offset, reason
 
 
 @dataclass

@@ -43,7 +43,7 @@ LINKS_INPUTS = ["_base_image_files", "_map_image_cluster", "map_extents", "_map_
                 "_map_vfs_ranges", "_map_vdisk", "_links_hints_keyed"]
 # links and the shared intermediates it reads, lower first: what a command
 # that reads links computes once (Session.cache_links)
-LINKS_CACHE = ["block_requests", *LINKS_INPUTS, "_map_disk", "links"]
+LINKS_CACHE = ["_block_requests_core", *LINKS_INPUTS, "_map_disk", "links"]
 # small store tables that gained columns after stores were first written
 GROWN = ("device_map", "capture_meta", "extent_maps")
 
@@ -289,9 +289,9 @@ class Session:
         (a stored view is read back from Parquet faster than it is copied
         into a table), and none of those under links when links is stored
         (then each is read once at most)."""
-        stored = self.stored_views
+        stored = {MATERIALIZED[v] for v in self.stored_views}
         if "links" in stored:
-            return [v for v in views if v == "block_requests" and v not in stored]
+            return [v for v in views if v == "_block_requests_core" and v not in stored]
         return [v for v in views if v not in stored]
 
     def cache_links(self) -> None:

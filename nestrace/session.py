@@ -183,12 +183,22 @@ class Session:
             target = MATERIALIZED[view]
             want = (self.con.sql(f"SELECT * FROM _{view}_computed").columns
                     if target.startswith("_") else self._documented_columns(view))
-            stale = [f for f in files if pq.read_schema(f).names != want]
+            stale, damaged = [], []
+            for f in files:
+                try:
+                    if pq.read_schema(f).names != want:
+                        stale.append(f)
+                except (pa.ArrowException, OSError) as e:
+                    damaged.append(f)
+                    print(f"nestrace: {f}: unreadable ({str(e).splitlines()[0]}): computing "
+                          f"{view} for that capture; run `nestrace correlate` again to store "
+                          "it anew", file=sys.stderr)
             if stale:   # written by an older nestrace: computed again until re-run
                 print(f"nestrace: {view} stored by an older version in {len(stale)} "
                       f"capture(s) of {self.store} (e.g. {stale[0]}): computing it; "
                       "run `nestrace correlate` again to store it anew", file=sys.stderr)
-                files = [f for f in files if f not in stale]
+            if stale or damaged:
+                files = [f for f in files if f not in stale and f not in damaged]
                 if not files:
                     continue
             stored = {f.parent.name.split("=", 1)[1] for f in files}

@@ -285,6 +285,15 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
     assert "block_requests" not in s3.stored_views
     assert s3.rows("SELECT count(done_by_ns) AS n FROM block_requests") == \
         s.rows("SELECT count(done_by_ns) AS n FROM block_requests")
+    # a stored file damaged past reading: named, and its rows computed again
+    f.write_bytes(f.read_bytes()[:-100])
+    capsys.readouterr()
+    s4 = nestrace.open(s.store)
+    err = capsys.readouterr().err
+    assert f"{f}: unreadable (" in err and "computing block_requests" in err, err
+    assert "block_requests" not in s4.stored_views
+    q = "SELECT * FROM block_requests ORDER BY ALL"
+    assert s4.rows(q) == s.rows(q)
 
 
 def test_buffered_writes_fill_both_page_caches_without_readahead(lab_factory, tmp_path):

@@ -81,7 +81,7 @@ def test_a_query_reading_links_on_a_store_not_correlated_computes_it_once_first(
     assert s.rows(cached) == []
     assert s.rows("SELECT count(*) AS n FROM latency_breakdown_summary") == [{"n": 0}]
     tables = {r["t"] for r in s.rows(cached)}
-    assert {"_cache_links", "_cache_block_requests", "_cache_map_extents"} <= tables, tables
+    assert {"_cache_links", "_cache__block_requests_core", "_cache_map_extents"} <= tables, tables
     assert s.rows("SELECT count(*) AS n FROM links") == [{"n": 0}]
     assert {r["t"] for r in s.rows(cached)} == tables
 

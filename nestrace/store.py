@@ -52,6 +52,8 @@ def check_store(path: str | os.PathLike) -> Path:
     """Return the store path, or raise StoreError saying why it is not one."""
     p = Path(path)
     marker = p / MARKER
+    if p.exists() and not p.is_dir():
+        raise StoreError(f"{p}: not a nestrace store (a store is a directory)")
     if not p.is_dir():
         raise StoreError(f"{p}: no such store directory")
     if not marker.exists():

@@ -35,6 +35,12 @@ def test_sql_on_a_directory_that_is_not_a_store(tmp_path):
     assert str(tmp_path) in line and "not a nestrace store" in line
 
 
+def test_report_on_a_file_says_a_store_is_a_directory(tmp_path):
+    (tmp_path / "x").write_text("hello")
+    line = one_error_line(run_cli("report", str(tmp_path / "x"), check=False))
+    assert f"{tmp_path / 'x'}: not a nestrace store (a store is a directory)" in line, line
+
+
 def test_sql_on_a_missing_store(tmp_path):
     line = one_error_line(run_cli("sql", str(tmp_path / "nope"), "SELECT 1", check=False))
     assert "no such store" in line

@@ -50,6 +50,19 @@ def user_errors(fn):
     return wrapper
 
 
+def output_file(output: str, suffixes: tuple[str, ...] = ()) -> Path:
+    """The file a command writes, refused before any work when it cannot be
+    one (export wrote 190 MB to /tmp.tmp for `-o /tmp`, then a traceback)."""
+    p = Path(output)
+    if p.is_dir():
+        raise UserError(f"{output}: is a directory (give the file to write)")
+    if not p.parent.is_dir():
+        raise UserError(f"{output}: no such directory {p.parent}")
+    if suffixes and p.suffix not in suffixes:
+        raise UserError(f"{output}: write {' or '.join(suffixes)}")
+    return p
+
+
 def needs_root(fn):
     @functools.wraps(fn)
     def wrapper(*a, **kw):
@@ -511,6 +524,7 @@ def export_cmd(store, output, capture, window) -> None:
     """A Chrome/Perfetto JSON timeline: a process per level, a slice per I/O,
     a flow arrow per cross-level link (open in ui.perfetto.dev)."""
     from .export import ExportError, export
+    output_file(output)
     span = None
     if window:
         try:
@@ -748,6 +762,7 @@ def plot_cmd(store, kind, level, capture_id, output) -> None:
     from .session import Session
     if kind not in plots.KINDS:
         raise UserError(f"unknown --kind {kind!r} (choose from {', '.join(plots.KINDS)})")
+    output_file(output, (".html", ".png"))
     s = Session(check_store(store))
     if capture_id is not None:
         if kind == "compare":
@@ -759,14 +774,12 @@ def plot_cmd(store, kind, level, capture_id, output) -> None:
         plots.compare_bars(s) if kind == "compare" else plots.KINDS[kind](s, capture_id=capture_id)
     if output.endswith(".html"):
         fig.write_html(output, include_plotlyjs=True)
-    elif output.endswith(".png"):
+    else:   # .png
         try:
             fig.write_image(output, width=1200, height=700)
         except Exception as e:  # kaleido missing, or no Chromium to drive
             raise UserError(f"{output}: PNG export needs kaleido and a Chromium it can start "
                             f"(apt-get install chromium): {str(e).splitlines()[0]}") from None
-    else:
-        raise UserError(f"{output}: write .html or .png")
     click.echo(output)
 
 
@@ -779,6 +792,7 @@ def html_cmd(stores, output) -> None:
     tables and every figure for each STORE, seek CDFs overlaid."""
     from . import plots
     from .session import Session
+    output_file(output)
     plots.html_report([Session(check_store(s)) for s in stores], output)
     click.echo(output)
 

@@ -168,9 +168,12 @@ def export(store: str | os.PathLike, output: str | os.PathLike, capture_id: str 
         t = timeline(s, capture_id, window)
     out = Path(output)
     tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w") as f:
-        # (dumps, not dump: only the one-shot encoder is in C; the demo's
-        # 16k I/Os took 2.4 s to encode under cProfile, now 0.09 s)
-        f.write(json.dumps(t, separators=(",", ":")))
-    os.replace(tmp, out)
+    try:
+        with open(tmp, "w") as f:
+            # (dumps, not dump: only the one-shot encoder is in C; the demo's
+            # 16k I/Os took 2.4 s to encode under cProfile, now 0.09 s)
+            f.write(json.dumps(t, separators=(",", ":")))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)     # (a failed write leaves nothing)
     return t["otherData"]

@@ -41,6 +41,21 @@ def test_report_on_a_file_says_a_store_is_a_directory(tmp_path):
     assert f"{tmp_path / 'x'}: not a nestrace store (a store is a directory)" in line, line
 
 
+@pytest.mark.parametrize("cmd", [["export"], ["plot", "--kind", "sizes"], ["html"]])
+def test_an_output_that_cannot_be_a_file_is_refused_before_any_work(tmp_path, cmd):
+    from nestrace.store import init_store
+    init_store(tmp_path / "s")
+    d = tmp_path / "out"
+    d.mkdir()
+    line = one_error_line(run_cli(*cmd, str(tmp_path / "s"), "-o", str(d), check=False))
+    assert line == f"nestrace: error: {d}: is a directory (give the file to write)", line
+    f = tmp_path / "nope" / "x.html"
+    line = one_error_line(run_cli(*cmd, str(tmp_path / "s"), "-o", str(f), check=False))
+    assert line == f"nestrace: error: {f}: no such directory {f.parent}", line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s"]
+    assert list(d.iterdir()) == []
+
+
 def test_sql_on_a_missing_store(tmp_path):
     line = one_error_line(run_cli("sql", str(tmp_path / "nope"), "SELECT 1", check=False))
     assert "no such store" in line

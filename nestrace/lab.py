@@ -114,9 +114,10 @@ class LabConfig:
             if fs not in FILESYSTEMS:
                 raise LabError(f"unknown {role} file system {fs!r} "
                                f"(choose from {', '.join(FILESYSTEMS)})")
-        if self.image_size < MIN_FS_BYTES.get(self.guest_fs, 16 << 20):
-            raise LabError(f"--image-size {self.image_size >> 20} MiB is below the "
-                           f"{self.guest_fs} minimum of {MIN_FS_BYTES[self.guest_fs] >> 20} MiB")
+        least = MIN_FS_BYTES.get(self.guest_fs, 16 << 20)
+        if self.image_size < least:
+            raise LabError(f"--image-size {self.image_size} bytes is below the "
+                           f"{self.guest_fs} minimum of {least >> 20} MiB")
         if self.host_disks < 1 or self.host_disks > 8:
             raise LabError(f"--host-disks {self.host_disks}: from 1 to 8")
         if (self.host_disks > 1 or self.host_profile) and self.host_fs != "btrfs":

@@ -140,6 +140,16 @@ def test_a_block_size_that_is_not_a_power_of_two_is_refused(nothing_left):
 
 
 @pytest.mark.root
+def test_an_image_too_small_for_the_guest_file_system_is_refused(nothing_left):
+    for fs, least in (("ext4", 16), ("xfs", 300)):
+        line = one_error_line(run_cli("lab", "up", "--name", "tbad4", "--guest-fs", fs,
+                                      "--image-size", "1K", check=False))
+        assert line == (f"nestrace: error: --image-size 1024 bytes is below the {fs} "
+                        f"minimum of {least} MiB"), line
+    assert "tbad4" not in run_cli("lab", "list").stdout
+
+
+@pytest.mark.root
 def test_failure_half_way_up_leaves_nothing(nothing_left):
     # the disk loop device is attached before mkfs of the host FS fails
     # (xfs with metadata checksums needs blocks of 1 KiB at least)

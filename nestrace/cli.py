@@ -280,7 +280,9 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("-o", "--output", "store", required=True, type=click.Path(), help="Store directory.")
 @click.option("--stack", "mount", type=click.Path(), help="Guest mount point: discover the stack.")
-@click.option("--vdisk", type=click.Path(), help="Virtual disk device (with --stack, overrides).")
+@click.option("--vdisk", type=click.Path(),
+              help="Virtual disk device (with --stack, overrides; without it, the guest FS "
+                   "is the one mounted from this device).")
 @click.option("--image", type=click.Path(), help="Disk image file (with --stack, overrides).")
 @click.option("--disk", type=click.Path(), help="Host disk device (with --stack, overrides).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -312,9 +314,19 @@ def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mod
                         "ends when CMD does")
     if side != "both":
         stack = _side_stack(side, mount, vdisk, image, disk)
-    elif not mount:
-        raise UserError("--stack MOUNTPOINT is required (the guest file system)")
+    elif not mount and not vdisk:
+        raise UserError("--stack MOUNTPOINT is required (the guest file system), "
+                        "or --vdisk DEV with it mounted")
     elif vdisk or image or disk:
+        if not mount:   # the guest file system: the one mounted from the virtual disk
+            from .stack import mounts_on
+            on = mounts_on(block_dev_of_path(vdisk))
+            if len({(m.major, m.minor) for m in on}) != 1:   # (one file system, maybe bound twice)
+                raise UserError(f"--vdisk {vdisk}: " + (
+                    "no file system of it is mounted" if not on else
+                    "file systems of it are mounted at " + ", ".join(sorted({m.mount_point for m in on}))
+                ) + ": give --stack MOUNTPOINT (the guest file system)")
+            mount = on[0].mount_point
         gm = mount_of(mount)
         vd = block_dev_of_path(vdisk) if vdisk else None
         if vd is None:

@@ -71,6 +71,21 @@ def mount_of(path: str) -> Mount:
     return found[-1]
 
 
+def mounts_on(dev: "BlockDev") -> list[Mount]:
+    """The mounts of a block device's file systems: on the device itself,
+    or on one of its partitions (sysfs puts a partition under its disk)."""
+    out = []
+    for m in mounts():
+        if (m.major, m.minor) == (dev.major, dev.minor):
+            out.append(m)
+            continue
+        sys_dev = Path(f"/sys/dev/block/{m.major}:{m.minor}")
+        if (sys_dev / "partition").exists() and \
+                sys_dev.resolve().parent.name == dev.name:
+            out.append(m)
+    return out
+
+
 def mount_containing(path: str) -> Mount | None:
     """The mount a file lives on (longest mount point prefix of its real
     path).  Its major:minor is the super block's s_dev, which is what the

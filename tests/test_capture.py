@@ -1166,8 +1166,25 @@ def test_explicit_devices_give_the_same_stack_as_discovery(lab_factory, tmp_path
     run_cli("record", "-o", str(a), "--stack", lab.mount, "--duration", "0.5")
     run_cli("record", "-o", str(b), "--stack", lab.mount, "--vdisk", st["vdisk"],
             "--image", st["image"], "--disk", st["disk"], "--duration", "0.5")
+    # the devices alone: the guest FS is the one mounted from the virtual disk
+    c = tmp_path / "c"
+    run_cli("record", "-o", str(c), "--vdisk", st["vdisk"], "--image", st["image"],
+            "--disk", st["disk"], "--duration", "0.5")
     q = "SELECT level, dev, name, backing_ino, dio, fs_type FROM device_map ORDER BY level"
-    assert nestrace.open(a).rows(q) == nestrace.open(b).rows(q)
+    assert nestrace.open(a).rows(q) == nestrace.open(b).rows(q) == nestrace.open(c).rows(q)
+    assert [r["level"] for r in nestrace.open(c).rows(q)] == ["disk", "hostfs", "vdisk", "vfs"]
+    # a virtual disk with nothing mounted from it: say so, record nothing
+    free = subprocess.run(["losetup", "-f", "--show", st["image"], "-r"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    try:
+        r = run_cli("record", "-o", str(tmp_path / "d"), "--vdisk", free, "--duration", "0.5",
+                    check=False)
+    finally:
+        subprocess.run(["losetup", "-d", free], check=True)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"nestrace: error: --vdisk {free}: no file system of it is mounted: give --stack "
+        "MOUNTPOINT (the guest file system)"), r.stderr
+    assert not (tmp_path / "d").exists()
 
 
 def test_more_devices_than_the_constant_filter_holds_use_the_filter_maps(lab_factory, tmp_path):

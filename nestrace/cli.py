@@ -50,6 +50,18 @@ def user_errors(fn):
     return wrapper
 
 
+def store_with_captures(store: str) -> Path:
+    """A store that holds a sealed capture (what a command that shows one
+    needs), else one error line: the same for every such command."""
+    from .store import captures
+    p = check_store(store)
+    if not captures(p):
+        live = live_captures(p)
+        raise UserError(f"{store}: the store holds no capture" + (
+            f" (unsealed: {', '.join(live)}; `nestrace seal {store}`)" if live else ""))
+    return p
+
+
 def output_file(output: str, suffixes: tuple[str, ...] = ()) -> Path:
     """The file a command writes, refused before any work when it cannot be
     one (export wrote 190 MB to /tmp.tmp for `-o /tmp`, then a traceback)."""
@@ -546,6 +558,7 @@ def export_cmd(store, output, capture, window) -> None:
         if b <= a:
             raise UserError(f"--window {window!r}: TO must be after FROM")
         span = (a, b)
+    store_with_captures(store)
     try:
         info = export(store, output, capture, span)
     except ExportError as e:
@@ -675,7 +688,7 @@ def report_cmd(store, capture, as_json, memory_limit) -> None:
     from .session import Session
     # (the report uses no late module: on a store not yet correlated,
     # binding follow_io would plan links once more for nothing)
-    with Session(check_store(store), memory_limit=memory_limit, late_modules=False) as s:
+    with Session(store_with_captures(store), memory_limit=memory_limit, late_modules=False) as s:
         try:
             rep = build(s, capture)
         except ValueError as e:
@@ -700,7 +713,7 @@ def follow_cmd(store, level, io_id, capture, as_json) -> None:
     level's view; without it, the level's slowest read or write."""
     from .follow import breakdown, follow, render
     from .session import Session
-    with Session(check_store(store)) as s:
+    with Session(store_with_captures(store)) as s:
         try:
             cid, what, rows = follow(s, level, io_id, capture)
         except ValueError as e:
@@ -728,7 +741,7 @@ def compare_cmd(store, capture_ids, as_json, as_csv, by_stack) -> None:
     from .session import Session
     if by_stack and capture_ids:
         raise UserError("--by-stack takes every capture of the store: no --capture")
-    with Session(check_store(store)) as s:
+    with Session(store_with_captures(store)) as s:
         rows = s.compare_stacks() if by_stack else matrix.compare(s, list(capture_ids) or None)
     missing = sorted(set(capture_ids) - set(rows.column("capture_id").to_pylist())) \
         if capture_ids else []
@@ -775,7 +788,7 @@ def plot_cmd(store, kind, level, capture_id, output) -> None:
     if kind not in plots.KINDS:
         raise UserError(f"unknown --kind {kind!r} (choose from {', '.join(plots.KINDS)})")
     output_file(output, (".html", ".png"))
-    s = Session(check_store(store))
+    s = Session(store_with_captures(store))
     if capture_id is not None:
         if kind == "compare":
             raise UserError("--capture: the compare figure puts every capture side by side")
@@ -805,7 +818,7 @@ def html_cmd(stores, output) -> None:
     from . import plots
     from .session import Session
     output_file(output)
-    plots.html_report([Session(check_store(s)) for s in stores], output)
+    plots.html_report([Session(store_with_captures(s)) for s in stores], output)
     click.echo(output)
 
 
@@ -816,7 +829,7 @@ def html_cmd(stores, output) -> None:
 def summary_cmd(store, capture) -> None:
     """Per-level summary of a capture: requests, bytes, lost events."""
     from .summary import format_summary, level_summary
-    p = check_store(store)
+    p = store_with_captures(store)
     try:
         click.echo(format_summary(level_summary(p, capture)))
     except ValueError as e:

@@ -56,6 +56,23 @@ def test_an_output_that_cannot_be_a_file_is_refused_before_any_work(tmp_path, cm
     assert list(d.iterdir()) == []
 
 
+def test_commands_that_show_a_capture_say_the_store_holds_none(tmp_path):
+    from nestrace.store import init_store
+    s = str(tmp_path / "s")
+    init_store(s)
+    cmds = [["summary", s], ["report", s], ["compare", s, "--json"], ["follow", s, "vfs"],
+            ["export", s, "-o", str(tmp_path / "x.json")],
+            ["plot", s, "-o", str(tmp_path / "x.html")], ["html", s, "-o", str(tmp_path / "y.html")]]
+    for cmd in cmds:
+        line = one_error_line(run_cli(*cmd, check=False))
+        assert line == f"nestrace: error: {s}: the store holds no capture", (cmd, line)
+    # one left unsealed by a crash: said, with what to run
+    (tmp_path / "s" / "_live" / "c1").mkdir(parents=True)
+    line = one_error_line(run_cli("summary", s, check=False))
+    assert line.endswith(f"holds no capture (unsealed: c1; `nestrace seal {s}`)"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+
+
 def test_sql_on_a_missing_store(tmp_path):
     line = one_error_line(run_cli("sql", str(tmp_path / "nope"), "SELECT 1", check=False))
     assert "no such store" in line

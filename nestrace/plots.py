@@ -64,8 +64,8 @@ def _one_or_each(s: Session, capture_id: str | None) -> tuple[str, list, dict[st
     when `capture_id` is given, else every capture's, named by its stack
     when there are several (a figure then draws them side by side instead
     of adding them up)."""
-    if capture_id is not None:
-        return "WHERE capture_id = ?", [capture_id], {}
+    if capture_id is not None:      # (ValueError naming the store's captures if not one)
+        return "WHERE capture_id = ?", [s.capture(capture_id)], {}
     caps = s.rows("SELECT DISTINCT capture_id FROM capture_meta")
     return "", [], capture_labels(s) if len(caps) > 1 else {}
 
@@ -80,9 +80,14 @@ def seek_cdf(stores: StoreLike | Sequence[StoreLike], level: str = "disk",
         raise ValueError(f"unknown level {level!r} (choose from {', '.join(LEVELS)})")
     if isinstance(stores, (Session, str, os.PathLike)):
         stores = [stores]
+    sessions = [_session(st) for st in stores]
+    if capture_id is not None and not any(
+            s.rows("SELECT 1 FROM capture_meta WHERE capture_id = ? LIMIT 1", [capture_id])
+            for s in sessions):
+        raise ValueError(f"no capture {capture_id!r} in " + (
+            "the store" if len(sessions) == 1 else f"any of the {len(sessions)} stores"))
     fig = go.Figure()
-    for i, st in enumerate(stores):
-        s = _session(st)
+    for i, s in enumerate(sessions):
         rows = s.rows("SELECT capture_id, x, y FROM seek_cdf_points(?, ?)", [level, max_points])
         every = sorted({r["capture_id"] for r in rows})
         caps = [c for c in every if capture_id in (None, c)]

@@ -326,7 +326,8 @@ class Session:
     def _view(self, name: str, capture_id: str | None) -> pa.Table:
         if capture_id is None:
             return self.query(f"SELECT * FROM {name}")
-        return self.query(f"SELECT * FROM {name} WHERE capture_id = ?", [capture_id])
+        # (ValueError naming the store's captures, not an empty table, for a typo)
+        return self.query(f"SELECT * FROM {name} WHERE capture_id = ?", [self.capture(capture_id)])
 
     def links(self, capture_id: str | None = None) -> pa.Table:
         """Each lower request tied to the upper event(s) that caused it."""
@@ -416,8 +417,10 @@ class Session:
     def follow_io(self, level: str, io_id: int, capture_id: str | None = None) -> pa.Table:
         """One I/O and what links ties to it above and below (the
         follow_io macro)."""
-        return self.query("SELECT * FROM follow_io(?, ?, ?)",
-                          [self.capture(capture_id), level, io_id])
+        from .follow import pick
+        cid = self.capture(capture_id)
+        pick(self, cid, level, io_id)   # (ValueError for an I/O the capture lacks, not NULLs)
+        return self.query("SELECT * FROM follow_io(?, ?, ?)", [cid, level, io_id])
 
     def close(self) -> None:
         self.con.close()

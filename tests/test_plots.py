@@ -35,6 +35,28 @@ def test_seek_cdf_refuses_a_level_that_is_not_one():
         plots.seek_cdf(session(), level="disks")
 
 
+def test_a_capture_the_store_lacks_is_an_error_not_an_empty_figure_or_table():
+    ev = request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1) + request(4, 5, 6, DISK, 8192, 4096, rq=2, bio=2)
+    s = session(block_events=ev, vfs_events=[vfs(1, 9, off=0)])
+    for draw in (lambda: plots.seek_cdf(s, capture_id="c2"), lambda: plots.throughput(s, "c2"),
+                 lambda: plots.queue_depth(s, "c2"), lambda: s.amplification("c2"),
+                 lambda: s.seek_summary("c2")):
+        with pytest.raises(ValueError, match="no capture 'c2' in the store \\(have: c1\\)"
+                           "|no capture 'c2' in the store$"):
+            draw()
+    with pytest.raises(ValueError, match="no capture 'c2' in any of the 2 stores"):
+        plots.seek_cdf([s, s], capture_id="c2")
+    assert len(plots.seek_cdf(s, level="disk", capture_id="c1").data) == 1
+    assert s.seek_summary("c1").num_rows == 1
+    # follow_io: a level or an I/O the capture does not have
+    with pytest.raises(ValueError, match="level 'disks': one of vfs, vdisk, hostfs, disk"):
+        s.follow_io("disks", 1)
+    (io,) = s.rows("SELECT io_id FROM disk_io ORDER BY ts_ns LIMIT 1")
+    with pytest.raises(ValueError, match=f"capture c1 has no disk I/O with io_id {io['io_id'] + 1000}"):
+        s.follow_io("disk", io["io_id"] + 1000)
+    assert s.follow_io("disk", io["io_id"]).num_rows >= 1
+
+
 def test_seek_cdf_overlays_one_curve_per_store():
     ev = request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1) + request(4, 5, 6, DISK, 8192, 4096, rq=2, bio=2)
     a, b = session(block_events=ev), session(block_events=ev)

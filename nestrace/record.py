@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -412,6 +413,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     StatusLines)."""
     if pid is not None and not Path(f"/proc/{pid}").is_dir():
         raise RecordError(f"--pid {pid}: no such process")
+    if command:
+        _check_command(command[0], cwd, env)
     pin = agent_cpus(cpus)
     if pin and cpus == "auto":
         log(f"nestrace: agent on CPU {','.join(map(str, sorted(pin)))}, away from the disk "
@@ -483,6 +486,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     for t in threads:
         t.start()
     started.wait(60)
+    no_workload: list[OSError] = []
     if proc.poll() is not None and not reader_error:
         threads[1].join(5)
         live.close()
@@ -490,7 +494,10 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                           (" | ".join(cap.agent_stderr[-3:]) or f"exit code {proc.returncode}"))
     try:
         if command:
-            cap.command_rc = _run_workload(command, cwd, env)
+            try:
+                cap.command_rc = _run_workload(command, cwd, env)
+            except OSError as e:    # (it never ran: nothing worth keeping)
+                no_workload.append(e)
         else:
             # SIGINT too, even when started with it ignored (a shell's
             # background job): like blktrace and perf record, Ctrl-C or
@@ -523,6 +530,13 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             proc.wait()
         for t in threads:
             t.join(60)
+    if no_workload:
+        try:
+            live.close()
+        finally:
+            shutil.rmtree(live.dir, ignore_errors=True)
+        raise RecordError(f"{command[0]}: could not start: {no_workload[0].strerror or no_workload[0]}"
+                          " (nothing recorded)")
     keep = (f"the capture's live batches are kept in {live.dir}: make room, then run "
             f"`nestrace seal {store_p}`")
     if reader_error:
@@ -549,6 +563,19 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     except StoreError as e:
         raise RecordError("; ".join([str(e)] + cap.stream_problems + [keep])) from None
     return cap
+
+
+def _check_command(prog: str, cwd: str | None, env: dict[str, str] | None) -> None:
+    """RecordError, before anything is traced or written, for a workload
+    that cannot be started: no such program, or not executable."""
+    if "/" in prog:
+        path = Path(cwd or ".") / prog
+        if not path.is_file():
+            raise RecordError(f"{prog}: no such file (the command to record)")
+        if not os.access(path, os.X_OK):
+            raise RecordError(f"{prog}: not executable (the command to record)")
+    elif shutil.which(prog, path=(env or os.environ).get("PATH", os.defpath)) is None:
+        raise RecordError(f"{prog}: command not found (the command to record)")
 
 
 def drop_caches() -> None:

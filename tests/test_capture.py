@@ -1389,6 +1389,19 @@ def test_pid_filter_keeps_one_process_at_the_vfs_level(lab_factory, tmp_path):
     r = run_cli("record", "-o", str(tmp_path / "s2"), "--stack", lab.mount, "--pid", "999999999",
                 "--duration", "1", check=False)
     assert r.returncode == 2 and "--pid 999999999: no such process" in r.stderr
+    # a workload that cannot start: one line, and no store or capture left
+    (tmp_path / "plain.sh").write_text("echo hi\n")
+    elf = tmp_path / "bad.elf"
+    elf.write_bytes(b"\x7fELF junk")
+    elf.chmod(0o755)
+    for cmd, said in ((["no-such-command-nt"], "no-such-command-nt: command not found"),
+                      ([str(tmp_path / "plain.sh")], f"{tmp_path / 'plain.sh'}: not executable"),
+                      ([str(elf)], f"{elf}: could not start: Exec format error (nothing recorded)")):
+        r = run_cli("record", "-o", str(tmp_path / "s3"), "--stack", lab.mount, "--", *cmd,
+                    check=False)
+        assert r.returncode == 2 and said in r.stderr.splitlines()[-1], r.stderr
+        assert not list((tmp_path / "s3").glob("*/capture=*"))
+        assert not list((tmp_path / "s3").glob("_live/*"))
 
 
 def test_file_systems_on_partitions_trace_through_to_the_whole_disks(lab_factory, tmp_path):

@@ -615,6 +615,8 @@ def seal_cmd(store) -> None:
 def sql_cmd(store, query, as_csv, as_json) -> None:
     """Run QUERY on STORE, or open an interactive DuckDB shell on it."""
     from .session import Session
+    if as_csv and as_json:
+        raise UserError("--csv and --json: give one")
     s = Session(store)
     if not query:
         _shell(s)
@@ -741,6 +743,8 @@ def compare_cmd(store, capture_ids, as_json, as_csv, by_stack) -> None:
     from .session import Session
     if by_stack and capture_ids:
         raise UserError("--by-stack takes every capture of the store: no --capture")
+    if as_csv and as_json:
+        raise UserError("--csv and --json: give one")
     with Session(store_with_captures(store)) as s:
         rows = s.compare_stacks() if by_stack else matrix.compare(s, list(capture_ids) or None)
     missing = sorted(set(capture_ids) - set(rows.column("capture_id").to_pylist())) \

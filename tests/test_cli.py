@@ -73,6 +73,14 @@ def test_commands_that_show_a_capture_say_the_store_holds_none(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
 
 
+def test_csv_and_json_together_are_refused(tmp_path):
+    from nestrace.store import init_store
+    init_store(tmp_path / "s")
+    for cmd in (["sql", str(tmp_path / "s"), "SELECT 1"], ["compare", str(tmp_path / "s")]):
+        line = one_error_line(run_cli(*cmd, "--csv", "--json", check=False))
+        assert line == "nestrace: error: --csv and --json: give one", (cmd, line)
+
+
 def test_sql_on_a_missing_store(tmp_path):
     line = one_error_line(run_cli("sql", str(tmp_path / "nope"), "SELECT 1", check=False))
     assert "no such store" in line

@@ -90,7 +90,14 @@ def read_file(path: str, read, error=ImageMapError) -> ClusterMap:
 
 
 def read_exact(fd: int, path: str, offset: int, n: int, error=ImageMapError) -> bytes:
-    """n bytes at offset, or `error` naming the file and the offset."""
+    """n bytes at offset, or `error` naming the file and the offset.  (A
+    damaged table can give any offset or length: they are checked against
+    the file's size first, not handed to pread, which overflows past 2**63
+    and allocates n bytes before reading.)"""
+    size = os.fstat(fd).st_size
+    if offset < 0 or n < 0 or offset + n > size:
+        raise error(f"{path}: offset {offset}: {n} bytes expected, the file ends "
+                    f"after {max(0, min(n, size - offset))}")
     b = os.pread(fd, n, offset)
     if len(b) != n:
         raise error(f"{path}: offset {offset}: {n} bytes expected, the file ends "

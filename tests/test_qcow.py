@@ -94,3 +94,8 @@ def test_bad_images_name_the_file_and_the_offset(tmp_path):
     img.write_bytes(good[:40])
     with pytest.raises(QcowError, match=rf"{img}: offset 0: 48 bytes expected"):
         table_map(str(img))
+    # an L1 table offset past what pread takes (2**63: it raised OverflowError)
+    patch_file(img, 40, ">Q", 1 << 63, base=good)
+    with pytest.raises(QcowError, match=rf"{img}: offset {1 << 63}: \d+ bytes expected, the "
+                       "file ends after 0"):
+        table_map(str(img))

@@ -152,7 +152,10 @@ def _decompress(algo: str, blob: bytes, usize: int, where: str) -> bytes:
             out = zlib.decompress(blob)
         elif algo == "zstd":
             import zstandard
-            out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=usize)
+            try:
+                out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=usize)
+            except zstandard.ZstdError as e:    # (not a ValueError)
+                raise ValueError(str(e)) from None
         else:
             raise TraceCmdError(f"{where}: compression {algo!r} is not read (zlib, zstd are)")
     except (zlib.error, ValueError) as e:

@@ -179,6 +179,14 @@ def test_bad_files_name_the_file_and_the_offset(dats, tmp_path):
     r = run_cli("import", str(cut), "-o", str(tmp_path / "s"), check=False)
     assert r.returncode == 2 and f"{cut}: offset" in r.stderr
     assert not (tmp_path / "s").exists()
+    # a damaged zstd frame (zstandard's own error is no ValueError: it escaped)
+    frame = whole.find(b"\x28\xb5\x2f\xfd")
+    assert frame > 0
+    z = tmp_path / "z.dat"
+    z.write_bytes(whole[:frame + 12] + bytes([whole[frame + 12] ^ 0xFF]) + whole[frame + 13:])
+    with pytest.raises(tracecmd.TraceCmdError,
+                       match=rf"{z}: offset \d+: zstd data does not decompress: .*corruption"):
+        tracecmd.read(z)
 
 
 def test_rwbs_letters_become_blktrace_categories():

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__
-from .schema import RECORDS, kernel_tables, record_schema, table_schema
+from .schema import RECORDS, TABLES, kernel_tables, record_schema, table_schema
 
 MARKER = "nestrace-store.json"
 FORMAT = {"format": "nestrace-store", "version": 1}
@@ -150,7 +150,9 @@ class LiveCapture:
 
 
 _CONTINUATION = b"\xff\xff\xff\xff"
-_IPC_ERRORS = (pa.ArrowInvalid, OSError, ValueError)
+# (pa.ArrowException: a damaged message can raise any of pyarrow's errors,
+# e.g. ArrowNotImplementedError for a type field that became "int128")
+_IPC_ERRORS = (pa.ArrowException, OSError, ValueError)
 
 
 def _read_batch(src: pa.BufferReader, schema: pa.Schema, check: bool) -> pa.RecordBatch:
@@ -182,11 +184,15 @@ def _resync(data: mmap.mmap, src: pa.BufferReader, schema: pa.Schema, start: int
     return None
 
 
-def read_ipc_tolerant(path: Path) -> tuple[list[pa.RecordBatch], str | None]:
+def read_ipc_tolerant(path: Path, expected: pa.Schema | None = None
+                      ) -> tuple[list[pa.RecordBatch], str | None]:
     """Read every readable batch of an IPC stream.  Damage is reported with
     the file and the byte offset, never fatal: a torn tail (a writer killed
     mid-batch) is dropped, and after a damaged message reading resumes at
-    the next whole batch, so no good batch behind it is lost."""
+    the next whole batch, so no good batch behind it is lost.  Each batch
+    is validated (a damaged one could otherwise fail only when written).
+    With `expected` (the table's schema), a schema message that is damaged
+    or differs is reported and the batches are read with `expected`."""
     batches: list[pa.RecordBatch] = []
     problems: list[str] = []
     try:
@@ -197,12 +203,23 @@ def read_ipc_tolerant(path: Path) -> tuple[list[pa.RecordBatch], str | None]:
     src = pa.BufferReader(pa.py_buffer(data))    # batches point into the map
     try:
         schema = pa.ipc.read_schema(pa.ipc.read_message(src))
+        if expected is not None and not schema.equals(expected, check_metadata=False):
+            raise ValueError("a schema other than the table's")
     except (EOFError, *_IPC_ERRORS) as e:
-        return batches, f"{path}: offset 0: no Arrow IPC schema: {e}"
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if expected is None:
+            return batches, f"{path}: offset 0: no Arrow IPC schema: {why}"
+        schema = expected
+        nxt = _resync(data, src, schema, 0)
+        if nxt is None:
+            return batches, (f"{path}: offset 0: the schema message is damaged ({why}) and no "
+                             "whole batch of the table's schema follows: nothing read")
+        problems.append(f"{path}: offset 0: the schema message is damaged ({why}): the "
+                        f"table's own schema used; reading resumed at offset {nxt}")
     while True:
         off = src.tell()
         try:
-            batches.append(_read_batch(src, schema, check=False))
+            batches.append(_read_batch(src, schema, check=True))
             continue
         except EOFError:
             if len(data) - off <= 8:       # the end, or the end-of-stream marker
@@ -308,15 +325,38 @@ def capture_settings(agent_start: dict, settings: dict) -> str | None:
     return json.dumps({k: agent_start[k] for k in AGENT_SETTINGS if k in agent_start} | settings)
 
 
+def _live_facts(path: Path, problems: list[str]) -> dict:
+    """A live capture's facts (capture.json); a damaged file is a problem,
+    named with the offset, and the capture is sealed without them."""
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    try:
+        facts = json.loads(data.decode())
+        if not isinstance(facts, dict):
+            raise json.JSONDecodeError("not a JSON object", data.decode(), 0)
+        return facts
+    except UnicodeDecodeError as e:
+        where, why = e.start, "not UTF-8"
+    except json.JSONDecodeError as e:
+        where, why = len(data.decode()[:e.pos].encode()), f"not JSON: {e.msg}"
+    problems.append(f"{path}: offset {where}: {why}: the capture's facts (start and end, "
+                    "command, stack) are lost; its records are sealed without them")
+    return {}
+
+
 def seal(store: Path, capture_id: str) -> SealResult:
     """Turn a live capture into Parquet tables plus lost_events and
     capture_meta; remove its live directory."""
     live = store / LIVE / capture_id
-    facts = json.loads((live / "capture.json").read_text()) if (live / "capture.json").exists() else {}
     problems: list[str] = []
+    facts = _live_facts(live / "capture.json", problems)
     tables: dict[str, list[pa.RecordBatch]] = {}
+    kernel = kernel_tables()
     for p in sorted(live.glob("*.arrows")):
-        batches, problem = read_ipc_tolerant(p)
+        expected = (record_schema(kernel[p.stem]) if p.stem in kernel else
+                    table_schema(p.stem) if p.stem in TABLES else None)
+        batches, problem = read_ipc_tolerant(p, expected)
         if problem:
             problems.append(problem)
         tables[p.stem] = batches

@@ -66,6 +66,49 @@ def test_seal_skips_a_damaged_batch_and_keeps_the_batches_after_it(tmp_path):
     assert lost[0]["n"] == BATCH
 
 
+def test_a_batch_whose_buffers_do_not_fit_is_skipped_not_written(tmp_path):
+    # the message parses, but a column's data is declared 8 bytes long
+    # (it raised from the Parquet writer, after the other tables were written)
+    import struct
+    store, path = live_store(tmp_path, 3)
+    _, b1, b2, b3 = message_offsets(path)
+    data = bytearray(path.read_bytes())
+    meta = bytes(data[b2 + 8:b2 + 8 + struct.unpack_from("<i", data, b2 + 4)[0]])
+    at = b2 + 8 + meta.rfind(struct.pack("<q", 8 * BATCH))      # the last column's length
+    data[at:at + 8] = struct.pack("<q", 8)
+    path.write_bytes(bytes(data))
+    r = run_cli("seal", str(store))
+    assert f"{path}: offset {b2}: {b3 - b2} bytes unreadable (In column " in r.stderr, r.stderr
+    assert "too small" in r.stderr
+    assert seqs(store) == list(range(1, 101)) + list(range(201, 301))
+
+
+def test_a_damaged_schema_message_is_read_with_the_tables_own_schema(tmp_path):
+    store, path = live_store(tmp_path, 3)
+    _, b1, _, _ = message_offsets(path)
+    data = bytearray(path.read_bytes())
+    data[8:24] = b"not a flatbuffer"
+    path.write_bytes(bytes(data))
+    r = run_cli("seal", str(store))
+    assert f"{path}: offset 0: the schema message is damaged (" in r.stderr, r.stderr
+    assert f"the table's own schema used; reading resumed at offset {b1}" in r.stderr
+    assert seqs(store) == list(range(1, 301))
+
+
+def test_a_damaged_capture_json_is_named_and_the_records_sealed(tmp_path):
+    store, path = live_store(tmp_path, 2)
+    facts = path.parent / "capture.json"
+    facts.write_bytes(b'{"machine": "m1", "start_ns": 12\xff}')
+    r = run_cli("seal", str(store))
+    assert f"{facts}: offset 32: not UTF-8: the capture's facts" in r.stderr, r.stderr
+    assert seqs(store) == list(range(1, 201))
+    store2, path2 = live_store(tmp_path / "b", 1)
+    (path2.parent / "capture.json").write_text('{"machine": "m1", "start_ns": ')
+    r = run_cli("seal", str(store2))
+    assert f"{path2.parent / 'capture.json'}: offset 30: not JSON: Expecting value" in r.stderr
+    assert seqs(store2) == list(range(1, 101))
+
+
 def test_an_end_of_stream_marker_in_the_middle_does_not_end_the_read(tmp_path):
     _, path = live_store(tmp_path, 3)
     _, b1, b2, b3 = message_offsets(path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .session import Session
+from .session import FOLLOW_SQL, Session
 
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
 
@@ -48,7 +48,8 @@ def follow(s: Session, level: str, io_id: int | None = None,
     """(capture, what was followed, the follow_io rows)."""
     cid = s.capture(capture_id)
     io_id, what = pick(s, cid, level, io_id)
-    return cid, what, s.follow_io(level, io_id, cid)
+    # (not s.follow_io, which would check the I/O again: ~0.05 s at 10 M events)
+    return cid, what, s.query(FOLLOW_SQL, [cid, level, io_id])
 
 
 def breakdown(s: Session, cid: str, rows: pa.Table) -> dict | None:

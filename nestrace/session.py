@@ -44,6 +44,8 @@ LINKS_INPUTS = ["_base_image_files", "_map_image_cluster", "map_extents", "_map_
 # links and the shared intermediates it reads, lower first: what a command
 # that reads links computes once (Session.cache_links)
 LINKS_CACHE = ["_block_requests_core", *LINKS_INPUTS, "_map_disk", "links"]
+# one I/O followed (Session.follow_io, `nestrace follow`): capture, level, io_id
+FOLLOW_SQL = "SELECT * FROM follow_io(?, ?, ?)"
 # small store tables that gained columns after stores were first written
 GROWN = ("device_map", "capture_meta", "extent_maps")
 
@@ -420,7 +422,7 @@ class Session:
         from .follow import pick
         cid = self.capture(capture_id)
         pick(self, cid, level, io_id)   # (ValueError for an I/O the capture lacks, not NULLs)
-        return self.query("SELECT * FROM follow_io(?, ?, ?)", [cid, level, io_id])
+        return self.query(FOLLOW_SQL, [cid, level, io_id])
 
     def close(self) -> None:
         self.con.close()

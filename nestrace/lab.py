@@ -32,6 +32,17 @@ class LabError(RuntimeError):
     pass
 
 
+def _sparse_file(path: Path, size: int, what: str) -> None:
+    """A sparse file of `size` bytes, or LabError saying why not (a size the
+    file system under it cannot hold: EFBIG on ext4 past 16 TiB)."""
+    try:
+        with open(path, "wb") as f:
+            f.truncate(size)
+    except (OSError, OverflowError) as e:     # (OverflowError: past 2**63 bytes)
+        why = e.strerror if isinstance(e, OSError) else "File too large"
+        raise LabError(f"{path}: cannot make the {what} ({size} bytes): {why}") from None
+
+
 def parse_size(s: str | int) -> int:
     if isinstance(s, int):
         return s
@@ -178,16 +189,14 @@ class Lab:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._step(st, "dir", path=str(self.data_dir))
             disk_file = self.data_dir / "disk.raw"
-            with open(disk_file, "wb") as f:
-                f.truncate(disk_size)
+            _sparse_file(disk_file, disk_size, "host disk")
             self._step(st, "file", path=str(disk_file))
             disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
             host_dev = _partition(disk, disk_size) if cfg.partitions else disk
             more = []
             for i in range(2, cfg.host_disks + 1):
                 f = self.data_dir / f"disk{i}.raw"
-                with open(f, "wb") as fh:
-                    fh.truncate(disk_size)
+                _sparse_file(f, disk_size, "host disk")
                 self._step(st, "file", path=str(f))
                 d = self._attach(st, f, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
                 more.append(_partition(d, disk_size) if cfg.partitions else d)
@@ -198,8 +207,7 @@ class Lab:
                  "mounting the host FS")
             self._step(st, "mount", path=str(self.host_mount), role="host")
             image = self.host_mount / "image.raw"
-            with open(image, "wb") as f:
-                f.truncate(cfg.image_size)
+            _sparse_file(image, cfg.image_size, "disk image")
             if cfg.fragment_image:
                 # random 64 KiB direct writes, no preallocation: each write
                 # allocates when it is made (no delayed allocation to tidy

@@ -175,6 +175,16 @@ def test_an_image_too_small_for_the_guest_file_system_is_refused(nothing_left):
 
 
 @pytest.mark.root
+def test_an_image_no_file_system_can_hold_is_one_error_line(nothing_left):
+    # (past 2**63 bytes: too large for every file system, and for truncate's off_t)
+    line = one_error_line(run_cli("lab", "up", "--name", "tbad5", "--image-size", "9000000T",
+                                  check=False))
+    assert "tbad5/disk.raw: cannot make the host disk (9895604650298572800 bytes): " \
+        "File too large" in line, line
+    assert "tbad5" not in run_cli("lab", "list").stdout
+
+
+@pytest.mark.root
 def test_failure_half_way_up_leaves_nothing(nothing_left):
     # the disk loop device is attached before mkfs of the host FS fails
     # (xfs with metadata checksums needs blocks of 1 KiB at least)

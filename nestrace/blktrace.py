@@ -425,7 +425,7 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
 
     from . import __version__
     from .schema import RECORDS, kernel_tables, record_schema, table_schema
-    from .store import StoreError, _with_capture, _write_parquet, captures, init_store
+    from .store import StoreError, _with_capture, _write_parquet, captures, init_store, writing
 
     if not ev.num_rows:
         raise StoreError(problems[0] if problems else
@@ -437,29 +437,30 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
                          f"device in {', '.join(map(str, paths))} (it has "
                          f"{', '.join(dev_name(d) for d in devs)})")
     p = init_store(store)
-    if capture_id in captures(p):
-        raise StoreError(f"{p}: already holds a capture {capture_id!r}")
-    for table, rec in kernel_tables().items():
-        out = ev if table == "block_events" else record_schema(rec).empty_table()
-        _write_parquet(p, table, capture_id, _with_capture(out, capture_id))
-    dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
-           "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
-    _write_parquet(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
-    _write_parquet(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
-    _write_parquet(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
-    ts = ev.column("ts_ns").to_pylist()
-    meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
-            "clock": clock,
-            "start_ns": min(ts), "end_ns": max(ts), "start_wall": "",
-            "command": "nestrace import " + " ".join(map(str, paths)), "hooks_json": "{}",
-            "stack_json": json.dumps({"source": source, "files": [str(x) for x in paths],
-                                      "levels": {dev_name(d["dev"]): d["level"] for d in dm},
-                                      "not_imported": skipped, **(extra or {})}),
-            "lost_total": sum(r["seq_gaps"] for r in lost), "records_total": ev.num_rows,
-            "tool_version": __version__,
-            "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
-    _write_parquet(p, "capture_meta", capture_id,
-                   pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+    with writing(p, f"nestrace import {capture_id}"):
+        if capture_id in captures(p):
+            raise StoreError(f"{p}: already holds a capture {capture_id!r}")
+        for table, rec in kernel_tables().items():
+            out = ev if table == "block_events" else record_schema(rec).empty_table()
+            _write_parquet(p, table, capture_id, _with_capture(out, capture_id))
+        dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
+               "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
+        _write_parquet(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
+        _write_parquet(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
+        _write_parquet(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
+        ts = ev.column("ts_ns").to_pylist()
+        meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
+                "clock": clock,
+                "start_ns": min(ts), "end_ns": max(ts), "start_wall": "",
+                "command": "nestrace import " + " ".join(map(str, paths)), "hooks_json": "{}",
+                "stack_json": json.dumps({"source": source, "files": [str(x) for x in paths],
+                                          "levels": {dev_name(d["dev"]): d["level"] for d in dm},
+                                          "not_imported": skipped, **(extra or {})}),
+                "lost_total": sum(r["seq_gaps"] for r in lost), "records_total": ev.num_rows,
+                "tool_version": __version__,
+                "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
+        _write_parquet(p, "capture_meta", capture_id,
+                       pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
     return {"capture_id": capture_id, "problems": problems, "records": records,
             "block_events": ev.num_rows,
             "devices": {dev_name(d["dev"]): d["level"] for d in dm}, "not_imported": skipped,

@@ -21,7 +21,7 @@ from .errors import RecordError, StreamError
 from .imagemap import MAPPED, ImageMapError, backing_chain
 from .lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
 from .stack import StackError
-from .store import StoreError, check_store, live_captures, seal
+from .store import StoreError, check_store, live_captures, recorder_of, seal
 
 
 class UserError(click.ClickException):
@@ -600,6 +600,10 @@ def seal_cmd(store) -> None:
     if not pending:
         click.echo(f"{p}: nothing to seal")
     for cid in pending:
+        pid = recorder_of(p, cid)
+        if pid is not None:
+            click.echo(f"capture {cid} is being recorded (nestrace pid {pid}): left to it")
+            continue
         r = seal(p, cid)
         _report_capture(p, cid, r)
 

@@ -185,30 +185,33 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
     store_p = init_store(store)
     if cid in captures(store_p):
         raise GuestDirError(f"{store_p}: already holds capture {cid} (imported before?)")
-    live = LiveCapture(store_p, cid)
+    live = LiveCapture(store_p, cid, recording=True)   # (nestrace seal leaves it alone)
     try:
-        for src in sorted(d.glob("*.arrows")):
-            shutil.copyfile(src, live.dir / src.name)
-        machine = facts.get("machine") or ""
-        live.update_facts(
-            machine=machine, kernel=facts.get("kernel", ""), start_wall=facts.get("start_wall", ""),
-            command=facts.get("command", ""), stack=stack.to_json(),
-            settings={"agent_only": True, "guest_capture": str(d.resolve()),
-                      "agent_cpus": facts.get("agent_cpus")},
-            agent_start=start, start_ns=start.get("start_ns", 0),
-            **({"agent_end": end, "end_ns": end.get("end_ns", 0)} if end else {}),
-            **({"command_exit": facts["command_exit"]}
-               if facts.get("command_exit") is not None else {}))
-        live.write_table("device_map", pa.Table.from_pylist(
-            device_map_rows(stack, cid, machine), schema=table_schema("device_map")))
-        touched = live.unique_values("vfs_events", "ino") | \
-            live.unique_values("pagecache_events", "ino")
-        live.write_table("extent_maps", pa.Table.from_pylist(
-            _extent_rows(d, stack, int(facts["stack"].get("btrfs_devid") or 0), cid, touched,
-                         problems), schema=table_schema("extent_maps")))
-        live.close()
-    except (OSError, StoreError) as e:
-        live.close()
-        shutil.rmtree(live.dir, ignore_errors=True)
-        raise GuestDirError(f"{d}: cannot import into {store_p}: {e}") from None
-    return Imported(cid, seal(store_p, cid), problems, facts.get("command_exit"))
+        try:
+            for src in sorted(d.glob("*.arrows")):
+                shutil.copyfile(src, live.dir / src.name)
+            machine = facts.get("machine") or ""
+            live.update_facts(
+                machine=machine, kernel=facts.get("kernel", ""), start_wall=facts.get("start_wall", ""),
+                command=facts.get("command", ""), stack=stack.to_json(),
+                settings={"agent_only": True, "guest_capture": str(d.resolve()),
+                          "agent_cpus": facts.get("agent_cpus")},
+                agent_start=start, start_ns=start.get("start_ns", 0),
+                **({"agent_end": end, "end_ns": end.get("end_ns", 0)} if end else {}),
+                **({"command_exit": facts["command_exit"]}
+                   if facts.get("command_exit") is not None else {}))
+            live.write_table("device_map", pa.Table.from_pylist(
+                device_map_rows(stack, cid, machine), schema=table_schema("device_map")))
+            touched = live.unique_values("vfs_events", "ino") | \
+                live.unique_values("pagecache_events", "ino")
+            live.write_table("extent_maps", pa.Table.from_pylist(
+                _extent_rows(d, stack, int(facts["stack"].get("btrfs_devid") or 0), cid, touched,
+                             problems), schema=table_schema("extent_maps")))
+            live.close()
+        except (OSError, StoreError) as e:
+            live.close()
+            shutil.rmtree(live.dir, ignore_errors=True)
+            raise GuestDirError(f"{d}: cannot import into {store_p}: {e}") from None
+        return Imported(cid, seal(store_p, cid), problems, facts.get("command_exit"))
+    finally:
+        live.release()

@@ -33,7 +33,7 @@ from . import __version__
 from .imagemap import FOLLOWED, MAPPED
 from .schema import kernel_tables, table_schema
 from .stack import kdev
-from .store import _write_parquet, captures, check_store, init_store
+from .store import _write_parquet, captures, check_store, init_store, writing
 
 # CPUs of the host side are renumbered from here in a merged capture, so
 # that (cpu, seq), and the io_ids made of it, stay unique across machines.
@@ -293,76 +293,77 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
 
     cid = f"{gid}+{hid}"
     out = init_store(out_store)
-    if cid in captures(out):
-        raise MergeError(f"{out}: already has capture {cid}")
-    records, before_guest = 0, {}
-    cpu_tables = set(kernel_tables()) | {"lost_events"}
-    for table, schema in schemas.items():
-        if table == "capture_meta":
-            continue
-        gt, ht = g[table], h[table]
-        ht, n_before = _shift_ts(ht, offset_ns, clamp=table == "agent_stats")
-        if n_before:
-            before_guest[table] = n_before
-            if table == "hostfs_events" and not ht.num_rows:
-                raise MergeError(f"{hs}: every host event of {table} is from before the guest's "
-                                 f"clock started (offset {offset_ns} ns): the offset is wrong "
-                                 "or the captures are of different runs")
-        if table in cpu_tables:
-            ht = _set_column(ht, "cpu", ht.column("cpu").to_numpy().astype(np.uint32) + HOST_CPU_BASE) \
-                if ht.num_rows else ht
-        for col in ("dev", "backing_dev"):
-            ht = _remap(ht, col, remapped)
-        if table == "device_map":
-            gt = _vdisk_backing(gt, ht, image_ino, image_path, image_offset, fmt, gmeta)
-            ht = _fill(ht, "machine", hmeta["machine"])
-        t = pa.concat_tables([gt, ht])
-        t = _set_column(t, "capture_id", [cid] * t.num_rows)
-        if table in kernel_tables() and table != "agent_stats":
-            records += t.num_rows
-        _write_parquet(out, table, cid, t)
+    with writing(out, f"nestrace merge {cid}"):
+        if cid in captures(out):
+            raise MergeError(f"{out}: already has capture {cid}")
+        records, before_guest = 0, {}
+        cpu_tables = set(kernel_tables()) | {"lost_events"}
+        for table, schema in schemas.items():
+            if table == "capture_meta":
+                continue
+            gt, ht = g[table], h[table]
+            ht, n_before = _shift_ts(ht, offset_ns, clamp=table == "agent_stats")
+            if n_before:
+                before_guest[table] = n_before
+                if table == "hostfs_events" and not ht.num_rows:
+                    raise MergeError(f"{hs}: every host event of {table} is from before the guest's "
+                                     f"clock started (offset {offset_ns} ns): the offset is wrong "
+                                     "or the captures are of different runs")
+            if table in cpu_tables:
+                ht = _set_column(ht, "cpu", ht.column("cpu").to_numpy().astype(np.uint32) + HOST_CPU_BASE) \
+                    if ht.num_rows else ht
+            for col in ("dev", "backing_dev"):
+                ht = _remap(ht, col, remapped)
+            if table == "device_map":
+                gt = _vdisk_backing(gt, ht, image_ino, image_path, image_offset, fmt, gmeta)
+                ht = _fill(ht, "machine", hmeta["machine"])
+            t = pa.concat_tables([gt, ht])
+            t = _set_column(t, "capture_id", [cid] * t.num_rows)
+            if table in kernel_tables() and table != "agent_stats":
+                records += t.num_rows
+            _write_parquet(out, table, cid, t)
 
-    starts = [gmeta["start_ns"], hmeta["start_ns"] - offset_ns]
-    ends = [gmeta["end_ns"], hmeta["end_ns"] - offset_ns]
-    meta = dict(gmeta)
-    meta.update({
-        "capture_id": cid,
-        "start_ns": max(min(starts), 0), "end_ns": max(ends),
-        "command": gmeta["command"] or hmeta["command"],
-        "command_exit": (gmeta.get("command_exit") if gmeta["command"]
-                         else hmeta.get("command_exit")),
-        "hooks_json": json.dumps({**_hooks(hmeta), **_hooks(gmeta)}),
-        "settings_json": json.dumps({side: json.loads(m.get("settings_json") or "null")
-                                     for side, m in (("guest", gmeta), ("host", hmeta))}),
-        "stack_json": json.dumps({
-            "side": "merged",
-            "guest": {"capture_id": gid, "store": str(gs), "machine": gmeta["machine"],
-                      "kernel": gmeta["kernel"], "start_ns": gmeta["start_ns"],
-                      "end_ns": gmeta["end_ns"],
-                      "stack": json.loads(gmeta.get("stack_json") or "{}")},
-            "host": {"capture_id": hid, "store": str(hs), "machine": hmeta["machine"],
-                     "kernel": hmeta["kernel"], "stack": host_stack,
-                     # on the guest's clock
-                     "start_ns": max(hmeta["start_ns"] - offset_ns, 0),
-                     "end_ns": max(hmeta["end_ns"] - offset_ns, 0),
-                     "cpu_base": HOST_CPU_BASE,
-                     "remapped_devs": {str(k): v for k, v in remapped.items()},
-                     "events_before_guest_clock": before_guest},
-            "image_offset_bytes": image_offset}),
-        "lost_total": (gmeta["lost_total"] or 0) + (hmeta["lost_total"] or 0),
-        "hook_misses": _both(gmeta, hmeta, "hook_misses"),
-        "completions_missed": _both(gmeta, hmeta, "completions_missed"),
-        "requests_unfinished": _both(gmeta, hmeta, "requests_unfinished"),
-        "hook_misses_json": json.dumps({"guest": json.loads(gmeta["hook_misses_json"] or "{}"),
-                                        "host": json.loads(hmeta["hook_misses_json"] or "{}")}),
-        "records_total": records,
-        "tool_version": __version__,
-        "clock_offset_ns": offset_ns,
-        "clock_offset_err_ns": est.err_ns if est else 0,
-        "clock_offset_pairs": est.pairs if est else 0,
-    })
-    _write_parquet(out, "capture_meta", cid,
-                   pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+        starts = [gmeta["start_ns"], hmeta["start_ns"] - offset_ns]
+        ends = [gmeta["end_ns"], hmeta["end_ns"] - offset_ns]
+        meta = dict(gmeta)
+        meta.update({
+            "capture_id": cid,
+            "start_ns": max(min(starts), 0), "end_ns": max(ends),
+            "command": gmeta["command"] or hmeta["command"],
+            "command_exit": (gmeta.get("command_exit") if gmeta["command"]
+                             else hmeta.get("command_exit")),
+            "hooks_json": json.dumps({**_hooks(hmeta), **_hooks(gmeta)}),
+            "settings_json": json.dumps({side: json.loads(m.get("settings_json") or "null")
+                                         for side, m in (("guest", gmeta), ("host", hmeta))}),
+            "stack_json": json.dumps({
+                "side": "merged",
+                "guest": {"capture_id": gid, "store": str(gs), "machine": gmeta["machine"],
+                          "kernel": gmeta["kernel"], "start_ns": gmeta["start_ns"],
+                          "end_ns": gmeta["end_ns"],
+                          "stack": json.loads(gmeta.get("stack_json") or "{}")},
+                "host": {"capture_id": hid, "store": str(hs), "machine": hmeta["machine"],
+                         "kernel": hmeta["kernel"], "stack": host_stack,
+                         # on the guest's clock
+                         "start_ns": max(hmeta["start_ns"] - offset_ns, 0),
+                         "end_ns": max(hmeta["end_ns"] - offset_ns, 0),
+                         "cpu_base": HOST_CPU_BASE,
+                         "remapped_devs": {str(k): v for k, v in remapped.items()},
+                         "events_before_guest_clock": before_guest},
+                "image_offset_bytes": image_offset}),
+            "lost_total": (gmeta["lost_total"] or 0) + (hmeta["lost_total"] or 0),
+            "hook_misses": _both(gmeta, hmeta, "hook_misses"),
+            "completions_missed": _both(gmeta, hmeta, "completions_missed"),
+            "requests_unfinished": _both(gmeta, hmeta, "requests_unfinished"),
+            "hook_misses_json": json.dumps({"guest": json.loads(gmeta["hook_misses_json"] or "{}"),
+                                            "host": json.loads(hmeta["hook_misses_json"] or "{}")}),
+            "records_total": records,
+            "tool_version": __version__,
+            "clock_offset_ns": offset_ns,
+            "clock_offset_err_ns": est.err_ns if est else 0,
+            "clock_offset_pairs": est.pairs if est else 0,
+        })
+        _write_parquet(out, "capture_meta", cid,
+                       pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
     return MergeResult(cid, est, offset_ns, remapped, records, before_guest)
 
 

@@ -421,148 +421,152 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             "interrupts (--agent-cpus all: anywhere)")
     store_p = init_store(store)
     cid = new_capture_id()
-    live = LiveCapture(store_p, cid)
-    cap = Capture(store_p, cid)
-    machine = socket.gethostname()
-    live.update_facts(machine=machine, kernel=platform.release(),
-                      start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
-                      command=" ".join(command or []), stack=stack.to_json(),
-                      settings={"agent_cpus": sorted(pin) if pin else None,
-                                "all_hooks": all_hooks, "pid": pid})
-    live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
-                                                         schema=table_schema("device_map")))
-    live.write_table("extent_maps", snapshot_extents(stack, cid, "start"))
-
-    # The agent writes the record tables into the live directory itself
-    # (Arrow IPC, one batch per flush); its stdout carries the start and
-    # end metadata.  No Python touches a record while the workload runs.
-    args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms, all_hooks,
-                      arrow_dir=live.dir, pid=pid, status_ms=round(status * 1000))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
-    started = threading.Event()
-    state = DecodeState("agent stream")
-    reader_error: list[BaseException] = []
-
-    def read_stream() -> None:
-        try:
-            for fr in iter_frames(proc.stdout, "agent stream", state):
-                if fr.meta is not None:
-                    kind = fr.meta.get("type")
-                    if kind == "start":
-                        live.update_facts(agent_start=fr.meta, start_ns=fr.meta["start_ns"])
-                        started.set()
-                    elif kind == "end":
-                        if fr.meta.get("reason") not in ("signal", "duration"):
-                            state.problems.append(StreamError(
-                                "agent stream", fr.offset, "the agent stopped early: "
-                                f"{fr.meta.get('reason')}; the capture ends there"))
-                        live.update_facts(agent_end=fr.meta, end_ns=fr.meta["end_ns"])
-                    continue
-                state.problems.append(StreamError(
-                    "agent stream", fr.offset, f"unexpected {fr.table} records on the "
-                    "metadata stream (records go to the live directory); not stored"))
-        except BaseException as e:  # surfaced by the main thread
-            reader_error.append(e)
-        finally:
-            started.set()
-
-    lines = StatusLines(stack)
-
-    def read_stderr() -> None:
-        for line in proc.stderr:
-            text = line.decode(errors="replace").rstrip()
-            shown = lines.text(text)
-            if shown is not None:        # (not kept: one a second over a long run)
-                cap.status_last = lines.last
-                log(shown)
-                continue
-            cap.agent_stderr.append(text)
-            if "WARNING" in text or "failed" in text or "cannot" in text:
-                log(text)
-
-    threads = [threading.Thread(target=read_stream, daemon=True),
-               threading.Thread(target=read_stderr, daemon=True)]
-    for t in threads:
-        t.start()
-    started.wait(60)
-    no_workload: list[OSError] = []
-    if proc.poll() is not None and not reader_error:
-        threads[1].join(5)
-        live.close()
-        raise RecordError("the agent exited before tracing: " +
-                          (" | ".join(cap.agent_stderr[-3:]) or f"exit code {proc.returncode}"))
+    live = LiveCapture(store_p, cid, recording=True)
     try:
-        if command:
+        cap = Capture(store_p, cid)
+        machine = socket.gethostname()
+        live.update_facts(machine=machine, kernel=platform.release(),
+                          start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+                          command=" ".join(command or []), stack=stack.to_json(),
+                          settings={"agent_cpus": sorted(pin) if pin else None,
+                                    "all_hooks": all_hooks, "pid": pid})
+        live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
+                                                             schema=table_schema("device_map")))
+        live.write_table("extent_maps", snapshot_extents(stack, cid, "start"))
+
+        # The agent writes the record tables into the live directory itself
+        # (Arrow IPC, one batch per flush); its stdout carries the start and
+        # end metadata.  No Python touches a record while the workload runs.
+        args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms, all_hooks,
+                          arrow_dir=live.dir, pid=pid, status_ms=round(status * 1000))
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=(live.lock_fd,),   # it holds the capture's lock too
+                                preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
+        started = threading.Event()
+        state = DecodeState("agent stream")
+        reader_error: list[BaseException] = []
+
+        def read_stream() -> None:
             try:
-                cap.command_rc = _run_workload(command, cwd, env)
-            except OSError as e:    # (it never ran: nothing worth keeping)
-                no_workload.append(e)
-        else:
-            # SIGINT too, even when started with it ignored (a shell's
-            # background job): like blktrace and perf record, Ctrl-C or
-            # kill -INT always ends the recording
-            # The handlers only note the signal (no lock: not an Event,
-            # whose lock the handler could find taken by the very code it
-            # interrupted).  An exception raised inside Popen.poll(),
-            # between its taking the Popen's wait lock and the try that
-            # gives it back, left the lock taken, and the wait for the
-            # agent after it hung for good (seen once in CI: the agent
-            # exited at once and stayed a zombie).
-            stopped: list[int] = []
-            with _signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum)), \
-                    _signal(signal.SIGINT, lambda signum, frame: stopped.append(signum)):
-                if not duration:
-                    log("nestrace: recording; Ctrl-C to stop (or SIGTERM)")
-                end = time.monotonic() + duration if duration else None
-                while not stopped and proc.poll() is None:
-                    left = end - time.monotonic() if end is not None else 0.2
-                    if left <= 0:
-                        break
-                    time.sleep(min(left, 0.2))
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+                for fr in iter_frames(proc.stdout, "agent stream", state):
+                    if fr.meta is not None:
+                        kind = fr.meta.get("type")
+                        if kind == "start":
+                            live.update_facts(agent_start=fr.meta, start_ns=fr.meta["start_ns"])
+                            started.set()
+                        elif kind == "end":
+                            if fr.meta.get("reason") not in ("signal", "duration"):
+                                state.problems.append(StreamError(
+                                    "agent stream", fr.offset, "the agent stopped early: "
+                                    f"{fr.meta.get('reason')}; the capture ends there"))
+                            live.update_facts(agent_end=fr.meta, end_ns=fr.meta["end_ns"])
+                        continue
+                    state.problems.append(StreamError(
+                        "agent stream", fr.offset, f"unexpected {fr.table} records on the "
+                        "metadata stream (records go to the live directory); not stored"))
+            except BaseException as e:  # surfaced by the main thread
+                reader_error.append(e)
+            finally:
+                started.set()
+
+        lines = StatusLines(stack)
+
+        def read_stderr() -> None:
+            for line in proc.stderr:
+                text = line.decode(errors="replace").rstrip()
+                shown = lines.text(text)
+                if shown is not None:        # (not kept: one a second over a long run)
+                    cap.status_last = lines.last
+                    log(shown)
+                    continue
+                cap.agent_stderr.append(text)
+                if "WARNING" in text or "failed" in text or "cannot" in text:
+                    log(text)
+
+        threads = [threading.Thread(target=read_stream, daemon=True),
+                   threading.Thread(target=read_stderr, daemon=True)]
         for t in threads:
-            t.join(60)
-    if no_workload:
-        try:
+            t.start()
+        started.wait(60)
+        no_workload: list[OSError] = []
+        if proc.poll() is not None and not reader_error:
+            threads[1].join(5)
             live.close()
+            raise RecordError("the agent exited before tracing: " +
+                              (" | ".join(cap.agent_stderr[-3:]) or f"exit code {proc.returncode}"))
+        try:
+            if command:
+                try:
+                    cap.command_rc = _run_workload(command, cwd, env)
+                except OSError as e:    # (it never ran: nothing worth keeping)
+                    no_workload.append(e)
+            else:
+                # SIGINT too, even when started with it ignored (a shell's
+                # background job): like blktrace and perf record, Ctrl-C or
+                # kill -INT always ends the recording
+                # The handlers only note the signal (no lock: not an Event,
+                # whose lock the handler could find taken by the very code it
+                # interrupted).  An exception raised inside Popen.poll(),
+                # between its taking the Popen's wait lock and the try that
+                # gives it back, left the lock taken, and the wait for the
+                # agent after it hung for good (seen once in CI: the agent
+                # exited at once and stayed a zombie).
+                stopped: list[int] = []
+                with _signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum)), \
+                        _signal(signal.SIGINT, lambda signum, frame: stopped.append(signum)):
+                    if not duration:
+                        log("nestrace: recording; Ctrl-C to stop (or SIGTERM)")
+                    end = time.monotonic() + duration if duration else None
+                    while not stopped and proc.poll() is None:
+                        left = end - time.monotonic() if end is not None else 0.2
+                        if left <= 0:
+                            break
+                        time.sleep(min(left, 0.2))
         finally:
-            shutil.rmtree(live.dir, ignore_errors=True)
-        raise RecordError(f"{command[0]}: could not start: {no_workload[0].strerror or no_workload[0]}"
-                          " (nothing recorded)")
-    keep = (f"the capture's live batches are kept in {live.dir}: make room, then run "
-            f"`nestrace seal {store_p}`")
-    if reader_error:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for t in threads:
+                t.join(60)
+        if no_workload:
+            try:
+                live.close()
+            finally:
+                shutil.rmtree(live.dir, ignore_errors=True)
+            raise RecordError(f"{command[0]}: could not start: {no_workload[0].strerror or no_workload[0]}"
+                              " (nothing recorded)")
+        keep = (f"the capture's live batches are kept in {live.dir}: make room, then run "
+                f"`nestrace seal {store_p}`")
+        if reader_error:
+            try:
+                live.close()
+            except StoreError:
+                pass                      # the reader's error says it first
+            if isinstance(reader_error[0], StoreError):
+                raise RecordError("; ".join([str(reader_error[0])] +
+                                            [str(p) for p in state.problems] + [keep]))
+            raise RecordError(f"reading the agent stream failed: {reader_error[0]}")
+        cap.stream_problems = [str(p) for p in state.problems]
         try:
-            live.close()
-        except StoreError:
-            pass                      # the reader's error says it first
-        if isinstance(reader_error[0], StoreError):
-            raise RecordError("; ".join([str(reader_error[0])] +
-                                        [str(p) for p in state.problems] + [keep]))
-        raise RecordError(f"reading the agent stream failed: {reader_error[0]}")
-    cap.stream_problems = [str(p) for p in state.problems]
-    try:
-        try:
-            if cap.command_rc is not None:
-                live.update_facts(command_exit=cap.command_rc)
-            # files read or written by system calls, and by memory (page
-            # faults and dirtied pages of mapped files: page-cache events)
-            touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
-            live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
-        finally:
-            live.close()
-        cap.seal = seal(store_p, cid)
-    except StoreError as e:
-        raise RecordError("; ".join([str(e)] + cap.stream_problems + [keep])) from None
-    return cap
+            try:
+                if cap.command_rc is not None:
+                    live.update_facts(command_exit=cap.command_rc)
+                # files read or written by system calls, and by memory (page
+                # faults and dirtied pages of mapped files: page-cache events)
+                touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
+                live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
+            finally:
+                live.close()
+            cap.seal = seal(store_p, cid)
+        except StoreError as e:
+            raise RecordError("; ".join([str(e)] + cap.stream_problems + [keep])) from None
+        return cap
+    finally:
+        live.release()
 
 
 def _check_command(prog: str, cwd: str | None, env: dict[str, str] | None) -> None:

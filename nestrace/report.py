@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from .session import LINKS_INPUTS, Session
-from .store import check_store
+from .store import check_store, writing
 
 REPORT_VERSION = 1
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
@@ -424,7 +424,8 @@ def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict
     out = {}
     # (without the late modules: binding follow_io would plan links from
     # the raw tables before they are stored, ~0.6 s for nothing)
-    with Session(p, memory_limit=memory_limit, late_modules=False) as s:
+    with writing(p, "nestrace correlate"), \
+            Session(p, memory_limit=memory_limit, late_modules=False) as s:
         caps = s.captures()
         for view in MATERIALIZED:
             if view == "links":

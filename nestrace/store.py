@@ -5,19 +5,25 @@ by capture, written live as Arrow IPC streams and sealed into Parquet.
     STORE/_live/<capture>/<table>.arrows         during capture, one IPC stream per
                                                  table, flushed per batch
     STORE/_live/<capture>/capture.json           capture facts known so far
+    STORE/_live/<capture>/recording.lock         flock held by the recorder and its agent
     STORE/<table>/capture=<capture>/data.parquet after sealing
+    STORE/.write-lock                            flock held by whoever writes the tables
 
 A capture killed mid-run leaves its `_live` directory; `seal()` (CLI
 `nestrace seal STORE`) turns every readable batch in it into Parquet.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import mmap
 import os
 import platform
 import shutil
 import socket
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +36,8 @@ from .schema import RECORDS, TABLES, kernel_tables, record_schema, table_schema
 MARKER = "nestrace-store.json"
 FORMAT = {"format": "nestrace-store", "version": 1}
 LIVE = "_live"
+WRITE_LOCK = ".write-lock"
+RECORDING_LOCK = "recording.lock"
 
 
 class StoreError(ValueError):
@@ -77,22 +85,122 @@ def captures(store: Path) -> list[str]:
 
 def live_captures(store: Path) -> list[str]:
     d = store / LIVE
-    return sorted(x.name for x in d.iterdir()) if d.is_dir() else []
+    # (a name beginning with "." is a capture being created: see LiveCapture)
+    return sorted(x.name for x in d.iterdir() if not x.name.startswith(".")) if d.is_dir() else []
+
+
+def _note(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def writing(store: Path, what: str, note=_note):
+    """Hold STORE's write lock while `what` writes its tables.  The
+    commands that write a store (seal, correlate, import, merge) take
+    turns: a later one waits, and note() says for whom (two correlates at
+    once wrote one temporary file, and the second died of DuckDB's "could
+    not set lock")."""
+    path = store / WRITE_LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise StoreError(f"{path}: cannot open the store's write lock: {e.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another nestrace"
+            note(f"nestrace: {store}: waiting for {holder} to finish writing the store")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} ({what})\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def recorder_of(store: Path, capture_id: str, wait: float = 30.0) -> int | None:
+    """The pid of the nestrace recording live capture `capture_id`, or None
+    when none is (it is then safe to seal).  The recorder's agent holds the
+    capture's lock too: a recorder killed (SIGKILL) leaves an agent that
+    exits with it (PR_SET_PDEATHSIG) after writing its last batch, and is
+    given up to `wait` seconds for it."""
+    path = store / LIVE / capture_id / RECORDING_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None                   # recorded before there were locks
+    except OSError as e:
+        raise StoreError(f"{path}: cannot open: {e.strerror}") from None
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return None
+            except BlockingIOError:
+                pass
+            text = os.pread(fd, 64, 0).decode(errors="replace").split()
+            pid = int(text[0]) if text and text[0].isdigit() else None
+            if pid is not None and _alive(pid):
+                return pid
+            if time.monotonic() > deadline:
+                raise StoreError(f"{path}: still locked {wait:.0f} s after its recorder "
+                                 f"(pid {pid}) ended: is its agent still running?")
+            time.sleep(0.05)
+    finally:
+        os.close(fd)
 
 
 @dataclass
 class LiveCapture:
-    """Writes one capture's batches as Arrow IPC streams, flushed per batch."""
+    """Writes one capture's batches as Arrow IPC streams, flushed per batch.
+    `recording`: hold the capture's lock (`recorder_of`) until release(), so
+    that `nestrace seal` leaves it alone; pass lock_fd to the agent, and it
+    holds the lock too while it lives."""
     store: Path
     capture_id: str
     writers: dict = field(default_factory=dict)
+    recording: bool = False
+    lock_fd: int | None = None
 
     @property
     def dir(self) -> Path:
         return self.store / LIVE / self.capture_id
 
     def __post_init__(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.recording:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            return
+        # made under a hidden name, locked, then renamed: seal never sees
+        # the capture unlocked
+        new = self.dir.with_name(f".{self.capture_id}.new")
+        new.mkdir(parents=True)
+        try:
+            self.lock_fd = os.open(new / RECORDING_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+            os.write(self.lock_fd, f"{os.getpid()}\n".encode())
+            os.rename(new, self.dir)
+        except OSError as e:
+            self.release()
+            shutil.rmtree(new, ignore_errors=True)
+            raise StoreError(f"{new}: cannot create the live capture: {e.strerror}") from None
+
+    def release(self) -> None:
+        """Let go of the capture's lock (the agent may still hold it)."""
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         path = self.dir / f"{table}.arrows"
@@ -347,7 +455,13 @@ def _live_facts(path: Path, problems: list[str]) -> dict:
 
 def seal(store: Path, capture_id: str) -> SealResult:
     """Turn a live capture into Parquet tables plus lost_events and
-    capture_meta; remove its live directory."""
+    capture_meta; remove its live directory.  (The caller checks that no
+    other process records it: `recorder_of`.)"""
+    with writing(store, f"nestrace seal {capture_id}"):
+        return _seal(store, capture_id)
+
+
+def _seal(store: Path, capture_id: str) -> SealResult:
     live = store / LIVE / capture_id
     problems: list[str] = []
     facts = _live_facts(live / "capture.json", problems)

@@ -965,18 +965,71 @@ def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_fac
     assert not list(store.glob("_live/*"))
 
 
-def test_sigterm_ends_a_recording_cleanly(lab_factory, tmp_path):
+@pytest.fixture
+def recorders():
+    """Processes a test starts, killed (their agents die with them) if
+    the test leaves them running."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def recording_reads(lab, store: Path, recorders: list) -> subprocess.Popen:
+    """`nestrace record` of the lab without a command, once it records, and
+    4 MiB read through the stack under it."""
+    proc = subprocess.Popen(NESTRACE + ["record", "-o", str(store), "--stack", lab.mount], cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    recorders.append(proc)
+    for line in proc.stderr:
+        if "recording; Ctrl-C to stop" in line:
+            break
+    lab.fio("--rw=read", "--bs=64k", "--direct=1", "--size=4M")
+    return proc
+
+
+def test_seal_leaves_a_recording_alone_and_waits_for_the_agent_of_a_killed_one(lab_factory, tmp_path,
+                                                                                 recorders):
+    """`nestrace seal` while `record` runs leaves the live capture to it (it
+    sealed it under the running agent, and record then failed).  Once the
+    recorder alone is SIGKILLed, its agent (which holds the capture's lock
+    too) writes its last batch and exits, and seal waits for that."""
+    lab = lab_factory("ext4", "xfs")
+    store = tmp_path / "s"
+    proc = recording_reads(lab, store, recorders)
+    r = run_cli("seal", str(store))
+    assert f"is being recorded (nestrace pid {proc.pid}): left to it" in r.stdout
+    lab.fio("--rw=read", "--bs=64k", "--direct=1", "--size=4M")
+    proc.terminate()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    s = nestrace.open(store)
+    assert s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'read'")[0]["n"] >= 128
+    assert not list(store.glob("_live/*"))
+
+    proc = recording_reads(lab, store, recorders)
+    agents = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(agents) == 1
+    proc.kill()
+    proc.wait()
+    run_cli("seal", str(store))
+    assert not Path(f"/proc/{agents[0]}").exists() or \
+        Path(f"/proc/{agents[0]}/stat").read_text().split()[2] == "Z"
+    assert not list(store.glob("_live/*"))
+    s = nestrace.open(store)
+    assert len(s.captures()) == 2
+    assert s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'read'")[0]["n"] >= 192
+
+
+def test_sigterm_ends_a_recording_cleanly(lab_factory, tmp_path, recorders):
     """SIGTERM (a service manager's stop, `kill`) ends `record` like
     Ctrl-C: the capture is sealed.  With a workload, the workload gets
     the SIGTERM, and nestrace exits with its code."""
     lab = lab_factory("ext4", "xfs")
     a, b = tmp_path / "a", tmp_path / "b"
-    proc = subprocess.Popen(NESTRACE + ["record", "-o", str(a), "--stack", lab.mount], cwd=ROOT,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    for line in proc.stderr:
-        if "recording; Ctrl-C to stop" in line:
-            break
-    lab.fio("--rw=read", "--bs=64k", "--direct=1", "--size=4M")
+    proc = recording_reads(lab, a, recorders)
     proc.terminate()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err

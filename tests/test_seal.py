@@ -2,13 +2,18 @@
 named by file and byte offset, and the records it held count as lost."""
 from __future__ import annotations
 
+import os
+import subprocess
+import time
+
 import pyarrow as pa
+import pytest
 
 import nestrace
 from nestrace.schema import RECORDS, record_schema
-from nestrace.store import LIVE, LiveCapture, init_store, read_ipc_tolerant
+from nestrace.store import LIVE, LiveCapture, init_store, read_ipc_tolerant, recorder_of, writing
 
-from conftest import run_cli
+from conftest import NESTRACE, ROOT, run_cli
 
 BATCH = 100
 
@@ -232,3 +237,53 @@ def test_completions_that_happened_unseen_count_as_lost(tmp_path):
         {"lost_total": 2, "completions_missed": 2, "requests_unfinished": 2}]
     rep = run_cli("report", str(store)).stdout
     assert "completions missed 2" in rep and "2 block requests dispatched without a completion" in rep
+
+
+@pytest.mark.parametrize("command", ["correlate", "seal"])
+def test_a_command_that_writes_a_store_waits_for_the_one_writing_it(tmp_path, command):
+    """Two commands writing one store take turns (two correlates at once
+    wrote one temporary file, and the second died of DuckDB's "could not
+    set lock"): the later one says whom it waits for, writes nothing while
+    it waits, and does its work after."""
+    store, _ = live_store(tmp_path, 2)
+    if command == "correlate":
+        run_cli("seal", str(store))
+    done = store / ("block_requests" if command == "correlate" else "capture_meta")
+    with writing(store, "the test"):
+        proc = subprocess.Popen(NESTRACE + [command, str(store)], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        line = proc.stderr.readline()     # (EOF: it ended without waiting)
+        assert f"{store}: waiting for pid {os.getpid()} (the test) to finish writing" in line, \
+            line + proc.stderr.read()
+        time.sleep(0.5)
+        assert proc.poll() is None and not done.exists()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert done.is_dir()
+    assert nestrace.open(store).rows("SELECT count(*) AS n FROM block_events") == [{"n": 2 * BATCH}]
+
+
+def test_seal_leaves_a_capture_its_recorder_still_holds(tmp_path):
+    """A live capture made by a recorder (record, import) is locked while it
+    lives: `nestrace seal` leaves it, and seals it once the recorder is gone
+    (the lock goes with the process, a SIGKILL too)."""
+    store = init_store(tmp_path / "s")
+    holder = subprocess.Popen(
+        NESTRACE[:1] + ["-c", "import sys, time; from pathlib import Path\n"
+                        "from nestrace.store import LiveCapture\n"
+                        "LiveCapture(Path(sys.argv[1]), 'c1', recording=True)\n"
+                        "print('ready', flush=True); time.sleep(600)", str(store)],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        assert recorder_of(store, "c1") == holder.pid
+        r = run_cli("seal", str(store))
+        assert f"capture c1 is being recorded (nestrace pid {holder.pid}): left to it" in r.stdout
+        assert (store / LIVE / "c1").is_dir() and not (store / "capture_meta").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert recorder_of(store, "c1") is None
+    r = run_cli("seal", str(store))
+    assert "capture c1" in r.stdout and not (store / LIVE).exists()
+    assert nestrace.open(store).captures() == ["c1"]

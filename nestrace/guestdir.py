@@ -195,7 +195,8 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
                 machine=machine, kernel=facts.get("kernel", ""), start_wall=facts.get("start_wall", ""),
                 command=facts.get("command", ""), stack=stack.to_json(),
                 settings={"agent_only": True, "guest_capture": str(d.resolve()),
-                          "agent_cpus": facts.get("agent_cpus")},
+                          "agent_cpus": facts.get("agent_cpus"),
+                          "store_traced_at": facts.get("store_traced_at")},
                 agent_start=start, start_ns=start.get("start_ns", 0),
                 **({"agent_end": end, "end_ns": end.get("end_ns", 0)} if end else {}),
                 **({"command_exit": facts["command_exit"]}

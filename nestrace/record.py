@@ -24,7 +24,7 @@ from ._paths import agent_path
 from .errors import RecordError
 from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
-from .stack import Stack, btrfs_layout, extent_rows, file_id, kdev_str
+from .stack import Stack, btrfs_layout, extent_rows, file_id, kdev_str, traced_at
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
@@ -420,6 +420,12 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         log(f"nestrace: agent on CPU {','.join(map(str, sorted(pin)))}, away from the disk "
             "interrupts (--agent-cpus all: anywhere)")
     store_p = init_store(store)
+    store_level = traced_at(stack, str(store_p))
+    if store_level:
+        log(f"nestrace: warning: the store {store_p} is on the traced stack: nestrace's own "
+            f"writes to it (the agent's batches, comm nestrace-agent) are traced "
+            f"{ {'vfs': 'at every level', 'vdisk': 'from the virtual disk down'}.get(store_level, 'at the host disk')}"
+            "; a store off the stack (another disk, a tmpfs) leaves them out")
     cid = new_capture_id()
     live = LiveCapture(store_p, cid, recording=True)
     try:
@@ -429,7 +435,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                           start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
                           command=" ".join(command or []), stack=stack.to_json(),
                           settings={"agent_cpus": sorted(pin) if pin else None,
-                                    "all_hooks": all_hooks, "pid": pid})
+                                    "all_hooks": all_hooks, "pid": pid,
+                                    "store_traced_at": store_level})
         live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
                                                              schema=table_schema("device_map")))
         live.write_table("extent_maps", snapshot_extents(stack, cid, "start"))

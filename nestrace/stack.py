@@ -235,6 +235,28 @@ class Stack:
         return asdict(self)
 
 
+def traced_at(stack: Stack, path: str) -> str | None:
+    """The highest level of `stack` that sees what is written to `path`
+    (a store, say): vfs on the guest file system, vdisk on another file
+    system of the virtual disk, disk on the host file system or another
+    file system of a traced disk; None when the stack sees none of it."""
+    m = mount_containing(path)
+    if m is None:
+        return None
+    if stack.has_guest and stack.guest_kdev and m.kdev == stack.guest_kdev:
+        return "vfs"
+    try:
+        dev = mount_block_dev(m)       # (a partition's whole disk)
+    except (OSError, StackError):
+        return None                    # not on a block device (tmpfs, NFS)
+    if stack.has_guest and stack.vdisk and (dev.major, dev.minor) == (stack.vdisk.major, stack.vdisk.minor):
+        return "vdisk"
+    if stack.has_host and (m.kdev == stack.host_kdev or
+                           any((dev.major, dev.minor) == (d.major, d.minor) for d in stack.disks)):
+        return "disk"
+    return None
+
+
 def discover(mount_point: str) -> Stack:
     """Walk mount -> loop -> image -> host FS -> disk."""
     gm = mount_of(mount_point)

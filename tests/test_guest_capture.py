@@ -161,3 +161,36 @@ def test_a_guest_capture_killed_mid_run_imports_what_it_wrote(lab_factory, tmp_p
         v = s.rows("SELECT count(*) AS n FROM vdisk_io WHERE op = 'read'")[0]["n"]
         assert n > 100 and v > 100, (n, v)
         assert s.rows("SELECT count(*) AS n FROM extent_maps WHERE phase = 'start'")[0]["n"] > 0
+
+
+def test_a_store_on_the_traced_stack_is_named_where_its_writes_are_seen(lab_factory, tmp_path):
+    """nestrace's own writes to a store (or a guest capture directory) on
+    the stack it traces are traced too: `record` and the agent alone say
+    so, at which level, and the capture's settings keep it."""
+    from nestrace.stack import discover, traced_at
+    lab = lab_factory("ext4", "xfs")
+    st = discover(lab.mount)
+    host = str(Path(st.image_path).parent)
+    assert [traced_at(st, p) for p in (lab.mount, host, str(tmp_path))] == ["vfs", "disk", None]
+
+    where = {}
+    for name, d in (("guest", Path(lab.mount) / "s"), ("host", Path(host) / "s"), ("off", tmp_path / "s")):
+        r = run_cli("record", "-o", str(d), "--stack", lab.mount, "--", "true")
+        where[name] = nestrace.open(d).rows("SELECT settings_json FROM capture_meta")[0]["settings_json"]
+        warned = "is on the traced stack: nestrace's own writes to it" in r.stderr
+        assert warned == (name != "off"), r.stderr
+        if name == "guest":
+            assert "are traced at every level" in r.stderr
+    assert [json.loads(where[n])["store_traced_at"] for n in ("guest", "host", "off")] == ["vfs", "disk", None]
+
+    g = Path(lab.mount) / "g"
+    r = agent("--guest", lab.mount, "--guest-capture", str(g), "--", "true")
+    assert f"--guest-capture {g} is on the traced stack: the agent's own writes to it are " \
+           "traced at every level" in r.stderr
+    assert json.loads((g / "guest.json").read_text())["store_traced_at"] == "vfs"
+    run_cli("import", str(g), "-o", str(tmp_path / "gs"))
+    settings = nestrace.open(tmp_path / "gs").rows("SELECT settings_json FROM capture_meta")[0]
+    assert json.loads(settings["settings_json"])["store_traced_at"] == "vfs"
+    r = agent("--guest", lab.mount, "--guest-capture", str(tmp_path / "g2"), "--", "true")
+    assert "on the traced stack" not in r.stderr
+    assert "store_traced_at" not in json.loads((tmp_path / "g2" / "guest.json").read_text())

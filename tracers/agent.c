@@ -1103,6 +1103,7 @@ static struct {
 	char start_wall[64], end_wall[64];
 	int files_start, files_end;
 	bool made_dir;
+	const char *traced_at;	/* where the stack sees the directory: "vfs", "vdisk" or NULL */
 	char out_path[PATH_MAX];
 } gcap;
 
@@ -1145,6 +1146,8 @@ static int gcap__facts(int command_exit)
 	fprintf(f, ",\"stack\":");
 	guest__stack_json(f, &guest);
 	fprintf(f, ",\"files_start\":%d,\"agent_cpus\":%s", gcap.files_start, cpus_json);
+	if (gcap.traced_at)
+		fprintf(f, ",\"store_traced_at\":\"%s\"", gcap.traced_at);
 	if (command_exit >= -1) {
 		fprintf(f, ",\"end_wall\":\"%s\",\"files_end\":%d,\"command_exit\":",
 			gcap.end_wall, gcap.files_end);
@@ -1209,6 +1212,12 @@ static int gcap__begin(void)
 	closedir(d);
 	if (guest__discover(env.guest_mount, &guest))
 		return -1;
+	gcap.traced_at = guest__traced_at(&guest, env.guest_dir);
+	if (gcap.traced_at)
+		fprintf(stderr, "nestrace-agent: warning: --guest-capture %s is on the traced stack: "
+			"the agent's own writes to it are traced %s; a directory off the stack "
+			"(another disk, a tmpfs) leaves them out\n", env.guest_dir,
+			strcmp(gcap.traced_at, "vfs") ? "from the virtual disk down" : "at every level");
 	/* as `nestrace record --side guest`: file calls, page cache and
 	 * mappings on the file system, block events on its disk */
 	env.families = "vfs,block";

@@ -263,6 +263,53 @@ int guest__discover(const char *mount, struct guest_stack *g)
 	return 0;
 }
 
+const char *guest__traced_at(const struct guest_stack *g, const char *path)
+{
+	char real[PATH_MAX], line[4 * PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64];
+	unsigned int maj = 0, min = 0, dmaj, dmin;
+	static char src[PATH_MAX];
+	size_t best = 0;
+	struct stat st;
+	FILE *mi;
+
+	if (!realpath(path, real) || !(mi = fopen("/proc/self/mountinfo", "re")))
+		return NULL;
+	/* the mount it is on: the longest mount point over it, the last of equals */
+	while (fgets(line, sizeof(line), mi)) {
+		char mp[PATH_MAX], s[PATH_MAX], *sep = strstr(line, " - ");
+		unsigned int a, b;
+		size_t n;
+
+		if (!sep || sscanf(line, "%*u %*u %u:%u %*s %4095s", &a, &b, mp) != 3 ||
+		    sscanf(sep + 3, "%*s %4095s", s) != 1)
+			continue;
+		unescape(mp);
+		n = strlen(mp);
+		if (strcmp(mp, "/") && (strncmp(real, mp, n) || (real[n] && real[n] != '/')))
+			continue;
+		if (n >= best) {
+			best = n, maj = a, min = b;
+			unescape(s);
+			snprintf(src, sizeof(src), "%s", s);
+		}
+	}
+	fclose(mi);
+	if (!best)
+		return NULL;
+	if (maj == g->fs_major && min == g->fs_minor)
+		return "vfs";
+	if (!stat(src, &st) && S_ISBLK(st.st_mode))
+		maj = major(st.st_rdev), min = minor(st.st_rdev);
+	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", maj, min);
+	if (!realpath(sys, dev))
+		return NULL;			/* not on a block device */
+	if (!read_sysfs(dev, "partition", buf, sizeof(buf)))
+		*strrchr(dev, '/') = 0;		/* the whole disk's directory */
+	if (read_sysfs(dev, "dev", buf, sizeof(buf)) || sscanf(buf, "%u:%u", &dmaj, &dmin) != 2)
+		return NULL;
+	return dmaj == g->disk_major && dmin == g->disk_minor ? "vdisk" : NULL;
+}
+
 void guest__json_str(FILE *f, const char *s)
 {
 	fputc('"', f);

@@ -36,6 +36,10 @@ int guest__discover(const char *mount, struct guest_stack *g);
  * number of files, -1 on a write error. */
 int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
 		    bool (*want)(__u64 ino));
+/* The highest level of the stack that sees writes to `path` (the capture
+ * directory): "vfs" on the file system itself, "vdisk" on another file
+ * system of its disk, NULL when neither (as nestrace/stack.py traced_at). */
+const char *guest__traced_at(const struct guest_stack *g, const char *path);
 /* The stack as the JSON object `nestrace import` reads. */
 void guest__stack_json(FILE *f, const struct guest_stack *g);
 /* s as a JSON string (quoted, escaped). */

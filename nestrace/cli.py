@@ -299,6 +299,9 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @click.option("--disk", type=click.Path(), help="Host disk device (with --stack, overrides).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds to record (without CMD).")
+@click.option("--max-size", default=None, metavar="SIZE",
+              help="Stop tracing once the capture's live record files hold SIZE (e.g. 512M, "
+                   "4G; checked every 0.2 s); CMD goes on to its end.")
 @capture_options
 @click.option("--pid", type=int, default=None,
               help="vfs level: only this process (and its threads); lower levels: all I/O.")
@@ -315,7 +318,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @user_errors
 @needs_root
 @needs_btf
-def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mode,
+def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flush_ms, mode,
            all_hooks, agent_cpus, pid, status, side, command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
@@ -324,6 +327,14 @@ def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mod
     if duration is not None and command:    # (it was ignored)
         raise UserError("--duration is for recording without CMD: with CMD the recording "
                         "ends when CMD does")
+    max_bytes = None
+    if max_size is not None:
+        try:
+            max_bytes = parse_size(max_size)
+        except LabError as e:
+            raise UserError(f"--max-size: {e}") from None
+        if max_bytes <= 0:
+            raise UserError(f"--max-size {max_size}: give a size above 0")
     if side != "both":
         stack = _side_stack(side, mount, vdisk, image, disk)
     elif not mount and not vdisk:
@@ -353,7 +364,7 @@ def record(store, mount, vdisk, image, disk, duration, ringbuf_kb, flush_ms, mod
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
                      all_hooks=all_hooks, cpus=agent_cpus, pid=pid,
                      status=(1.0 if not command and sys.stderr.isatty() else 0)
-                     if status is None else status)
+                     if status is None else status, max_bytes=max_bytes)
     _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)

@@ -52,7 +52,7 @@ def parse_size(s: str | int) -> int:
         if t and t[-1] in units:
             return int(float(t[:-1]) * units[t[-1]])
         return int(t)
-    except ValueError:
+    except (ValueError, OverflowError):     # (OverflowError: "infG")
         raise LabError(f"bad size {s!r} (want e.g. 512M, 2G)") from None
 
 

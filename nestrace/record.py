@@ -343,6 +343,7 @@ class Capture:
     # the agent's last status line (record(status=...)): counts since the
     # start, as StatusLines.parse gives them
     status_last: dict | None = None
+    max_size_reached: bool = False
 
 
 @contextlib.contextmanager
@@ -404,13 +405,16 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            flush_ms: int | None = None, all_hooks: bool = False,
            mode: str = "auto", families: str | None = None, cpus: str = "auto",
            pid: int | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
-           status: float = 0, log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
+           status: float = 0, max_bytes: int | None = None,
+           log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
     sees only that process (its threads included); the lower levels see
     every I/O on the stack.  `cwd`, `env`: the command's.  `status`: log
     a line of rates per level this often, in seconds (0: none; see
-    StatusLines)."""
+    StatusLines).  `max_bytes`: stop tracing once the live record files
+    hold this many bytes (checked every 0.2 s); a command goes on to its
+    end."""
     if pid is not None and not Path(f"/proc/{pid}").is_dir():
         raise RecordError(f"--pid {pid}: no such process")
     if command:
@@ -431,12 +435,12 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     try:
         cap = Capture(store_p, cid)
         machine = socket.gethostname()
+        settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
+                    "pid": pid, "store_traced_at": store_level, "max_size_bytes": max_bytes}
         live.update_facts(machine=machine, kernel=platform.release(),
                           start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
                           command=" ".join(command or []), stack=stack.to_json(),
-                          settings={"agent_cpus": sorted(pin) if pin else None,
-                                    "all_hooks": all_hooks, "pid": pid,
-                                    "store_traced_at": store_level})
+                          settings=settings)
         live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
                                                              schema=table_schema("device_map")))
         live.write_table("extent_maps", snapshot_extents(stack, cid, "start"))
@@ -495,6 +499,21 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         for t in threads:
             t.start()
         started.wait(60)
+        reached: list[int] = []
+        if max_bytes:
+            def watch_size() -> None:
+                while proc.poll() is None:
+                    n = live_bytes(live.dir)
+                    if n >= max_bytes:
+                        reached.append(n)
+                        log(f"nestrace: the capture reached --max-size {max_bytes / (1 << 20):.1f} MiB "
+                            f"({n / (1 << 20):.1f} MiB of records): tracing stopped"
+                            + ("; the workload goes on" if command else ""))
+                        proc.send_signal(signal.SIGINT)
+                        return
+                    time.sleep(0.2)
+            threads.append(threading.Thread(target=watch_size, daemon=True))
+            threads[-1].start()
         no_workload: list[OSError] = []
         if proc.poll() is not None and not reader_error:
             threads[1].join(5)
@@ -562,6 +581,9 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             try:
                 if cap.command_rc is not None:
                     live.update_facts(command_exit=cap.command_rc)
+                if reached:
+                    cap.max_size_reached = True
+                    live.update_facts(settings=settings | {"max_size_reached": True})
                 # files read or written by system calls, and by memory (page
                 # faults and dirtied pages of mapped files: page-cache events)
                 touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
@@ -574,6 +596,19 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         return cap
     finally:
         live.release()
+
+
+def live_bytes(d: Path) -> int:
+    """Bytes of record files in a live capture directory so far."""
+    n = 0
+    with os.scandir(d) as it:
+        for e in it:
+            if e.name.endswith(".arrows"):
+                try:
+                    n += e.stat().st_size
+                except FileNotFoundError:
+                    pass
+    return n
 
 
 def _check_command(prog: str, cwd: str | None, env: dict[str, str] | None) -> None:

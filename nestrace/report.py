@@ -46,13 +46,25 @@ def _one(s: Session, sql: str, params: list) -> dict:
     return rows[0] if rows else {}
 
 
+def _limits(settings_json: str | None) -> dict:
+    """What the capture's settings say about its own edges: cut short at
+    --max-size, and whether its store was on the traced stack (a merged
+    capture: either side)."""
+    st = json.loads(settings_json) if settings_json else {}
+    sides = [st[k] for k in ("guest", "host") if isinstance(st.get(k), dict)] or [st]
+    max_size = [x.get("max_size_bytes") for x in sides if x.get("max_size_reached")]
+    traced = [x["store_traced_at"] for x in sides if x.get("store_traced_at")]
+    return {"max_size_reached": bool(max_size), "max_size_bytes": max_size[0] if max_size else None,
+            "store_traced_at": traced[0] if traced else None}
+
+
 def build(s: Session, capture_id: str | None = None) -> dict:
     cid = s.capture(capture_id)
     p = [cid]
     s.cache_links()
     meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, hook_misses, "
                    "completions_missed, requests_unfinished, "
-                   "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs, stack_json "
+                   "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs, stack_json, settings_json "
                    "FROM capture_meta WHERE capture_id = ?", p)
     clock = None
     if meta.get("clock_offset_ns") is not None:
@@ -174,6 +186,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "duration_s": ((meta.get("end_ns") or 0) - (meta.get("start_ns") or 0)) / 1e9,
         "records": meta.get("records_total"),
         "clock": clock,
+        **_limits(meta.get("settings_json")),
         "image": image,
         "lost": {"total": meta.get("lost_total"), **lost, "hook_misses": meta.get("hook_misses"),
                  "completions_missed": meta.get("completions_missed"),
@@ -243,6 +256,12 @@ def render(rep: dict, console=None) -> None:
     con = console or Console()
     con.print(f"[bold]capture {rep['capture_id']}[/] on {rep['machine']} ({rep['kernel']}), "
               f"{rep['duration_s']:.1f} s, {rep['records']} records")
+    if rep.get("max_size_reached"):
+        con.print(f"[yellow]tracing stopped at --max-size ({_fmt_bytes(rep['max_size_bytes'])} of "
+                  "records): what ran after it is not in this capture[/]")
+    if rep.get("store_traced_at"):
+        con.print(f"[yellow]the store was on the traced stack: nestrace's own writes to it "
+                  f"(comm nestrace-agent) are in this capture from {rep['store_traced_at']} down[/]")
     ck = rep.get("clock")
     if ck:
         con.print(f"hostfs and disk recorded on {ck['host_machine']}, moved onto this clock: "

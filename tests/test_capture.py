@@ -1023,6 +1023,33 @@ def test_seal_leaves_a_recording_alone_and_waits_for_the_agent_of_a_killed_one(l
     assert s.rows("SELECT count(*) AS n FROM vfs_io WHERE op = 'read'")[0]["n"] >= 192
 
 
+def test_max_size_stops_tracing_and_the_workload_goes_on(lab_factory, tmp_path):
+    """`record --max-size`: tracing stops once the live record files hold
+    that much; the workload runs to its end, and the capture (its settings,
+    the report) says it was cut."""
+    lab = lab_factory("ext4", "xfs")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    store = tmp_path / "s"
+    t0 = time.monotonic()
+    r = run_cli("record", "-o", str(store), "--stack", lab.mount, "--max-size", "2M", "--",
+                "fio", "--name=t", f"--directory={lab.mount}", "--rw=randread", "--bs=4k",
+                "--direct=1", "--size=64M", "--time_based", "--runtime=3", "--output=/dev/null")
+    assert time.monotonic() - t0 >= 3                     # fio ran its 3 s
+    assert "the capture reached --max-size 2.0 MiB (" in r.stderr and "the workload goes on" in r.stderr
+    s = nestrace.open(store)
+    meta = s.rows("SELECT (end_ns - start_ns) / 1e9 AS span, settings_json FROM capture_meta")[0]
+    assert meta["span"] < 2.5
+    settings = json.loads(meta["settings_json"])
+    assert settings["max_size_bytes"] == 2 << 20 and settings["max_size_reached"] is True
+    assert s.rows("SELECT count(*) AS n FROM vfs_io")[0]["n"] > 1000
+    rep = json.loads(run_cli("report", "--json", str(store)).stdout)
+    assert (rep["max_size_reached"], rep["max_size_bytes"]) == (True, 2 << 20)
+    assert "tracing stopped at --max-size (2.0 MiB of records)" in run_cli("report", str(store)).stdout
+    r = run_cli("record", "-o", str(store), "--stack", lab.mount, "--max-size", "0", "--", "true",
+                check=False)
+    assert (r.returncode, r.stderr.strip()) == (2, "nestrace: error: --max-size 0: give a size above 0")
+
+
 def test_sigterm_ends_a_recording_cleanly(lab_factory, tmp_path, recorders):
     """SIGTERM (a service manager's stop, `kill`) ends `record` like
     Ctrl-C: the capture is sealed.  With a workload, the workload gets

@@ -182,6 +182,8 @@ def test_a_store_on_the_traced_stack_is_named_where_its_writes_are_seen(lab_fact
         if name == "guest":
             assert "are traced at every level" in r.stderr
     assert [json.loads(where[n])["store_traced_at"] for n in ("guest", "host", "off")] == ["vfs", "disk", None]
+    rep = json.loads(run_cli("report", "--json", str(Path(lab.mount) / "s")).stdout)
+    assert rep["store_traced_at"] == "vfs" and rep["max_size_reached"] is False
 
     g = Path(lab.mount) / "g"
     r = agent("--guest", lab.mount, "--guest-capture", str(g), "--", "true")

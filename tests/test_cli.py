@@ -333,6 +333,27 @@ def test_sql_csv_and_interactive_shell(tmp_path):
     assert "error: " in r.stderr            # a bad query does not end the shell
 
 
+def test_the_shell_has_dot_commands(tmp_path):
+    """The DuckDB shell's habits: .tables, .schema with what each column
+    means, .mode, .timer, .quit; an unknown one is an error, not SQL."""
+    from nestrace.store import init_store
+    init_store(tmp_path / "s")
+    script = (".tables\n.schema disk_io\n.schema nope\n.mode csv\nSELECT 1 AS x, 'a' AS y;\n"
+              ".mode json\n.timer on\nSELECT 2 AS z;\n.mode xml\n.bogus\n.quit\nSELECT 3 AS never;\n")
+    r = subprocess.run(NESTRACE + ["sql", str(tmp_path / "s")], input=script,
+                       capture_output=True, text=True, cwd=ROOT, env=os.environ | {"HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "\ndisk_io\n" in out and "\nblock_events\n" in out and "\n_" not in out
+    assert re.search(r"d2c_ns +BIGINT +C - D: device service time", out)
+    assert "error: Catalog Error: Table with name nope does not exist!" in r.stderr
+    assert "x,y\n1,a\n" in out
+    assert '"z": 2' in out and re.search(r"time: \d+\.\d{3} s", r.stderr)
+    assert "error: .mode table, csv or json" in r.stderr
+    assert "error: .bogus: not a command here (.help lists them)" in r.stderr
+    assert "never" not in out
+
+
 INTERRUPTS = """\
            CPU0       CPU1       CPU2
  31:          0       1982          0 PCI-MSIX-0000:00:01.0   3-edge      virtio0-stats

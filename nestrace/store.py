@@ -185,7 +185,11 @@ class LiveCapture:
         # made under a hidden name, locked, then renamed: seal never sees
         # the capture unlocked
         new = self.dir.with_name(f".{self.capture_id}.new")
-        new.mkdir(parents=True)
+        try:
+            new.mkdir(parents=True)
+        except FileExistsError:        # left by a crash before its rename
+            shutil.rmtree(new, ignore_errors=True)
+            new.mkdir()
         try:
             self.lock_fd = os.open(new / RECORDING_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
@@ -562,8 +566,10 @@ def _seal(store: Path, capture_id: str) -> SealResult:
     _write_parquet(store, "capture_meta", capture_id,
                    pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
     shutil.rmtree(live)
-    if not any((store / LIVE).iterdir()):
+    try:
         (store / LIVE).rmdir()
+    except OSError:                    # (other captures live, or being made)
+        pass
     return SealResult(capture_id, records, lost_total, problems, unseen)
 
 

@@ -56,9 +56,17 @@ def store_with_captures(store: str) -> Path:
     from .store import captures
     p = check_store(store)
     if not captures(p):
-        live = live_captures(p)
-        raise UserError(f"{store}: the store holds no capture" + (
-            f" (unsealed: {', '.join(live)}; `nestrace seal {store}`)" if live else ""))
+        recording, unsealed = [], []
+        for cid in live_captures(p):
+            try:
+                pid = recorder_of(p, cid, wait=0)
+            except StoreError:          # its recorder gone, its agent still writing
+                pid = 0
+            (recording if pid is not None else unsealed).append(
+                f"{cid} (nestrace pid {pid})" if pid else cid)
+        raise UserError(f"{store}: the store holds no capture" + "".join(
+            [f" (being recorded: {', '.join(recording)})" if recording else "",
+             f" (unsealed: {', '.join(unsealed)}; `nestrace seal {store}`)" if unsealed else ""]))
     return p
 
 

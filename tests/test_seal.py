@@ -280,10 +280,15 @@ def test_seal_leaves_a_capture_its_recorder_still_holds(tmp_path):
         r = run_cli("seal", str(store))
         assert f"capture c1 is being recorded (nestrace pid {holder.pid}): left to it" in r.stdout
         assert (store / LIVE / "c1").is_dir() and not (store / "capture_meta").exists()
+        r = run_cli("report", str(store), check=False)
+        assert (r.returncode, r.stderr.strip()) == (2, f"nestrace: error: {store}: the store holds no "
+                                                    f"capture (being recorded: c1 (nestrace pid {holder.pid}))")
     finally:
         holder.kill()
         holder.wait()
     assert recorder_of(store, "c1") is None
+    r = run_cli("report", str(store), check=False)
+    assert r.stderr.strip().endswith(f"(unsealed: c1; `nestrace seal {store}`)")
     r = run_cli("seal", str(store))
     assert "capture c1" in r.stdout and not (store / LIVE).exists()
     assert nestrace.open(store).captures() == ["c1"]

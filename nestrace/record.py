@@ -24,7 +24,8 @@ from ._paths import agent_path
 from .errors import RecordError
 from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
-from .stack import Stack, btrfs_layout, extent_rows, file_id, kdev_str, traced_at
+from .stack import (Stack, btrfs_layout, extent_rows, file_id, kdev_str, mount_block_dev,
+                    mount_containing, traced_at)
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
@@ -588,6 +589,9 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                 # faults and dirtied pages of mapped files: page-cache events)
                 touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
                 live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
+                if store_level in ("vdisk", "disk"):    # (on the guest FS: guest files, tied at vfs)
+                    live.write_table("extent_maps", pa.Table.from_pylist(
+                        store_extents(live.dir, cid), schema=table_schema("extent_maps")))
             finally:
                 live.close()
             cap.seal = seal(store_p, cid)
@@ -596,6 +600,28 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         return cap
     finally:
         live.release()
+
+
+def store_extents(d: Path, capture_id: str) -> list[dict]:
+    """Where a live capture's own files are on their disk (role
+    nestrace_store, physical_bytes on the whole disk: a partition's start
+    added), for a store on a traced disk: `links` classes the writes there
+    as nestrace's own.  Written-back extents only: the rest (delayed
+    allocation) reached no disk during the capture."""
+    m = mount_containing(str(d))
+    bd = mount_block_dev(m)
+    chunks, devices = btrfs_layout(m.mount_point, m.fs_type)
+    rows = []
+    for p in sorted(d.iterdir()):
+        try:
+            if p.is_file():
+                rows += extent_rows(str(p), "nestrace_store", "end", capture_id, bd.kdev, chunks,
+                                    devices)
+        except OSError:
+            continue
+    for r in rows:
+        r["physical_bytes"] += bd.part_start_bytes
+    return rows
 
 
 def live_bytes(d: Path) -> int:

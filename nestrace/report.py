@@ -371,6 +371,8 @@ def render(rep: dict, console=None) -> None:
                left=("hop", "kind"))
     kinds = [KIND_GLOSS[k] for k in dict.fromkeys(r["kind"] for r in rep["attribution"]["links"]
                                                    if r["attributed"]) if k in KIND_GLOSS]
+    if any(r["kind"] == "nestrace" for r in rep["attribution"]["links"]):
+        kinds.append("nestrace: nestrace's own writes to its store, on a traced disk")
     t.caption = "; ".join(kinds) or None
     for r in rep["attribution"]["links"]:
         t.add_row(f"{r['upper_level']}->{r['lower_level']}",

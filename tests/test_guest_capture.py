@@ -196,3 +196,30 @@ def test_a_store_on_the_traced_stack_is_named_where_its_writes_are_seen(lab_fact
     r = agent("--guest", lab.mount, "--guest-capture", str(tmp_path / "g2"), "--", "true")
     assert "on the traced stack" not in r.stderr
     assert "store_traced_at" not in json.loads((tmp_path / "g2" / "guest.json").read_text())
+
+
+def test_the_stores_own_writes_on_a_traced_disk_are_their_own_class(lab_factory, tmp_path):
+    """A store on the host file system (the image's, on the traced disk):
+    the host-disk writes into its own files (the agent's batches, written
+    back by the sync at the end of the workload) are kind nestrace in
+    links, not write-back or journal, and the report glosses the class."""
+    lab = lab_factory("ext4", "xfs", guest_dio="off")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    from nestrace.stack import discover
+    store = Path(discover(lab.mount).image_path).parent / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
+            f"fio --name=t --directory={lab.mount} --rw=randread --bs=4k --direct=1 --size=64M "
+            "--io_size=16M --output=/dev/null; sync")
+    s = nestrace.open(store)
+    own = s.rows("SELECT count(*) AS files, sum(length_bytes) AS bytes FROM extent_maps "
+                 "WHERE role = 'nestrace_store'")[0]
+    assert own["files"] > 0
+    got = {r["kind"]: r for r in s.rows(
+        "SELECT kind, attributed, bytes FROM links_summary WHERE lower_level = 'disk'")}
+    written = s.rows("SELECT sum(bytes) AS b FROM disk_io WHERE op = 'write'")[0]["b"]
+    assert got["nestrace"]["attributed"] is False
+    # the agent's batches are most of the host disk's writes (a few journal
+    # and metadata blocks of the host FS are the rest), and within its files
+    assert 0.8 * written <= got["nestrace"]["bytes"] <= own["bytes"]
+    assert "nestrace: nestrace's own writes to its store, on a traced disk" in \
+        " ".join(run_cli("report", str(store)).stdout.split())

@@ -370,6 +370,27 @@ filed AS (    -- virtual-disk blocks written with no cause found that hold a
   ASOF JOIN reach e ON e.ck = r.ck AND e.hop = r.hop AND r.blk * 4096 >= e.lo
   WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL
     AND r.blk * 4096 < e.reach),
+own_reach AS (   -- the capture's own store files, where a traced disk holds
+                 -- them (extent_maps role nestrace_store: the store on the
+                 -- virtual disk, hop 0, or on a host disk, hop 2)
+  SELECT ck, hop, lo, max(max(hi)) OVER (PARTITION BY ck, hop ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
+  FROM (SELECT c.ck, CASE d.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop,
+               e.physical_bytes::BIGINT + coalesce(x.shift, 0) AS lo,
+               (e.physical_bytes + e.length_bytes)::BIGINT + coalesce(x.shift, 0) AS hi
+        FROM extent_maps e JOIN _links_captures c USING (capture_id)
+        JOIN device_map d ON d.capture_id = e.capture_id AND d.dev = e.physical_dev
+                         AND d.level IN ('vdisk', 'disk')
+        LEFT JOIN _links_disks x ON x.capture_id = e.capture_id AND x.dev = e.physical_dev
+                                AND d.level = 'disk'
+        WHERE e.role = 'nestrace_store' AND (e.flags & 6) = 0)
+  GROUP BY ck, hop, lo),
+own AS (      -- blocks written with no cause found into those files: the
+              -- agent's batches (the store was on the stack it traced)
+  SELECT DISTINCT r.ck, r.hop, r.blk
+  FROM m r
+  ASOF JOIN own_reach e ON e.ck = r.ck AND e.hop = r.hop AND r.blk * 4096 >= e.lo
+  WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL
+    AND r.blk * 4096 < e.reach),
 out AS (
   SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
          CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
@@ -381,6 +402,7 @@ out AS (
               WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
               WHEN r.s_ns IS NOT NULL THEN 'store'
               WHEN r.l_zeroes THEN 'zeroes'
+              WHEN o.blk IS NOT NULL THEN 'nestrace'
               WHEN d.blk IS NOT NULL THEN 'writeback'
               -- (a host-FS write no virtual-disk request explains is no
               -- write-back: the hypervisor's own, or one from before a
@@ -393,7 +415,8 @@ out AS (
   -- (the hints' keys are virtual-disk reads': no other row matches)
   ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
   ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
-  LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1)
+  LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1
+  LEFT JOIN own o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1)
 SELECT * FROM out;
 
 -- Links as computed (`links` reads the rows `nestrace correlate` stored,
@@ -421,6 +444,8 @@ JOIN _links_captures c USING (ck);
 -- mapping, no write call; kind writeback: other virtual-disk writes of
 -- a guest file's blocks, and host-disk writes of blocks the image holds
 -- at the end (its pages written back, dirtied before the capture, say);
+-- kind nestrace: writes into the capture's own store files, where the
+-- store was on a traced disk (the virtual disk, or a host disk);
 -- else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
 -- and flags, and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
@@ -432,7 +457,7 @@ JOIN _links_captures c USING (ck);
 -- @column lower_level VARCHAR  vdisk, hostfs or disk
 -- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
 -- @column upper_id UBIGINT     io_id of the upper event (vfs_io, for kind hint vfs_hints, or vdisk_io); NULL when unattributed
--- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a file system's online discard, at its commit, of the blocks a hole punched for it freed: an fallocate's in a guest file, a virtual-disk discard's in the image), hint (a virtual-disk read a readahead, a WILLNEED or a POPULATE_READ call asked for), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), readahead, journal, metadata, writeback, discard, other
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a file system's online discard, at its commit, of the blocks a hole punched for it freed: an fallocate's in a guest file, a virtual-disk discard's in the image), hint (a virtual-disk read a readahead, a WILLNEED or a POPULATE_READ call asked for), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), nestrace (nestrace's own writes to its store, when the store was on a traced disk), readahead, journal, metadata, writeback, discard, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
 -- @column lag_ns BIGINT        writeback and discard: lower start - upper end; otherwise lower start - upper start; store: lower start - the store's page fault; NULL for the other unattributed
 CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;

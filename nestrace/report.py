@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -436,10 +437,12 @@ def render(rep: dict, console=None) -> None:
                   "before the end: in flight at the end, or completions missed")
 
 
-def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict[str, int]:
+def correlate(store: str | os.PathLike, memory_limit: str | None = None,
+              progress=None) -> dict[str, int]:
     """Store the expensive intermediates per capture (block_requests, then
     links, then rmw) in STORE/<view>/capture=<id>/ so later sessions read them
-    instead of recomputing.  Idempotent.  Returns links rows per capture."""
+    instead of recomputing.  Idempotent.  Returns links rows per capture.
+    progress(view, rows, seconds) after each view is stored."""
     from .session import MATERIALIZED
     p = check_store(store)
     out = {}
@@ -449,6 +452,7 @@ def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict
             Session(p, memory_limit=memory_limit, late_modules=False) as s:
         caps = s.captures()
         for view in MATERIALIZED:
+            t0, rows = time.monotonic(), 0
             if view == "links":
                 s.cache(LINKS_INPUTS)
             elif view == "rmw":     # (its other map; LINKS_INPUTS are still cached)
@@ -470,9 +474,13 @@ def correlate(store: str | os.PathLike, memory_limit: str | None = None) -> dict
                 s.con.execute(f"COPY (SELECT * FROM {src} WHERE capture_id = ?) TO "
                               f"'{path}' (FORMAT parquet, COMPRESSION zstd)", [cid])
                 os.replace(tmp, d / "data.parquet")
+                n = pq.ParquetFile(d / "data.parquet").metadata.num_rows
+                rows += n
                 if view == "links":
-                    out[cid] = pq.ParquetFile(d / "data.parquet").metadata.num_rows
+                    out[cid] = n
             if len(caps) > 1:
                 s.con.execute(f"DROP TABLE temp._correlate_{view}")
             s._use_stored_views()   # later views read what was just stored
+            if progress:
+                progress(view, rows, time.monotonic() - t0)
     return out

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 
 import nestrace
-from conftest import assert_losses_counted, drop_caches, run_cli
+from conftest import NESTRACE, ROOT, assert_losses_counted, drop_caches, run_cli
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -181,6 +183,12 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
     # correlate stores the links; twice gives the same rows, and sessions read them
     first = run_cli("correlate", str(s.store)).stdout
     assert run_cli("correlate", str(s.store)).stdout == first
+    # on a terminal it says what it stored, view by view
+    tty = subprocess.run(["script", "-qec", shlex.join(NESTRACE + ["correlate", str(s.store)]),
+                          "/dev/null"], capture_output=True, text=True, cwd=ROOT)
+    n_links = int(first.split()[-2])
+    assert re.search(rf"nestrace: links: {n_links:,} rows stored in \d+\.\d s", tty.stdout), tty.stdout
+    assert "nestrace: block_requests: " in tty.stdout and "nestrace: rmw: " in tty.stdout
     s2 = nestrace.open(s.store)
     assert s2.rows("SELECT count(*) AS n FROM links") == s2.rows("SELECT count(*) AS n FROM _links_stored")
     assert s2.rows("SELECT level, fraction FROM links_to_vfs ORDER BY level") == \

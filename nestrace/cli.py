@@ -9,6 +9,7 @@ import csv
 import functools
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -46,7 +47,20 @@ def user_errors(fn):
                 AgentNotFound, FileNotFoundError, PermissionError) as e:
             raise UserError(str(e)) from None
         except duckdb.Error as e:
-            raise UserError(str(e).splitlines()[0]) from None
+            msg = str(e).splitlines()[0]
+            # a store's damaged Parquet file: verify names the byte range
+            bad = re.search(r"'([^']*/[^/']+/capture=[^/']+/[^/']+\.parquet)'", msg)
+            if bad and isinstance(e, (duckdb.InvalidInputException, duckdb.IOException)):
+                msg += f" (`nestrace verify {Path(bad.group(1)).parents[2]}` names the damage)"
+            elif not bad and kw.get("store") and Path(kw["store"]).is_dir() and not isinstance(
+                    e, (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)):
+                # (a damaged footer can give an error naming no file)
+                from .store import damaged_footers
+                damaged = damaged_footers(Path(kw["store"]))
+                if damaged:
+                    msg = (f"{'; '.join(damaged)}: unreadable ({msg}); `nestrace verify "
+                           f"{kw['store']}` checks every page")
+            raise UserError(msg) from None
     return wrapper
 
 

@@ -581,6 +581,37 @@ class FileCheck:
     problem: str | None
 
 
+def _footer_problem(f: Path) -> str:
+    """Where a Parquet file's footer (its metadata, then its length and
+    PAR1 at the very end) is broken, as a byte range."""
+    size = f.stat().st_size
+    if size < 12:
+        return f"byte 0..{size}: {size} bytes, too short for a Parquet file"
+    with open(f, "rb") as fh:
+        fh.seek(size - 8)
+        tail = fh.read(8)
+    if tail[4:] != b"PAR1":
+        return (f"byte {size - 4}..{size}: no PAR1 at the end of its {size} bytes (cut short, "
+                "or overwritten there)")
+    n = int.from_bytes(tail[:4], "little")
+    if n > size - 12:
+        return f"byte {size - 8}..{size - 4}: a footer length of {n} bytes, more than the file holds"
+    return f"byte {size - 8 - n}..{size - 8}: the footer (the file's metadata)"
+
+
+def damaged_footers(store: Path) -> list[str]:
+    """The store's Parquet files whose footer does not read, each named
+    with the byte range (footers only: quick, for an error that names no
+    file, such as DuckDB's "don't know what type" for a damaged footer)."""
+    out = []
+    for f in sorted(store.glob("*/capture=*/data.parquet")):
+        try:
+            pq.read_metadata(f)
+        except Exception:   # (pyarrow's many error types)
+            out.append(f"{f}: {_footer_problem(f)}")
+    return out
+
+
 def verify(store: str | os.PathLike) -> tuple[list[FileCheck], list[str]]:
     """Read back every Parquet file of a store, column chunk by column
     chunk, checking page CRCs where the file has them.  A damaged chunk is
@@ -592,7 +623,8 @@ def verify(store: str | os.PathLike) -> tuple[list[FileCheck], list[str]]:
         try:
             pf = pq.ParquetFile(f, page_checksum_verification=True)
         except Exception as e:   # a footer that does not parse: pyarrow's many error types
-            out.append(FileCheck(f, 0, False, f"{f}: unreadable: {e}"))
+            out.append(FileCheck(f, 0, False, f"{f}: {_footer_problem(f)}: unreadable: "
+                                              f"{str(e).splitlines()[0]}"))
             continue
         md, problem = pf.metadata, None
         crc = PAGE_CRC_KEY in (pf.schema_arrow.metadata or {})

@@ -171,9 +171,27 @@ def test_verify_names_a_truncated_file(tmp_path):
     store, _ = live_store(tmp_path, 1)
     run_cli("seal", str(store))
     f = next(store.glob("capture_meta/capture=c1/data.parquet"))
-    f.write_bytes(f.read_bytes()[:-20])
+    data = f.read_bytes()
+    f.write_bytes(data[:-20])
     r = run_cli("verify", str(store), check=False)
-    assert r.returncode == 2 and f"damaged: {f}: unreadable: " in r.stdout
+    n = len(data) - 20
+    assert r.returncode == 2
+    assert f"damaged: {f}: byte {n - 4}..{n}: no PAR1 at the end of its {n} bytes (cut short, " \
+           "or overwritten there): unreadable: " in " ".join(r.stdout.split())
+    # a footer whose own bytes are damaged is named by its range
+    footer = int.from_bytes(data[-8:-4], "little")
+    f.write_bytes(data[:-8 - footer] + b"\xff" * footer + data[-8:])
+    r = run_cli("verify", str(store), check=False)
+    assert f"damaged: {f}: byte {len(data) - 8 - footer}..{len(data) - 8}: the footer (the file's " \
+           "metadata): unreadable: " in " ".join(r.stdout.split())
+    # and a command that reads the store names the file (DuckDB's own error
+    # for this footer names none) and points to verify
+    r = run_cli("report", str(store), check=False)
+    assert r.returncode == 2 and f"{f}: byte {len(data) - 8 - footer}..{len(data) - 8}: the footer " \
+        f"(the file's metadata): unreadable (" in r.stderr and f"`nestrace verify {store}`" in r.stderr
+    f.write_bytes(data[:-20])
+    r = run_cli("sql", str(store), "SELECT * FROM capture_meta", check=False)
+    assert r.returncode == 2 and str(f) in r.stderr and f"`nestrace verify {store}` names the damage" in r.stderr
 
 
 def test_tracepoint_hits_the_kernel_skipped_count_as_lost(tmp_path):

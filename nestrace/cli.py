@@ -201,7 +201,12 @@ def lab_down(name, all_) -> None:
 def lab_list() -> None:
     """List labs that are up, with their guest mount points."""
     for n in labs():
-        st = Lab(n).state()
+        try:
+            st = Lab(n).state()
+        except LabError as e:
+            click.echo(f"{n}\t(state damaged: {e}; `nestrace lab down --name {n}` tears down what "
+                       "it finds)")
+            continue
         click.echo(f"{n}\t{st.get('guest_mount', '(half built)')}\t"
                    f"{st.get('config', {}).get('guest_fs')} on {st.get('config', {}).get('host_fs')}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -154,9 +155,21 @@ class Lab:
 
     # -- state ------------------------------------------------------------
     def state(self) -> dict:
+        """The lab's state file; LabError naming the file and the offset
+        when it does not parse (`down` then tears down what it finds)."""
         if not self.state_file.exists():
             return {}
-        return json.loads(self.state_file.read_text())
+        data = self.state_file.read_bytes()
+        try:
+            st = json.loads(data)
+            if isinstance(st, dict):
+                return st
+            where, why = 0, "not a JSON object"
+        except UnicodeDecodeError as e:
+            where, why = e.start, "not UTF-8"
+        except json.JSONDecodeError as e:
+            where, why = len(e.doc[:e.pos].encode()), f"not JSON: {e.msg}"
+        raise LabError(f"{self.state_file}: offset {where}: {why}")
 
     def _save(self, st: dict) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -251,7 +264,10 @@ class Lab:
         first step that cannot be undone (a busy mount, say) stop, keep the
         remaining steps in the state file, and raise: nothing under a live
         mount is ever deleted, and `lab down` can simply be run again."""
-        st = self.state()
+        try:
+            st = self.state()
+        except LabError as e:
+            return [f"lab {self.name!r}: {e}: tearing down what it finds"] + self._down_found()
         made = st.get("made", [])
         undone: list[str] = []
         while made:
@@ -273,6 +289,47 @@ class Lab:
                 self._save(st)
                 raise LabError(f"lab {self.name!r}: {e} (fix that, then run lab down again)") from None
             made.pop()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        return undone
+
+    def _down_found(self) -> list[str]:
+        """Tear down without the state file: the mounts under the lab's
+        state directory, upper ones first (a guest's loop device reads a
+        file on the host's mount), the loop devices reading files in the
+        lab's directories, then the directories."""
+        roots = [str(self.state_dir.resolve()), str(self.data_dir.resolve())]
+
+        def ours(path: str) -> bool:
+            return any(path == r or path.startswith(r + "/") for r in roots)
+
+        undone: list[str] = []
+        for _ in range(8):       # each round frees the level above the next
+            mounted = [(line.split()[4], re.sub(r"^(/dev/loop\d+)p\d+$", r"\1",   # (a partition's loop)
+                                                line.split(" - ")[1].split()[1]))
+                       for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+            sources = {src for _, src in mounted}
+            loops = {}
+            for b in Path("/sys/block").glob("loop*/loop/backing_file"):
+                dev = f"/dev/{b.parent.parent.name}"
+                f = b.read_text().strip().removesuffix(" (deleted)")
+                if not ours(f):
+                    continue
+                if dev in sources:
+                    loops[dev] = f
+                else:            # its file system is unmounted: let go of the file
+                    _run(["losetup", "-d", dev], "detach")
+                    undone.append(f"detached {dev}")
+            lab_mounts = [mp for mp, _ in mounted if ours(mp)]
+            if not lab_mounts:
+                break
+            for mp in lab_mounts:
+                # an upper one first: no loop device still reads a file under it
+                if not any(f.startswith(mp + "/") for f in loops.values()):
+                    _umount(mp)
+                    undone.append(f"unmounted {mp}")
+        else:
+            raise LabError(f"lab {self.name!r}: mounts left under {self.state_dir} after 8 rounds")
+        shutil.rmtree(self.data_dir, ignore_errors=True)
         shutil.rmtree(self.state_dir, ignore_errors=True)
         return undone
 

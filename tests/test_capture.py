@@ -14,7 +14,8 @@ import pytest
 
 import nestrace
 from conftest import (NESTRACE, ROOT, WITNESS, assert_losses_counted, drop_caches,
-                      kill_fio_jobs, requests_without_completion, run_cli, why_no_completion)
+                      kill_fio_jobs, loop_devices, our_mounts, requests_without_completion, run_cli,
+                      why_no_completion)
 
 pytestmark = pytest.mark.root
 
@@ -963,6 +964,25 @@ def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_fac
     assert s.rows("SELECT count(*) AS n FROM disk_io")[0]["n"] > 0
     assert s.rows("SELECT count(*) AS n FROM capture_meta")[0]["n"] == 1
     assert not list(store.glob("_live/*"))
+
+
+def test_lab_down_tears_down_a_lab_whose_state_file_is_damaged(lab_factory):
+    """A state file that does not parse: `lab list` names it with the
+    offset, and `lab down` says so and tears down what it finds (the mounts
+    under the lab, upper first, and the loop devices reading its files;
+    here file systems on partitions, a btrfs guest)."""
+    before = (loop_devices(), our_mounts())
+    lab = lab_factory("btrfs", "xfs", partitions=True)
+    state = Path(f"/run/nestrace/labs/{lab.name}/state.json")
+    good = state.read_bytes()
+    state.write_bytes(good[:100])
+    r = run_cli("lab", "list")
+    assert f"{lab.name}\t(state damaged: {state}: offset 100: not JSON: " in r.stdout
+    r = run_cli("lab", "down", "--name", lab.name)
+    assert f"lab '{lab.name}': {state}: offset 100: not JSON: " in r.stderr
+    assert f"unmounted /run/nestrace/labs/{lab.name}/guest" in r.stderr
+    assert (loop_devices(), our_mounts()) == before
+    assert not state.parent.exists() and not Path(f"/var/tmp/nestrace-labs/{lab.name}").exists()
 
 
 @pytest.fixture

@@ -211,10 +211,18 @@ def lab_list() -> None:
                    f"{st.get('config', {}).get('guest_fs')} on {st.get('config', {}).get('host_fs')}")
 
 
+# (a BPF ring buffer's size is a u32 of bytes, and a power of two: 4 GiB
+# failed to load, "Invalid argument")
+RINGBUF_KB_MAX = 1 << 21
+
+
 def _ringbuf_kb(ctx, param, v):
     """(the agent's rule, said before it starts; 0 was taken for the default)"""
     if v is not None and (v < 4 or v & (v - 1)):
         raise click.BadParameter(f"{v}: not a power of two >= 4")
+    if v is not None and v > RINGBUF_KB_MAX:
+        raise click.BadParameter(f"{v}: more than {RINGBUF_KB_MAX} (2 GiB, the largest BPF ring "
+                                 "buffer the kernel makes)")
     return v
 
 

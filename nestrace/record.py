@@ -519,6 +519,11 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         if proc.poll() is not None and not reader_error:
             threads[1].join(5)
             live.close()
+            shutil.rmtree(live.dir, ignore_errors=True)   # (nothing was recorded)
+            try:
+                live.dir.parent.rmdir()
+            except OSError:
+                pass
             raise RecordError("the agent exited before tracing: " +
                               (" | ".join(cap.agent_stderr[-3:]) or f"exit code {proc.returncode}"))
         try:

@@ -825,6 +825,23 @@ def test_buffered_image_shows_host_readahead_on_sequential_guest_read(lab_factor
     assert [r["source"] for r in src] == ["xfs_file_buffered_read"]
 
 
+def test_an_agent_that_cannot_start_leaves_no_live_capture(lab_factory, tmp_path):
+    """A ring buffer the kernel will not make (4 GiB): the CLI refuses it
+    before anything starts; through the API the agent refuses it, and
+    record leaves no live capture for `seal` to find."""
+    from nestrace.errors import RecordError
+    from nestrace.record import record
+    from nestrace.stack import discover
+    lab = lab_factory("ext4", "xfs")
+    r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--duration", "1",
+                "--ringbuf-kb", str(1 << 22), check=False)
+    assert r.returncode == 2 and "more than 2097152 (2 GiB, the largest BPF ring buffer" in r.stderr
+    with pytest.raises(RecordError, match="the agent exited before tracing"):
+        record(tmp_path / "s", discover(lab.mount), duration=1, ringbuf_kb=1 << 22)
+    assert not (tmp_path / "s" / "_live").exists()
+    assert "nothing to seal" in run_cli("seal", str(tmp_path / "s")).stdout
+
+
 def test_tiny_ring_buffer_counts_losses_and_warns(lab_factory, tmp_path):
     lab = lab_factory("ext4", "xfs")
     s, _, r = record_fio(lab, tmp_path / "s", tmp_path, "--rw=randread", "--bs=4k",

@@ -120,7 +120,7 @@ static const struct argp_option opts[] = {
 	{ "agent-cpus", OPT_CPUS, "auto|all", 0, "With --guest-capture: auto (default) runs the agent on the CPUs that take no block-device interrupts, when some do and others not; all: anywhere" },
 	{ "guest-capture", OPT_GUEST_DIR, "DIR", 0, "With --guest: write the capture into DIR (new or empty): records, metadata, extent maps; run the command after -- and stop when it exits" },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this long (default: until SIGINT/SIGTERM)" },
-	{ "ringbuf-kb", 'r', "KB", 0, "Ring buffer size in KiB, a power of two >= 4 (default 16384)" },
+	{ "ringbuf-kb", 'r', "KB", 0, "Ring buffer size in KiB, a power of two from 4 to 2097152 (default 16384)" },
 	{ "wakeup-kb", OPT_WAKEUP, "KB", 0, "Wake the agent when this much waits (default ringbuf/4)" },
 	{ "flush-ms", OPT_FLUSH, "MS", 0, "Flush batches at least this often (default 200)" },
 	{ "status-ms", OPT_STATUS, "MS", 0, "Print a status line on stderr this often: records taken in so far per family and per traced disk, and events lost (default 0: none)" },
@@ -190,8 +190,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case 'r': {
 		unsigned long kb = strtoul(arg, NULL, 10);
 
-		if (kb < 4 || (kb & (kb - 1)))
-			argp_error(state, "--ringbuf-kb must be a power of two >= 4");
+		/* (a ring buffer's size is a u32 of bytes: 2 GiB at most) */
+		if (kb < 4 || (kb & (kb - 1)) || kb > (1UL << 21))
+			argp_error(state, "--ringbuf-kb must be a power of two from 4 to 2097152 (2 GiB)");
 		env.ringbuf_bytes = (__u64)kb << 10;
 		break;
 	}

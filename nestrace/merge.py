@@ -312,7 +312,10 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
             if table in cpu_tables:
                 ht = _set_column(ht, "cpu", ht.column("cpu").to_numpy().astype(np.uint32) + HOST_CPU_BASE) \
                     if ht.num_rows else ht
-            for col in ("dev", "backing_dev"):
+            # (every column naming a device: physical_dev, where the
+            # image's extents are, was left, and no vdisk request reached
+            # the host disk)
+            for col in ("dev", "backing_dev", "physical_dev"):
                 ht = _remap(ht, col, remapped)
             if table == "device_map":
                 gt = _vdisk_backing(gt, ht, image_ino, image_path, image_offset, fmt, gmeta)

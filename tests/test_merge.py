@@ -296,6 +296,48 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     assert wrong.returncode == 2 and "a guest capture has vfs and vdisk only" in wrong.stderr
 
 
+def recode_devs(store: Path, old: int, new: int) -> None:
+    """Make a capture look recorded where device `old` is numbered `new`:
+    every column naming a device."""
+    for f in store.glob("*/capture=*/*.parquet"):
+        t = pq.read_table(f)
+        for col in ("dev", "backing_dev", "physical_dev"):
+            if col in t.column_names:
+                i = t.schema.get_field_index(col)
+                t = t.set_column(i, t.schema.field(i), pa.array(
+                    [new if v == old else v for v in t.column(col).to_pylist()],
+                    t.schema.field(i).type))
+        write_parquet_file(t, f)
+
+
+@pytest.mark.root
+def test_a_host_device_numbered_as_a_guest_one_is_renumbered_everywhere(lab_factory, tmp_path):
+    """A VM on a host whose own disk has the number of the guest's virtual
+    disk (a nested VM: both virtio vda, 254:0): merge renumbers the host's
+    device, in every column that names it: the image's extents on the host
+    disk (extent_maps.physical_dev) too, or no virtual-disk request would
+    reach the host disk (all 4096 were kind other there)."""
+    from nestrace.stack import discover
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    st = discover(lab.mount)
+    gstore, hstore, offsets, _, _ = record_both_sides(lab, tmp_path)
+    recode_devs(hstore, st.disk.kdev, st.vdisk.kdev)     # the host disk takes the vdisk's number
+    with nestrace.open(hstore) as s:
+        assert {r["dev"] for r in s.rows("SELECT dev FROM device_map WHERE level = 'disk'")} == \
+            {st.vdisk.kdev}
+    shift_store(hstore, SHIFT, "hostbox")
+    merged = tmp_path / "merged"
+    run_cli("merge", str(gstore), str(hstore), "-o", str(merged))
+    s = nestrace.open(merged)
+    disk = s.rows("SELECT dev FROM device_map WHERE level = 'disk'")[0]["dev"]
+    assert disk != st.vdisk.kdev
+    assert {r["physical_dev"] for r in s.rows(
+        "SELECT DISTINCT physical_dev FROM extent_maps WHERE role = 'image'")} == {disk}
+    got = {(r["upper_level"], r["lower_level"]): r["requests"] for r in s.rows(
+        "SELECT * FROM links_summary WHERE kind = 'sync'")}
+    assert got == {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): 4096, ("vdisk", "disk"): 4096}
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("guest_by", ["record", "agent"])
 def test_guest_side_on_this_machines_own_virtio_disk(tmp_path, guest_by):

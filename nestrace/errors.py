@@ -14,3 +14,19 @@ class StreamError(ValueError):
 
 class RecordError(RuntimeError):
     """A capture that cannot be made (or finished) as asked."""
+
+
+def json_object(data: bytes) -> tuple[dict | None, str]:
+    """A JSON object from a file's bytes, or None and where and why it is
+    not one ("offset N: not JSON: ...", N a byte offset)."""
+    import json
+    try:
+        text = data.decode()
+        obj = json.loads(text)
+        if isinstance(obj, dict):
+            return obj, ""
+        return None, "offset 0: not a JSON object"
+    except UnicodeDecodeError as e:
+        return None, f"offset {e.start}: not UTF-8"
+    except json.JSONDecodeError as e:
+        return None, f"offset {len(text[:e.pos].encode())}: not JSON: {e.msg}"

@@ -19,6 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import json_object
+from .stack import mounts
+
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 BTRFS_PROFILES = ("single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6")
 STATE_ROOT = Path(os.environ.get("NESTRACE_LAB_STATE", "/run/nestrace/labs"))
@@ -159,17 +162,10 @@ class Lab:
         when it does not parse (`down` then tears down what it finds)."""
         if not self.state_file.exists():
             return {}
-        data = self.state_file.read_bytes()
-        try:
-            st = json.loads(data)
-            if isinstance(st, dict):
-                return st
-            where, why = 0, "not a JSON object"
-        except UnicodeDecodeError as e:
-            where, why = e.start, "not UTF-8"
-        except json.JSONDecodeError as e:
-            where, why = len(e.doc[:e.pos].encode()), f"not JSON: {e.msg}"
-        raise LabError(f"{self.state_file}: offset {where}: {why}")
+        st, problem = json_object(self.state_file.read_bytes())
+        if st is None:
+            raise LabError(f"{self.state_file}: {problem}")
+        return st
 
     def _save(self, st: dict) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -304,9 +300,8 @@ class Lab:
 
         undone: list[str] = []
         for _ in range(8):       # each round frees the level above the next
-            mounted = [(line.split()[4], re.sub(r"^(/dev/loop\d+)p\d+$", r"\1",   # (a partition's loop)
-                                                line.split(" - ")[1].split()[1]))
-                       for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+            mounted = [(m.mount_point, re.sub(r"^(/dev/loop\d+)p\d+$", r"\1", m.source))  # (a partition's loop)
+                       for m in mounts()]
             sources = {src for _, src in mounted}
             loops = {}
             for b in Path("/sys/block").glob("loop*/loop/backing_file"):

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__
+from .errors import json_object
 from .schema import RECORDS, TABLES, kernel_tables, record_schema, table_schema
 
 MARKER = "nestrace-store.json"
@@ -442,19 +443,11 @@ def _live_facts(path: Path, problems: list[str]) -> dict:
     named with the offset, and the capture is sealed without them."""
     if not path.exists():
         return {}
-    data = path.read_bytes()
-    try:
-        facts = json.loads(data.decode())
-        if not isinstance(facts, dict):
-            raise json.JSONDecodeError("not a JSON object", data.decode(), 0)
-        return facts
-    except UnicodeDecodeError as e:
-        where, why = e.start, "not UTF-8"
-    except json.JSONDecodeError as e:
-        where, why = len(data.decode()[:e.pos].encode()), f"not JSON: {e.msg}"
-    problems.append(f"{path}: offset {where}: {why}: the capture's facts (start and end, "
-                    "command, stack) are lost; its records are sealed without them")
-    return {}
+    facts, problem = json_object(path.read_bytes())
+    if facts is None:
+        problems.append(f"{path}: {problem}: the capture's facts (start and end, "
+                        "command, stack) are lost; its records are sealed without them")
+    return facts or {}
 
 
 def seal(store: Path, capture_id: str) -> SealResult:

@@ -1,6 +1,7 @@
 """See bench/hostfs_hooks."""
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -51,8 +52,16 @@ def run(host: str, dio: str, tmp: Path) -> dict:
     return out
 
 
+HOSTS = ("xfs", "ext4", "ext3", "ext2", "btrfs")
+
+
 def main() -> int:
-    hosts = ["xfs", "ext4", "ext3", "ext2", "btrfs"]
+    ap = argparse.ArgumentParser(description="which host FS yields which nestrace events")
+    ap.add_argument("--hosts", default=",".join(HOSTS),
+                    help="comma-separated host file systems (default: %(default)s)")
+    hosts = ap.parse_args().hosts.split(",")
+    if bad := [h for h in hosts if h not in HOSTS]:
+        ap.error(f"--hosts: unknown file system {', '.join(bad)} (one of {', '.join(HOSTS)})")
     cols = [(h, d) for h in hosts for d in ("on", "off")]
     res = {}
     with tempfile.TemporaryDirectory(dir="/var/tmp") as t:

@@ -199,23 +199,31 @@ def _witness(on: bool) -> None:
         WITNESS.rmdir()
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def completion_witness():
-    """The witness instance, for the whole run (root only); removed after."""
-    if _why_no_root() or not WITNESS.parent.is_dir():
-        yield False
-        return
-    _witness(True)
+    """The witness instance, made for the first root test and kept for the
+    rest of the run (a pytest-xdist worker given none makes none); removed
+    after.  Falsy without root."""
+    made = []
+
+    def make() -> bool:
+        if not made:
+            made.append(not _why_no_root() and WITNESS.parent.is_dir())
+            if made[0]:
+                _witness(True)
+        return made[0]
+
     try:
-        yield True
+        yield make
     finally:
-        _witness(False)
+        if made and made[0]:
+            _witness(False)
 
 
 @pytest.fixture(autouse=True)
-def _witness_cleared(completion_witness):
-    """Each test reads only its own completions."""
-    if completion_witness:
+def _witness_cleared(request, completion_witness):
+    """Each root test reads only its own completions."""
+    if request.node.get_closest_marker("root") and completion_witness():
         (WITNESS / "trace").write_text("")
     yield
 

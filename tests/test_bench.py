@@ -46,4 +46,5 @@ def test_bench_completions_runs():
 
 
 def test_bench_hostfs_hooks_runs():
-    assert "page cache add" in bench("hostfs_hooks")
+    out = bench("hostfs_hooks", "--hosts", "xfs")
+    assert "| event | xfs dio on | xfs dio off |" in out and "page cache add" in out, out

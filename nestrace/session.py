@@ -229,16 +229,18 @@ class Session:
         raise KeyError(view)
 
     @classmethod
-    def from_tables(cls, tables: dict[str, pa.Table]) -> "Session":
-        """A session on hand-built tables (diff tests, synthetic data)."""
+    def from_tables(cls, tables: dict[str, pa.Table], *, cache_links: bool = True) -> "Session":
+        """A session on hand-built tables (diff tests, synthetic data).  Like
+        a session on a store not yet correlated, a query that reads links
+        computes links (and what it reads) once first: that is the path
+        users' queries take, and planning the plain view chain took ~3 s
+        even on three rows.  cache_links=False queries the plain views."""
         s = cls.__new__(cls)
         s.store = None
         s.con = duckdb.connect()
         _quiet(s.con)
         _plan(s.con)
         s.stored_views = set()
-        s._late = []
-        s._auto_links = False   # (diff tests query the plain views)
         s._tables = {}   # kept alive: DuckDB scans them in place
         for table, schema in raw_tables().items():
             t = tables.get(table)
@@ -249,8 +251,13 @@ class Session:
             s._tables[table] = t
             s.con.register(table, t)
         s.modules = sqlmod.discover()
-        for m in sqlmod.load_order(s.modules):
-            s.con.execute(sqlmod.deferred(m.text))
+        order = sqlmod.load_order(s.modules)
+        for m in order:
+            if not m.late:
+                s.con.execute(sqlmod.deferred(m.text))
+        s._late = [m for m in order if m.late]     # (created on first use, as in __init__)
+        s._links_names = _names_reading(s.modules, "links.links")
+        s._auto_links = cache_links
         return s
 
     def _prepare(self, sql: str) -> None:

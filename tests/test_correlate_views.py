@@ -689,7 +689,9 @@ def test_cached_intermediates_give_the_same_numbers():
     t["block_events"] += request(2100, 2110, 2300, DISK, 104 * MiB, 4096, rq=4, bio=14)
     views = ["seek_summary", "phases_stats", "amplification", "links_summary", "links_to_vfs",
              "rmw_summary", "sync_transform", "size_histogram"]
-    plain, cached = session(**t), session(**t)
+    base = {"capture_meta": capture_meta(), "device_map": device_map(), "extent_maps": extents()}
+    plain = Session.from_tables(base | t, cache_links=False)
+    cached = Session.from_tables(base | t, cache_links=False)
     cached.cache(LINKS_CACHE)
     for v in views:
         q = f"SELECT * FROM {v} ORDER BY ALL"

@@ -22,9 +22,10 @@ import pyarrow as pa
 
 from ._paths import agent_path
 from .errors import RecordError
+from .fsjournal import JournalError, journal_rows
 from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
-from .stack import (Stack, btrfs_layout, extent_rows, file_id, kdev_str, mount_block_dev,
+from .stack import (Stack, StackError, btrfs_layout, extent_rows, file_id, kdev_str, mount_block_dev,
                     mount_containing, traced_at)
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
@@ -333,6 +334,28 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
     return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
 
 
+def stack_journal_rows(stack: Stack, capture_id: str, log) -> list[dict]:
+    """Where the journals of the stack's file systems are (fsjournal): the
+    guest's on the virtual disk, the host's on its disk.  One that cannot
+    be read is logged, and links classes the writes there by their flags."""
+    sides = []
+    if stack.has_guest and stack.vdisk:
+        sides.append((stack.guest_mount, stack.guest_kdev, stack.vdisk.kdev,
+                      stack.guest_part_start_bytes))
+    if stack.has_host and stack.disk and not stack.more_disks:
+        sides.append((stack.host_mount, stack.host_kdev, stack.disk.kdev,
+                      stack.host_part_start_bytes))
+    rows = []
+    for mp, fs_dev, disk_dev, part in sides:
+        try:
+            rows += journal_rows(mp, fs_dev, disk_dev, part, capture_id)
+        except (JournalError, StackError) as e:
+            on = f" on {e.dev}" if getattr(e, "dev", "") else ""
+            log(f"nestrace: warning: {mp}{on}: where its journal is stays unknown ({e}); "
+                "links classes the writes there by their flags")
+    return rows
+
+
 @dataclass
 class Capture:
     store: Path
@@ -445,6 +468,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
                                                              schema=table_schema("device_map")))
         live.write_table("extent_maps", snapshot_extents(stack, cid, "start"))
+        live.write_table("extent_maps", pa.Table.from_pylist(
+            stack_journal_rows(stack, cid, log), schema=table_schema("extent_maps")))
 
         # The agent writes the record tables into the live directory itself
         # (Arrow IPC, one batch per flush); its stdout carries the start and

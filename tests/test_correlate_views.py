@@ -314,6 +314,48 @@ def test_journal_blocks_are_journal_by_the_flags_jbd2_and_the_xfs_log_write_them
                    {"mib": 70, "kind": "metadata"}, {"mib": 80, "kind": "journal"}]
 
 
+def placed(role, dev, lo, length, ino=8):
+    """An extent_maps row of a place on a disk (fs_journal, nestrace_store)."""
+    return {"capture_id": CAP, "phase": "start", "role": role, "path": "", "dev": dev, "ino": ino,
+            "logical_bytes": 0, "physical_bytes": lo, "length_bytes": length, "flags": 0,
+            "physical_dev": dev}
+
+
+def test_where_the_journal_is_known_its_writes_are_journal_by_place_and_the_rest_are_not():
+    """The guest's journal at 1 MiB on the virtual disk (128 KiB) and the
+    host's at 10 MiB on the disk, the store's file at 30 MiB on the disk:
+    a REQ_SYNC write is journal inside the journal and write-back outside
+    it (jbd2's checkpoint), a FUA|PREFLUSH one outside it write-back too,
+    REQ_META metadata; a write into the store's file is nestrace's."""
+    sync, meta, fua_flush = 1, 2, 8 | 16
+    ev = (request(100, 110, 120, VDISK, 1 * MiB, 4096, rq=1, bio=1, op=1, flags=sync)
+          + request(130, 140, 150, VDISK, 1 * MiB + 65536, 4096, rq=2, bio=2, op=1,
+                    flags=sync | fua_flush)
+          + request(160, 170, 180, VDISK, 2 * MiB, 4096, rq=3, bio=3, op=1, flags=sync)
+          + request(190, 200, 210, VDISK, 3 * MiB, 4096, rq=4, bio=4, op=1, flags=sync | meta)
+          + request(220, 230, 240, VDISK, 3 * MiB + 8192, 4096, rq=5, bio=5, op=1,
+                    flags=sync | fua_flush)
+          + request(250, 260, 270, DISK, 10 * MiB + 4096, 8192, rq=6, bio=6, op=1, flags=sync)
+          + request(280, 290, 300, DISK, 20 * MiB, 4096, rq=7, bio=7, op=1, flags=sync)
+          + request(310, 320, 330, DISK, 30 * MiB, 4096, rq=8, bio=8, op=1))
+    ext = extents() + [placed("fs_journal", VDISK, 1 * MiB, 131072),
+                       placed("fs_journal", DISK, 10 * MiB, 1 * MiB, ino=0),
+                       placed("nestrace_store", DISK, 30 * MiB, 65536, ino=77)]
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),
+                             "extent_maps": ext, "block_events": ev})
+    got = s.rows("SELECT b.level, b.offset_bytes // 4096 AS blk, l.kind, l.bytes FROM links l "
+                 "JOIN block_requests b ON b.io_id = l.lower_id ORDER BY b.level DESC, blk")
+    assert got == [
+        {"level": "vdisk", "blk": 256, "kind": "journal", "bytes": 4096},
+        {"level": "vdisk", "blk": 272, "kind": "journal", "bytes": 4096},
+        {"level": "vdisk", "blk": 512, "kind": "writeback", "bytes": 4096},
+        {"level": "vdisk", "blk": 768, "kind": "metadata", "bytes": 4096},
+        {"level": "vdisk", "blk": 770, "kind": "writeback", "bytes": 4096},
+        {"level": "disk", "blk": 2561, "kind": "journal", "bytes": 8192},
+        {"level": "disk", "blk": 5120, "kind": "writeback", "bytes": 4096},
+        {"level": "disk", "blk": 7680, "kind": "nestrace", "bytes": 4096}]
+
+
 def test_unaligned_guest_write_through_host_page_cache_is_read_modify_write():
     # a 512 B virtual-disk write into the middle of a host page, and the
     # host reading that page from disk while the write is in flight

@@ -377,3 +377,67 @@ def test_buffered_image_reads_and_writes_on_ext4_count_each_byte_once_at_hostfs(
     folios = s.rows("SELECT count(*) AS n FROM hostfs_events WHERE op = 1 AND bytes > 4096")[0]["n"]
     if folios:   # large folios: about one row per write (a few cross a 2 MiB boundary)
         assert got["hostfs"]["requests"] <= 1.1 * got["vdisk"]["requests"], got
+
+
+def journal_size(fs: str, dev: str) -> int:
+    """The journal's size as the file system's own tools print it (not the
+    way nestrace finds the journal: debugfs's block list, xfs_db's
+    superblock fields)."""
+    if fs == "xfs":
+        out = subprocess.run(["xfs_info", dev], check=True, capture_output=True, text=True).stdout
+        m = re.search(r"^log\s+=internal log\s+bsize=(\d+)\s+blocks=(\d+)", out, re.M)
+        return int(m.group(1)) * int(m.group(2))
+    out = subprocess.run(["dumpe2fs", "-h", dev], check=True, capture_output=True, text=True).stdout
+    m = re.search(r"^(?:Total j|J)ournal size:\s+(\d+)([KMG])$", out, re.M)
+    return int(m.group(1)) << {"K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+@pytest.mark.parametrize("guest_fs,host_fs", [("ext4", "xfs"), ("xfs", "ext3")])
+def test_journal_writes_are_journal_by_their_place_on_disk(lab_factory, tmp_path, guest_fs,
+                                                           host_fs):
+    """`fio --rw=randwrite --bs=4k --size=16M --io_size=2M --fsync=1`
+    (buffered, an fsync after each write; --guest-dio on --host-dio on),
+    then `dd oflag=sync` of 1 MiB into another file of the host file
+    system: the capture finds each file system's journal (the size its own
+    tools print), every bio the kernel marks FUA or PREFLUSH with data
+    (journal commits and log writes) lies in it, and links calls journal
+    exactly the unexplained writes there.  The dd's REQ_SYNC writes on the
+    host disk are write-back, not journal (by their flags they were)."""
+    lab = lab_factory(guest_fs, host_fs, guest_dio="on", host_dio="on")
+    store = tmp_path / "s"
+    other = Path(lab.mount).parent / "host" / "other"
+    fio = shlex.join(["fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
+                      "--output=/dev/null", "--size=16M", "--io_size=2M", "--rw=randwrite",
+                      "--bs=4k", "--fsync=1"])
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
+            f"{fio} && dd if=/dev/urandom of={shlex.quote(str(other))} bs=64k count=16 "
+            "oflag=sync status=none")
+    s = nestrace.open(store)
+    devs = {r["level"]: r for r in s.rows("SELECT level, dev, name FROM device_map")}
+    s.execute("CREATE TEMP TABLE j AS SELECT e.physical_dev AS dev, e.physical_bytes AS lo, "
+              "e.physical_bytes + e.length_bytes AS hi FROM extent_maps e "
+              "WHERE role = 'fs_journal'")
+    for level, fs in (("vdisk", guest_fs), ("disk", host_fs)):
+        dev = devs[level]["dev"]
+        size = s.rows("SELECT sum(hi - lo) AS b FROM j WHERE dev = ?", [dev])[0]["b"]
+        assert size == journal_size(fs, "/dev/" + devs[level]["name"]), (level, size)
+        # bios with data and FUA or PREFLUSH (at Q: the flush machinery
+        # takes the flags off what a loop device dispatches)
+        fua = s.rows("SELECT count(*) AS n, count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM j "
+                     "WHERE j.dev = e.dev AND j.lo <= e.sector * 512 "
+                     "AND e.sector * 512 + e.nr_sectors * 512 <= j.hi)) AS outside "
+                     "FROM block_events e WHERE e.dev = ? AND e.action = 1 AND e.nr_sectors > 0 "
+                     "AND e.req_op = 1 AND e.req_flags & (8 | 16) <> 0", [dev])[0]
+        assert fua["n"] >= 10 and fua["outside"] == 0, (level, fua)
+        kinds = s.rows(
+            "SELECT l.kind, count(*) AS n, count(*) FILTER (WHERE EXISTS (SELECT 1 FROM j "
+            "WHERE j.dev = b.dev AND j.lo < b.offset_bytes + b.bytes AND b.offset_bytes < j.hi)) "
+            "AS inside FROM links l JOIN block_requests b ON b.io_id = l.lower_id "
+            "AND b.level = l.lower_level WHERE l.lower_level = ? AND l.upper_id IS NULL "
+            "AND b.op = 'write' GROUP BY ALL", [level])
+        by = {r["kind"]: r for r in kinds}
+        assert by["journal"]["n"] >= 10 and by["journal"]["inside"] == by["journal"]["n"], kinds
+        assert all(r["inside"] == 0 for r in kinds if r["kind"] != "journal"), kinds
+    dd = s.rows("SELECT sum(l.bytes) AS b FROM links l JOIN disk_io d ON d.io_id = l.lower_id "
+                "WHERE l.kind = 'writeback' AND l.upper_id IS NULL")[0]["b"]
+    assert dd >= 1 << 20, dd

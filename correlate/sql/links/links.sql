@@ -370,11 +370,14 @@ filed AS (    -- virtual-disk blocks written with no cause found that hold a
   ASOF JOIN reach e ON e.ck = r.ck AND e.hop = r.hop AND r.blk * 4096 >= e.lo
   WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL
     AND r.blk * 4096 < e.reach),
-own_reach AS (   -- the capture's own store files, where a traced disk holds
-                 -- them (extent_maps role nestrace_store: the store on the
-                 -- virtual disk, hop 0, or on a host disk, hop 2)
-  SELECT ck, hop, lo, max(max(hi)) OVER (PARTITION BY ck, hop ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
-  FROM (SELECT c.ck, CASE d.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop,
+placed_reach AS (   -- the capture's own store files, where a traced disk
+                    -- holds them (extent_maps role nestrace_store: the
+                    -- store on the virtual disk, hop 0, or on a host disk,
+                    -- hop 2), and the file systems' journals (fs_journal:
+                    -- the guest's on the virtual disk, the host's on its disk)
+  SELECT ck, hop, role, lo,
+         max(max(hi)) OVER (PARTITION BY ck, hop, role ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
+  FROM (SELECT c.ck, CASE d.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop, e.role,
                e.physical_bytes::BIGINT + coalesce(x.shift, 0) AS lo,
                (e.physical_bytes + e.length_bytes)::BIGINT + coalesce(x.shift, 0) AS hi
         FROM extent_maps e JOIN _links_captures c USING (capture_id)
@@ -382,15 +385,22 @@ own_reach AS (   -- the capture's own store files, where a traced disk holds
                          AND d.level IN ('vdisk', 'disk')
         LEFT JOIN _links_disks x ON x.capture_id = e.capture_id AND x.dev = e.physical_dev
                                 AND d.level = 'disk'
-        WHERE e.role = 'nestrace_store' AND (e.flags & 6) = 0)
-  GROUP BY ck, hop, lo),
-own AS (      -- blocks written with no cause found into those files: the
-              -- agent's batches (the store was on the stack it traced)
-  SELECT DISTINCT r.ck, r.hop, r.blk
-  FROM m r
-  ASOF JOIN own_reach e ON e.ck = r.ck AND e.hop = r.hop AND r.blk * 4096 >= e.lo
-  WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL
-    AND r.blk * 4096 < e.reach),
+        WHERE e.role IN ('nestrace_store', 'fs_journal') AND (e.flags & 6) = 0)
+  GROUP BY ck, hop, role, lo),
+placed AS (   -- blocks written with no cause found into those places: the
+              -- agent's batches (the store was on the stack it traced), the
+              -- journal's writes
+  SELECT r.ck, r.hop, r.blk, min(e.role) AS role
+  FROM (SELECT DISTINCT ck, hop, blk FROM m
+        WHERE hop IN (0, 2) AND lop = 1 AND block_bytes > attributed AND s_ns IS NULL) r
+  CROSS JOIN (VALUES ('nestrace_store'), ('fs_journal')) p(role)
+  ASOF JOIN placed_reach e ON e.ck = r.ck AND e.hop = r.hop AND e.role = p.role
+                          AND r.blk * 4096 >= e.lo
+  WHERE r.blk * 4096 < e.reach
+  GROUP BY r.ck, r.hop, r.blk),
+journaled AS (   -- the hops whose disk's journal is known: there a write
+                 -- outside it is no journal write, whatever its flags
+  SELECT DISTINCT ck, hop FROM placed_reach WHERE role = 'fs_journal'),
 out AS (
   SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
          CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
@@ -402,12 +412,17 @@ out AS (
               WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
               WHEN r.s_ns IS NOT NULL THEN 'store'
               WHEN r.l_zeroes THEN 'zeroes'
-              WHEN o.blk IS NOT NULL THEN 'nestrace'
+              WHEN o.role = 'nestrace_store' THEN 'nestrace'
               WHEN d.blk IS NOT NULL THEN 'writeback'
+              WHEN o.role = 'fs_journal' THEN 'journal'
               -- (a host-FS write no virtual-disk request explains is no
               -- write-back: the hypervisor's own, or one from before a
               -- guest's capture began in a merged capture)
               WHEN r.hop = 1 AND r.lop = 1 AND r.l_flags = 0 THEN 'other'
+              -- (outside a known journal: jbd2's checkpoint writes its
+              -- metadata home with REQ_SYNC alone, as it writes the journal)
+              WHEN r.lop = 1 AND j.hop IS NOT NULL THEN
+                   CASE WHEN r.l_flags & 2 <> 0 THEN 'metadata' ELSE 'writeback' END
               ELSE _unattributed_kind(['read', 'write', 'discard', 'other'][r.lop + 1], r.l_flags) END,
          r.block_bytes - r.attributed,
          r.l_start::BIGINT - CASE WHEN r.l_start <= h.h_end THEN h.h_ns ELSE r.s_ns END::BIGINT
@@ -416,7 +431,8 @@ out AS (
   ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
   ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
   LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1
-  LEFT JOIN own o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1)
+  LEFT JOIN placed o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1
+  LEFT JOIN journaled j ON j.ck = r.ck AND j.hop = r.hop)
 SELECT * FROM out;
 
 -- Links as computed (`links` reads the rows `nestrace correlate` stored,
@@ -446,9 +462,14 @@ JOIN _links_captures c USING (ck);
 -- at the end (its pages written back, dirtied before the capture, say);
 -- kind nestrace: writes into the capture's own store files, where the
 -- store was on a traced disk (the virtual disk, or a host disk);
+-- kind journal: writes into a file system's journal, where the capture
+-- found it (extent_maps role fs_journal: an ext3 or ext4 journal inode,
+-- an xfs internal log), and on such a disk the other writes are
+-- metadata (REQ_META) or writeback (jbd2's checkpoint of journaled
+-- blocks to their home is REQ_SYNC alone, as its journal writes are);
 -- else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
--- and flags, and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
+-- and flags (there a REQ_SYNC write counts as journal), and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
 -- metadata; another host-FS write is other, not writeback).  bytes are exact overlaps of the mapped ranges.  A
 -- virtual-disk request whose C was lost ends, for its hops, at its
 -- done_by_ns (the next use of its request id), else at the capture's end.
@@ -457,7 +478,7 @@ JOIN _links_captures c USING (ck);
 -- @column lower_level VARCHAR  vdisk, hostfs or disk
 -- @column lower_id UBIGINT     io_id of the lower request (vdisk_io, hostfs_io or disk_io)
 -- @column upper_id UBIGINT     io_id of the upper event (vfs_io, for kind hint vfs_hints, or vdisk_io); NULL when unattributed
--- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a file system's online discard, at its commit, of the blocks a hole punched for it freed: an fallocate's in a guest file, a virtual-disk discard's in the image), hint (a virtual-disk read a readahead, a WILLNEED or a POPULATE_READ call asked for), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), nestrace (nestrace's own writes to its store, when the store was on a traced disk), readahead, journal, metadata, writeback, discard, other
+-- @column kind VARCHAR         sync (in flight together), writeback (after a write that dirtied the range), rmw (a read caused by a partial write), discard (a discard after the upper discard of the range ended: a file system's online discard, at its commit, of the blocks a hole punched for it freed: an fallocate's in a guest file, a virtual-disk discard's in the image), hint (a virtual-disk read a readahead, a WILLNEED or a POPULATE_READ call asked for), or for the unattributed: zeroes (a write-zeroes request), fault, store (write-back of a store through a mapping), nestrace (nestrace's own writes to its store, when the store was on a traced disk), journal (a write into the file system's journal: by its place where the capture found the journal, else by its flags), readahead, metadata, writeback, discard, other
 -- @column bytes BIGINT         bytes of the lower request this row accounts for
 -- @column lag_ns BIGINT        writeback and discard: lower start - upper end; otherwise lower start - upper start; store: lower start - the store's page fault; NULL for the other unattributed
 CREATE OR REPLACE VIEW links AS SELECT * FROM _links_computed;

@@ -176,6 +176,19 @@ def build(s: Session, capture_id: str | None = None) -> dict:
             "guest_queue_ns, host_fs_ns, host_queue_ns, device_ns FROM latency_breakdown_summary "
             "WHERE capture_id = ? "
             "ORDER BY op, bin_max_bytes NULLS LAST", p)
+    # where record found each file system's journal (links calls the
+    # writes there journal, and on that disk no others)
+    journals = s.rows("""
+        SELECT d.level, any_value(f.fs_type) AS fs_type, nullif(any_value(e.ino), 0) AS ino,
+               min(e.physical_bytes)::BIGINT AS offset_bytes, sum(e.length_bytes)::BIGINT AS bytes,
+               count(*) AS extents
+        FROM extent_maps e
+        JOIN device_map d ON d.capture_id = e.capture_id AND d.dev = e.physical_dev
+         AND d.level IN ('vdisk', 'disk')
+        LEFT JOIN device_map f ON f.capture_id = e.capture_id
+         AND f.level = CASE d.level WHEN 'vdisk' THEN 'vfs' ELSE 'hostfs' END
+        WHERE e.capture_id = ? AND e.role = 'fs_journal'
+        GROUP BY d.level ORDER BY list_position(['vdisk', 'disk'], d.level)""", p)
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
                    "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
                    "WHERE capture_id = ?", p)
@@ -195,6 +208,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "levels": levels,
         "amplification": amp,
         "attribution": {"to_app": to_app, "links": links},
+        "journals": journals,
         "rmw": rmw,
         "readahead": ra,
         "sync": sync,
@@ -384,6 +398,16 @@ def render(rep: dict, console=None) -> None:
                   _fmt(r["fraction"], 3))
     if t.row_count:
         con.print(t)
+        if rep["journals"]:
+            con.print("journal: the unexplained writes into the journals record found: " + "; ".join(
+                " ".join(filter(None, [j["level"], j["fs_type"],
+                                       f"journal inode {j['ino']}" if j["ino"] else "log",
+                                       f"{_fmt_bytes(j['bytes'])} at "
+                                       f"{_fmt_bytes(j['offset_bytes'])}"]))
+                for j in rep["journals"]))
+        elif any(r["kind"] == "journal" for r in rep["attribution"]["links"]):
+            con.print("journal: by the requests' flags (no journal's place was found: ext2, "
+                      "btrfs, an external journal, or a device record could not read)")
     else:
         con.print("Attribution: none (it needs two traced levels and the stack's offset maps, "
                   "which `nestrace record` stores)")

@@ -4,6 +4,7 @@ Unless said otherwise: lab up --guest-dio off --host-dio on (the image goes
 through the host page cache; the host disk is uncached)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -417,10 +418,12 @@ def test_journal_writes_are_journal_by_their_place_on_disk(lab_factory, tmp_path
     s.execute("CREATE TEMP TABLE j AS SELECT e.physical_dev AS dev, e.physical_bytes AS lo, "
               "e.physical_bytes + e.length_bytes AS hi FROM extent_maps e "
               "WHERE role = 'fs_journal'")
+    sizes = {}
     for level, fs in (("vdisk", guest_fs), ("disk", host_fs)):
         dev = devs[level]["dev"]
         size = s.rows("SELECT sum(hi - lo) AS b FROM j WHERE dev = ?", [dev])[0]["b"]
         assert size == journal_size(fs, "/dev/" + devs[level]["name"]), (level, size)
+        sizes[level] = size
         # bios with data and FUA or PREFLUSH (at Q: the flush machinery
         # takes the flags off what a loop device dispatches)
         fua = s.rows("SELECT count(*) AS n, count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM j "
@@ -441,3 +444,9 @@ def test_journal_writes_are_journal_by_their_place_on_disk(lab_factory, tmp_path
     dd = s.rows("SELECT sum(l.bytes) AS b FROM links l JOIN disk_io d ON d.io_id = l.lower_id "
                 "WHERE l.kind = 'writeback' AND l.upper_id IS NULL")[0]["b"]
     assert dd >= 1 << 20, dd
+    rep = json.loads(run_cli("report", "--json", str(store)).stdout)
+    assert [(j["level"], j["fs_type"], j["bytes"], j["ino"] is None) for j in rep["journals"]] == [
+        ("vdisk", guest_fs, sizes["vdisk"], guest_fs == "xfs"),
+        ("disk", host_fs, sizes["disk"], host_fs == "xfs")], rep["journals"]
+    assert "the unexplained writes into the journals record found: vdisk " in \
+        run_cli("report", str(store)).stdout

@@ -19,6 +19,10 @@ import subprocess
 from .stack import Mount, mount_block_dev, mount_of
 
 
+# "(lo-hi):ph-ph_end" or "(lo):ph", a run of blocks in debugfs' stat output
+_RUN = re.compile(r"\((\d+)(?:-(\d+))?\):(\d+)(?:-(\d+))?")
+
+
 class JournalError(RuntimeError):
     dev = ""    # the device whose journal could not be read
 
@@ -67,9 +71,6 @@ def ext_journal(dev: str) -> tuple[int, list[tuple[int, int, int]]]:
     return ino, out
 
 
-_RUN = re.compile(r"\((\d+)(?:-(\d+))?\):(\d+)(?:-(\d+))?")
-
-
 def xfs_log(dev: str) -> list[tuple[int, int, int]]:
     """[(0, physical bytes, length bytes)] of an xfs internal log; none
     when the log is external."""
@@ -111,8 +112,23 @@ def journal_rows(mount_point: str, fs_dev: int, disk_dev: int, part_start: int,
     partition's start added, as for nestrace_store rows."""
     m = mount_of(mount_point)
     ino, ext = journal_extents(m)
+    return extents_rows(mount_point, m.fs_type, ino, ext, fs_dev, disk_dev, part_start,
+                        capture_id)
+
+
+def extents_rows(mount_point: str, fs_type: str, ino: int, ext, fs_dev: int, disk_dev: int,
+                 part_start: int, capture_id: str) -> list[dict]:
+    """extent_maps rows of a journal's extents on its file system's device
+    (journal_extents, or the agent's guest capture)."""
     return [{"capture_id": capture_id, "phase": "start", "role": "fs_journal",
-             "path": f"{mount_point} ({m.fs_type} {'journal inode %d' % ino if ino else 'log'})",
+             "path": f"{mount_point} ({fs_type} {'journal inode %d' % ino if ino else 'log'})",
              "dev": fs_dev, "ino": ino, "logical_bytes": lo, "physical_bytes": ph + part_start,
              "length_bytes": n, "flags": 0, "physical_dev": disk_dev, "cluster_bytes": None}
             for lo, ph, n in ext]
+
+
+def unknown_warning(mount_point: str, dev: str, why: str) -> str:
+    """The warning (without "nestrace: warning: ") for a journal not found."""
+    on = f" on {dev}" if dev else ""
+    return (f"{mount_point}{on}: where its journal is stays unknown ({why}); "
+            "links classes the writes there by their flags")

@@ -6,7 +6,8 @@ without nestrace's Python, turned into a capture of a store, the same as
 DIR holds what the agent wrote: the record tables as Arrow IPC streams
 (`<table>.arrows`), its start and end metadata frames (`agent.stream`),
 the file system's extent snapshots (`extents.jsonl`, a line per file and
-phase) and the stack and the run's facts (`guest.json`)."""
+phase, and one for where its journal is) and the stack and the run's facts
+(`guest.json`)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from .fsjournal import extents_rows, unknown_warning
 from .record import device_map_rows
 from .schema import table_schema
 from .stack import BlockDev, Chunk, Stack, kdev, map_extent_rows
@@ -121,7 +123,9 @@ def _chunk(c: list) -> Chunk:
 def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: set[int],
                  problems: list[str]) -> list[dict]:
     """extent_maps rows from extents.jsonl (on btrfs, mapped through the
-    phase's chunk tree, as `record` maps them).  A line that does not
+    phase's chunk tree, as `record` maps them), and where the file
+    system's journal is (as `record` finds it; a warning when the agent
+    could not).  A line that does not
     parse is left out and named (file, offset); the end snapshot keeps the
     files the capture touched (as `record` does)."""
     p = d / "extents.jsonl"
@@ -145,6 +149,17 @@ def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: se
             if "btrfs_chunks" in f:
                 chunks[phase] = sorted((_chunk(c) for c in f["btrfs_chunks"]),
                                        key=lambda c: c.logical)
+                continue
+            if "journal_error" in f:
+                problems.append(unknown_warning(stack.guest_mount, str(f.get("journal_dev", "")),
+                                                str(f["journal_error"])))
+                continue
+            if "journal" in f:
+                j = f["journal"]
+                rows += extents_rows(stack.guest_mount, stack.guest_fs, int(j["ino"]),
+                                     [(int(lo), int(ph), int(n)) for lo, ph, n in j["extents"]],
+                                     stack.guest_kdev, stack.vdisk.kdev,
+                                     stack.guest_part_start_bytes, capture_id)
                 continue
             files.append((phase, int(f["ino"]), str(f["path"]),
                           [(int(lo), int(ph), int(ln), int(fl)) for lo, ph, ln, fl in f["extents"]]))

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ._paths import agent_path
 from .errors import RecordError
-from .fsjournal import JournalError, journal_rows
+from .fsjournal import JournalError, journal_rows, unknown_warning
 from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
 from .stack import (Stack, StackError, btrfs_layout, extent_rows, file_id, kdev_str, mount_block_dev,
@@ -350,9 +350,7 @@ def stack_journal_rows(stack: Stack, capture_id: str, log) -> list[dict]:
         try:
             rows += journal_rows(mp, fs_dev, disk_dev, part, capture_id)
         except (JournalError, StackError) as e:
-            on = f" on {e.dev}" if getattr(e, "dev", "") else ""
-            log(f"nestrace: warning: {mp}{on}: where its journal is stays unknown ({e}); "
-                "links classes the writes there by their flags")
+            log("nestrace: warning: " + unknown_warning(mp, getattr(e, "dev", ""), str(e)))
     return rows
 
 

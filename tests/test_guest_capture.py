@@ -103,7 +103,10 @@ def test_a_guest_capture_directory_imports_once_and_bad_parts_are_named(lab_fact
                         WHERE f.syscall = 'pread64' OR f.req_bytes = 4096""")
         assert got[0]["n"] >= 16 and got[0]["found"] == got[0]["n"], got
         phases = s.rows("SELECT phase, count(DISTINCT ino) AS files FROM extent_maps "
-                        "GROUP BY 1 ORDER BY 1")
+                        "WHERE role = 'guest_file' GROUP BY 1 ORDER BY 1")
+        # and where its journal is (test_the_agent_alone_finds_the_journal_where_record_does)
+        assert s.rows("SELECT DISTINCT phase, ino FROM extent_maps WHERE role = 'fs_journal'") \
+            == [{"phase": "start", "ino": 8}]
         assert phases == [{"phase": "end", "files": 3}, {"phase": "start", "files": 3}]
     again = run_cli("import", str(d), "-o", str(store), check=False)
     assert again.returncode == 2 and "already holds capture" in again.stderr
@@ -130,7 +133,8 @@ def test_a_guest_capture_directory_imports_once_and_bad_parts_are_named(lab_fact
     r = run_cli("import", str(torn), "-o", str(tmp_path / "x3"))
     assert f"extents.jsonl: offset {at}: not a file's extents" in r.stderr, r.stderr
     with nestrace.open(tmp_path / "x3") as s:
-        kept = s.rows("SELECT count(*) AS n FROM (SELECT DISTINCT phase, ino FROM extent_maps)")
+        kept = s.rows("SELECT count(*) AS n FROM (SELECT DISTINCT phase, ino FROM extent_maps "
+                      "WHERE role = 'guest_file')")
     assert kept == [{"n": 5}]
 
 
@@ -224,3 +228,102 @@ def test_the_stores_own_writes_on_a_traced_disk_are_their_own_class(lab_factory,
     assert 0 < got["nestrace"]["bytes"] <= min(own["bytes"], written)
     assert "nestrace: nestrace's own writes to its store, on a traced disk" in \
         " ".join(run_cli("report", str(store)).stdout.split())
+
+
+def _runs(exts) -> list[tuple[int, int, int]]:
+    """(logical, physical, bytes) runs with the ones that follow on joined:
+    debugfs prints a long extent as several."""
+    out: list[list[int]] = []
+    for lo, ph, n in sorted(exts):
+        if out and out[-1][0] + out[-1][2] == lo and out[-1][1] + out[-1][2] == ph:
+            out[-1][2] += n
+        else:
+            out.append([lo, ph, n])
+    return [tuple(r) for r in out]
+
+
+# file systems made so that the agent's reading of the journal takes each
+# path: (mkfs, image MiB, on a partition); ext4 with small block groups and
+# no flex_bg has a journal of many extents (an extent tree a level deep),
+# ext3 with 1 KiB blocks one that needs double indirect blocks, xfs on a
+# partition a log whose place gets the partition's start added, ext2 none
+JOURNAL_CASES = {
+    "ext4-extent-tree": (["mkfs.ext4", "-F", "-q", "-b", "1024", "-g", "256", "-N", "512",
+                          "-O", "^flex_bg,^resize_inode", "-J", "size=4"], 64, False),
+    "ext4": (["mkfs.ext4", "-F", "-q"], 256, False),
+    "ext3-1k-blocks": (["mkfs.ext3", "-F", "-q", "-b", "1024", "-J", "size=8"], 64, False),
+    "xfs-on-a-partition": (["mkfs.xfs", "-f", "-q"], 400, True),
+    "ext2": (["mkfs.ext2", "-F", "-q"], 64, False),
+}
+
+
+@pytest.mark.parametrize("case", list(JOURNAL_CASES))
+def test_the_agent_alone_finds_the_journal_where_record_does(case, tmp_path):
+    """The agent reads where the guest's journal is from the device itself
+    (no dumpe2fs, debugfs or xfs_db in a bare guest): the same blocks as
+    record's fsjournal finds with those tools, and `nestrace import` stores
+    them as record does (role fs_journal, on the whole disk).  A journal
+    the agent could not read is a warning naming the device, and no rows."""
+    from nestrace.fsjournal import journal_extents
+    from nestrace.lab import PART_START, _partition, write_mbr
+    from nestrace.stack import kdev_of, mount_of
+    mkfs, mib, part = JOURNAL_CASES[case]
+    img, mnt = tmp_path / "fs.img", tmp_path / "m"
+    subprocess.run(["truncate", "-s", f"{mib}M", str(img)], check=True)
+    if part:
+        write_mbr(img, PART_START, (mib << 20) - PART_START)
+    mnt.mkdir()
+    loop = subprocess.run(["losetup", "-f", "--show", *(["-P"] if part else []), str(img)],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    mounted = False
+    try:
+        dev = _partition(loop, mib << 20) if part else loop   # (the lab's own way)
+        subprocess.run([*mkfs, dev], check=True, capture_output=True)
+        subprocess.run(["mount", dev, str(mnt)], check=True)
+        mounted = True
+        d = tmp_path / "g"
+        r = agent("--guest", str(mnt), "--guest-capture", str(d), "--", "true")
+        assert r.returncode == 0, r.stderr
+        lines = [json.loads(x) for x in (d / "extents.jsonl").read_text().splitlines()
+                 if '"journal' in x]
+        want_ino, want = journal_extents(mount_of(str(mnt)))
+        if case == "ext2":
+            assert lines == [] and want == []
+            return
+        assert len(lines) == 1 and lines[0]["journal_dev"] == dev, lines
+        got = lines[0]["journal"]
+        assert got["ino"] == want_ino and want_ino == (0 if case.startswith("xfs") else 8)
+        assert _runs(got["extents"]) == _runs(want), (got, want)
+        assert sum(n for _, _, n in want) >= 4 << 20
+        if case == "ext4-extent-tree":      # over the four extents an inode holds
+            assert len(_runs(want)) > 4, want
+        if case == "ext3-1k-blocks":        # past the 12 + 256 blocks of IND
+            assert sum(n for _, _, n in want) > (12 + 256) * 1024
+        start = PART_START if part else 0
+        disk = os.stat(loop).st_rdev
+        store = tmp_path / "s"
+        out = run_cli("import", str(d), "-o", str(store))
+        assert "journal" not in out.stderr, out.stderr
+        with nestrace.open(store) as s:
+            rows = s.rows("SELECT logical_bytes, physical_bytes, length_bytes, ino, physical_dev "
+                          "FROM extent_maps WHERE role = 'fs_journal' ORDER BY 1")
+        assert _runs((r["logical_bytes"], r["physical_bytes"] - start, r["length_bytes"])
+                     for r in rows) == _runs(want)
+        assert {(r["ino"], r["physical_dev"]) for r in rows} == \
+            {(want_ino, kdev_of(disk))}
+        # a journal the agent could not read
+        ext = d / "extents.jsonl"
+        ext.write_text("".join(x + "\n" for x in ext.read_text().splitlines()
+                               if '"journal' not in x) +
+                       json.dumps({"phase": "start", "journal_dev": dev,
+                                   "journal_error": "cannot open it: Permission denied"}) + "\n")
+        out = run_cli("import", str(d), "-o", str(tmp_path / "s2"))
+        assert f"nestrace: warning: {mnt} on {dev}: where its journal is stays unknown " \
+               "(cannot open it: Permission denied)" in out.stderr, out.stderr
+        with nestrace.open(tmp_path / "s2") as s:
+            assert s.rows("SELECT count(*) AS n FROM extent_maps WHERE role = 'fs_journal'") == \
+                [{"n": 0}]
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(mnt)], check=True)
+        subprocess.run(["losetup", "-d", loop], check=True)

@@ -238,13 +238,13 @@ def check_disk(tmp_path, i, host_image, fmt, guest_by, hstore, hout, out, log, b
     run_cli("correlate", str(merged))   # (links computed once for the queries below)
     s = nestrace.open(merged)
     # where each file system's journal is: the host's xfs log, and the
-    # guest's ext4 journal where Python recorded it (the agent reads none)
+    # guest's ext4 journal (record's Python, or the agent alone, found it)
     journals = {r["level"]: r["b"] for r in s.rows(
         "SELECT d.level, sum(e.length_bytes) AS b FROM extent_maps e JOIN device_map d "
         "ON d.capture_id = e.capture_id AND d.dev = e.physical_dev "
         "WHERE e.role = 'fs_journal' GROUP BY ALL")}
     assert journals.get("disk", 0) >= 1 << 20, journals
-    assert (journals.get("vdisk", 0) >= 1 << 20) == (guest_by == "record"), journals
+    assert journals.get("vdisk", 0) >= 1 << 20, journals
     m = s.rows("SELECT clock_offset_ns AS o, clock_offset_err_ns AS e, clock_offset_pairs AS n "
                "FROM capture_meta")[0]
     # the guest's CLOCK_MONOTONIC starts when its kernel boots, after QEMU

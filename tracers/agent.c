@@ -1236,7 +1236,7 @@ static int gcap__begin(void)
 	}
 	wall__iso(gcap.start_wall, sizeof(gcap.start_wall));
 	gcap.files_start = guest__snapshot(&guest, "start", gcap.extents, NULL);
-	if (gcap.files_start < 0) {
+	if (gcap.files_start < 0 || guest__journal(&guest, gcap.extents)) {
 		fprintf(stderr, "nestrace-agent: cannot write %s: %s\n", path, strerror(errno));
 		return -1;
 	}

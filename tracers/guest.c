@@ -500,3 +500,243 @@ bool touched__has(__u64 ino)
 			return true;
 	return false;
 }
+
+/* ---- where the journal is ---------------------------------------------- */
+
+/* As nestrace/fsjournal.py, without dumpe2fs, debugfs or xfs_db: read from
+ * the file system's own device.  ext3/ext4: the superblock's journal
+ * inode, its inode from the inode table, its blocks (extent tree, or
+ * direct and indirect blocks; the indirect blocks themselves left out).
+ * xfs: the superblock's internal log. */
+
+#define JNL_MAX_RUNS 4096
+#define JNL_MAX_DEPTH 5
+
+static struct {
+	int fd;
+	__u64 bs, nblocks;
+	__u64 runs[JNL_MAX_RUNS][3];	/* logical bytes, physical bytes, bytes */
+	int n;
+	char err[200];
+} jnl;
+
+static __u16 le16_at(const unsigned char *p) { return p[0] | p[1] << 8; }
+static __u32 le32_at(const unsigned char *p) { return le16_at(p) | (__u32)le16_at(p + 2) << 16; }
+static __u32 be32_at(const unsigned char *p)
+{
+	return (__u32)p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3];
+}
+static __u64 be64_at(const unsigned char *p) { return (__u64)be32_at(p) << 32 | be32_at(p + 4); }
+
+static int jnl__fail(const char *fmt, unsigned long long a)
+{
+	snprintf(jnl.err, sizeof(jnl.err), fmt, a);
+	return -1;
+}
+
+static int jnl__read(__u64 off, void *buf, size_t len)
+{
+	ssize_t n = pread(jnl.fd, buf, len, off);
+
+	if (n < 0) {
+		snprintf(jnl.err, sizeof(jnl.err), "cannot read at offset %llu: %s",
+			 (unsigned long long)off, strerror(errno));
+		return -1;
+	}
+	if ((size_t)n != len)
+		return jnl__fail("short read at offset %llu", off);
+	return 0;
+}
+
+/* one block, or a run; joined to the run before when both follow on */
+static int jnl__add(__u64 lblk, __u64 pblk, __u64 nblk)
+{
+	__u64 lo = lblk * jnl.bs, ph = pblk * jnl.bs, len = nblk * jnl.bs;
+
+	if (jnl.n && jnl.runs[jnl.n - 1][0] + jnl.runs[jnl.n - 1][2] == lo &&
+	    jnl.runs[jnl.n - 1][1] + jnl.runs[jnl.n - 1][2] == ph) {
+		jnl.runs[jnl.n - 1][2] += len;
+		return 0;
+	}
+	if (jnl.n == JNL_MAX_RUNS)
+		return jnl__fail("over %llu runs of blocks", JNL_MAX_RUNS);
+	jnl.runs[jnl.n][0] = lo;
+	jnl.runs[jnl.n][1] = ph;
+	jnl.runs[jnl.n][2] = len;
+	jnl.n++;
+	return 0;
+}
+
+/* an extent tree node (the inode's i_block, or a block of the tree) */
+static int jnl__extents(const unsigned char *node, size_t len, int depth_left)
+{
+	__u16 entries = le16_at(node + 2), depth = le16_at(node + 6);
+	unsigned char *blk;
+	int rc = 0;
+
+	if (le16_at(node) != 0xF30A)
+		return jnl__fail("the journal inode's extent tree: no extent header (depth %llu left)",
+				 depth_left);
+	if (12 + 12 * (size_t)entries > len || depth_left < 0)
+		return jnl__fail("the journal inode's extent tree: a node of %llu entries too many",
+				 entries);
+	for (__u16 i = 0; i < entries && !rc; i++) {
+		const unsigned char *e = node + 12 + 12 * i;
+
+		if (depth == 0) {
+			__u32 elen = le16_at(e + 4);
+
+			if (elen > 32768)	/* unwritten */
+				elen -= 32768;
+			rc = jnl__add(le32_at(e), (__u64)le16_at(e + 6) << 32 | le32_at(e + 8), elen);
+			continue;
+		}
+		blk = malloc(jnl.bs);
+		if (!blk)
+			return jnl__fail("out of memory (%llu bytes)", jnl.bs);
+		rc = jnl__read(((__u64)le16_at(e + 8) << 32 | le32_at(e + 4)) * jnl.bs, blk, jnl.bs) ||
+		     jnl__extents(blk, jnl.bs, depth_left - 1);
+		free(blk);
+	}
+	return rc;
+}
+
+/* an indirect block `level` levels above the data blocks; *lblk counts the
+ * logical blocks passed, holes included */
+static int jnl__indirect(__u32 pblk, int level, __u64 *lblk)
+{
+	__u64 per = jnl.bs / 4, span = 1;
+	unsigned char *blk;
+	int rc = 0;
+
+	for (int i = 1; i < level; i++)
+		span *= per;
+	if (!pblk) {
+		*lblk += span * per;
+		return 0;
+	}
+	blk = malloc(jnl.bs);
+	if (!blk)
+		return jnl__fail("out of memory (%llu bytes)", jnl.bs);
+	if (jnl__read((__u64)pblk * jnl.bs, blk, jnl.bs)) {
+		free(blk);
+		return -1;
+	}
+	for (__u64 i = 0; i < per && *lblk < jnl.nblocks && !rc; i++) {
+		__u32 p = le32_at(blk + 4 * i);
+
+		if (level > 1) {
+			rc = jnl__indirect(p, level - 1, lblk);
+		} else {
+			if (p)
+				rc = jnl__add(*lblk, p, 1);
+			(*lblk)++;
+		}
+	}
+	free(blk);
+	return rc;
+}
+
+/* ext3/ext4: 0 and *ino 0 when there is no internal journal */
+static int jnl__ext(__u64 *ino)
+{
+	unsigned char sb[1024], gd[64], in[128];
+	__u32 ipg, isz = 128, desc = 32, group, idx;
+	__u64 itab, size, lblk = 0;
+
+	if (jnl__read(1024, sb, sizeof(sb)))
+		return -1;
+	if (le16_at(sb + 0x38) != 0xEF53)
+		return jnl__fail("no ext2/3/4 superblock at offset %llu", 1024);
+	*ino = 0;
+	if (!(le32_at(sb + 0x5C) & 0x4))	/* has_journal */
+		return 0;
+	*ino = le32_at(sb + 0xE0);
+	if (!*ino)				/* an external journal */
+		return 0;
+	if (le32_at(sb + 0x18) > 6)
+		return jnl__fail("a block size of 1024 << %llu", le32_at(sb + 0x18));
+	jnl.bs = 1024ULL << le32_at(sb + 0x18);
+	ipg = le32_at(sb + 0x28);
+	if (le32_at(sb + 0x4C))			/* dynamic revision */
+		isz = le16_at(sb + 0x58);
+	if (le32_at(sb + 0x60) & 0x80)		/* 64bit */
+		desc = le16_at(sb + 0xFE);
+	if (!ipg || isz < 128 || desc < 32 || desc > sizeof(gd))
+		return jnl__fail("a superblock of %llu inodes per group and odd sizes", ipg);
+	group = (*ino - 1) / ipg;
+	idx = (*ino - 1) % ipg;
+	if (jnl__read((le32_at(sb + 0x14) + 1) * jnl.bs + (__u64)group * desc, gd, desc))
+		return -1;
+	itab = le32_at(gd + 8) | (desc >= 64 ? (__u64)le32_at(gd + 0x28) << 32 : 0);
+	if (jnl__read(itab * jnl.bs + (__u64)idx * isz, in, sizeof(in)))
+		return -1;
+	size = le32_at(in + 4) | (__u64)le32_at(in + 0x6C) << 32;
+	jnl.nblocks = (size + jnl.bs - 1) / jnl.bs;
+	if (le32_at(in + 0x20) & 0x80000)	/* EXT4_EXTENTS_FL */
+		return jnl__extents(in + 0x28, 60, JNL_MAX_DEPTH);
+	for (int i = 0; i < 12 && lblk < jnl.nblocks; i++, lblk++)
+		if (le32_at(in + 0x28 + 4 * i) && jnl__add(lblk, le32_at(in + 0x28 + 4 * i), 1))
+			return -1;
+	for (int level = 1; level <= 3 && lblk < jnl.nblocks; level++)
+		if (jnl__indirect(le32_at(in + 0x28 + 4 * (11 + level)), level, &lblk))
+			return -1;
+	return 0;
+}
+
+/* xfs: the internal log (none when it is external) */
+static int jnl__xfs(void)
+{
+	unsigned char sb[512];
+	__u64 logstart, agno, agbno;
+	__u8 agblklog;
+
+	if (jnl__read(0, sb, sizeof(sb)))
+		return -1;
+	if (memcmp(sb, "XFSB", 4))
+		return jnl__fail("no xfs superblock at offset %llu", 0);
+	jnl.bs = be32_at(sb + 4);
+	logstart = be64_at(sb + 48);
+	agblklog = sb[124];
+	if (!logstart)
+		return 0;
+	if (agblklog > 31)
+		return jnl__fail("an agblklog of %llu", agblklog);
+	agno = logstart >> agblklog;
+	agbno = logstart & ((1ULL << agblklog) - 1);
+	return jnl__add(0, agno * be32_at(sb + 84) + agbno, be32_at(sb + 96));
+}
+
+int guest__journal(const struct guest_stack *g, FILE *f)
+{
+	char dev[80];
+	__u64 ino = 0;
+	int rc;
+
+	if (strcmp(g->fs, "ext3") && strcmp(g->fs, "ext4") && strcmp(g->fs, "xfs"))
+		return 0;
+	memset(&jnl, 0, sizeof(jnl));
+	snprintf(dev, sizeof(dev), "/dev/%s", g->part_name[0] ? g->part_name : g->disk_name);
+	jnl.fd = open(dev, O_RDONLY | O_CLOEXEC);
+	if (jnl.fd < 0) {
+		snprintf(jnl.err, sizeof(jnl.err), "cannot open it: %s", strerror(errno));
+		rc = -1;
+	} else {
+		rc = strcmp(g->fs, "xfs") ? jnl__ext(&ino) : jnl__xfs();
+		close(jnl.fd);
+	}
+	fprintf(f, "{\"phase\":\"start\",\"journal_dev\":");
+	guest__json_str(f, dev);
+	if (rc) {
+		fprintf(f, ",\"journal_error\":");
+		guest__json_str(f, jnl.err);
+		fprintf(f, "}\n");
+	} else {
+		fprintf(f, ",\"journal\":{\"ino\":%llu,\"extents\":[", (unsigned long long)ino);
+		for (int i = 0; i < jnl.n; i++)
+			fprintf(f, "%s[%llu,%llu,%llu]", i ? "," : "", jnl.runs[i][0],
+				jnl.runs[i][1], jnl.runs[i][2]);
+		fprintf(f, "]}}\n");
+	}
+	return fflush(f) ? -1 : 0;
+}

@@ -36,6 +36,10 @@ int guest__discover(const char *mount, struct guest_stack *g);
  * number of files, -1 on a write error. */
 int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
 		    bool (*want)(__u64 ino));
+/* One JSON line: where the file system's journal is on its own device
+ * (ext3/ext4 journal inode, xfs internal log), or why that is unknown;
+ * nothing for ext2 and btrfs.  -1 on a write error. */
+int guest__journal(const struct guest_stack *g, FILE *f);
 /* The highest level of the stack that sees writes to `path` (the capture
  * directory): "vfs" on the file system itself, "vdisk" on another file
  * system of its disk, NULL when neither (as nestrace/stack.py traced_at). */

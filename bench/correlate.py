@@ -47,9 +47,10 @@ def source_capture(tmp: Path, workload: str) -> Path:
     return store
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (GiB) of a child command (its own, from
-    wait4: RUSAGE_CHILDREN would carry an earlier child's peak over)."""
+def timed(cmd: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (GiB) of a
+    child command (its own, from wait4: RUSAGE_CHILDREN would carry an
+    earlier child's peak over)."""
     t = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     err = p.stderr.read()
@@ -58,7 +59,7 @@ def timed(cmd: list[str]) -> tuple[float, float]:
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
         raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {err.decode(errors='replace')}")
-    return wall, ru.ru_maxrss / (1 << 20)
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / (1 << 20)
 
 
 def main() -> int:
@@ -84,29 +85,34 @@ def main() -> int:
             for limit in (args.memory_limit, args.small_limit):
                 # each measured in its own process, so peak RSS is its own
                 try:
-                    wall_c, rss_c = timed(NT + ["correlate", str(dst), "--memory-limit", limit])
-                    wall_r, rss_r = timed(NT + ["report", str(dst), "--json", "--memory-limit",
-                                                limit])
+                    wall_c, cpu_c, rss_c = timed(NT + ["correlate", str(dst), "--memory-limit",
+                                                       limit])
+                    wall_r, cpu_r, rss_r = timed(NT + ["report", str(dst), "--json",
+                                                       "--memory-limit", limit])
                 except RuntimeError as e:   # a failed run is a row of the table too
-                    rows.append((n, limit, None, None, None, None, str(e).splitlines()[0][-120:]))
+                    rows.append((n, limit, None, None, None, None, None,
+                                 str(e).splitlines()[0][-120:]))
                     print(f"{n} events, {limit}: failed: {e}", file=sys.stderr)
                     continue
-                rows.append((n, limit, wall_c, wall_r, n / (wall_c + wall_r), max(rss_c, rss_r),
-                             None))
+                rows.append((n, limit, wall_c, wall_r, n / (wall_c + wall_r), cpu_c + cpu_r,
+                             max(rss_c, rss_r), None))
                 print(f"{n} events, {limit}: correlate {wall_c:.1f} s, report {wall_r:.1f} s",
                       file=sys.stderr)
             shutil.rmtree(dst)
     print(f"\nnestrace correlate + report on replicated real captures ({args.workload} "
           f"4k randrw; {os.cpu_count()} cores)\n")
+    # per core: the wall-clock rate over the machine's cores; per CPU
+    # second: over the CPU time both commands used (user + system), which
+    # counts a core that sat idle as not used
     print("| events | DuckDB memory limit | correlate s | report s | events/s (both) "
-          "| events/s per core | peak RSS GiB |")
-    print("|---|---|---|---|---|---|---|")
-    for n, lim, wc, wr, eps, rss, err in rows:
+          "| events/s per core | CPU s (both) | events per CPU s | peak RSS GiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, lim, wc, wr, eps, cpu, rss, err in rows:
         if err:
-            print(f"| {n} | {lim} | failed: {err} | | | | |")
+            print(f"| {n} | {lim} | failed: {err} | | | | | | |")
             continue
         print(f"| {n} | {lim} | {wc:.1f} | {wr:.1f} | {eps:,.0f} | {eps / os.cpu_count():,.0f} "
-              f"| {rss:.2f} |")
+              f"| {cpu:.1f} | {n / cpu:,.0f} | {rss:.2f} |")
     return 1 if any(r[-1] for r in rows) else 0
 
 

@@ -28,7 +28,7 @@ def main() -> int:
         big = tmp / "big"
         n = replicate(src, big, max(1, -(-args.events // n_src)))
         page = tmp / "report.html"
-        wall, rss = timed(NT + ["html", str(big), "-o", str(page)])
+        wall, _, rss = timed(NT + ["html", str(big), "-o", str(page)])
         print(f"\n`nestrace html` on {n} events: {wall:.1f} s, peak RSS {rss:.2f} GiB, "
               f"page {page.stat().st_size / (1 << 20):.1f} MiB")
     return 0

@@ -571,15 +571,24 @@ static int jnl__add(__u64 lblk, __u64 pblk, __u64 nblk)
 static int jnl__extents(const unsigned char *node, size_t len, int depth_left)
 {
 	__u16 entries = le16_at(node + 2), depth = le16_at(node + 6);
-	unsigned char *blk;
+	unsigned char *blk = NULL;
 	int rc = 0;
 
 	if (le16_at(node) != 0xF30A)
 		return jnl__fail("the journal inode's extent tree: no extent header (depth %llu left)",
 				 depth_left);
-	if (12 + 12 * (size_t)entries > len || depth_left < 0)
+	/* the root may be at most 5 deep, and each child one less than its parent */
+	if (depth > depth_left)
+		return jnl__fail("the journal inode's extent tree: a node claims depth %llu, more than its place allows",
+				 depth);
+	if (12 + 12 * (size_t)entries > len)
 		return jnl__fail("the journal inode's extent tree: a node of %llu entries too many",
 				 entries);
+	if (depth > 0) {	/* one buffer for this node's children, read in turn */
+		blk = malloc(jnl.bs);
+		if (!blk)
+			return jnl__fail("out of memory (%llu bytes)", jnl.bs);
+	}
 	for (__u16 i = 0; i < entries && !rc; i++) {
 		const unsigned char *e = node + 12 + 12 * i;
 
@@ -591,13 +600,10 @@ static int jnl__extents(const unsigned char *node, size_t len, int depth_left)
 			rc = jnl__add(le32_at(e), (__u64)le16_at(e + 6) << 32 | le32_at(e + 8), elen);
 			continue;
 		}
-		blk = malloc(jnl.bs);
-		if (!blk)
-			return jnl__fail("out of memory (%llu bytes)", jnl.bs);
 		rc = jnl__read(((__u64)le16_at(e + 8) << 32 | le32_at(e + 4)) * jnl.bs, blk, jnl.bs) ||
-		     jnl__extents(blk, jnl.bs, depth_left - 1);
-		free(blk);
+		     jnl__extents(blk, jnl.bs, depth - 1);
 	}
+	free(blk);
 	return rc;
 }
 

@@ -47,19 +47,21 @@ def user_errors(fn):
                 AgentNotFound, FileNotFoundError, PermissionError) as e:
             raise UserError(str(e)) from None
         except duckdb.Error as e:
-            msg = str(e).splitlines()[0]
-            # a store's damaged Parquet file: verify names the byte range
-            bad = re.search(r"'([^']*/[^/']+/capture=[^/']+/[^/']+\.parquet)'", msg)
-            if bad and isinstance(e, (duckdb.InvalidInputException, duckdb.IOException)):
-                msg += f" (`nestrace verify {Path(bad.group(1)).parents[2]}` names the damage)"
-            elif not bad and kw.get("store") and Path(kw["store"]).is_dir() and not isinstance(
-                    e, (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)):
-                # (a damaged footer can give an error naming no file)
-                from .store import damaged_footers
-                damaged = damaged_footers(Path(kw["store"]))
-                if damaged:
-                    msg = (f"{'; '.join(damaged)}: unreadable ({msg}); `nestrace verify "
-                           f"{kw['store']}` checks every page")
+            from .store import damage_of
+            # (DuckDB quotes a damaged file's bytes as they are)
+            msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e).splitlines()[0])
+            # a store's damaged Parquet file: named with the byte range that
+            # does not read (DuckDB names the file for some damage, never
+            # the offset; for a damaged footer or page often neither)
+            named = re.search(r"'([^']*/[^/']+/capture=[^/']+/[^/']+\.parquet)'", msg)
+            store = Path(named.group(1)).parents[2] if named else \
+                Path(kw["store"]) if kw.get("store") and Path(kw["store"]).is_dir() else None
+            damage = damage_of(store, e) if store else None
+            if damage:
+                msg = (f"damaged store file: {damage} (DuckDB: {msg}); `nestrace verify "
+                       f"{store}` checks every file")
+            elif named:
+                msg += f" (`nestrace verify {store}` checks every page)"
             raise UserError(msg) from None
     return wrapper
 
@@ -827,12 +829,15 @@ def _shell(s) -> None:
             try:
                 cur = s.execute(q)
                 if cur.description:
-                    _shell_print(cur, opts["mode"])
+                    with s._damage_noted():     # (rows can be read only here)
+                        _shell_print(cur, opts["mode"])
             except KeyboardInterrupt:
                 s.con.interrupt()
                 click.echo("error: interrupted", err=True)
             except Exception as e:  # the shell keeps going on a bad query
                 click.echo(f"error: {str(e).splitlines()[0]}", err=True)
+                for note in getattr(e, "__notes__", []):   # a damaged file, named
+                    click.echo(f"  {note}", err=True)
             if opts["timer"]:
                 click.echo(f"time: {time.monotonic() - t:.3f} s", err=True)
 

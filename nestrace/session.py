@@ -2,6 +2,7 @@
 plus every SQL module under correlate/sql."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 
 from . import sqlmod
 from .schema import RECORDS, TABLES, record_schema, table_schema
-from .store import check_store, captures
+from .store import captures, check_store, damage_of
 
 
 def raw_tables() -> dict[str, pa.Schema]:
@@ -283,24 +284,42 @@ class Session:
     def execute(self, sql: str, params: list | None = None) -> duckdb.DuckDBPyConnection:
         """Run SQL and return DuckDB's cursor (`.description`, `.fetchall()`)."""
         self._prepare(sql)
-        return self.con.execute(sql, params or [])
+        with self._damage_noted():
+            return self.con.execute(sql, params or [])
 
     def query(self, sql: str, params: list | None = None) -> pa.Table:
         """Run SQL and return the result as an Arrow table."""
         self._prepare(sql)
-        rel = self.con.sql(sql, params=params or None)
-        if rel is None:                     # a statement with no result
-            return pa.table({})
-        return arrow_of(rel)
+        with self._damage_noted():
+            rel = self.con.sql(sql, params=params or None)
+            if rel is None:                 # a statement with no result
+                return pa.table({})
+            return arrow_of(rel)
+
+    @contextlib.contextmanager
+    def _damage_noted(self):
+        """A DuckDB error from a damaged file of the store gets a note (shown
+        with its traceback) naming the file and the byte range that does
+        not read; the error itself is DuckDB's, as it was."""
+        try:
+            yield
+        except duckdb.Error as e:
+            damage = damage_of(self.store, e) if self.store is not None else None
+            if damage:
+                e.add_note(f"damaged store file: {damage}")
+            raise
 
     def df(self, sql: str, params: list | None = None):
         """Run SQL and return a pandas DataFrame."""
-        return self.execute(sql, params).df()
+        cur = self.execute(sql, params)
+        with self._damage_noted():
+            return cur.df()
 
     def rows(self, sql: str, params: list | None = None) -> list[dict]:
         cur = self.execute(sql, params)
         cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
+        with self._damage_noted():
+            return [dict(zip(cols, r)) for r in cur.fetchall()]
 
     def views_to_cache(self, views: list[str]) -> list[str]:
         """Of these shared intermediates (lower first, links last), those

@@ -592,46 +592,72 @@ def _footer_problem(f: Path) -> str:
     return f"byte {size - 8 - n}..{size - 8}: the footer (the file's metadata)"
 
 
-def damaged_footers(store: Path) -> list[str]:
-    """The store's Parquet files whose footer does not read, each named
-    with the byte range (footers only: quick, for an error that names no
-    file, such as DuckDB's "don't know what type" for a damaged footer)."""
-    out = []
-    for f in sorted(store.glob("*/capture=*/data.parquet")):
-        try:
-            pq.read_metadata(f)
-        except Exception:   # (pyarrow's many error types)
-            out.append(f"{f}: {_footer_problem(f)}")
-    return out
+def check_file(f: Path) -> FileCheck:
+    """Read back one Parquet file column chunk by column chunk, checking
+    page CRCs where the file has them; a damaged chunk is named by byte
+    range, row group and column."""
+    try:
+        pf = pq.ParquetFile(f, page_checksum_verification=True)
+    except Exception as e:   # a footer that does not parse: pyarrow's many error types
+        return FileCheck(f, 0, False, f"{f}: {_footer_problem(f)}: unreadable: "
+                                      f"{str(e).splitlines()[0]}")
+    md = pf.metadata
+    crc = PAGE_CRC_KEY in (pf.schema_arrow.metadata or {})
+    for rg in range(md.num_row_groups):
+        for ci in range(md.num_columns):
+            cc = md.row_group(rg).column(ci)
+            try:
+                pf.read_row_group(rg, columns=[cc.path_in_schema])
+            except Exception as e:
+                start = cc.dictionary_page_offset if cc.has_dictionary_page else cc.data_page_offset
+                return FileCheck(f, md.num_rows, crc, (
+                    f"{f}: byte {start}..{start + cc.total_compressed_size}: row group {rg}, "
+                    f"column {cc.path_in_schema}: {str(e).splitlines()[0]}"))
+    return FileCheck(f, md.num_rows, crc, None)
 
 
 def verify(store: str | os.PathLike) -> tuple[list[FileCheck], list[str]]:
-    """Read back every Parquet file of a store, column chunk by column
-    chunk, checking page CRCs where the file has them.  A damaged chunk is
-    named by file, byte range, row group and column.  Also returns the
-    captures left unsealed."""
+    """Read back every Parquet file of a store (check_file).  Also returns
+    the captures left unsealed."""
     p = check_store(store)
-    out = []
-    for f in sorted(p.glob("*/capture=*/data.parquet")):
+    return [check_file(f) for f in sorted(p.glob("*/capture=*/data.parquet"))], live_captures(p)
+
+
+# DuckDB's errors from reading a damaged Parquet file: by their type, its
+# own generic Error ("Payload value bigger than allowed. Corrupted file?")
+# and these; never the errors of a query's text or values, or of memory
+_DAMAGE_ERRORS = ("InvalidInputException", "IOException", "InternalException",
+                  "SerializationException")
+
+
+def damage_of(store: Path, err: Exception) -> str | None:
+    """For a DuckDB error raised reading STORE: the damaged file(s), each
+    with the byte range (and the row group and column) that does not read,
+    or None when no file of the store is damaged.  DuckDB names the file
+    only for some damage, and never the offset; a file it names is read
+    back alone, else every footer (quick), then every file in turn until
+    one is damaged (an error path: seconds for 10 M events)."""
+    import duckdb
+    import re
+    if type(err) is not duckdb.Error and not any(
+            isinstance(err, getattr(duckdb, n)) for n in _DAMAGE_ERRORS):
+        return None
+    msg = str(err).splitlines()[0] if str(err) else ""
+    named = re.search(r"'([^']*/[^/']+/capture=[^/']+/[^/']+\.parquet)'", msg)
+    if named:
+        problem = check_file(Path(named.group(1))).problem
+        return problem
+    files = sorted(store.glob("*/capture=*/data.parquet"))
+    footers = []
+    for f in files:
         try:
-            pf = pq.ParquetFile(f, page_checksum_verification=True)
-        except Exception as e:   # a footer that does not parse: pyarrow's many error types
-            out.append(FileCheck(f, 0, False, f"{f}: {_footer_problem(f)}: unreadable: "
-                                              f"{str(e).splitlines()[0]}"))
-            continue
-        md, problem = pf.metadata, None
-        crc = PAGE_CRC_KEY in (pf.schema_arrow.metadata or {})
-        for rg in range(md.num_row_groups):
-            for ci in range(md.num_columns):
-                cc = md.row_group(rg).column(ci)
-                try:
-                    pf.read_row_group(rg, columns=[cc.path_in_schema])
-                except Exception as e:
-                    start = cc.dictionary_page_offset if cc.has_dictionary_page else cc.data_page_offset
-                    problem = (f"{f}: byte {start}..{start + cc.total_compressed_size}: row group "
-                               f"{rg}, column {cc.path_in_schema}: {str(e).splitlines()[0]}")
-                    break
-            if problem:
-                break
-        out.append(FileCheck(f, md.num_rows, crc, problem))
-    return out, live_captures(p)
+            pq.read_metadata(f)
+        except Exception:   # (pyarrow's many error types)
+            footers.append(f"{f}: {_footer_problem(f)}")
+    if footers:
+        return "; ".join(footers)
+    for f in files:
+        problem = check_file(f).problem
+        if problem:
+            return problem
+    return None

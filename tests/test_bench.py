@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,10 @@ def test_bench_completions_runs():
 def test_bench_hostfs_hooks_runs():
     out = bench("hostfs_hooks", "--hosts", "xfs")
     assert "| event | xfs dio on | xfs dio off |" in out and "page cache add" in out, out
+
+
+def test_bench_loop_workers_runs():
+    out = bench("loop_workers", "--runtime", "1", "--modes", "plain,traced")
+    rows = [l for l in out.splitlines() if re.match(r"\| \d", l)]
+    assert len(rows) == 2 and "| 1 | plain |" in rows[0] and "| 2 | traced |" in rows[1], out
+    assert not list(Path("/sys/kernel/tracing/instances").glob("nestrace_lw_*"))

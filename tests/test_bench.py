@@ -52,7 +52,7 @@ def test_bench_hostfs_hooks_runs():
 
 
 def test_bench_loop_workers_runs():
-    out = bench("loop_workers", "--runtime", "1", "--modes", "plain,traced")
+    out = bench("loop_workers", "--runtime", "1", "--modes", "plain,traced,traced:block")
     rows = [l for l in out.splitlines() if re.match(r"\| \d", l)]
-    assert len(rows) == 2 and "| 1 | plain |" in rows[0] and "| 2 | traced |" in rows[1], out
+    assert [r.split(" | ")[1] for r in rows] == ["plain", "traced", "traced:block"], out
     assert not list(Path("/sys/kernel/tracing/instances").glob("nestrace_lw_*"))

@@ -47,13 +47,13 @@ def user_errors(fn):
                 AgentNotFound, FileNotFoundError, PermissionError) as e:
             raise UserError(str(e)) from None
         except duckdb.Error as e:
-            from .store import damage_of
+            from .store import STORE_FILE_PATTERN, damage_of
             # (DuckDB quotes a damaged file's bytes as they are)
             msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e).splitlines()[0])
             # a store's damaged Parquet file: named with the byte range that
             # does not read (DuckDB names the file for some damage, never
             # the offset; for a damaged footer or page often neither)
-            named = re.search(r"'([^']*/[^/']+/capture=[^/']+/[^/']+\.parquet)'", msg)
+            named = STORE_FILE_PATTERN.search(msg)
             store = Path(named.group(1)).parents[2] if named else \
                 Path(kw["store"]) if kw.get("store") and Path(kw["store"]).is_dir() else None
             damage = damage_of(store, e) if store else None

@@ -20,6 +20,7 @@ import json
 import mmap
 import os
 import platform
+import re
 import shutil
 import socket
 import sys
@@ -623,25 +624,48 @@ def verify(store: str | os.PathLike) -> tuple[list[FileCheck], list[str]]:
     return [check_file(f) for f in sorted(p.glob("*/capture=*/data.parquet"))], live_captures(p)
 
 
-# DuckDB's errors from reading a damaged Parquet file: by their type, its
-# own generic Error ("Payload value bigger than allowed. Corrupted file?")
-# and these; never the errors of a query's text or values, or of memory
-_DAMAGE_ERRORS = ("InvalidInputException", "IOException", "InternalException",
+# DuckDB's errors that name a file it could not read (its footer missing,
+# say: "No magic bytes found at end of file '...'", or a page that does not
+# decompress: 'Failed to read file "...": ZSTD Decompression failure').
+# For damage it names no file for, it raised its generic Error ("Payload
+# value bigger than allowed. Corrupted file?", "Parquet file is likely
+# corrupted, dictionary offset out of range", "Out of buffer", "don't know
+# what type" for a footer): only that one makes the whole store be read,
+# not a query's own errors (error(), a bad regular expression, ...).
+_NAMING_ERRORS = ("InvalidInputException", "IOException", "InternalException",
                   "SerializationException")
+STORE_FILE_PATTERN = re.compile(r"""['"]([^'"]*/[^/'"]+/capture=[^/'"]+/[^/'"]+\.parquet)['"]""")
 
 
 def damage_of(store: Path, err: Exception) -> str | None:
     """For a DuckDB error raised reading STORE: the damaged file(s), each
     with the byte range (and the row group and column) that does not read,
-    or None when no file of the store is damaged.  DuckDB names the file
-    only for some damage, and never the offset; a file it names is read
-    back alone, else every footer (quick), then every file in turn until
-    one is damaged (an error path: seconds for 10 M events)."""
+    or None when none is found.  DuckDB names the file only for some
+    damage, and never the offset: a store file it names is read back
+    alone; for its generic error, every footer (quick), then every file in
+    turn until one is damaged (an error path: seconds for 10 M events)."""
     import duckdb
-    import re
-    if type(err) is not duckdb.Error and not any(
-            isinstance(err, getattr(duckdb, n)) for n in _DAMAGE_ERRORS):
+    msg = str(err).splitlines()[0] if str(err) else ""
+    named = STORE_FILE_PATTERN.search(msg)
+    if named and (type(err) is duckdb.Error or any(
+            isinstance(err, getattr(duckdb, n)) for n in _NAMING_ERRORS)):
+        return check_file(Path(named.group(1))).problem
+    if named or type(err) is not duckdb.Error:
         return None
+    files = sorted(store.glob("*/capture=*/data.parquet"))
+    footers = []
+    for f in files:
+        try:
+            pq.read_metadata(f)
+        except Exception:   # (pyarrow's many error types)
+            footers.append(f"{f}: {_footer_problem(f)}")
+    if footers:
+        return "; ".join(footers)
+    for f in files:
+        problem = check_file(f).problem
+        if problem:
+            return problem
+    return None
     msg = str(err).splitlines()[0] if str(err) else ""
     named = re.search(r"'([^']*/[^/']+/capture=[^/']+/[^/']+\.parquet)'", msg)
     if named:

@@ -12,7 +12,8 @@ import pytest
 
 import nestrace
 from nestrace.schema import RECORDS, record_schema
-from nestrace.store import LIVE, LiveCapture, init_store, read_ipc_tolerant, recorder_of, writing
+from nestrace.store import (LIVE, LiveCapture, damage_of, init_store, read_ipc_tolerant, recorder_of,
+                            writing)
 
 from conftest import NESTRACE, ROOT, run_cli
 
@@ -180,9 +181,16 @@ def test_verify_names_a_damaged_page(tmp_path):
         s.query("SELECT sum(ts_ns) FROM block_events")
     assert e.value.__notes__[0].startswith(damage)
     # an error of the query itself gets no note, and no file is read for it
-    with pytest.raises(duckdb.Error) as e:
-        s.query("SELECT CAST('x' AS INTEGER)")
-    assert not getattr(e.value, "__notes__", None)
+    for q in ("SELECT CAST('x' AS INTEGER)", "SELECT error('boom')"):
+        with pytest.raises(duckdb.Error) as e:
+            s.query(q)
+        assert not getattr(e.value, "__notes__", None)
+    # a file DuckDB names (either quotes) is the one read back
+    assert damage_of(store, duckdb.InvalidInputException(
+        f'Invalid Input Error: Failed to read file "{f}": ZSTD Decompression failure')).startswith(
+        damage.removeprefix("damaged store file: "))
+    other = next(store.glob("capture_meta/capture=c1/data.parquet"))
+    assert damage_of(store, duckdb.InvalidInputException(f"No magic bytes found at end of file '{other}'")) is None
     assert nestrace.open(store).rows("SELECT count(*) AS n FROM capture_meta") == [{"n": 1}]
 
 

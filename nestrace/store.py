@@ -666,22 +666,3 @@ def damage_of(store: Path, err: Exception) -> str | None:
         if problem:
             return problem
     return None
-    msg = str(err).splitlines()[0] if str(err) else ""
-    named = re.search(r"'([^']*/[^/']+/capture=[^/']+/[^/']+\.parquet)'", msg)
-    if named:
-        problem = check_file(Path(named.group(1))).problem
-        return problem
-    files = sorted(store.glob("*/capture=*/data.parquet"))
-    footers = []
-    for f in files:
-        try:
-            pq.read_metadata(f)
-        except Exception:   # (pyarrow's many error types)
-            footers.append(f"{f}: {_footer_problem(f)}")
-    if footers:
-        return "; ".join(footers)
-    for f in files:
-        problem = check_file(f).problem
-        if problem:
-            return problem
-    return None

@@ -46,6 +46,36 @@ def test_a_host_fs_write_no_virtual_disk_request_explains_is_other_not_writeback
                   "AND upper_id IS NULL") == [{"kind": "other", "bytes": 65536}]
 
 
+def test_a_host_page_cache_access_counts_whole_for_the_request_that_touched_part_of_its_page():
+    """The host page cache reads and dirties whole 4 KiB pages: a 2 KiB
+    virtual-disk write dirties (btrfs: writeback_dirty_folio) the whole
+    page, a 512-byte read reads it whole (filemap page lookup); the page
+    counts whole for the request, not half for it and half "other".  A
+    host-FS access with the request's own range (xfs' buffered read
+    event) keeps the exact overlap."""
+    def links(host_fs, **t):
+        s = Session.from_tables({"capture_meta": capture_meta(), "extent_maps": extents(),
+                                 "device_map": device_map(host_fs=host_fs)} | t)
+        return s.rows("SELECT l.kind, l.bytes, v.start_ns AS vdisk FROM links l "
+                      "LEFT JOIN vdisk_io v ON v.io_id = l.upper_id "
+                      "WHERE l.lower_level = 'hostfs' ORDER BY ALL")
+    ev = (request(100, 110, 200, VDISK, 4 * MiB + 1024, 2048, rq=1, bio=1, op=1)
+          + request(300, 310, 400, VDISK, 8 * MiB + 512, 512, rq=2, bio=2))
+    # btrfs: the write's page dirtied while it is in flight, and again
+    # (btrfs redirtying it) after it ended: write-back of the whole page
+    dirty = [pagecache(150, 4 * MiB // 4096, 1, 7, ino=131, dev=HOSTFS),
+             pagecache(5000, 4 * MiB // 4096, 1, 7, ino=131, dev=HOSTFS)]
+    assert links("btrfs", block_events=ev, pagecache_events=dirty) == [
+        {"kind": "sync", "bytes": 4096, "vdisk": 100},
+        {"kind": "writeback", "bytes": 4096, "vdisk": 100}]
+    # ext4: the read's page looked up whole
+    assert links("ext4", block_events=ev, hostfs_events=[hostfs(350, 8 * MiB, 4096, source=6)]) == [
+        {"kind": "sync", "bytes": 4096, "vdisk": 300}]
+    # xfs' own read event: its range is the request's; more is not the request's
+    assert links("xfs", block_events=ev, hostfs_events=[hostfs(350, 8 * MiB, 4096, source=1)]) == [
+        {"kind": "other", "bytes": 3584, "vdisk": None}, {"kind": "sync", "bytes": 512, "vdisk": 300}]
+
+
 def test_map_vfs_splits_a_piece_at_the_end_of_an_image_extent():
     """1 KiB guest blocks: a 4 KiB read can cross an image extent's end,
     and its two parts lie in different places on the disk."""

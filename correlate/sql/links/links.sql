@@ -156,18 +156,19 @@ FROM p;
 
 CREATE OR REPLACE VIEW _links_lower AS
 SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_start, op AS l_op,
-       req_flags AS l_flags, req_op = 9 AS l_zeroes, offset_bytes::BIGINT AS l_off,
+       req_flags AS l_flags, req_op = 9 AS l_zeroes, false AS l_page, offset_bytes::BIGINT AS l_off,
        bytes::BIGINT AS l_len, unnest(_blocks(offset_bytes, bytes)) AS blk
 FROM vdisk_io WHERE bytes > 0
 UNION ALL
 -- (an access to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables counts as metadata: REQ_META)
 SELECT 'hostfs', h.capture_id, h.io_id, h.ts_ns, h.op,
        CASE WHEN m.io_id IS NULL THEN 0 ELSE 2 END::USMALLINT, false,
+       h.source IN ('mm_filemap_get_pages', 'writeback_dirty_folio'),
        h.off, h.bytes::BIGINT, unnest(_blocks(h.off, h.bytes))
 FROM _map_hostfs_io h LEFT JOIN _map_image_metadata_io m USING (capture_id, io_id)
 WHERE h.bytes > 0
 UNION ALL
-SELECT 'disk', d.capture_id, d.io_id, d.start_ns, d.op, d.req_flags, d.req_op = 9,
+SELECT 'disk', d.capture_id, d.io_id, d.start_ns, d.op, d.req_flags, d.req_op = 9, false,
        d.offset_bytes::BIGINT + x.shift, d.bytes::BIGINT,
        unnest(_blocks(d.offset_bytes::BIGINT + x.shift, d.bytes))
 FROM disk_io d JOIN _links_disks x ON x.capture_id = d.capture_id AND x.dev = d.dev
@@ -221,7 +222,7 @@ CREATE OR REPLACE VIEW _links_lower_keyed AS
 SELECT c.ck, _links_hop(x.lower_level) AS hop, _links_op(x.l_op) AS lop, x.lower_id, x.l_start,
        CASE WHEN x.lower_level = 'vdisk' THEN 0 ELSE c.err END AS l_err,
        x.l_start + CASE WHEN x.lower_level = 'vdisk' THEN 0 ELSE c.err END AS l_asof,
-       x.l_flags, x.l_zeroes, x.l_off, x.l_len, x.blk,
+       x.l_flags, x.l_zeroes, x.l_page, x.l_off, x.l_len, x.blk,
        _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.l_op), x.blk) AS k
 FROM _links_lower x JOIN _links_captures c USING (capture_id);
 
@@ -337,8 +338,10 @@ k AS (
   FROM j),
 m AS (
   SELECT *, CASE WHEN kind0 IS NULL THEN 0
-                 -- a read-modify-write reads the whole block the write touches part of
-                 WHEN kind0 = 'rmw' THEN block_bytes
+                 -- a read-modify-write reads the whole block the write touches part of;
+                 -- a host page-cache access (l_page) moves whole pages: the page a
+                 -- virtual-disk request touches part of is read or dirtied whole for it
+                 WHEN kind0 = 'rmw' OR l_page THEN block_bytes
                  ELSE _overlap(greatest(l_off, blk * 4096),
                                least(l_off + l_len, blk * 4096 + 4096) - greatest(l_off, blk * 4096),
                                u_off, u_len) END AS attributed
@@ -470,7 +473,10 @@ JOIN _links_captures c USING (ck);
 -- else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
 -- and flags (there a REQ_SYNC write counts as journal), and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
--- metadata; another host-FS write is other, not writeback).  bytes are exact overlaps of the mapped ranges.  A
+-- metadata; another host-FS write is other, not writeback).  bytes are exact overlaps of the mapped ranges,
+-- but for an rmw read and a host-FS access through the page cache in whole
+-- pages (filemap page lookups, btrfs's dirtied folios): there the 4 KiB
+-- page a request touches part of counts whole for it.  A
 -- virtual-disk request whose C was lost ends, for its hops, at its
 -- done_by_ns (the next use of its request id), else at the capture's end.
 -- @column capture_id VARCHAR   capture

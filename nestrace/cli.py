@@ -47,7 +47,7 @@ def user_errors(fn):
                 AgentNotFound, FileNotFoundError, PermissionError) as e:
             raise UserError(str(e)) from None
         except duckdb.Error as e:
-            from .store import STORE_FILE_PATTERN, damage_of
+            from .store import DAMAGE_NOTE, STORE_FILE_PATTERN, damage_of
             # (DuckDB quotes a damaged file's bytes as they are)
             msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e).splitlines()[0])
             # a store's damaged Parquet file: named with the byte range that
@@ -56,9 +56,12 @@ def user_errors(fn):
             named = STORE_FILE_PATTERN.search(msg)
             store = Path(named.group(1)).parents[2] if named else \
                 Path(kw["store"]) if kw.get("store") and Path(kw["store"]).is_dir() else None
-            damage = damage_of(store, e) if store else None
+            # (a session's query has named it already: not read again)
+            noted = [n for n in getattr(e, "__notes__", []) if n.startswith(DAMAGE_NOTE)]
+            damage = noted[0].removeprefix(DAMAGE_NOTE) if noted else \
+                damage_of(store, e) if store else None
             if damage:
-                msg = (f"damaged store file: {damage} (DuckDB: {msg}); `nestrace verify "
+                msg = (f"{DAMAGE_NOTE}{damage} (DuckDB: {msg}); `nestrace verify "
                        f"{store}` checks every file")
             elif named:
                 msg += f" (`nestrace verify {store}` checks every page)"

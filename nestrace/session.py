@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from . import sqlmod
 from .schema import RECORDS, TABLES, record_schema, table_schema
-from .store import captures, check_store, damage_of
+from .store import DAMAGE_NOTE, captures, check_store, damage_of
 
 
 def raw_tables() -> dict[str, pa.Schema]:
@@ -306,7 +306,7 @@ class Session:
         except duckdb.Error as e:
             damage = damage_of(self.store, e) if self.store is not None else None
             if damage:
-                e.add_note(f"damaged store file: {damage}")
+                e.add_note(f"{DAMAGE_NOTE}{damage}")
             raise
 
     def df(self, sql: str, params: list | None = None):

@@ -634,6 +634,8 @@ def verify(store: str | os.PathLike) -> tuple[list[FileCheck], list[str]]:
 # not a query's own errors (error(), a bad regular expression, ...).
 _NAMING_ERRORS = ("InvalidInputException", "IOException", "InternalException",
                   "SerializationException")
+# how a damaged file is named in an error (the CLI) or an exception's note (a session)
+DAMAGE_NOTE = "damaged store file: "
 STORE_FILE_PATTERN = re.compile(r"""['"]([^'"]*/[^/'"]+/capture=[^/'"]+/[^/'"]+\.parquet)['"]""")
 
 

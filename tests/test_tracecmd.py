@@ -81,7 +81,8 @@ _LINE = re.compile(r"\[(\d+)\]\s+(\d+)\.(\d+):\s+(block_\w+):\s+(\d+),(\d+)\s+(\
 
 def report_events(path: Path) -> Counter:
     """What `trace-cmd report -t` (full-precision times) reads: (cpu, ns,
-    event, dev, rwbs, sector, sectors) per block event."""
+    event, dev, rwbs, sector, sectors, new sector) per block event; a split
+    prints "sector / new sector", with no size (0 sectors)."""
     out = subprocess.run(["trace-cmd", "report", "-t", "-i", str(path)], check=True,
                          capture_output=True, text=True).stdout
     got = Counter()
@@ -91,15 +92,21 @@ def report_events(path: Path) -> Counter:
             continue
         cpu, sec, frac, ev, major, minor, rwbs, rest = m.groups()
         pos = re.search(r"(\d+) \+ (\d+)", rest)
+        split = re.match(r"(\d+) / (\d+)", rest) if ev == "block_split" else None
+        sector, sectors = (int(pos[1]), int(pos[2])) if pos else \
+            (int(split[1]), 0) if split else (None, None)
         got[(int(cpu), int(sec) * 10**9 + int(frac.ljust(9, "0")), ev, (int(major) << 20) | int(minor),
-             rwbs, int(pos[1]) if pos else None, int(pos[2]) if pos else None)] += 1
+             rwbs, sector, sectors, int(split[2]) if split else None)] += 1
     return got
 
 
 def our_events(path: Path) -> Counter:
     t = tracecmd.read(path).table.to_pylist()
+    # (a split's new sector is its pdu, big-endian, as in blktrace)
     return Counter((r["cpu"], r["time_ns"], NAMES[r["action_code"]], r["dev"], r["rwbs"],
-                    r["sector"], r["bytes"] // 512) for r in t)
+                    r["sector"], r["bytes"] // 512,
+                    int.from_bytes(r["pdu"], "big") if NAMES[r["action_code"]] == "block_split"
+                    else None) for r in t)
 
 
 @pytest.mark.root

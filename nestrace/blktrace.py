@@ -143,9 +143,54 @@ def _resync(data, off: int) -> int | None:
     return None if at == -1 else at
 
 
+# the most CPUs a kernel numbers (CONFIG_NR_CPUS is at most 8192): a
+# record from a higher one is damage (nestrace's sort keys take 16 bits)
+MAX_CPUS = 1 << 16
+# a time past 2^63 ns (292 years) is damage too (the phases are signed),
+# and data past 2^54 sectors (2^63 bytes: no device is larger)
+MAX_TIME, MAX_SECTOR = 1 << 63, 1 << 54
+_TIME_AT, _SECTOR_AT, _BYTES_AT, _CPU_AT = 8, 16, 24, 40    # bytes of those fields in a header
+
+
+def _implausible(path: Path, data: bytes, offs: np.ndarray) -> list[tuple[int, str]]:
+    """(offset, problem) of the whole records whose fields no kernel writes."""
+    if not len(offs):
+        return []
+    buf = np.frombuffer(data, dtype=np.uint8)
+    out = []
+    for i in range(0, len(offs), 1 << 18):
+        o = offs[i:i + (1 << 18)]
+        cpu = buf[o[:, None] + np.arange(_CPU_AT, _CPU_AT + 4)].view("=u4").ravel()
+        t = buf[o[:, None] + np.arange(_TIME_AT, _TIME_AT + 8)].view("=u8").ravel()
+        sec = buf[o[:, None] + np.arange(_SECTOR_AT, _SECTOR_AT + 8)].view("=u8").ravel()
+        nb = buf[o[:, None] + np.arange(_BYTES_AT, _BYTES_AT + 4)].view("=u4").ravel()
+        far = (nb > 0) & (sec >= np.uint64(MAX_SECTOR) - (nb >> 9).astype(np.uint64))
+        for j in np.flatnonzero((cpu >= MAX_CPUS) | (t >= MAX_TIME) | far):
+            what = (f"cpu {int(cpu[j])} (no kernel numbers CPUs past {MAX_CPUS - 1}"
+                    if cpu[j] >= MAX_CPUS else f"time {int(t[j])} ns (past 2^63"
+                    if t[j] >= MAX_TIME else
+                    f"{int(nb[j])} bytes at sector {int(sec[j])} (past 2^54 sectors, 2^63 bytes")
+            out.append((int(o[j]), f"{path}: byte {int(o[j])}: {what}: a damaged record)"))
+    return out
+
+
 def _walk(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[str]]:
-    """The byte offsets of path's whole records, and the problems met
-    (without resync, the first one ends the file)."""
+    """The byte offsets of path's whole and plausible records, and the
+    problems met, in file order (without resync, the first one ends the
+    file)."""
+    offs, problems = _walk_whole(path, data, resync)
+    bad = _implausible(path, data, offs)
+    if not bad:
+        return offs, [p for _, p in problems]
+    if not resync:      # the first bad record ends the file: before any problem the walk met
+        return offs[offs < bad[0][0]], [bad[0][1]]
+    drop = np.array([o for o, _ in bad], np.int64)
+    return offs[~np.isin(offs, drop)], [p for _, p in sorted(problems + bad)]
+
+
+def _walk_whole(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """The byte offsets of path's whole records, and (offset, problem) of
+    the damage met (without resync, the first one ends the file)."""
     offs, problems = array("q"), []
     off, end, want = 0, len(data), MAGIC | VERSION
     unpack, size = _MAGIC_PDU.unpack_from, HEADER.size
@@ -158,7 +203,7 @@ def _walk(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[str]]
                 continue
         problem = _problem(path, data, off)
         nxt = _resync(data, off) if resync else None
-        problems.append(problem + ("" if nxt is None else f"; resumed at byte {nxt}"))
+        problems.append((off, problem + ("" if nxt is None else f"; resumed at byte {nxt}")))
         if nxt is None:
             break
         off = nxt

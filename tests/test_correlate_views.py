@@ -76,6 +76,32 @@ def test_a_host_page_cache_access_counts_whole_for_the_request_that_touched_part
         {"kind": "other", "bytes": 3584, "vdisk": None}, {"kind": "sync", "bytes": 512, "vdisk": 300}]
 
 
+def test_a_page_two_split_pieces_touch_goes_to_the_piece_still_in_flight():
+    """Both pieces of a split bio start at its Q.  A host page lookup after
+    the first piece completed, of the page it shares with the remainder,
+    serves the remainder (in flight): sync for it.  The join used to take
+    either piece (ties in start time were not ordered), and with the
+    first the page was "other": 0.3-0.4 MiB of a 1 KiB-block guest's
+    readahead on a btrfs host, a different amount at each query."""
+    s0 = 4 * MiB // 512 + 2                     # 4 MiB + 1 KiB
+    ev = [blk("Q", 10, dev=VDISK, sector=s0, nr=16, bio=1),
+          blk("X", 12, dev=VDISK, sector=s0, nr=8, bio=2, aux=s0 + 8),
+          blk("G", 13, dev=VDISK, sector=s0, nr=8, bio=2),
+          blk("D", 14, dev=VDISK, sector=s0, nr=8, rq=1, bio=2),
+          blk("G", 16, dev=VDISK, sector=s0 + 8, nr=8, bio=1),
+          blk("D", 17, dev=VDISK, sector=s0 + 8, nr=8, rq=2, bio=1),
+          blk("C", 40, dev=VDISK, sector=s0, nr=8, rq=1),
+          blk("C", 60, dev=VDISK, sector=s0 + 8, nr=8, rq=2)]
+    s = Session.from_tables({"capture_meta": capture_meta(), "extent_maps": extents(),
+                             "device_map": device_map(host_fs="ext4"), "block_events": ev,
+                             "hostfs_events": [hostfs(45, 4 * MiB + 4096, 4096, source=6)]})
+    assert s.rows("SELECT start_ns, d_ns, c_ns FROM vdisk_io ORDER BY d_ns") == [
+        {"start_ns": 10, "d_ns": 14, "c_ns": 40}, {"start_ns": 10, "d_ns": 17, "c_ns": 60}]
+    assert s.rows("SELECT l.kind, l.bytes, v.d_ns FROM links l LEFT JOIN vdisk_io v "
+                  "ON v.io_id = l.upper_id WHERE l.lower_level = 'hostfs'") == [
+        {"kind": "sync", "bytes": 4096, "d_ns": 17}]
+
+
 def test_map_vfs_splits_a_piece_at_the_end_of_an_image_extent():
     """1 KiB guest blocks: a 4 KiB read can cross an image extent's end,
     and its two parts lie in different places on the disk."""

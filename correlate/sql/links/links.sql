@@ -286,6 +286,15 @@ FROM pagecache_events WHERE event = 7 AND aux = 1;
 CREATE OR REPLACE VIEW _links_stores_keyed AS
 SELECT k, ts_ns AS s_ns FROM _links_pages_keyed('_links_stores', 1);
 
+-- The ASOF order of upper events on a block: by start, then by end.  Two
+-- pieces of a split bio start together (their Q is the bio's): the one
+-- still in flight, which a lower access may be serving, is the latest, not
+-- the one the join happened to meet first (it was not deterministic).
+CREATE OR REPLACE MACRO _links_asof_upper(u_start, u_end) AS
+  (u_start::UHUGEINT << 64) | u_end::UHUGEINT;
+CREATE OR REPLACE MACRO _links_asof_lower(l_asof) AS
+  (l_asof::UHUGEINT << 64) | 18446744073709551615::UHUGEINT;
+
 -- Per lower block, the upper event that caused it: the latest upper event
 -- of the same op on the same block that started before it (ASOF) — a
 -- write is written back for the last write that dirtied the block, reads
@@ -297,7 +306,7 @@ WITH same_op AS MATERIALIZED (
   FROM _links_lower_keyed l
   ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed
                   UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop IN (0, 2, 4)) u
-    ON u.k = l.k AND l.l_asof >= u.u_start),
+    ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)),
 stored AS (   -- virtual-disk writes: the last store through a mapping before them
   SELECT l.* EXCLUDE (upper_id),
          -- (a write in flight with its call stays the call's)
@@ -321,7 +330,7 @@ rmw AS (      -- (the writes of those blocks only: usually few, often none)
                   UNION ALL
                   SELECT * FROM _links_upper_moved_keyed
                   WHERE uop IN (1, 4) AND k IN (SELECT k FROM unread)) u
-    ON u.k = l.k AND l.l_asof >= u.u_start),
+    ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)),
 j AS (
   SELECT * FROM stored WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
   UNION ALL BY NAME SELECT * FROM rmw),

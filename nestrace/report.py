@@ -103,10 +103,14 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         files = sorted(image["backing_files"], key=lambda b: order.get(b["path"], len(order)))
         image["extent_files"] = [b for b in files if chain.get(b["path"])]
         image["backing_files"] = [b for b in files if not chain.get(b["path"])]
-    seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ?", p)}
+    seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ? "
+                                          "ORDER BY level", p)}
     phases: dict = {}
+    # (all of a level's devices together; in btt's order, so that the JSON
+    # is the same document at each run)
     for r in s.rows("SELECT level, phase, n, min_ns, avg_ns, median_ns, p99_ns, max_ns "
-                    "FROM phases_stats WHERE capture_id = ?", p):
+                    "FROM phases_level_stats WHERE capture_id = ? ORDER BY level, "
+                    "list_position(['q2g', 'g2i', 'i2d', 'd2c', 'q2c', 'q2m'], phase)", p):
         phases.setdefault(r.pop("level"), {})[r.pop("phase")] = r
     depth: dict = {}
     for r in s.rows("SELECT level, dev, ios, ios_unended, mean_depth, median_depth, p99_depth, "
@@ -142,8 +146,10 @@ def build(s: Session, capture_id: str | None = None) -> dict:
                              "FROM amplification WHERE capture_id = ? ORDER BY op, depth", p)
            if r["level"] in traced]
     links = s.rows("SELECT upper_level, lower_level, kind, attributed, requests, bytes, fraction "
-                   "FROM links_summary WHERE capture_id = ? ORDER BY lower_level, bytes DESC", p)
-    to_app = s.rows("SELECT level, bytes, app_bytes, fraction FROM links_to_vfs WHERE capture_id = ?", p)
+                   "FROM links_summary WHERE capture_id = ? "
+                   "ORDER BY lower_level, bytes DESC, upper_level, kind, attributed", p)
+    to_app = s.rows("SELECT level, bytes, app_bytes, fraction FROM links_to_vfs WHERE capture_id = ? "
+                    "ORDER BY list_position(['vdisk', 'disk'], level)", p)
     # Attribution needs the stack's offset maps and an upper level that saw
     # something: an imported blktrace has neither, and its hops would only
     # list every byte as unattributed.

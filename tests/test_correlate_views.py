@@ -620,6 +620,33 @@ def test_merged_bio_gets_q2m_and_merge_ratio_counts_it():
     assert q2c == [{"n": 1, "min_ns": 20}]
 
 
+def test_the_report_gives_a_levels_phases_over_all_its_devices():
+    """A btrfs host on two disks: the disk level's phases are over both
+    (the report keyed phases_stats' rows by level and phase, and the
+    second device's overwrote the first's: one disk's numbers, either),
+    and the JSON lists phases in btt's order at every run."""
+    from nestrace.report import build
+    dm = device_map()
+    dm.append(dict(dm[-1], dev=DISK + 2, name="loop2"))
+    ev = (request(10, 20, 30, DISK, 0, 4096, rq=1, bio=1)
+          + request(40, 50, 70, DISK, 8192, 4096, rq=2, bio=2)
+          + request(15, 25, 115, DISK + 2, 0, 4096, rq=3, bio=3))
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                             "extent_maps": extents(), "block_events": ev})
+    assert s.rows("SELECT level, devices, phase, n, min_ns, median_ns, max_ns FROM phases_level_stats "
+                  "WHERE phase IN ('q2g', 'q2c') ORDER BY phase") == [
+        {"level": "disk", "devices": 2, "phase": "q2c", "n": 3, "min_ns": 20, "median_ns": 30.0,
+         "max_ns": 100},
+        {"level": "disk", "devices": 2, "phase": "q2g", "n": 3, "min_ns": 1, "median_ns": 1.0,
+         "max_ns": 1}]
+    assert s.rows("SELECT dev, n FROM phases_stats WHERE phase = 'q2c' ORDER BY dev") == [
+        {"dev": DISK, "n": 2}, {"dev": DISK + 2, "n": 1}]
+    disk = next(lv for lv in build(s, CAP)["levels"] if lv["level"] == "disk")
+    assert list(disk["phases"]) == ["q2g", "d2c", "q2c"]
+    assert disk["phases"]["q2c"] | {"avg_ns": None, "p99_ns": None} == {
+        "n": 3, "min_ns": 20, "avg_ns": None, "median_ns": 30.0, "p99_ns": None, "max_ns": 100}
+
+
 def test_pieces_split_off_a_bio_have_the_q_of_the_bio_they_were_cut_from():
     """A 12 KiB bio queued at 10 is cut twice from its front (X: the piece,
     with the remainder's sector); the pieces and the remainder are three

@@ -80,9 +80,9 @@ seek AS (
   FROM seek_summary GROUP BY ALL),
 q2c AS (
   SELECT capture_id,
-         arg_max(median_ns, n) FILTER (WHERE level = 'vdisk') AS vdisk_q2c_median_ns,
-         arg_max(median_ns, n) FILTER (WHERE level = 'disk') AS disk_q2c_median_ns
-  FROM phases_stats WHERE phase = 'q2c' GROUP BY ALL),
+         max(median_ns) FILTER (WHERE level = 'vdisk') AS vdisk_q2c_median_ns,
+         max(median_ns) FILTER (WHERE level = 'disk') AS disk_q2c_median_ns
+  FROM phases_level_stats WHERE phase = 'q2c' GROUP BY ALL),
 qd AS (
   SELECT capture_id,
          sum(avg_in_flight) FILTER (WHERE level = 'vdisk') AS vdisk_in_flight,

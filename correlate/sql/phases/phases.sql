@@ -27,6 +27,14 @@ FROM m ASOF LEFT JOIN q ON q.capture_id = m.capture_id AND q.dev = m.dev
 JOIN base_levels l ON l.capture_id = m.capture_id AND l.dev = m.dev
                   AND l.level IN ('vdisk', 'disk');
 
+-- Each request's phases, one row per phase it has, and each merged bio's Q2M.
+CREATE OR REPLACE VIEW _phases_long AS
+UNPIVOT (SELECT capture_id, level, dev, q2g_ns AS q2g, g2i_ns AS g2i, i2d_ns AS i2d,
+                d2c_ns AS d2c, q2c_ns AS q2c FROM block_requests)
+ON q2g, g2i, i2d, d2c, q2c INTO NAME phase VALUE ns
+UNION ALL
+SELECT capture_id, level, dev, 'q2m', q2m_ns FROM phases_merges WHERE q2m_ns IS NOT NULL;
+
 -- min/avg/median/p99/max of each btt phase per device (one row per phase).
 -- @column capture_id VARCHAR  capture
 -- @column level VARCHAR       vdisk or disk
@@ -39,16 +47,32 @@ JOIN base_levels l ON l.capture_id = m.capture_id AND l.dev = m.dev
 -- @column p99_ns DOUBLE       99th percentile
 -- @column max_ns BIGINT       maximum
 CREATE OR REPLACE VIEW phases_stats AS
-WITH long AS (
-  UNPIVOT (SELECT capture_id, level, dev, q2g_ns AS q2g, g2i_ns AS g2i, i2d_ns AS i2d,
-                  d2c_ns AS d2c, q2c_ns AS q2c FROM block_requests)
-  ON q2g, g2i, i2d, d2c, q2c INTO NAME phase VALUE ns
-  UNION ALL
-  SELECT capture_id, level, dev, 'q2m', q2m_ns FROM phases_merges WHERE q2m_ns IS NOT NULL),
-agg AS (   -- both quantiles from one sort
+WITH agg AS (   -- both quantiles from one sort
   SELECT capture_id, level, dev, phase, count(*) AS n, min(ns)::BIGINT AS min_ns,
          avg(ns)::DOUBLE AS avg_ns, quantile_cont(ns, [0.5, 0.99]) AS q, max(ns)::BIGINT AS max_ns
-  FROM long GROUP BY ALL)
+  FROM _phases_long GROUP BY ALL)
 SELECT capture_id, level, dev, phase, n, min_ns, avg_ns, q[1]::DOUBLE AS median_ns,
+       q[2]::DOUBLE AS p99_ns, max_ns
+FROM agg;
+
+-- The same per level: all the level's devices together (a btrfs host on
+-- several disks; `nestrace report` gives these).
+-- @column capture_id VARCHAR  capture
+-- @column level VARCHAR       vdisk or disk
+-- @column devices BIGINT      devices of the level with this phase
+-- @column phase VARCHAR       q2g, g2i, i2d, d2c, q2c or q2m
+-- @column n BIGINT            requests (bios for q2m) with this phase
+-- @column min_ns BIGINT       minimum
+-- @column avg_ns DOUBLE       mean
+-- @column median_ns DOUBLE    median
+-- @column p99_ns DOUBLE       99th percentile
+-- @column max_ns BIGINT       maximum
+CREATE OR REPLACE VIEW phases_level_stats AS
+WITH agg AS (
+  SELECT capture_id, level, phase, count(DISTINCT dev) AS devices, count(*) AS n,
+         min(ns)::BIGINT AS min_ns, avg(ns)::DOUBLE AS avg_ns, quantile_cont(ns, [0.5, 0.99]) AS q,
+         max(ns)::BIGINT AS max_ns
+  FROM _phases_long GROUP BY ALL)
+SELECT capture_id, level, devices, phase, n, min_ns, avg_ns, q[1]::DOUBLE AS median_ns,
        q[2]::DOUBLE AS p99_ns, max_ns
 FROM agg;

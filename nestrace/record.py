@@ -25,8 +25,8 @@ from .errors import RecordError
 from .fsjournal import JournalError, journal_rows, unknown_warning
 from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
-from .stack import (Stack, StackError, btrfs_layout, extent_rows, file_id, kdev_str, mount_block_dev,
-                    mount_containing, traced_at)
+from .stack import (Stack, StackError, btrfs_layout, extent_rows, file_id, kdev_str, map_extent_rows,
+                    mount_block_dev, mount_containing, traced_at)
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
@@ -334,6 +334,41 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
     return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
 
 
+# mapping_event source of btrfs's ordered extents (schemas/: disk_bytes in
+# btrfs logical bytes)
+BTRFS_ORDERED_EXTENT = 6
+
+
+def btrfs_placed_rows(stack: Stack, capture_id: str, events: list[pa.RecordBatch]) -> list[dict]:
+    """Where a btrfs host placed the image's bytes during the capture (its
+    ordered extents: each write-back or direct write of copy-on-write data
+    goes to a new place), mapped through the chunk tree at the end like the
+    snapshots: extent_maps rows of phase `events`, one per copy and per
+    stripe.  Bytes placed and moved again before the end (a block the guest
+    rewrote) are found through these: no snapshot has their first place."""
+    if not (stack.has_host and stack.host_fs == "btrfs") or not events:
+        return []
+    files = {}
+    for path in [stack.image_path, *(b["path"] for b in stack.backing_files)]:
+        with contextlib.suppress(OSError):
+            files[file_id(path)] = path
+    seen = set()
+    for b in events:
+        for r in b.select(["source", "dev", "ino", "file_offset_bytes", "disk_bytes",
+                           "length_bytes"]).to_pylist():
+            if r["source"] == BTRFS_ORDERED_EXTENT and (r["dev"], r["ino"]) in files:
+                seen.add((r["dev"], r["ino"], r["file_offset_bytes"], r["disk_bytes"],
+                          r["length_bytes"]))
+    if not seen:
+        return []
+    chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
+    rows = []
+    for dev, ino, off, disk, ln in sorted(seen):
+        rows += map_extent_rows([(off, disk, ln, 0)], files[(dev, ino)], dev, ino, "image",
+                                "events", capture_id, stack.disk.kdev, chunks, devices)
+    return rows
+
+
 def stack_journal_rows(stack: Stack, capture_id: str, log) -> list[dict]:
     """Where the journals of the stack's file systems are (fsjournal): the
     guest's on the virtual disk, the host's on its disk.  One that cannot
@@ -617,6 +652,9 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                 # faults and dirtied pages of mapped files: page-cache events)
                 touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
                 live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
+                live.write_table("extent_maps", pa.Table.from_pylist(
+                    btrfs_placed_rows(stack, cid, live.batches("mapping_events")),
+                    schema=table_schema("extent_maps")))
                 if store_level in ("vdisk", "disk"):    # (on the guest FS: guest files, tied at vfs)
                     live.write_table("extent_maps", pa.Table.from_pylist(
                         store_extents(live.dir, cid), schema=table_schema("extent_maps")))

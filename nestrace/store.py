@@ -238,14 +238,15 @@ class LiveCapture:
             raise StoreError(f"{tmp}: cannot write: {e}") from None
         os.replace(tmp, p)
 
+    def batches(self, table: str) -> list[pa.RecordBatch]:
+        """A live table's readable batches so far."""
+        p = self.dir / f"{table}.arrows"
+        return read_ipc_tolerant(p)[0] if p.exists() else []
+
     def unique_values(self, table: str, column: str) -> set:
         """Distinct values of a column over a live table's readable batches."""
-        p = self.dir / f"{table}.arrows"
-        if not p.exists():
-            return set()
-        batches, _ = read_ipc_tolerant(p)
         out: set = set()
-        for b in batches:
+        for b in self.batches(table):
             out.update(b.column(column).unique().to_pylist())
         return out
 

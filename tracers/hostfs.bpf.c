@@ -17,7 +17,7 @@ struct nt_mapping_event *unused_mapping_event __attribute__((unused));
 enum { HOP_READ = 0, HOP_WRITE = 1, HOP_DISCARD = 3 };
 enum { P_ADD = 1, P_DELETE, P_SYNC_RA, P_ASYNC_RA, P_RA_UNBOUNDED,
        P_RA_ORDER, P_DIRTY, P_WRITEBACK, P_FAULT, P_MAP_PAGES };
-enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS };
+enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS, M_BTRFS_ORDERED_EXTENT = 6 };
 
 static __always_inline int access__emit(struct inode *inode, __s64 offset,
 					__u64 bytes, __u32 flags,
@@ -312,6 +312,23 @@ static __always_inline int iomap__emit(struct inode *inode, struct iomap *m, __u
 
 NT_TWIN(iomap_iter_dstmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_DSTMAP, btf); }
 NT_TWIN(iomap_iter_srcmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_SRCMAP, btf); }
+
+/* btrfs places every write it makes of file data (write-back, and direct
+ * writes: copy-on-write, a new place each time) in an ordered extent: the
+ * file range and where it goes, in btrfs logical bytes (record maps them
+ * through the chunk tree to the devices, as the FIEMAP snapshots).  A
+ * compressed extent is no byte-for-byte mapping: left out. */
+NT_TWIN(btrfs_ordered_extent_add)
+{
+	struct btrfs_inode *bi = ARG(0, struct btrfs_inode *);
+	struct btrfs_ordered_extent *o = ARG(1, struct btrfs_ordered_extent *);
+
+	if (RD1(btf, o, compress_type))
+		return 0;
+	return map__emit(btf ? &bi->vfs_inode : __builtin_preserve_access_index(&bi->vfs_inode),
+			 RD1(btf, o, file_offset), RD1(btf, o, disk_bytenr), RD1(btf, o, num_bytes),
+			 NT_IOMAP_MAPPED, M_BTRFS_ORDERED_EXTENT, (__u32)RD1(btf, o, flags), btf);
+}
 
 /* ext2/3/4 buffered I/O and writeback map blocks here (ret = blocks). */
 NT_TWIN(ext4_ext_map_blocks_exit)

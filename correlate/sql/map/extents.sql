@@ -5,12 +5,15 @@
 -- start and at end, mapping events), the partition start added; prio 1
 -- end snapshot, 2 start snapshot, 3 mapping events.  disk_dev: the disk
 -- the bytes are on (a btrfs on several devices names it per piece;
--- mapping events and stores written before: the one device below).
+-- mapping events and stores written before: the one device below).  A
+-- btrfs host's mapping events are in btrfs logical bytes: record maps
+-- them through the chunk tree into extent_maps rows of phase events.
 CREATE OR REPLACE VIEW _map_extents_all AS
 WITH snap AS (
   SELECT capture_id, role, dev, ino, logical_bytes, physical_bytes, length_bytes,
-         physical_dev AS disk_dev, 'fiemap_' || phase AS source,
-         CASE phase WHEN 'end' THEN 1 ELSE 2 END AS prio
+         physical_dev AS disk_dev,
+         CASE phase WHEN 'events' THEN 'mapping_events' ELSE 'fiemap_' || phase END AS source,
+         CASE phase WHEN 'end' THEN 1 WHEN 'start' THEN 2 ELSE 3 END AS prio
   FROM extent_maps
   WHERE (flags & 6) = 0                           -- FIEMAP_EXTENT_UNKNOWN | DELALLOC
     AND role IN ('image', 'guest_file')           -- (vdisk_image: see map_vdisk_image)

@@ -29,8 +29,10 @@ FROM _map_image_extents;
 -- bytes in the start snapshot and in no extent of map_extents (a hole
 -- punched, a range zeroed by unmapping it, the file cut short); with
 -- 'mapping_events', bytes allocated during the capture (mapping events)
--- and in neither map_extents nor the start snapshot (a file grown and
--- cut short again, a hole filled and punched again).  lo, hi: file
+-- and at that place in neither map_extents nor the start snapshot (a
+-- file grown and cut short again, a hole filled and punched again, a
+-- block a copy-on-write host placed and then moved when it was
+-- rewritten: btrfs, where the place is also per disk).  lo, hi: file
 -- bytes; delta: their old place minus file offset; disk_dev: the old
 -- place's device.  (Where map_extents has no end snapshot of a file, it
 -- is the start one, or the mapping events, and those free nothing.)
@@ -41,17 +43,22 @@ WITH st AS (
          physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
   FROM _map_extents_all WHERE role = r AND source = src),
 now AS (
-  SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi
+  SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
   FROM map_extents WHERE role = r
   UNION ALL
-  SELECT capture_id, dev, ino, logical_bytes::BIGINT, (logical_bytes + length_bytes)::BIGINT
+  SELECT capture_id, dev, ino, logical_bytes::BIGINT, (logical_bytes + length_bytes)::BIGINT,
+         physical_bytes::BIGINT - logical_bytes::BIGINT, disk_dev
   FROM _map_extents_all WHERE role = r AND source = 'fiemap_start' AND src = 'mapping_events'),
 stk AS NOT MATERIALIZED (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, * FROM st),
-nowk AS (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi FROM now),
+nowk AS (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi, delta, disk_dev
+         FROM now),
 covered AS (  -- each start extent's parts that some extent covers now
+              -- (a mapping event's: at its place)
   SELECT capture_id, dev, ino, lo, hi, delta, disk_dev, greatest(lo, o.lo) AS clo,
          least(hi, o.hi) AS chi
-  FROM _overlaps('stk', 'nowk')),
+  FROM _overlaps('stk', 'nowk')
+  WHERE src <> 'mapping_events' OR (o.delta = delta AND o.disk_dev IS NOT DISTINCT FROM disk_dev)),
 gaps AS (     -- (covered to: the furthest end of the parts before; copies may overlap)
   SELECT capture_id, dev, ino, delta, disk_dev, clo, hi,
          coalesce(max(chi) OVER (PARTITION BY capture_id, dev, ino, lo, hi, delta, disk_dev

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ._paths import agent_path
 from .errors import RecordError
@@ -339,33 +340,32 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
 BTRFS_ORDERED_EXTENT = 6
 
 
-def btrfs_placed_rows(stack: Stack, capture_id: str, events: list[pa.RecordBatch]) -> list[dict]:
+def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture) -> list[dict]:
     """Where a btrfs host placed the image's bytes during the capture (its
     ordered extents: each write-back or direct write of copy-on-write data
     goes to a new place), mapped through the chunk tree at the end like the
     snapshots: extent_maps rows of phase `events`, one per copy and per
     stripe.  Bytes placed and moved again before the end (a block the guest
     rewrote) are found through these: no snapshot has their first place."""
-    if not (stack.has_host and stack.host_fs == "btrfs") or not events:
+    if not (stack.has_host and stack.host_fs == "btrfs"):
         return []
     files = {}
     for path in [stack.image_path, *(b["path"] for b in stack.backing_files)]:
         with contextlib.suppress(OSError):
             files[file_id(path)] = path
-    seen = set()
-    for b in events:
-        for r in b.select(["source", "dev", "ino", "file_offset_bytes", "disk_bytes",
-                           "length_bytes"]).to_pylist():
-            if r["source"] == BTRFS_ORDERED_EXTENT and (r["dev"], r["ino"]) in files:
-                seen.add((r["dev"], r["ino"], r["file_offset_bytes"], r["disk_bytes"],
-                          r["length_bytes"]))
-    if not seen:
+    cols = ["dev", "ino", "file_offset_bytes", "disk_bytes", "length_bytes"]
+    parts = [b.filter(pc.equal(b.column("source"), BTRFS_ORDERED_EXTENT)).select(cols)
+             for b in live.batches("mapping_events")]
+    if not parts or not (seen := pa.Table.from_batches(parts).group_by(cols).aggregate([])).num_rows:
         return []
     chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
     rows = []
-    for dev, ino, off, disk, ln in sorted(seen):
-        rows += map_extent_rows([(off, disk, ln, 0)], files[(dev, ino)], dev, ino, "image",
-                                "events", capture_id, stack.disk.kdev, chunks, devices)
+    for r in seen.sort_by([(c, "ascending") for c in cols]).to_pylist():
+        path = files.get((r["dev"], r["ino"]))
+        if path:
+            rows += map_extent_rows([(r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"], 0)],
+                                    path, r["dev"], r["ino"], "image", "events", capture_id,
+                                    stack.disk.kdev, chunks, devices)
     return rows
 
 
@@ -653,7 +653,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                 touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
                 live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
                 live.write_table("extent_maps", pa.Table.from_pylist(
-                    btrfs_placed_rows(stack, cid, live.batches("mapping_events")),
+                    btrfs_placed_rows(stack, cid, live),
                     schema=table_schema("extent_maps")))
                 if store_level in ("vdisk", "disk"):    # (on the guest FS: guest files, tied at vfs)
                     live.write_table("extent_maps", pa.Table.from_pylist(

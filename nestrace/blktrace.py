@@ -149,28 +149,31 @@ MAX_CPUS = 1 << 16
 # a time past 2^63 ns (292 years) is damage too (the phases are signed),
 # and data past 2^54 sectors (2^63 bytes: no device is larger)
 MAX_TIME, MAX_SECTOR = 1 << 63, 1 << 54
-_TIME_AT, _SECTOR_AT, _BYTES_AT, _CPU_AT = 8, 16, 24, 40    # bytes of those fields in a header
+
+
+def _headers(buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
+    """The headers of the records at offs, as DTYPE rows."""
+    h = np.empty(len(offs), dtype=DTYPE)
+    lanes = np.arange(HEADER.size)
+    for i in range(0, len(offs), 1 << 18):
+        h[i:i + (1 << 18)] = buf[offs[i:i + (1 << 18), None] + lanes].view(DTYPE).ravel()
+    return h
 
 
 def _implausible(path: Path, data: bytes, offs: np.ndarray) -> list[tuple[int, str]]:
     """(offset, problem) of the whole records whose fields no kernel writes."""
     if not len(offs):
         return []
-    buf = np.frombuffer(data, dtype=np.uint8)
+    h = _headers(np.frombuffer(data, dtype=np.uint8), offs)
+    cpu, t, sec, nb = h["cpu"], h["time"], h["sector"], h["bytes"]
+    far = (nb > 0) & (sec >= np.uint64(MAX_SECTOR) - (nb >> 9).astype(np.uint64))
     out = []
-    for i in range(0, len(offs), 1 << 18):
-        o = offs[i:i + (1 << 18)]
-        cpu = buf[o[:, None] + np.arange(_CPU_AT, _CPU_AT + 4)].view("=u4").ravel()
-        t = buf[o[:, None] + np.arange(_TIME_AT, _TIME_AT + 8)].view("=u8").ravel()
-        sec = buf[o[:, None] + np.arange(_SECTOR_AT, _SECTOR_AT + 8)].view("=u8").ravel()
-        nb = buf[o[:, None] + np.arange(_BYTES_AT, _BYTES_AT + 4)].view("=u4").ravel()
-        far = (nb > 0) & (sec >= np.uint64(MAX_SECTOR) - (nb >> 9).astype(np.uint64))
-        for j in np.flatnonzero((cpu >= MAX_CPUS) | (t >= MAX_TIME) | far):
-            what = (f"cpu {int(cpu[j])} (no kernel numbers CPUs past {MAX_CPUS - 1}"
-                    if cpu[j] >= MAX_CPUS else f"time {int(t[j])} ns (past 2^63"
-                    if t[j] >= MAX_TIME else
-                    f"{int(nb[j])} bytes at sector {int(sec[j])} (past 2^54 sectors, 2^63 bytes")
-            out.append((int(o[j]), f"{path}: byte {int(o[j])}: {what}: a damaged record)"))
+    for j in np.flatnonzero((cpu >= MAX_CPUS) | (t >= MAX_TIME) | far):
+        what = (f"cpu {int(cpu[j])} (no kernel numbers CPUs past {MAX_CPUS - 1}"
+                if cpu[j] >= MAX_CPUS else f"time {int(t[j])} ns (past 2^63"
+                if t[j] >= MAX_TIME else
+                f"{int(nb[j])} bytes at sector {int(sec[j])} (past 2^54 sectors, 2^63 bytes")
+        out.append((int(offs[j]), f"{path}: byte {int(offs[j])}: {what}: a damaged record)"))
     return out
 
 
@@ -223,10 +226,7 @@ def _table(path: Path, data: bytes, offs: np.ndarray) -> pa.Table:
     if not n:
         return SCHEMA.empty_table()
     buf = np.frombuffer(data, dtype=np.uint8)
-    h = np.empty(n, dtype=DTYPE)
-    lanes = np.arange(HEADER.size)
-    for i in range(0, n, 1 << 18):
-        h[i:i + (1 << 18)] = buf[offs[i:i + (1 << 18), None] + lanes].view(DTYPE).ravel()
+    h = _headers(buf, offs)
     code, cats, nbytes = h["action"] & 0xFFFF, (h["action"] >> 16).astype(np.uint16), h["bytes"]
     cgroup = (code & TA_CGROUP) != 0
     code = (code & ~np.uint32(TA_CGROUP)).astype(np.uint16)

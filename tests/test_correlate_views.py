@@ -301,6 +301,45 @@ def test_buffered_write_is_tied_to_its_writeback_with_the_lag():
         {"kind": "writeback", "bytes": 4096, "lag_ns": 4890}]
 
 
+def test_a_block_written_in_parts_is_written_back_for_each_parts_last_write():
+    """Small buffered writes share a 4 KiB block of the virtual disk: a
+    1 KiB-block guest FS whose file starts 1 KiB into a block, or an app
+    writing 512-byte records.  One write-back request carries them all:
+    each sector is put down to the last write of it, not the block's
+    bytes to the block's last write alone.  Here: 1 KiB at 0 (sector 0-1),
+    2 KiB at 1024, 512 B at 3072 and again at 3072 (the later one
+    counts), and nothing wrote the last 512 B."""
+    t = dict(vfs_events=[vfs(100, 10, off=0, req=1024, ret=1024, syscall=4),
+                         vfs(200, 10, off=1024, req=2048, ret=2048, syscall=4),
+                         vfs(300, 10, off=3072, req=512, ret=512, syscall=4),
+                         vfs(400, 10, off=3072, req=512, ret=512, syscall=4)],
+             block_events=request(5000, 5010, 6000, VDISK, 4 * MiB, 4096, rq=1, bio=11, op=1))
+    s = session(**t)
+    ids = {r["ts_ns"]: r["io_id"] for r in s.rows("SELECT ts_ns, io_id FROM vfs_io")}
+    assert s.rows("SELECT kind, upper_id, bytes, lag_ns FROM links ORDER BY bytes, upper_id NULLS FIRST") == [
+        {"kind": "writeback", "upper_id": None, "bytes": 512, "lag_ns": None},
+        {"kind": "writeback", "upper_id": ids[400], "bytes": 512, "lag_ns": 4590},
+        {"kind": "writeback", "upper_id": ids[100], "bytes": 1024, "lag_ns": 4890},
+        {"kind": "writeback", "upper_id": ids[200], "bytes": 2048, "lag_ns": 4790}]
+
+
+def test_a_write_back_request_across_blocks_of_a_file_not_aligned_to_them_is_tied_whole():
+    """A 1 KiB-block guest FS puts the file 1 KiB into a 4 KiB block of
+    the virtual disk: 16 KiB writes at file offsets 0 and 16 KiB share a
+    block, and one 32 KiB write-back request is tied whole, 16 KiB to
+    each (before, 1 KiB of each went unattributed)."""
+    t = dict(extent_maps=extents(guest=((0, 4 * MiB + 1024, 1 * MiB),)),
+             vfs_events=[vfs(100, 10, off=0, req=16384, ret=16384, syscall=4),
+                         vfs(200, 10, off=16384, req=16384, ret=16384, syscall=4)],
+             block_events=request(5000, 5010, 6000, VDISK, 4 * MiB + 1024, 32768, rq=1, bio=11,
+                                  op=1))
+    s = session(**t)
+    assert s.rows("SELECT kind, upper_id IS NULL AS unattributed, bytes FROM links "
+                  "ORDER BY bytes") == [
+        {"kind": "writeback", "unattributed": False, "bytes": 16384},
+        {"kind": "writeback", "unattributed": False, "bytes": 16384}]
+
+
 def test_write_back_of_a_store_through_a_mapping_is_put_down_to_the_store():
     """Four file pages written back in one virtual-disk write at 5000 ns.
     Page 0: a store through a mapping (a folio dirtied in a user page

@@ -301,11 +301,13 @@ CREATE OR REPLACE MACRO _links_asof_lower(l_asof) AS
 -- of it in between do not count — and, for a read that no upper read was
 -- waiting for, the write in flight whose partial block it reads (rmw).
 CREATE OR REPLACE VIEW _links_blocks AS
-WITH same_op AS MATERIALIZED (
+WITH up AS MATERIALIZED (   -- (computed once for the three joins that read it)
+  SELECT *, false AS moved FROM _links_upper_keyed
+  UNION ALL SELECT *, true FROM _links_upper_moved_keyed),
+same_op AS MATERIALIZED (
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM _links_lower_keyed l
-  ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed
-                  UNION ALL SELECT * FROM _links_upper_moved_keyed WHERE uop IN (0, 2, 4)) u
+  ASOF LEFT JOIN (SELECT * EXCLUDE (moved) FROM up WHERE NOT moved OR uop IN (0, 2, 4)) u
     ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)),
 stored AS (   -- virtual-disk writes: the last store through a mapping before them
   SELECT l.* EXCLUDE (upper_id),
@@ -326,10 +328,8 @@ unread AS (   -- reads no upper read was in flight for, keyed to upper writes
 rmw AS (      -- (the writes of those blocks only: usually few, often none)
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM unread l
-  ASOF LEFT JOIN (SELECT * FROM _links_upper_keyed WHERE k IN (SELECT k FROM unread)
-                  UNION ALL
-                  SELECT * FROM _links_upper_moved_keyed
-                  WHERE uop IN (1, 4) AND k IN (SELECT k FROM unread)) u
+  ASOF LEFT JOIN (SELECT * EXCLUDE (moved) FROM up
+                  WHERE (NOT moved OR uop IN (1, 4)) AND k IN (SELECT k FROM unread)) u
     ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)),
 j AS (
   SELECT * FROM stored WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
@@ -355,6 +355,63 @@ m AS (
                                least(l_off + l_len, blk * 4096 + 4096) - greatest(l_off, blk * 4096),
                                u_off, u_len) END AS attributed
   FROM k),
+-- A lower block whose last upper event (same_op's) covers only part of
+-- it may hold other parts other upper events left: a write-back of a
+-- page an app wrote in 512-byte records, or of a 1 KiB-block guest file
+-- system whose file starts 1 KiB into a 4 KiB block, where two writes
+-- share each block.  There each 512-byte sector of the lower block goes
+-- to its own last upper event: an ASOF join on the block's key and the
+-- sector, over the upper events of those blocks only (few rows, and none
+-- where every block is covered whole).  (Sub-sector parts go with their
+-- sector's last event, as the kernel writes the sector whole; a store
+-- through a mapping counts for the block's last event only: stored.)
+part AS MATERIALIZED (
+  SELECT ck, hop, lop, lower_id, upper_id AS first_id, u_off AS first_off,
+         u_len AS first_len, l_start, l_asof, l_err, l_off, l_len, blk,
+         _links_key(ck, hop, lop, blk) AS k
+  FROM m
+  WHERE kind0 IN ('sync', 'writeback', 'discard') AND NOT l_page AND attributed < block_bytes),
+psec AS MATERIALIZED (   -- (the sectors the block's last event does not cover whole: the
+                         -- others are its; ks: the block's key and the sector in one integer)
+  SELECT *, (k::UHUGEINT << 3) | (sec - blk * 8)::UHUGEINT AS ks FROM (
+    SELECT *, unnest(range(greatest(l_off, blk * 4096) // 512,
+                           (least(l_off + l_len, blk * 4096 + 4096) + 511) // 512)) AS sec
+    FROM part)
+  WHERE NOT (first_off <= sec * 512 AND sec * 512 + 512 <= first_off + first_len)),
+usec AS (
+  SELECT * FROM (
+    SELECT (k::UHUGEINT << 3) | (sec - b * 8)::UHUGEINT AS ks, upper_id, u_start, u_end, uop,
+           u_off, u_len
+    FROM (SELECT *, unnest(range(greatest(u_off, b * 4096) // 512,
+                                 (least(u_off + u_len, b * 4096 + 4096) + 511) // 512)) AS sec
+          FROM (SELECT *, (k & 281474976710655)::BIGINT AS b   -- (the block: the key's low 48 bits)
+                FROM up WHERE (NOT moved OR uop IN (0, 2, 4)) AND k IN (SELECT k FROM part))))
+  WHERE ks IN (SELECT ks FROM psec)),
+more AS (     -- the sectors whose last upper event is another
+  SELECT s.ck, s.hop, s.lower_id, s.first_id, s.blk, s.l_off, s.l_len, u.upper_id,
+         CASE WHEN s.l_start <= u.u_end + s.l_err AND (s.lop = u.uop OR (u.uop = 4 AND s.lop = 1))
+                   THEN 'sync'
+              WHEN u.uop = 1 AND s.lop = 1 THEN 'writeback'
+              WHEN u.uop = 2 AND s.lop = 2 THEN 'discard' END AS kind0,
+         _overlap(greatest(s.l_off, s.sec * 512),
+                  least(s.l_off + s.l_len, s.sec * 512 + 512) - greatest(s.l_off, s.sec * 512),
+                  u.u_off, u.u_len) AS attributed,
+         s.l_start, u.u_start, u.u_end
+  FROM psec s
+  ASOF JOIN usec u ON u.ks = s.ks
+   AND _links_asof_lower(s.l_asof) >= _links_asof_upper(u.u_start, u.u_end)
+  WHERE u.upper_id <> s.first_id),
+extra AS (
+  SELECT ck, hop, lower_id, first_id, blk, l_off, l_len, sum(attributed) AS extra
+  FROM more WHERE kind0 IS NOT NULL GROUP BY ALL),
+rest AS MATERIALIZED (   -- the lower blocks' bytes no upper event explains
+  SELECT * FROM (
+    SELECT r.*, r.block_bytes - r.attributed - coalesce(x.extra, 0) AS left_bytes
+    FROM m r
+    LEFT JOIN extra x ON x.ck = r.ck AND x.hop = r.hop AND x.lower_id = r.lower_id
+     AND x.first_id = r.upper_id AND x.blk = r.blk AND x.l_off = r.l_off AND x.l_len = r.l_len
+    WHERE r.block_bytes > r.attributed)
+  WHERE left_bytes > 0),
 reach AS (    -- guest files' extents on the virtual disk (hop 0), and the
               -- image's on the host disks at the end, where its bytes are
               -- (hop 2, in links' disk space): how far those starting at
@@ -378,10 +435,9 @@ filed AS (    -- virtual-disk blocks written with no cause found that hold a
               -- whatever the flags say (fsync writes data with REQ_SYNC,
               -- and so does a flusher writing back for a sync)
   SELECT DISTINCT r.ck, r.hop, r.blk
-  FROM m r
+  FROM rest r
   ASOF JOIN reach e ON e.ck = r.ck AND e.hop = r.hop AND r.blk * 4096 >= e.lo
-  WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.block_bytes > r.attributed AND r.s_ns IS NULL
-    AND r.blk * 4096 < e.reach),
+  WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.s_ns IS NULL AND r.blk * 4096 < e.reach),
 placed_reach AS (   -- the capture's own store files, where a traced disk
                     -- holds them (extent_maps role nestrace_store: the
                     -- store on the virtual disk, hop 0, or on a host disk,
@@ -403,8 +459,7 @@ placed AS (   -- blocks written with no cause found into those places: the
               -- agent's batches (the store was on the stack it traced), the
               -- journal's writes
   SELECT r.ck, r.hop, r.blk, min(e.role) AS role
-  FROM (SELECT DISTINCT ck, hop, blk FROM m
-        WHERE hop IN (0, 2) AND lop = 1 AND block_bytes > attributed AND s_ns IS NULL) r
+  FROM (SELECT DISTINCT ck, hop, blk FROM rest WHERE hop IN (0, 2) AND lop = 1 AND s_ns IS NULL) r
   CROSS JOIN (VALUES ('nestrace_store'), ('fs_journal')) p(role)
   ASOF JOIN placed_reach e ON e.ck = r.ck AND e.hop = r.hop AND e.role = p.role
                           AND r.blk * 4096 >= e.lo
@@ -418,6 +473,11 @@ out AS (
          CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
               ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
   FROM m WHERE kind0 IS NOT NULL AND attributed > 0
+  UNION ALL
+  SELECT ck, hop, lower_id, upper_id, kind0, attributed,
+         CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
+              ELSE l_start::BIGINT - u_start::BIGINT END
+  FROM more WHERE kind0 IS NOT NULL AND attributed > 0
   UNION ALL
   SELECT r.ck, r.hop, r.lower_id, CASE WHEN r.l_start <= h.h_end THEN h.h_id END,
          CASE WHEN r.l_start <= h.h_end THEN 'hint'
@@ -436,9 +496,9 @@ out AS (
               WHEN r.lop = 1 AND j.hop IS NOT NULL THEN
                    CASE WHEN r.l_flags & 2 <> 0 THEN 'metadata' ELSE 'writeback' END
               ELSE _unattributed_kind(['read', 'write', 'discard', 'other'][r.lop + 1], r.l_flags) END,
-         r.block_bytes - r.attributed,
+         r.left_bytes,
          r.l_start::BIGINT - CASE WHEN r.l_start <= h.h_end THEN h.h_ns ELSE r.s_ns END::BIGINT
-  FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM m WHERE block_bytes - attributed > 0) r
+  FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM rest) r
   -- (the hints' keys are virtual-disk reads': no other row matches)
   ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
   ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
@@ -485,7 +545,10 @@ JOIN _links_captures c USING (ck);
 -- metadata; another host-FS write is other, not writeback).  bytes are exact overlaps of the mapped ranges,
 -- but for an rmw read and a host-FS access through the page cache in whole
 -- pages (filemap page lookups, btrfs's dirtied folios): there the 4 KiB
--- page a request touches part of counts whole for it.  A
+-- page a request touches part of counts whole for it.  A lower block
+-- several upper events wrote parts of (512-byte records, a 1 KiB-block
+-- guest FS) is split among them by 512-byte sector: each sector goes to
+-- the latest upper event on it.  A
 -- virtual-disk request whose C was lost ends, for its hops, at its
 -- done_by_ns (the next use of its request id), else at the capture's end.
 -- @column capture_id VARCHAR   capture

@@ -111,7 +111,7 @@ RECORDS = {
             ('length_bytes', '<u8', 'uint64', 'bytes', 'length of the mapping', 48),
             ('dev', '<u4', 'uint32', '', 'kernel dev_t of the file system', 56),
             ('map_type', '<u2', 'uint16', '', '0 hole 1 delalloc 2 mapped 3 unwritten 4 inline', 60),
-            ('source', '<u2', 'uint16', '', 'hook: 1 iomap_iter_dstmap 2 iomap_iter_srcmap 3 ext4_ext_map_blocks_exit 4 xfs_iomap_found 5 xfs_iomap_alloc 6 btrfs_ordered_extent_add (disk_bytes in btrfs logical bytes: record maps them through the chunk tree into extent_maps rows of phase events)', 62),
+            ('source', '<u2', 'uint16', '', "hook: 1 iomap_iter_dstmap 2 iomap_iter_srcmap 3 ext4_ext_map_blocks_exit 4 xfs_iomap_found 5 xfs_iomap_alloc 6 btrfs_ordered_extent_add (disk_bytes in btrfs logical bytes: record maps the image's, on a btrfs host, and the guest files', on a btrfs guest, through that file system's chunk tree into extent_maps rows of phase events)", 62),
             ('flags', '<u4', 'uint32', '', 'source-specific flags (iomap flags, ext4 map flags)', 64),
             ('_pad0', '<u4', '', '', '', 68),
         ],
@@ -136,7 +136,7 @@ RECORDS = {
 TABLES = {
     'extent_maps': {'doc': 'FIEMAP snapshot of a traced file (the image, or a guest file) at capture start or end.', 'fields': [
         ('capture_id', 'string', '', 'capture this snapshot belongs to'),
-        ('phase', 'string', '', 'start or end; events: where a btrfs host placed image bytes during the capture (its mapping events, mapped through the chunk tree at the end)'),
+        ('phase', 'string', '', 'start or end; events: where a btrfs host placed image bytes, or a btrfs guest guest-file bytes, during the capture (its mapping events, mapped through its chunk tree at the end)'),
         ('role', 'string', '', "image (host FS file backing the virtual disk, or a file of its backing chain), guest_file, vdisk_image (a qcow2, qcow, sparse vmdk, vdi, vhdx, vpc, qed, parallels or luks image's cluster map: logical_bytes is the virtual-disk offset, physical_bytes the offset in the file the row names: the image, or for the unallocated clusters of a qcow2 image or of a vmdk snapshot a file of its backing chain, or for a vmdk whose descriptor is a file of its own the extent file) or image_metadata (where a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables are: both offsets in the file the row names), or nestrace_store (a file of the capture's own live store, when the store was on a traced disk: physical_bytes on the whole disk, a partition's start added; links classes writes there as nestrace), or fs_journal (where a file system's journal is, at capture start: the blocks of an ext3 or ext4 journal inode, an xfs internal log; ino the journal inode, 0 for xfs; physical_bytes on the whole disk, a partition's start added; links classes the unexplained writes there as journal)"),
         ('path', 'string', '', 'path of the file when snapshotted'),
         ('dev', 'uint32', '', 'kernel dev_t of the file system holding the file'),

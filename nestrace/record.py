@@ -340,32 +340,48 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
 BTRFS_ORDERED_EXTENT = 6
 
 
-def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture) -> list[dict]:
-    """Where a btrfs host placed the image's bytes during the capture (its
-    ordered extents: each write-back or direct write of copy-on-write data
-    goes to a new place), mapped through the chunk tree at the end like the
-    snapshots: extent_maps rows of phase `events`, one per copy and per
-    stripe.  Bytes placed and moved again before the end (a block the guest
-    rewrote) are found through these: no snapshot has their first place."""
-    if not (stack.has_host and stack.host_fs == "btrfs"):
+def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture,
+                      guest_paths: dict[int, str] | None = None) -> list[dict]:
+    """Where a btrfs placed the image's bytes (a btrfs host) or the guest
+    files' bytes (a btrfs guest) during the capture: its ordered extents
+    (each write-back or direct write of copy-on-write data goes to a new
+    place), mapped through that file system's chunk tree at the end like
+    the snapshots: extent_maps rows of phase `events`, one per copy and
+    per stripe.  Bytes placed and moved again before the end (a block
+    rewritten) are found through these: no snapshot has their first
+    place, which a read-modify-write, say, reads.  guest_paths: inode ->
+    path of the guest files (a file deleted since is named by inode)."""
+    sides = []   # (role, mount, fs device, the disk below, (dev, ino) -> path or None)
+    if stack.has_host and stack.host_fs == "btrfs":
+        files = {}
+        for path in [stack.image_path, *(b["path"] for b in stack.backing_files)]:
+            with contextlib.suppress(OSError):
+                files[file_id(path)] = path
+        sides.append(("image", stack.host_mount, stack.disk.kdev,
+                      lambda dev, ino: files.get((dev, ino))))
+    if stack.has_guest and stack.guest_fs == "btrfs" and stack.vdisk:
+        paths = guest_paths or {}
+        sides.append(("guest_file", stack.guest_mount, stack.vdisk.kdev,
+                      lambda dev, ino: (paths.get(ino, f"{stack.guest_mount} (inode {ino})")
+                                        if dev == stack.guest_kdev else None)))
+    if not sides:
         return []
-    files = {}
-    for path in [stack.image_path, *(b["path"] for b in stack.backing_files)]:
-        with contextlib.suppress(OSError):
-            files[file_id(path)] = path
     cols = ["dev", "ino", "file_offset_bytes", "disk_bytes", "length_bytes"]
     parts = [b.filter(pc.equal(b.column("source"), BTRFS_ORDERED_EXTENT)).select(cols)
              for b in live.batches("mapping_events")]
     if not parts or not (seen := pa.Table.from_batches(parts).group_by(cols).aggregate([])).num_rows:
         return []
-    chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
+    seen = seen.sort_by([(c, "ascending") for c in cols]).to_pylist()
     rows = []
-    for r in seen.sort_by([(c, "ascending") for c in cols]).to_pylist():
-        path = files.get((r["dev"], r["ino"]))
-        if path:
+    for role, mount, disk_kdev, path_of in sides:
+        mine = [(r, p) for r in seen if (p := path_of(r["dev"], r["ino"]))]
+        if not mine:
+            continue
+        chunks, devices = btrfs_layout(mount, "btrfs")
+        for r, path in mine:
             rows += map_extent_rows([(r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"], 0)],
-                                    path, r["dev"], r["ino"], "image", "events", capture_id,
-                                    stack.disk.kdev, chunks, devices)
+                                    path, r["dev"], r["ino"], role, "events", capture_id,
+                                    disk_kdev, chunks, devices)
     return rows
 
 
@@ -651,9 +667,12 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                 # files read or written by system calls, and by memory (page
                 # faults and dirtied pages of mapped files: page-cache events)
                 touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
-                live.write_table("extent_maps", snapshot_extents(stack, cid, "end", touched))
+                end = snapshot_extents(stack, cid, "end", touched)
+                live.write_table("extent_maps", end)
+                guest_paths = {r["ino"]: r["path"] for r in end.select(["role", "ino", "path"]).to_pylist()
+                               if r["role"] == "guest_file"}
                 live.write_table("extent_maps", pa.Table.from_pylist(
-                    btrfs_placed_rows(stack, cid, live),
+                    btrfs_placed_rows(stack, cid, live, guest_paths),
                     schema=table_schema("extent_maps")))
                 if store_level in ("vdisk", "disk"):    # (on the guest FS: guest files, tied at vfs)
                     live.write_table("extent_maps", pa.Table.from_pylist(

@@ -6,8 +6,9 @@
 -- end snapshot, 2 start snapshot, 3 mapping events.  disk_dev: the disk
 -- the bytes are on (a btrfs on several devices names it per piece;
 -- mapping events and stores written before: the one device below).  A
--- btrfs host's mapping events are in btrfs logical bytes: record maps
--- them through the chunk tree into extent_maps rows of phase events.
+-- btrfs's mapping events (a host's, a guest's) are in btrfs logical
+-- bytes: record maps them through the chunk tree into extent_maps rows of
+-- phase events.
 CREATE OR REPLACE VIEW _map_extents_all AS
 WITH snap AS (
   SELECT capture_id, role, dev, ino, logical_bytes, physical_bytes, length_bytes,

@@ -123,7 +123,10 @@ FROM _links_onto_disks('cow');
 -- for the writes a read-modify-write read is put down to, not for
 -- write-back (a freed old place may hold other data later); for writes in
 -- flight with them only through freed bytes (op write_freed: a
--- copy-on-write host writes a rewritten block elsewhere).
+-- copy-on-write host writes a rewritten block elsewhere), but for places
+-- a copy-on-write host's mapping event gave, where it wrote the bytes
+-- during the capture: write-back there too (op write_placed: btrfs
+-- writes back each page to a new place, and a later rewrite moves it on).
 -- (only the captures with moved bytes are carried into the image again)
 CREATE OR REPLACE VIEW _links_moved_ranges AS
 WITH c AS MATERIALIZED (SELECT DISTINCT capture_id FROM _map_image_moved)
@@ -137,20 +140,26 @@ WITH v AS NOT MATERIALIZED (
   SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, ps + idelta AS lo,
          pt + idelta AS hi, capture_id, io_id, start_ns, done_by_ns, op
   FROM _map_into_image('_links_moved_ranges') WHERE idelta IS NOT NULL),
-mk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev, freed
+mk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev, freed,
+              placed
        FROM _map_image_moved),
 p AS (   -- (_overlaps_2: the moved ranges are found with _overlaps)
   SELECT q.capture_id, q.io_id, q.start_ns, q.done_by_ns AS u_end, q.op,
          greatest(q.lo, q.o.lo) + q.o.delta + x.shift AS u_off,
-         least(q.hi, q.o.hi) - greatest(q.lo, q.o.lo) AS u_len, q.o.freed
+         least(q.hi, q.o.hi) - greatest(q.lo, q.o.lo) AS u_len, q.o.freed, q.o.placed
   FROM _overlaps_2('v', 'mk') q
   JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev)
 -- (op write_freed: a virtual-disk write carried to where image bytes freed
 -- during the capture were (_map_image_freed: the start snapshot's place,
 -- or for bytes allocated during the capture, the mapping events'), tied
--- to a host-disk write only while in flight with it, never as write-back)
+-- to a host-disk write only while in flight with it, never as write-back;
+-- op write_placed: where a copy-on-write host's mapping event put them,
+-- in flight or as write-back: it wrote the bytes there during the
+-- capture, at a write-back)
 SELECT 'vdisk' AS upper_level, 'disk' AS lower_level, capture_id, io_id AS upper_id,
-       start_ns AS u_start, u_end, CASE WHEN freed AND op = 'write' THEN 'write_freed' ELSE op END AS u_op,
+       start_ns AS u_start, u_end,
+       CASE WHEN freed AND op = 'write' THEN CASE WHEN placed THEN 'write_placed' ELSE 'write_freed' END
+            ELSE op END AS u_op,
        u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk
 FROM p;
 
@@ -198,7 +207,7 @@ CREATE OR REPLACE MACRO _links_hop(lvl) AS
   (CASE lvl WHEN 'vdisk' THEN 0 WHEN 'hostfs' THEN 1 ELSE 2 END)::UTINYINT;
 CREATE OR REPLACE MACRO _links_op(op) AS
   (CASE op WHEN 'read' THEN 0 WHEN 'write' THEN 1 WHEN 'discard' THEN 2
-           WHEN 'write_freed' THEN 1 ELSE 3 END)::UTINYINT;
+           WHEN 'write_freed' THEN 1 WHEN 'write_placed' THEN 1 ELSE 3 END)::UTINYINT;
 CREATE OR REPLACE MACRO _links_key(ck, hop, op, blk) AS
   (CASE WHEN ck < 4096 THEN ck ELSE error('links: more than 4096 captures in one store') END << 52)
   | (hop::UBIGINT << 50) | (op::UBIGINT << 48)
@@ -206,12 +215,14 @@ CREATE OR REPLACE MACRO _links_key(ck, hop, op, blk) AS
 
 -- Both sides keyed, with small codes for the strings: the rows between
 -- the two joins below are held in memory, 3 per 4 KiB block.  (uop 4: a
--- write_freed, keyed as a write: _links_upper_moved, _links_blocks)
+-- write_freed, 5: a write_placed, keyed as writes: _links_upper_moved,
+-- _links_blocks)
 -- (t: _links_upper or _links_upper_moved)
 CREATE OR REPLACE MACRO _links_keyed(t) AS TABLE
 SELECT _links_key(c.ck, _links_hop(x.lower_level), _links_op(x.u_op), x.blk) AS k,
        x.upper_id, x.u_start, coalesce(x.u_end, greatest(c.end_ns, x.u_start)) AS u_end,
-       CASE WHEN x.u_op = 'write_freed' THEN 4 ELSE _links_op(x.u_op) END::UTINYINT AS uop,
+       CASE x.u_op WHEN 'write_freed' THEN 4 WHEN 'write_placed' THEN 5
+                   ELSE _links_op(x.u_op) END::UTINYINT AS uop,
        x.u_off, x.u_len
 FROM query_table(t) x JOIN _links_captures c USING (capture_id);
 
@@ -307,7 +318,7 @@ WITH up AS MATERIALIZED (   -- (computed once for the three joins that read it)
 same_op AS MATERIALIZED (
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM _links_lower_keyed l
-  ASOF LEFT JOIN (SELECT * EXCLUDE (moved) FROM up WHERE NOT moved OR uop IN (0, 2, 4)) u
+  ASOF LEFT JOIN (SELECT * EXCLUDE (moved) FROM up WHERE NOT moved OR uop IN (0, 2, 4, 5)) u
     ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)),
 stored AS (   -- virtual-disk writes: the last store through a mapping before them
   SELECT l.* EXCLUDE (upper_id),
@@ -329,7 +340,7 @@ rmw AS (      -- (the writes of those blocks only: usually few, often none)
   SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
   FROM unread l
   ASOF LEFT JOIN (SELECT * EXCLUDE (moved) FROM up
-                  WHERE (NOT moved OR uop IN (1, 4)) AND k IN (SELECT k FROM unread)) u
+                  WHERE (NOT moved OR uop IN (1, 4, 5)) AND k IN (SELECT k FROM unread)) u
     ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)),
 j AS (
   SELECT * FROM stored WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
@@ -339,9 +350,9 @@ k AS (
     _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,
     CASE WHEN upper_id IS NULL THEN NULL
          WHEN l_start <= u_end + l_err AND lop = uop THEN 'sync'
-         WHEN l_start <= u_end + l_err AND uop = 4 AND lop = 1 THEN 'sync'   -- (write_freed)
-         WHEN l_start <= u_end + l_err AND uop IN (1, 4) AND lop = 0 THEN 'rmw'
-         WHEN uop = 1 AND lop = 1 THEN 'writeback'
+         WHEN l_start <= u_end + l_err AND uop IN (4, 5) AND lop = 1 THEN 'sync'   -- (write_freed, _placed)
+         WHEN l_start <= u_end + l_err AND uop IN (1, 4, 5) AND lop = 0 THEN 'rmw'
+         WHEN uop IN (1, 5) AND lop = 1 THEN 'writeback'
          WHEN uop = 2 AND lop = 2 THEN 'discard'
     END AS kind0
   FROM j),
@@ -385,13 +396,13 @@ usec AS (
     FROM (SELECT *, unnest(range(greatest(u_off, b * 4096) // 512,
                                  (least(u_off + u_len, b * 4096 + 4096) + 511) // 512)) AS sec
           FROM (SELECT *, (k & 281474976710655)::BIGINT AS b   -- (the block: the key's low 48 bits)
-                FROM up WHERE (NOT moved OR uop IN (0, 2, 4)) AND k IN (SELECT k FROM part))))
+                FROM up WHERE (NOT moved OR uop IN (0, 2, 4, 5)) AND k IN (SELECT k FROM part))))
   WHERE ks IN (SELECT ks FROM psec)),
 more AS (     -- the sectors whose last upper event is another
   SELECT s.ck, s.hop, s.lower_id, s.first_id, s.blk, s.l_off, s.l_len, u.upper_id,
-         CASE WHEN s.l_start <= u.u_end + s.l_err AND (s.lop = u.uop OR (u.uop = 4 AND s.lop = 1))
+         CASE WHEN s.l_start <= u.u_end + s.l_err AND (s.lop = u.uop OR (u.uop IN (4, 5) AND s.lop = 1))
                    THEN 'sync'
-              WHEN u.uop = 1 AND s.lop = 1 THEN 'writeback'
+              WHEN u.uop IN (1, 5) AND s.lop = 1 THEN 'writeback'
               WHEN u.uop = 2 AND s.lop = 2 THEN 'discard' END AS kind0,
          _overlap(greatest(s.l_off, s.sec * 512),
                   least(s.l_off + s.l_len, s.sec * 512 + 512) - greatest(s.l_off, s.sec * 512),

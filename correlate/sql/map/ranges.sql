@@ -87,7 +87,9 @@ ANTI JOIN covered c ON c.capture_id = st.capture_id AND c.dev = st.dev AND c.ino
 -- image bytes allocated during the capture and freed before its end.
 -- lo, hi: image bytes; delta: old disk offset minus image offset;
 -- disk_dev: the old place's disk; freed: the bytes are nowhere at the end
--- (_map_image_freed), not elsewhere.  (A part is moved when no copy of it
+-- (_map_image_freed), not elsewhere; placed: a freed place a copy-on-
+-- write host's mapping event gave (_map_image_freed).  (A part
+-- is moved when no copy of it
 -- in map_extents is on the same disk with the same delta: on a mirrored
 -- host each copy is cut at the same image offsets.)
 CREATE OR REPLACE VIEW _map_image_moved AS
@@ -113,12 +115,12 @@ reach AS (   -- per disk and place: how far the extents starting at or before lo
          max(max(hi)) OVER (PARTITION BY capture_id, disk_dev, delta ORDER BY lo
                             ROWS UNBOUNDED PRECEDING) AS reach
   FROM now GROUP BY capture_id, disk_dev, delta, lo)
-SELECT c.*, false AS freed FROM cand c   -- (not held by one extent now on the same disk at the same place)
+SELECT c.*, false AS freed, false AS placed FROM cand c   -- (not held by one extent now on the same disk at the same place)
 ASOF LEFT JOIN reach n ON n.capture_id = c.capture_id AND n.disk_dev = c.disk_dev
  AND n.delta = c.delta AND c.lo >= n.lo
 WHERE n.reach IS NULL OR n.reach < c.hi
 UNION ALL
-SELECT *, true FROM _map_image_freed;
+SELECT capture_id, lo, hi, delta, disk_dev, true, placed FROM _map_image_freed;
 
 -- Image bytes freed during the capture (a hole punched: the loop device's
 -- discards), where they were: where the start snapshot had them, or for
@@ -129,11 +131,21 @@ SELECT *, true FROM _map_image_freed;
 -- host moved, such a place held them until they were freed: links ties a
 -- host-disk write there to the virtual-disk write in flight with it (not
 -- to one that ended before: the place may hold other data once freed).
+-- placed: on a copy-on-write host (btrfs), a place a mapping event gave:
+-- the host wrote the bytes there during the capture (each write-back of a
+-- page goes to a new place) and held them there until a rewrite moved
+-- them on, and it never writes other data into a data place before that
+-- frees it: links ties a host-disk write there as the write-back of the
+-- image bytes too.  (On a host that writes in place, a place is freed by
+-- a hole punched, at a time no event gives, and may hold other data
+-- after.)
 CREATE OR REPLACE VIEW _map_image_freed AS
 SELECT x.capture_id, x.lo + coalesce(f.shift, 0) AS lo, x.hi + coalesce(f.shift, 0) AS hi,
-       x.delta - coalesce(f.shift, 0) AS delta, x.disk_dev
-FROM (SELECT * FROM _map_extents_freed('image', 'fiemap_start')
-      UNION ALL SELECT * FROM _map_extents_freed('image', 'mapping_events')) x
+       x.delta - coalesce(f.shift, 0) AS delta, x.disk_dev,
+       x.placed AND x.capture_id IN (SELECT capture_id FROM device_map
+                                     WHERE level = 'hostfs' AND fs_type = 'btrfs') AS placed
+FROM (SELECT *, false AS placed FROM _map_extents_freed('image', 'fiemap_start')
+      UNION ALL SELECT *, true FROM _map_extents_freed('image', 'mapping_events')) x
 LEFT JOIN _base_image_files f ON f.capture_id = x.capture_id AND f.ino = x.ino;
 
 -- The rows of view `t` (capture_id, dev, ino and a guest-file byte range

@@ -139,6 +139,18 @@ def test_a_host_on_two_disks_traces_both_and_ties_their_bytes_to_the_app(lab_fac
                   "WHERE e.disk_dev <> d.dev")[0]["n"] == 0
 
 
+def _disk_writes_by_kind_only_metadata_untied(s) -> dict:
+    """Host-disk write bytes by (links kind, tied to a vdisk request);
+    asserts the only ones tied to none are btrfs's metadata."""
+    kinds = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
+        "SELECT l.kind, l.upper_id IS NOT NULL AS tied, sum(l.bytes) AS b FROM links l "
+        "JOIN disk_io d ON d.capture_id = l.capture_id AND d.io_id = l.lower_id "
+        "WHERE l.lower_level = 'disk' AND d.op = 'write' GROUP BY ALL")}
+    untied = {k for (k, tied) in kinds if not tied}
+    assert untied <= {"metadata"}, kinds
+    return kinds
+
+
 def test_image_bytes_a_btrfs_host_placed_and_moved_during_the_capture_are_tied(lab_factory,
                                                                                tmp_path):
     """fio lays its file out and rewrites 16 KiB of it at random, all
@@ -163,12 +175,7 @@ def test_image_bytes_a_btrfs_host_placed_and_moved_during_the_capture_are_tied(l
         "AND phase = 'events' GROUP BY ALL")}
     disks = [r["dev"] for r in s.rows("SELECT dev FROM device_map WHERE level = 'disk'")]
     assert set(placed) == set(disks) and min(placed.values()) > 10, placed
-    kinds = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
-        "SELECT l.kind, l.upper_id IS NOT NULL AS tied, sum(l.bytes) AS b FROM links l "
-        "JOIN disk_io d ON d.capture_id = l.capture_id AND d.io_id = l.lower_id "
-        "WHERE l.lower_level = 'disk' AND d.op = 'write' GROUP BY ALL")}
-    untied = {k: b for (k, tied), b in kinds.items() if not tied}
-    assert set(untied) <= {"metadata"}, kinds
+    kinds = _disk_writes_by_kind_only_metadata_untied(s)
     tied = sum(b for (_, t), b in kinds.items() if t)
     assert tied >= 0.97 * sum(kinds.values()), kinds
 
@@ -226,10 +233,5 @@ def test_write_back_a_btrfs_host_placed_and_moved_again_during_the_capture_is_ti
             "--output=/dev/null", "--size=8M", "--rw=randrw", "--bs=2k", "--io_size=2M",
             "--fsync=16")
     s = nestrace.open(store)
-    kinds = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
-        "SELECT l.kind, l.upper_id IS NOT NULL AS tied, sum(l.bytes) AS b FROM links l "
-        "JOIN disk_io d ON d.capture_id = l.capture_id AND d.io_id = l.lower_id "
-        "WHERE l.lower_level = 'disk' AND d.op = 'write' GROUP BY ALL")}
-    untied = {k: b for (k, tied), b in kinds.items() if not tied}
-    assert set(untied) <= {"metadata"}, kinds
+    kinds = _disk_writes_by_kind_only_metadata_untied(s)
     assert kinds.get(("writeback", True), 0) >= 8 << 20, kinds   # (the layout, at least)

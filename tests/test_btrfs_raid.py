@@ -235,3 +235,26 @@ def test_write_back_a_btrfs_host_placed_and_moved_again_during_the_capture_is_ti
     s = nestrace.open(store)
     kinds = _disk_writes_by_kind_only_metadata_untied(s)
     assert kinds.get(("writeback", True), 0) >= 8 << 20, kinds   # (the layout, at least)
+
+
+def test_pages_a_btrfs_guest_faults_in_from_where_a_rewrite_moved_them_are_the_faults(lab_factory,
+                                                                                      tmp_path):
+    """fio through a shared mapping on a btrfs guest (its layout, then 4
+    KiB random loads and stores, an msync every 32), all traced.  A page
+    is faulted in from where the layout or the last write-back put it,
+    which the end snapshot no longer has once a later write-back moved
+    it: the page-fault reads are carried there too (the guest's mapping
+    events), and are `fault`, not `other` (half of them were, before)."""
+    lab = lab_factory("btrfs", "xfs", guest_dio="off", host_dio="on")
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--",
+            "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=mmap",
+            "--output=/dev/null", "--size=16M", "--rw=randrw", "--bs=4k", "--io_size=4M",
+            "--fsync=32")
+    s = nestrace.open(store)
+    reads = {r["kind"]: r["b"] for r in s.rows(
+        "SELECT l.kind, sum(l.bytes) AS b FROM links l "
+        "JOIN vdisk_io v ON v.capture_id = l.capture_id AND v.io_id = l.lower_id "
+        "WHERE l.lower_level = 'vdisk' AND v.op = 'read' GROUP BY ALL")}
+    assert set(reads) <= {"fault", "metadata", "readahead"}, reads
+    assert reads.get("fault", 0) >= 2 << 20, reads

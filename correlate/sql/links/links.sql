@@ -247,10 +247,21 @@ FROM pagecache_events WHERE event = 9;
 
 -- The virtual-disk blocks of such guest-file pages (relation `t`:
 -- capture_id, dev, ino, ts_ns, off, stop), keyed as links' op `op`
--- (0 read, 1 write) at hop vdisk: k, and ts_ns.
+-- (0 read, 1 write) at hop vdisk: k, and ts_ns.  (Through the end
+-- snapshot, and where bytes were freed later, the start one or the
+-- mapping events, as for the calls: _map_vfs_ranges.  On a copy-on-write
+-- guest FS a page is faulted in from where it was before a rewrite moved
+-- it.)
 CREATE OR REPLACE MACRO _links_pages_keyed(t, op) AS TABLE
-WITH b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk
-           FROM _map_into_vdisk(t))
+WITH pk AS NOT MATERIALIZED (
+  SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, off AS lo, stop AS hi, *
+  FROM query_table(t)),
+p AS (
+  SELECT capture_id, ts_ns, vs, vt FROM _map_into_vdisk(t)
+  UNION ALL
+  SELECT capture_id, ts_ns, greatest(off, o.lo) + o.delta, least(stop, o.hi) + o.delta
+  FROM _overlaps_2('pk', '_map_guest_freed')),
+b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk FROM p)
 SELECT _links_key(c.ck, 0, op, b.blk) AS k, b.ts_ns
 FROM b JOIN _links_captures c USING (capture_id);
 

@@ -22,6 +22,15 @@ def _tag(block: int) -> bytes:
     return (b"blk%08d" % block) * 372 + b"\0" * 4
 
 
+def _fio_capture(lab, tmp_path, *fio_args: str):
+    """A session on a capture of one fio job (name t, in the lab's guest
+    mount) on the lab stack."""
+    store = tmp_path / "s"
+    run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "fio", "--name=t",
+            f"--directory={lab.mount}", "--output=/dev/null", *fio_args)
+    return nestrace.open(store)
+
+
 @pytest.mark.parametrize("profile,disks", [("single", 1), ("dup", 1), ("raid0", 2), ("raid1", 2),
                                            ("raid10", 4), ("raid5", 3), ("raid6", 4),
                                            ("raid1c3", 3)])
@@ -94,12 +103,9 @@ def test_a_host_on_two_disks_traces_both_and_ties_their_bytes_to_the_app(lab_fac
                       host_profile=profile)
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
     drop_caches()
-    store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--",
-            "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
-            "--output=/dev/null", "--size=64M", "--rw=randrw", "--bs=4k", "--direct=1",
-            "--io_size=8M", "--end_fsync=1")
-    s = nestrace.open(store)
+    s = _fio_capture(lab, tmp_path, "--ioengine=psync",
+                      "--size=64M", "--rw=randrw", "--bs=4k", "--direct=1",
+                      "--io_size=8M", "--end_fsync=1")
     disks = [r["dev"] for r in s.rows("SELECT dev FROM device_map WHERE level = 'disk' ORDER BY dev")]
     assert len(disks) == 2
     by_dev = {r["dev"]: r for r in s.rows(
@@ -164,12 +170,9 @@ def test_image_bytes_a_btrfs_host_placed_and_moved_during_the_capture_are_tied(l
     flags: btrfs has none)."""
     lab = lab_factory("ext4", "btrfs", guest_dio="on", host_dio="on", host_disks=2,
                       host_profile="raid1")
-    store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--",
-            "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
-            "--output=/dev/null", "--size=32M", "--rw=randrw", "--bs=16k", "--direct=1",
-            "--io_size=8M")
-    s = nestrace.open(store)
+    s = _fio_capture(lab, tmp_path, "--ioengine=psync",
+                      "--size=32M", "--rw=randrw", "--bs=16k", "--direct=1",
+                      "--io_size=8M")
     placed = {r["physical_dev"]: r["n"] for r in s.rows(
         "SELECT physical_dev, count(*) AS n FROM extent_maps WHERE role = 'image' "
         "AND phase = 'events' GROUP BY ALL")}
@@ -227,12 +230,9 @@ def test_write_back_a_btrfs_host_placed_and_moved_again_during_the_capture_is_ti
     page cache): unattributed, and 'journal' by its REQ_SYNC (8.6 % of the
     disk's bytes in a `lab run` of fio 2 KiB randrw on an ext4 guest)."""
     lab = lab_factory("ext4", "btrfs", guest_dio="off", host_dio="on")
-    store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--",
-            "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
-            "--output=/dev/null", "--size=8M", "--rw=randrw", "--bs=2k", "--io_size=2M",
-            "--fsync=16")
-    s = nestrace.open(store)
+    s = _fio_capture(lab, tmp_path, "--ioengine=psync",
+                      "--size=8M", "--rw=randrw", "--bs=2k", "--io_size=2M",
+                      "--fsync=16")
     kinds = _disk_writes_by_kind_only_metadata_untied(s)
     assert kinds.get(("writeback", True), 0) >= 8 << 20, kinds   # (the layout, at least)
 
@@ -246,12 +246,9 @@ def test_pages_a_btrfs_guest_faults_in_from_where_a_rewrite_moved_them_are_the_f
     it: the page-fault reads are carried there too (the guest's mapping
     events), and are `fault`, not `other` (half of them were, before)."""
     lab = lab_factory("btrfs", "xfs", guest_dio="off", host_dio="on")
-    store = tmp_path / "s"
-    run_cli("record", "-o", str(store), "--stack", lab.mount, "--",
-            "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=mmap",
-            "--output=/dev/null", "--size=16M", "--rw=randrw", "--bs=4k", "--io_size=4M",
-            "--fsync=32")
-    s = nestrace.open(store)
+    s = _fio_capture(lab, tmp_path, "--ioengine=mmap",
+                      "--size=16M", "--rw=randrw", "--bs=4k", "--io_size=4M",
+                      "--fsync=32")
     reads = {r["kind"]: r["b"] for r in s.rows(
         "SELECT l.kind, sum(l.bytes) AS b FROM links l "
         "JOIN vdisk_io v ON v.capture_id = l.capture_id AND v.io_id = l.lower_id "

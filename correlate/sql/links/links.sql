@@ -388,8 +388,7 @@ m AS (
 -- sector's last event, as the kernel writes the sector whole; a store
 -- through a mapping counts for the block's last event only: stored.)
 part AS MATERIALIZED (
-  SELECT ck, hop, lop, lower_id, upper_id AS first_id, u_off AS first_off,
-         u_len AS first_len, l_start, l_asof, l_err, l_off, l_len, blk,
+  SELECT *, upper_id AS first_id, u_off AS first_off, u_len AS first_len,
          _links_key(ck, hop, lop, blk) AS k
   FROM m
   WHERE kind0 IN ('sync', 'writeback', 'discard') AND NOT l_page AND attributed < block_bytes),
@@ -426,14 +425,38 @@ more AS (     -- the sectors whose last upper event is another
 extra AS (
   SELECT ck, hop, lower_id, first_id, blk, l_off, l_len, sum(attributed) AS extra
   FROM more WHERE kind0 IS NOT NULL GROUP BY ALL),
+-- The hops where a 4 KiB block is one block of one file, moved whole by
+-- a page cache: the virtual disk under a guest FS of 4 KiB blocks or
+-- more (a guest file's page), the host disk under a host FS of 4 KiB
+-- blocks or more (an image page).  (Host-FS accesses through the page
+-- cache count whole already, l_page; the others carry their own range.)
+-- There the rest of a block no upper event wrote or read (the old bytes
+-- of a page a partial write dirtied, the rest of a page a partial read
+-- brought in, what a file system zeroes around a sub-block direct write
+-- into a new block) is the latest upper event's, as the page is: the
+-- partial I/O is what moved it.  (On a smaller-block FS a 4 KiB block
+-- may hold another file's or the FS's own blocks: the rest is left
+-- unattributed and classified.)
+whole AS (
+  SELECT c.ck, CASE d.level WHEN 'vfs' THEN 0 ELSE 2 END::UTINYINT AS hop
+  FROM _links_captures c JOIN device_map d USING (capture_id)
+  WHERE d.level IN ('vfs', 'hostfs') AND d.block_size_bytes >= 4096),
+part_x AS MATERIALIZED (   -- part's rows, the bytes other events got taken off
+  SELECT p.* EXCLUDE (first_id, first_off, first_len, k, attributed),
+         CASE WHEN w.hop IS NOT NULL AND p.kind0 <> 'discard' THEN p.block_bytes - coalesce(x.extra, 0)
+              ELSE p.attributed END AS attributed,
+         CASE WHEN w.hop IS NOT NULL AND p.kind0 <> 'discard' THEN 0
+              ELSE p.block_bytes - p.attributed - coalesce(x.extra, 0) END AS left_bytes
+  FROM part p
+  LEFT JOIN extra x ON x.ck = p.ck AND x.hop = p.hop AND x.lower_id = p.lower_id
+   AND x.first_id = p.upper_id AND x.blk = p.blk AND x.l_off = p.l_off AND x.l_len = p.l_len
+  LEFT JOIN (SELECT DISTINCT ck, hop FROM whole) w ON w.ck = p.ck AND w.hop = p.hop),
 rest AS MATERIALIZED (   -- the lower blocks' bytes no upper event explains
-  SELECT * FROM (
-    SELECT r.*, r.block_bytes - r.attributed - coalesce(x.extra, 0) AS left_bytes
-    FROM m r
-    LEFT JOIN extra x ON x.ck = r.ck AND x.hop = r.hop AND x.lower_id = r.lower_id
-     AND x.first_id = r.upper_id AND x.blk = r.blk AND x.l_off = r.l_off AND x.l_len = r.l_len
-    WHERE r.block_bytes > r.attributed)
-  WHERE left_bytes > 0),
+  SELECT *, block_bytes - attributed AS left_bytes FROM m
+  WHERE block_bytes > attributed
+    AND NOT coalesce(kind0 IN ('sync', 'writeback', 'discard') AND NOT l_page, false)
+  UNION ALL BY NAME
+  SELECT * FROM part_x WHERE left_bytes > 0),
 reach AS (    -- guest files' extents on the virtual disk (hop 0), and the
               -- image's on the host disks at the end, where its bytes are
               -- (hop 2, in links' disk space): how far those starting at
@@ -495,6 +518,12 @@ out AS (
          CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
               ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
   FROM m WHERE kind0 IS NOT NULL AND attributed > 0
+    AND NOT (kind0 IN ('sync', 'writeback', 'discard') AND NOT l_page AND attributed < block_bytes)
+  UNION ALL
+  SELECT ck, hop, lower_id, upper_id, kind0, attributed,
+         CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
+              ELSE l_start::BIGINT - u_start::BIGINT END
+  FROM part_x WHERE attributed > 0
   UNION ALL
   SELECT ck, hop, lower_id, upper_id, kind0, attributed,
          CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
@@ -570,7 +599,10 @@ JOIN _links_captures c USING (ck);
 -- page a request touches part of counts whole for it.  A lower block
 -- several upper events wrote parts of (512-byte records, a 1 KiB-block
 -- guest FS) is split among them by 512-byte sector: each sector goes to
--- the latest upper event on it.  A
+-- the latest upper event on it; where a 4 KiB block is one page of one
+-- file (the virtual disk under a guest FS of 4 KiB blocks or more, the
+-- host disk under such a host FS), the rest of it no upper event covered
+-- goes to the latest event (the page moved whole for it).  A
 -- virtual-disk request whose C was lost ends, for its hops, at its
 -- done_by_ns (the next use of its request id), else at the capture's end.
 -- @column capture_id VARCHAR   capture

@@ -317,6 +317,13 @@ CREATE OR REPLACE MACRO _links_asof_upper(u_start, u_end) AS
 CREATE OR REPLACE MACRO _links_asof_lower(l_asof) AS
   (l_asof::UHUGEINT << 64) | 18446744073709551615::UHUGEINT;
 
+-- A lower block's row (_links_blocks' m) the latest upper event explains
+-- only in part, where other events may explain the rest: tied (not an
+-- rmw read, which counts whole), not a page-cache access (whole too).
+CREATE OR REPLACE MACRO _links_partial(kind0, l_page, attributed, block_bytes) AS
+  coalesce(kind0 IN ('sync', 'writeback', 'discard') AND NOT l_page AND attributed < block_bytes,
+           false);
+
 -- Per lower block, the upper event that caused it: the latest upper event
 -- of the same op on the same block that started before it (ASOF) — a
 -- write is written back for the last write that dirtied the block, reads
@@ -390,8 +397,7 @@ m AS (
 part AS MATERIALIZED (
   SELECT *, upper_id AS first_id, u_off AS first_off, u_len AS first_len,
          _links_key(ck, hop, lop, blk) AS k
-  FROM m
-  WHERE kind0 IN ('sync', 'writeback', 'discard') AND NOT l_page AND attributed < block_bytes),
+  FROM m WHERE _links_partial(kind0, l_page, attributed, block_bytes)),
 psec AS MATERIALIZED (   -- (the sectors the block's last event does not cover whole: the
                          -- others are its; ks: the block's key and the sector in one integer)
   SELECT *, (k::UHUGEINT << 3) | (sec - blk * 8)::UHUGEINT AS ks FROM (
@@ -453,8 +459,7 @@ part_x AS MATERIALIZED (   -- part's rows, the bytes other events got taken off
   LEFT JOIN (SELECT DISTINCT ck, hop FROM whole) w ON w.ck = p.ck AND w.hop = p.hop),
 rest AS MATERIALIZED (   -- the lower blocks' bytes no upper event explains
   SELECT *, block_bytes - attributed AS left_bytes FROM m
-  WHERE block_bytes > attributed
-    AND NOT coalesce(kind0 IN ('sync', 'writeback', 'discard') AND NOT l_page, false)
+  WHERE block_bytes > attributed AND NOT _links_partial(kind0, l_page, attributed, block_bytes)
   UNION ALL BY NAME
   SELECT * FROM part_x WHERE left_bytes > 0),
 reach AS (    -- guest files' extents on the virtual disk (hop 0), and the
@@ -513,22 +518,21 @@ placed AS (   -- blocks written with no cause found into those places: the
 journaled AS (   -- the hops whose disk's journal is known: there a write
                  -- outside it is no journal write, whatever its flags
   SELECT DISTINCT ck, hop FROM placed_reach WHERE role = 'fs_journal'),
+tied AS (     -- the bytes an upper event explains: the latest one's, the other sectors'
+  SELECT ck, hop, lower_id, upper_id, kind0, attributed, l_start, u_start, u_end FROM m
+  WHERE kind0 IS NOT NULL AND attributed > 0
+    AND NOT _links_partial(kind0, l_page, attributed, block_bytes)
+  UNION ALL
+  SELECT ck, hop, lower_id, upper_id, kind0, attributed, l_start, u_start, u_end FROM part_x
+  WHERE attributed > 0
+  UNION ALL
+  SELECT ck, hop, lower_id, upper_id, kind0, attributed, l_start, u_start, u_end FROM more
+  WHERE kind0 IS NOT NULL AND attributed > 0),
 out AS (
   SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
          CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
               ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
-  FROM m WHERE kind0 IS NOT NULL AND attributed > 0
-    AND NOT (kind0 IN ('sync', 'writeback', 'discard') AND NOT l_page AND attributed < block_bytes)
-  UNION ALL
-  SELECT ck, hop, lower_id, upper_id, kind0, attributed,
-         CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
-              ELSE l_start::BIGINT - u_start::BIGINT END
-  FROM part_x WHERE attributed > 0
-  UNION ALL
-  SELECT ck, hop, lower_id, upper_id, kind0, attributed,
-         CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
-              ELSE l_start::BIGINT - u_start::BIGINT END
-  FROM more WHERE kind0 IS NOT NULL AND attributed > 0
+  FROM tied
   UNION ALL
   SELECT r.ck, r.hop, r.lower_id, CASE WHEN r.l_start <= h.h_end THEN h.h_id END,
          CASE WHEN r.l_start <= h.h_end THEN 'hint'

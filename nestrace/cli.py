@@ -871,10 +871,12 @@ def report_cmd(store, capture, as_json, memory_limit) -> None:
             rep = build(s, capture)
         except ValueError as e:
             raise UserError(f"{store}: {e}") from None
+        # (the text names the others a store holds, as summary does)
+        held = len(s.captures())
     if as_json:
         click.echo(json.dumps(rep, indent=1, default=str))
     else:
-        render(rep)
+        render(rep, captures=held)
 
 
 @cli.command("follow")

@@ -272,10 +272,13 @@ def _fmt(v, digits=2) -> str:
     return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
-def render(rep: dict, console=None) -> None:
+def render(rep: dict, console=None, captures: int = 1) -> None:
+    """The report as terminal tables; `captures`: how many the store holds
+    (more than one: the header says so, and how to pick another)."""
     from rich.console import Console
     con = console or Console()
-    con.print(f"[bold]capture {rep['capture_id']}[/] on {rep['machine']} ({rep['kernel']}), "
+    of = f" (of {captures} in the store; --capture picks one)" if captures > 1 else ""
+    con.print(f"[bold]capture {rep['capture_id']}[/]{of} on {rep['machine']} ({rep['kernel']}), "
               f"{rep['duration_s']:.1f} s, {rep['records']} records")
     if rep.get("max_size_reached"):
         con.print(f"[yellow]tracing stopped at --max-size ({_fmt_bytes(rep['max_size_bytes'])} of "

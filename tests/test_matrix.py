@@ -107,6 +107,9 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
     newest = s.capture()
     out = run_cli("summary", str(store)).stdout.splitlines()
     assert out[0] == f"capture {newest} (of 4 in the store; --capture picks one)", out
+    # and so does report (its text; its JSON names the one capture)
+    rep = run_cli("report", str(store), env={**os.environ, "COLUMNS": "200"}).stdout
+    assert rep.startswith(f"capture {newest} (of 4 in the store; --capture picks one) on "), rep
     for x in rows:
         lines = run_cli("summary", str(store), "--capture", x["capture_id"]).stdout.splitlines()
         vfs = s.rows("SELECT count(*) AS n FROM vfs_io WHERE capture_id = ?", [x["capture_id"]])

@@ -1539,6 +1539,37 @@ def test_bytes_allocated_and_freed_during_the_capture_map_through_the_mapping_ev
                   [calls["ftruncate"]]) == [{"vdisk_offset_bytes": 20 * MiB, "bytes": MiB // 2}]
 
 
+@pytest.mark.parametrize("guest_fs", ["btrfs", "ext4"])
+def test_a_read_of_a_block_a_btrfs_guest_moved_later_is_tied_where_the_start_snapshot_had_it(
+        guest_fs):
+    """A guest file of 1 MiB at virtual-disk 4 MiB at start; at the end its
+    first 4 KiB are at 30 MiB (rewritten: btrfs writes it elsewhere), the
+    rest where it was.  A pread of those 4 KiB before the rewrite read 4
+    MiB: on a btrfs guest the old place is carried (kind sync), and so is
+    the rewrite, whose page read there is its read-modify-write.  On ext4,
+    which writes in place, a file's bytes at another place at the end are
+    another file's (its inode number taken again): nothing is carried."""
+    ext = extents(guest=((0, 30 * MiB, 4096), (4096, 4 * MiB + 4096, MiB - 4096)))
+    ext += [r | {"phase": "start"} for r in extents(guest=((0, 4 * MiB, MiB),))
+            if r["role"] == "guest_file"]
+    s = session(device_map=device_map(guest_fs=guest_fs), extent_maps=ext,
+                vfs_events=[vfs(100, 300, off=0, req=4096, ret=4096, syscall=3),
+                            vfs(1000, 300, off=1024, req=2048, ret=2048, syscall=4)],
+                block_events=request(150, 160, 350, VDISK, 4 * MiB, 4096, rq=1, bio=11)
+                + request(1050, 1060, 1200, VDISK, 4 * MiB, 4096, rq=2, bio=12))
+    calls = {r["syscall"]: r["io_id"] for r in s.rows("SELECT io_id, syscall FROM vfs_io")}
+    got = s.rows("SELECT upper_id, kind, bytes FROM links WHERE lower_level = 'vdisk' "
+                 "ORDER BY lower_id")
+    if guest_fs == "ext4":
+        assert got == [{"upper_id": None, "kind": "other", "bytes": 4096}] * 2, got
+        return
+    assert got == [{"upper_id": calls["pread64"], "kind": "sync", "bytes": 4096},
+                   {"upper_id": calls["pwrite64"], "kind": "rmw", "bytes": 4096}], got
+    assert s.rows("SELECT vdisk_offset_bytes, bytes FROM map_vfs WHERE io_id = ? ORDER BY 1",
+                  [calls["pread64"]]) == [{"vdisk_offset_bytes": 4 * MiB, "bytes": 4096},
+                                          {"vdisk_offset_bytes": 30 * MiB, "bytes": 4096}]
+
+
 def _disk_links_are(s, want) -> dict:
     """Assert links at the disk level are `want`: (the disk request's Q
     time, the virtual-disk request's Q time or None, kind, bytes) each.

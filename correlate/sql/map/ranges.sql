@@ -36,7 +36,12 @@ FROM _map_image_extents;
 -- bytes; delta: their old place minus file offset; disk_dev: the old
 -- place's device.  (Where map_extents has no end snapshot of a file, it
 -- is the start one, or the mapping events, and those free nothing.)
-CREATE OR REPLACE MACRO _map_extents_freed(r, src) AS TABLE
+-- moved: captures (a list) where, with 'fiemap_start', the start
+-- snapshot's bytes that map_extents has at another place count too: a
+-- copy-on-write FS moved them (a btrfs guest's block rewritten), and they
+-- were at the old place until then.  (Only there: on a FS that writes in
+-- place, a file's inode number taken again by a new file would look moved.)
+CREATE OR REPLACE MACRO _map_extents_freed(r, src, moved := []::VARCHAR[]) AS TABLE
 WITH st AS (
   SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo,
          (logical_bytes + length_bytes)::BIGINT AS hi,
@@ -58,7 +63,8 @@ covered AS (  -- each start extent's parts that some extent covers now
   SELECT capture_id, dev, ino, lo, hi, delta, disk_dev, greatest(lo, o.lo) AS clo,
          least(hi, o.hi) AS chi
   FROM _overlaps('stk', 'nowk')
-  WHERE src <> 'mapping_events' OR (o.delta = delta AND o.disk_dev IS NOT DISTINCT FROM disk_dev)),
+  WHERE (src <> 'mapping_events' AND NOT list_contains(moved, capture_id))
+     OR (o.delta = delta AND o.disk_dev IS NOT DISTINCT FROM disk_dev)),
 gaps AS (     -- (covered to: the furthest end of the parts before; copies may overlap)
   SELECT capture_id, dev, ino, delta, disk_dev, clo, hi,
          coalesce(max(chi) OVER (PARTITION BY capture_id, dev, ino, lo, hi, delta, disk_dev
@@ -175,7 +181,9 @@ FROM vfs_io WHERE op IN ('read', 'write', 'discard') AND ret_bytes > 0 AND offse
 -- are carried through where the start snapshot had them, or for bytes
 -- allocated during the capture, where its mapping events put them: the
 -- end snapshot has none there.  So are the calls that freed them (op
--- discard), and the reads and writes of them before.
+-- discard), and the reads and writes of them before.  So are bytes a
+-- btrfs guest moved (it writes a rewritten block to a new place): a read
+-- before the rewrite read the old place.
 CREATE OR REPLACE VIEW _map_vfs_freeing AS
 SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, off AS lo, stop AS hi, *
 FROM _map_vfs_io v
@@ -183,7 +191,8 @@ SEMI JOIN (SELECT DISTINCT k0, k1, k2 FROM _map_guest_freed) f   -- (files with 
   ON f.k0 = v.capture_id AND f.k1 = v.dev AND f.k2 = v.ino;
 CREATE OR REPLACE VIEW _map_guest_freed AS
 SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi, delta
-FROM (SELECT * FROM _map_extents_freed('guest_file', 'fiemap_start')
+FROM (SELECT * FROM _map_extents_freed('guest_file', 'fiemap_start', moved := (
+        SELECT coalesce(list(capture_id), []) FROM device_map WHERE level = 'vfs' AND fs_type = 'btrfs'))
       UNION ALL SELECT * FROM _map_extents_freed('guest_file', 'mapping_events'));
 
 CREATE OR REPLACE VIEW _map_vfs_ranges AS

@@ -183,7 +183,7 @@ TABLES = {
         ('start_wall', 'string', '', 'capture start, UTC wall clock (ISO 8601)'),
         ('command', 'string', '', 'workload command run under tracing, if any'),
         ('command_exit', 'int32', '', "the workload command's exit status (128 + N when signal N ended it); NULL without a command, and in stores written before it was kept"),
-        ('hooks_json', 'string', '', 'JSON: tracepoint -> tp_btf | raw_tp | missing, as attached by the agent'),
+        ('hooks_json', 'string', '', "JSON: tracepoint -> tp_btf | raw_tp | missing | skipped (not wanted: --skip-hooks, or record's choice for the host FS or side), as attached by the agent; merged: by either side (attached on one: attached)"),
         ('settings_json', 'string', '', 'JSON: how the capture ran: the agent\'s ring buffer and wake-up bytes, flush interval (ms), families, program mode and version; the CPUs it ran on (null: any), all_hooks and pid as given to record; store_traced_at: the highest level that saw the store\'s own writes (vfs, vdisk or disk: the store was on the traced stack), else null; max_size_bytes and max_size_reached: record --max-size and whether tracing stopped at it.  For a merged capture, {"guest": ..., "host": ...}; NULL in stores written before it was kept'),
         ('stack_json', 'string', '', 'JSON: the discovered stack (mount point, devices, image file, loop settings)'),
         ('lost_total', 'uint64', '', 'sequence gaps (ring-buffer drops included) over all CPUs, plus hook_misses, plus completions_missed beyond the sequence gaps: a lower bound of the events lost'),

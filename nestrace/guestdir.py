@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from .fsjournal import extents_rows, unknown_warning
-from .record import device_map_rows
+from .record import btrfs_ordered_extents, device_map_rows
 from .schema import table_schema
 from .stack import BlockDev, Chunk, Stack, kdev, map_extent_rows
 from .store import LiveCapture, SealResult, StoreError, captures, init_store, seal
@@ -121,13 +121,16 @@ def _chunk(c: list) -> Chunk:
 
 
 def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: set[int],
-                 problems: list[str]) -> list[dict]:
+                 problems: list[str], placed: list[dict] = ()) -> list[dict]:
     """extent_maps rows from extents.jsonl (on btrfs, mapped through the
     phase's chunk tree, as `record` maps them), and where the file
     system's journal is (as `record` finds it; a warning when the agent
     could not).  A line that does not
     parse is left out and named (file, offset); the end snapshot keeps the
-    files the capture touched (as `record` does)."""
+    files the capture touched (as `record` does).  placed: a btrfs's
+    ordered extents (record.btrfs_ordered_extents), mapped through the end
+    snapshot's chunk tree into rows of phase `events`, as `record` does
+    (btrfs_placed_rows)."""
     p = d / "extents.jsonl"
     rows: list[dict] = []
     try:
@@ -175,6 +178,18 @@ def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: se
             continue
         rows += map_extent_rows(exts, path, stack.guest_kdev, ino, "guest_file", phase,
                                 capture_id, stack.vdisk.kdev, chunks.get(phase), devices)
+    mine = [r for r in placed if r["dev"] == stack.guest_kdev] if devid else []
+    tree = chunks.get("end") or chunks.get("start")
+    if mine and not tree:
+        problems.append(f"{p}: no btrfs chunk tree: the {len(mine)} places btrfs gave file "
+                        "data during the capture left out")
+        mine = []
+    paths = {ino: path for phase, ino, path, _ in files}
+    for r in mine:
+        rows += map_extent_rows([(r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"], 0)],
+                                paths.get(r["ino"], f"{stack.guest_mount} (inode {r['ino']})"),
+                                r["dev"], r["ino"], "guest_file", "events", capture_id,
+                                stack.vdisk.kdev, tree, devices)
     return rows
 
 
@@ -222,7 +237,8 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
                 live.unique_values("pagecache_events", "ino")
             live.write_table("extent_maps", pa.Table.from_pylist(
                 _extent_rows(d, stack, int(facts["stack"].get("btrfs_devid") or 0), cid, touched,
-                             problems), schema=table_schema("extent_maps")))
+                             problems, btrfs_ordered_extents(live)),
+                schema=table_schema("extent_maps")))
             live.close()
         except (OSError, StoreError) as e:
             live.close()

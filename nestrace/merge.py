@@ -209,6 +209,16 @@ def _hooks(meta: dict) -> dict:
         return {}
 
 
+def _merged_hooks(host: dict, guest: dict) -> dict:
+    """Both sides' hooks as one: a hook one side attached is attached (the
+    guest skips the host FS's image-access hooks, which the host uses)."""
+    out = {**host, **guest}
+    for name, how in host.items():
+        if how in ("tp_btf", "raw_tp") and out[name] not in ("tp_btf", "raw_tp"):
+            out[name] = how
+    return out
+
+
 @dataclass
 class MergeResult:
     capture_id: str
@@ -335,7 +345,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
             "command": gmeta["command"] or hmeta["command"],
             "command_exit": (gmeta.get("command_exit") if gmeta["command"]
                              else hmeta.get("command_exit")),
-            "hooks_json": json.dumps({**_hooks(hmeta), **_hooks(gmeta)}),
+            "hooks_json": json.dumps(_merged_hooks(_hooks(hmeta), _hooks(gmeta))),
             "settings_json": json.dumps({side: json.loads(m.get("settings_json") or "null")
                                          for side, m in (("guest", gmeta), ("host", hmeta))}),
             "stack_json": json.dumps({

@@ -71,7 +71,15 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
 
 def side_families(stack: Stack) -> str:
     """The BPF program families a side needs."""
-    return {"both": "vfs,block,hostfs", "guest": "vfs,block", "host": "block,hostfs"}[stack.side]
+    # (the guest's page cache and mappings are hostfs-family hooks too)
+    return {"both": "vfs,block,hostfs", "guest": "vfs,block,hostfs",
+            "host": "block,hostfs"}[stack.side]
+
+
+def access_hooks() -> tuple[str, ...]:
+    """Every hook of a host FS's accesses to the image (the hostfs_source
+    enum in schemas/)."""
+    return tuple(hook for _, hook, _ in ENUMS["hostfs_source"]["values"])
 
 
 def unused_hooks(host_fs: str) -> tuple[str, ...]:
@@ -159,7 +167,9 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
         args += [a for d in stack.disks for a in ("--dev", f"{kdev_str(d.kdev)}=block")]
         args += [a for ino in [stack.image_ino, *(b["ino"] for b in stack.backing_files)]
                  for a in ("--ino", f"{kdev_str(stack.host_kdev)}:{ino}=file,cache,map")]
-    skip = () if all_hooks or not stack.has_host else unused_hooks(stack.host_fs)
+    # (a guest side has no image: none of the image-access hooks)
+    skip = () if all_hooks and stack.has_host else \
+        unused_hooks(stack.host_fs) if stack.has_host else access_hooks()
     if skip:
         args += ["--skip-hooks", ",".join(skip)]
     if ringbuf_kb:
@@ -340,6 +350,18 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
 BTRFS_ORDERED_EXTENT = 6
 
 
+def btrfs_ordered_extents(live: LiveCapture) -> list[dict]:
+    """The btrfs ordered extents among a capture's mapping events, each
+    once (dev, ino, file_offset_bytes, disk_bytes: btrfs logical bytes,
+    length_bytes), sorted."""
+    cols = ["dev", "ino", "file_offset_bytes", "disk_bytes", "length_bytes"]
+    parts = [b.filter(pc.equal(b.column("source"), BTRFS_ORDERED_EXTENT)).select(cols)
+             for b in live.batches("mapping_events")]
+    if not parts or not (seen := pa.Table.from_batches(parts).group_by(cols).aggregate([])).num_rows:
+        return []
+    return seen.sort_by([(c, "ascending") for c in cols]).to_pylist()
+
+
 def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture,
                       guest_paths: dict[int, str] | None = None) -> list[dict]:
     """Where a btrfs placed the image's bytes (a btrfs host) or the guest
@@ -364,14 +386,8 @@ def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture,
         sides.append(("guest_file", stack.guest_mount, stack.vdisk.kdev,
                       lambda dev, ino: (paths.get(ino, f"{stack.guest_mount} (inode {ino})")
                                         if dev == stack.guest_kdev else None)))
-    if not sides:
+    if not sides or not (seen := btrfs_ordered_extents(live)):
         return []
-    cols = ["dev", "ino", "file_offset_bytes", "disk_bytes", "length_bytes"]
-    parts = [b.filter(pc.equal(b.column("source"), BTRFS_ORDERED_EXTENT)).select(cols)
-             for b in live.batches("mapping_events")]
-    if not parts or not (seen := pa.Table.from_batches(parts).group_by(cols).aggregate([])).num_rows:
-        return []
-    seen = seen.sort_by([(c, "ascending") for c in cols]).to_pylist()
     rows = []
     for role, mount, disk_kdev, path_of in sides:
         mine = [(r, p) for r in seen if (p := path_of(r["dev"], r["ino"]))]

@@ -126,6 +126,9 @@ def gen_header(spec: dict) -> str:
     for en in spec.get("enum", []):
         out.append(f"/* {en['field']}: {en['doc']} */")
         out += [f"#define {enum_const(en, v[1])} {v[0]}" for v in en["values"]]
+        # (the names as one list: hostfs_source's are the tracepoints a
+        # guest-side agent skips, having no image to trace)
+        out.append(f"#define NT_{en['name'].upper()}_NAMES \"{','.join(v[1] for v in en['values'])}\"")
         out.append("")
     out += ["#endif /* NESTRACE_RECORDS_H */", ""]
     return "\n".join(out)

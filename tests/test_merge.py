@@ -232,7 +232,15 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     # each side's settings, as each agent ran
     settings = json.loads(s.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])
     assert {side: settings[side]["families"] for side in ("guest", "host")} == \
-        {"guest": "vfs,block", "host": "block,hostfs"}, settings
+        {"guest": "vfs,block,hostfs", "host": "block,hostfs"}, settings
+    # (the guest's hostfs family: its page cache and mappings, no image
+    # access hooks; the merged capture's hooks say what the host attached)
+    with nestrace.open(gstore) as g:
+        hooks = json.loads(g.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"])
+    assert hooks["xfs_file_buffered_read"] == "skipped", hooks
+    assert hooks["mm_filemap_add_to_page_cache"] in ("tp_btf", "raw_tp"), hooks
+    hooks = json.loads(s.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"])
+    assert hooks["xfs_file_direct_read"] in ("tp_btf", "raw_tp"), hooks
     assert m["n"] >= 4096
     assert {r["level"]: r["machine"] for r in s.rows("SELECT level, machine FROM base_levels")} == \
         {"vfs": os.uname().nodename, "vdisk": os.uname().nodename, "hostfs": "hostbox", "disk": "hostbox"}

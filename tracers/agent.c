@@ -1220,8 +1220,18 @@ static int gcap__begin(void)
 			"(another disk, a tmpfs) leaves them out\n", env.guest_dir,
 			strcmp(gcap.traced_at, "vfs") ? "from the virtual disk down" : "at every level");
 	/* as `nestrace record --side guest`: file calls, page cache and
-	 * mappings on the file system, block events on its disk */
-	env.families = "vfs,block";
+	 * mappings on the file system (the hostfs family, without its hooks
+	 * of accesses to an image, which a guest has none of), block events
+	 * on its disk */
+	env.families = "vfs,block,hostfs";
+	if (env.skip_hooks) {
+		static char skip[1024];
+
+		snprintf(skip, sizeof(skip), "%s,%s", env.skip_hooks, NT_HOSTFS_SOURCE_NAMES);
+		env.skip_hooks = skip;
+	} else {
+		env.skip_hooks = NT_HOSTFS_SOURCE_NAMES;
+	}
 	env__add_dev(guest.fs_major << 20 | guest.fs_minor,
 		     NT_ROLE_VFS | NT_ROLE_CACHE | NT_ROLE_MAP);
 	env__add_dev(guest.disk_major << 20 | guest.disk_minor, NT_ROLE_BLOCK);
@@ -1468,7 +1478,8 @@ int main(int argc, char **argv)
 
 		if (!family__wanted(f->name))
 			continue;
-		if (family__load(f, first))
+		err = family__load(f, first);
+		if (err)	/* (an agent that traces less than asked fails) */
 			goto cleanup;
 		if (!first) {
 			first = f;

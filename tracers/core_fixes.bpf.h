@@ -125,22 +125,33 @@ static __always_inline bool inode__write_locked(struct inode *inode)
 	return count & 1;
 }
 
+/* Before v6.6 a large folio's order was a byte of its own (page[1]'s
+ * compound_order). */
+struct folio___v61 {
+	unsigned char _folio_order;
+} __attribute__((preserve_access_index));
+
 /* v6.0 introduced large folios in the page cache: a folio's page count is
- * 1 << order, order kept in the low byte of _flags_1 when PG_head is set
- * (v6.4+ also keeps _nr_pages on 64-bit).  v6.18 wrapped folio->flags in
- * memdesc_flags_t; both are one unsigned long, so read the bytes. */
+ * 1 << order when PG_head is set: the order in _folio_order (v6.0-v6.5),
+ * else in the low byte of _flags_1 (v6.4+ also keeps _nr_pages on 64-bit).
+ * v6.18 wrapped folio->flags in memdesc_flags_t, a type no CO-RE
+ * relocation of the older unsigned long matches (a 6.1 kernel refused the
+ * program): both are one unsigned long, the folio's first, so read the
+ * bytes there. */
 static __always_inline __u64 folio__nr_pages(struct folio *folio)
 {
 	unsigned long flags = 0;
 	int head;
 
-	bpf_core_read(&flags, sizeof(flags), &folio->flags);
+	bpf_probe_read_kernel(&flags, sizeof(flags), folio);
 	head = bpf_core_enum_value(enum pageflags, PG_head);
 
 	if (!(flags & (1UL << head)))
 		return 1;
 	if (bpf_core_field_exists(folio->_nr_pages))
 		return BPF_CORE_READ(folio, _nr_pages);
+	if (bpf_core_field_exists(((struct folio___v61 *)folio)->_folio_order))
+		return 1UL << BPF_CORE_READ((struct folio___v61 *)folio, _folio_order);
 	return 1UL << (BPF_CORE_READ(folio, _flags_1) & 0xff);
 }
 

@@ -137,5 +137,6 @@ struct nt_cpu_stats {
 #define NT_HOSTFS_SOURCE_XFS_BUNMAP 9
 #define NT_HOSTFS_SOURCE_EXT4_PUNCH_HOLE 10
 #define NT_HOSTFS_SOURCE_EXT4_ZERO_RANGE 11
+#define NT_HOSTFS_SOURCE_NAMES "xfs_file_buffered_read,xfs_file_buffered_write,xfs_file_direct_read,xfs_file_direct_write,iomap_dio_rw_begin,mm_filemap_get_pages,ext4_write_begin,ext4_da_write_begin,xfs_bunmap,ext4_punch_hole,ext4_zero_range"
 
 #endif /* NESTRACE_RECORDS_H */

@@ -17,7 +17,8 @@ struct nt_mapping_event *unused_mapping_event __attribute__((unused));
 enum { HOP_READ = 0, HOP_WRITE = 1, HOP_DISCARD = 3 };
 enum { P_ADD = 1, P_DELETE, P_SYNC_RA, P_ASYNC_RA, P_RA_UNBOUNDED,
        P_RA_ORDER, P_DIRTY, P_WRITEBACK, P_FAULT, P_MAP_PAGES };
-enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS, M_BTRFS_ORDERED_EXTENT = 6 };
+enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS, M_BTRFS_ORDERED_EXTENT = 6,
+       M_EXT4_IND_MAP_BLOCKS };
 
 static __always_inline int access__emit(struct inode *inode, __s64 offset,
 					__u64 bytes, __u32 flags,
@@ -330,8 +331,11 @@ NT_TWIN(btrfs_ordered_extent_add)
 			 NT_IOMAP_MAPPED, M_BTRFS_ORDERED_EXTENT, (__u32)RD1(btf, o, flags), btf);
 }
 
-/* ext2/3/4 buffered I/O and writeback map blocks here (ret = blocks). */
-NT_TWIN(ext4_ext_map_blocks_exit)
+/* ext2/3/4 buffered I/O and writeback map blocks here (ret = blocks):
+ * ext4_ext_map_blocks for a file with extents (ext4), ext4_ind_map_blocks
+ * for one with indirect blocks (an ext2 or ext3, which the ext4 driver
+ * serves) — one event class, one body. */
+static __always_inline int ext4_map__emit(unsigned long long *ctx, __u16 source, const bool btf)
 {
 	struct inode *inode = ARG(0, struct inode *);
 	struct ext4_map_blocks *map = ARG(2, struct ext4_map_blocks *);
@@ -354,6 +358,8 @@ NT_TWIN(ext4_ext_map_blocks_exit)
 	/* EXT4_MAP_UNWRITTEN is 1 << BH_Unwritten */
 	unwritten = mflags & (1U << bpf_core_enum_value(enum bh_state_bits, BH_Unwritten));
 	return map__emit(inode, (__u64)RD1(btf, map, m_lblk) << bits, pblk << bits,
-			 (__u64)ret << bits, unwritten ? 3 : 2,
-			 M_EXT4_MAP_BLOCKS, mflags, btf);
+			 (__u64)ret << bits, unwritten ? 3 : 2, source, mflags, btf);
 }
+
+NT_TWIN(ext4_ext_map_blocks_exit) { return ext4_map__emit(ctx, M_EXT4_MAP_BLOCKS, btf); }
+NT_TWIN(ext4_ind_map_blocks_exit) { return ext4_map__emit(ctx, M_EXT4_IND_MAP_BLOCKS, btf); }

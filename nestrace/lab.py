@@ -29,6 +29,9 @@ DATA_ROOT = Path(os.environ.get("NESTRACE_LAB_DATA", "/var/tmp/nestrace-labs"))
 # where --partitions puts each file system: 1 MiB in, as partitioning tools do
 PART_START = 1 << 20
 # mkfs.xfs refuses file systems under 300 MiB
+# the smallest block each mkfs takes (xfs: with its default CRCs; btrfs:
+# its sector, at least 4 KiB)
+MIN_BLOCK_BYTES = {"ext2": 1024, "ext3": 1024, "ext4": 1024, "xfs": 1024, "btrfs": 4096}
 MIN_FS_BYTES = {"xfs": 300 << 20, "btrfs": 128 << 20}
 
 
@@ -142,11 +145,14 @@ class LabConfig:
                            f"(choose from {', '.join(BTRFS_PROFILES)})")
         if not self.name.replace("-", "").replace("_", "").isalnum():
             raise LabError(f"bad lab name {self.name!r}")
-        for flag, bs in (("--guest-block-size", self.guest_block_size),
-                         ("--host-block-size", self.host_block_size)):
+        for flag, fs, bs in (("--guest-block-size", self.guest_fs, self.guest_block_size),
+                             ("--host-block-size", self.host_fs, self.host_block_size)):
             # (mkfs.ext4 -b 3000 makes 2 KiB blocks without a word)
             if bs is not None and (bs <= 0 or bs & (bs - 1)):
                 raise LabError(f"{flag} {bs}: not a power of two")
+            # (refused here, not by mkfs on each stack of a lab run matrix)
+            if bs is not None and bs < MIN_BLOCK_BYTES[fs]:
+                raise LabError(f"{flag} {bs}: below the {fs} minimum of {MIN_BLOCK_BYTES[fs]} bytes")
 
 
 class Lab:

@@ -173,6 +173,8 @@ def test_lab_run_refuses_a_bad_matrix_before_building_anything(tmp_path, nothing
                        (["--guest-dio", "maybe"], "--guest-dio 'maybe'"),
                        (["--host-fs", "xfs", "--image-size", "64M", "--guest-fs", "ext4,xfs"],
                         "below the xfs minimum"),
+                       (["--guest-fs", "ext4,btrfs", "--guest-block-size", "1024"],
+                        "--guest-block-size 1024: below the btrfs minimum of 4096 bytes"),
                        (["--agent-cpus", "99"], "--agent-cpus 99: CPUs [99] are not online")):
         r = run_cli("lab", "run", "-o", str(tmp_path / "s"), *args, "--", "true", check=False)
         lines = [line for line in r.stderr.splitlines() if line.strip()]

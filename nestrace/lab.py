@@ -29,10 +29,10 @@ DATA_ROOT = Path(os.environ.get("NESTRACE_LAB_DATA", "/var/tmp/nestrace-labs"))
 # where --partitions puts each file system: 1 MiB in, as partitioning tools do
 PART_START = 1 << 20
 # mkfs.xfs refuses file systems under 300 MiB
+MIN_FS_BYTES = {"xfs": 300 << 20, "btrfs": 128 << 20}
 # the smallest block each mkfs takes (xfs: with its default CRCs; btrfs:
 # its sector, at least 4 KiB)
 MIN_BLOCK_BYTES = {"ext2": 1024, "ext3": 1024, "ext4": 1024, "xfs": 1024, "btrfs": 4096}
-MIN_FS_BYTES = {"xfs": 300 << 20, "btrfs": 128 << 20}
 
 
 class LabError(RuntimeError):

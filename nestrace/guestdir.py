@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from .fsjournal import extents_rows, unknown_warning
-from .record import btrfs_ordered_extents, device_map_rows
+from .record import btrfs_ordered_extents, device_map_rows, ordered_extent_rows
 from .schema import table_schema
 from .stack import BlockDev, Chunk, Stack, kdev, map_extent_rows
 from .store import LiveCapture, SealResult, StoreError, captures, init_store, seal
@@ -185,11 +185,9 @@ def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: se
                         "data during the capture left out")
         mine = []
     paths = {ino: path for phase, ino, path, _ in files}
-    for r in mine:
-        rows += map_extent_rows([(r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"], 0)],
-                                paths.get(r["ino"], f"{stack.guest_mount} (inode {r['ino']})"),
-                                r["dev"], r["ino"], "guest_file", "events", capture_id,
-                                stack.vdisk.kdev, tree, devices)
+    rows += ordered_extent_rows(
+        [(r, paths.get(r["ino"], f"{stack.guest_mount} (inode {r['ino']})")) for r in mine],
+        "guest_file", capture_id, stack.vdisk.kdev, tree, devices)
     return rows
 
 

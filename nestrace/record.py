@@ -393,11 +393,21 @@ def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture,
         mine = [(r, p) for r in seen if (p := path_of(r["dev"], r["ino"]))]
         if not mine:
             continue
-        chunks, devices = btrfs_layout(mount, "btrfs")
-        for r, path in mine:
-            rows += map_extent_rows([(r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"], 0)],
-                                    path, r["dev"], r["ino"], role, "events", capture_id,
-                                    disk_kdev, chunks, devices)
+        rows += ordered_extent_rows(mine, role, capture_id, disk_kdev,
+                                    *btrfs_layout(mount, "btrfs"))
+    return rows
+
+
+def ordered_extent_rows(placed: list[tuple[dict, str]], role: str, capture_id: str,
+                        disk_kdev: int, chunks, devices) -> list[dict]:
+    """extent_maps rows of phase `events` for btrfs ordered extents
+    (btrfs_ordered_extents rows, each with its file's path), mapped through
+    the chunk tree onto the disks below: one per copy and per stripe."""
+    rows = []
+    for r, path in placed:
+        rows += map_extent_rows([(r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"], 0)],
+                                path, r["dev"], r["ino"], role, "events", capture_id,
+                                disk_kdev, chunks, devices)
     return rows
 
 

@@ -15,7 +15,8 @@ ACCESS = {1: "xfs_file_buffered_read", 2: "xfs_file_buffered_write", 3: "xfs_fil
 CACHE = {1: "page cache add", 2: "page cache delete", 3: "sync readahead", 4: "async readahead",
          5: "readahead unbounded", 6: "readahead order", 7: "folio dirtied", 8: "iomap writeback"}
 MAPS = {1: "iomap_iter_dstmap", 2: "iomap_iter_srcmap", 3: "ext4_ext_map_blocks_exit",
-        6: "btrfs_ordered_extent_add", 7: "ext4_ind_map_blocks_exit"}
+        6: "btrfs_ordered_extent_add", 7: "ext4_ind_map_blocks_exit",
+        8: "xfs_reflink_remap_extent_dest", 9: "btrfs_get_extent"}
 
 
 def run(host: str, dio: str, tmp: Path) -> dict:

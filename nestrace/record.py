@@ -345,17 +345,18 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
     return pa.Table.from_pylist(rows, schema=table_schema("extent_maps"))
 
 
-# mapping_event source of btrfs's ordered extents (schemas/: disk_bytes in
-# btrfs logical bytes)
-BTRFS_ORDERED_EXTENT = 6
+# mapping_event sources in btrfs logical bytes (schemas/): its ordered
+# extents, and the extents btrfs_get_extent looked up
+BTRFS_LOGICAL_SOURCES = [6, 9]
 
 
 def btrfs_ordered_extents(live: LiveCapture) -> list[dict]:
-    """The btrfs ordered extents among a capture's mapping events, each
-    once (dev, ino, file_offset_bytes, disk_bytes: btrfs logical bytes,
-    length_bytes), sorted."""
+    """The btrfs ordered extents and looked-up extents among a capture's
+    mapping events, each once (dev, ino, file_offset_bytes, disk_bytes:
+    btrfs logical bytes, length_bytes), sorted."""
     cols = ["dev", "ino", "file_offset_bytes", "disk_bytes", "length_bytes"]
-    parts = [b.filter(pc.equal(b.column("source"), BTRFS_ORDERED_EXTENT)).select(cols)
+    parts = [b.filter(pc.is_in(b.column("source"), pa.array(BTRFS_LOGICAL_SOURCES, pa.uint16())))
+             .select(cols)
              for b in live.batches("mapping_events")]
     if not parts or not (seen := pa.Table.from_batches(parts).group_by(cols).aggregate([])).num_rows:
         return []

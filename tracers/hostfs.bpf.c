@@ -18,7 +18,7 @@ enum { HOP_READ = 0, HOP_WRITE = 1, HOP_DISCARD = 3 };
 enum { P_ADD = 1, P_DELETE, P_SYNC_RA, P_ASYNC_RA, P_RA_UNBOUNDED,
        P_RA_ORDER, P_DIRTY, P_WRITEBACK, P_FAULT, P_MAP_PAGES };
 enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS, M_BTRFS_ORDERED_EXTENT = 6,
-       M_EXT4_IND_MAP_BLOCKS };
+       M_EXT4_IND_MAP_BLOCKS, M_XFS_REFLINK_REMAP, M_BTRFS_GET_EXTENT };
 
 static __always_inline int access__emit(struct inode *inode, __s64 offset,
 					__u64 bytes, __u32 flags,
@@ -363,3 +363,100 @@ static __always_inline int ext4_map__emit(unsigned long long *ctx, __u16 source,
 
 NT_TWIN(ext4_ext_map_blocks_exit) { return ext4_map__emit(ctx, M_EXT4_MAP_BLOCKS, btf); }
 NT_TWIN(ext4_ind_map_blocks_exit) { return ext4_map__emit(ctx, M_EXT4_IND_MAP_BLOCKS, btf); }
+
+/* xfs reflinks (FICLONE, FICLONERANGE, dedupe: coreutils' cp clones by
+ * default) give a file another's blocks with no I/O and no allocation,
+ * so no hook above sees the clone's place.  Until the clone's blocks are
+ * rewritten (copy-on-write: a new place, in the end snapshot) a read of
+ * them reads the source's place.  The kernel traces each extent remapped
+ * as a pair on one task: first the source's extent (its inode, its
+ * offsets and blocks), then the destination's range it goes to (the
+ * destination's inode and offsets, with the blocks it had before).  The
+ * first is kept per task; the second makes the mapping event. */
+struct xfs_remap_src {
+	__u64 startblock;
+	__u32 state;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct xfs_remap_src);
+} xfs_remap_srcs SEC(".maps");
+
+NT_TWIN(xfs_reflink_remap_extent_src)
+{
+	struct xfs_bmbt_irec *irec = ARG(1, struct xfs_bmbt_irec *);
+	struct xfs_remap_src v = {};
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	v.startblock = RD1(btf, irec, br_startblock);
+	v.state = RD1(btf, irec, br_state);
+	bpf_map_update_elem(&xfs_remap_srcs, &tid, &v, BPF_ANY);
+	return 0;
+}
+
+/* startblock values that are no place: a hole, a delayed allocation */
+#define NT_XFS_HOLESTARTBLOCK ((__u64)-2)
+#define NT_XFS_DELAYSTARTBLOCK ((__u64)-1)
+#define NT_XFS_DIFLAG_REALTIME 1
+NT_TWIN(xfs_reflink_remap_extent_dest)
+{
+	struct xfs_inode *ip = ARG(0, struct xfs_inode *);
+	struct xfs_bmbt_irec *irec = ARG(1, struct xfs_bmbt_irec *);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct xfs_remap_src *src;
+	__u64 fsb, agno, agbno, agblocks;
+	__u8 blocklog, agblklog;
+
+	src = bpf_map_lookup_elem(&xfs_remap_srcs, &tid);
+	if (!src)
+		return 0;
+	fsb = src->startblock;
+	if (fsb == NT_XFS_HOLESTARTBLOCK || fsb == NT_XFS_DELAYSTARTBLOCK ||
+	    (RD1(btf, ip, i_diflags) & NT_XFS_DIFLAG_REALTIME))
+		return 0;
+	/* an FS block number is (AG number << agblklog | block in the AG);
+	 * the AGs lie one after another, agblocks each */
+	blocklog = RD2(btf, ip, i_mount, m_sb.sb_blocklog);
+	agblklog = RD2(btf, ip, i_mount, m_sb.sb_agblklog);
+	agblocks = RD2(btf, ip, i_mount, m_sb.sb_agblocks);
+	agno = fsb >> (agblklog & 63);
+	agbno = fsb & ((1ULL << (agblklog & 63)) - 1);
+	return map__emit(&ip->i_vnode, (__u64)RD1(btf, irec, br_startoff) << (blocklog & 63),
+			 (agno * agblocks + agbno) << (blocklog & 63),
+			 (__u64)RD1(btf, irec, br_blockcount) << (blocklog & 63),
+			 src->state == XFS_EXT_UNWRITTEN ? 3 : 2, M_XFS_REFLINK_REMAP, 0, btf);
+}
+
+/* btrfs has no reflink tracepoint, but a clone drops the clone's cached
+ * extent maps, and btrfs_get_extent, which every read and direct write
+ * goes through, says where each extent is when it returns one (from its
+ * cache or from the tree): a clone's range read before it is rewritten
+ * is found at its source's place through this.  In btrfs logical bytes,
+ * like the ordered extents (record maps both through the chunk tree).
+ * Only the extent_map of Linux 6.11 on (disk_bytenr and offset; before,
+ * block_start): on an older kernel, nothing.  Holes, inline and
+ * compressed extents are no byte-for-byte place: left out. */
+#define NT_EXTENT_MAP_LAST_BYTE ((__u64)-4)
+#define NT_EM_COMPRESSED (EXTENT_FLAG_COMPRESS_ZLIB | EXTENT_FLAG_COMPRESS_LZO | EXTENT_FLAG_COMPRESS_ZSTD)
+NT_TWIN(btrfs_get_extent)
+{
+	const struct btrfs_inode *bi = ARG(1, const struct btrfs_inode *);
+	const struct extent_map *em = ARG(2, const struct extent_map *);
+	__u64 disk;
+	__u32 flags;
+
+	if (!em || !bpf_core_field_exists(em->disk_bytenr))
+		return 0;
+	disk = RD1(btf, em, disk_bytenr);
+	flags = RD1(btf, em, flags);
+	if (disk >= NT_EXTENT_MAP_LAST_BYTE || (flags & NT_EM_COMPRESSED))
+		return 0;
+	return map__emit(btf ? (struct inode *)&bi->vfs_inode
+			     : (struct inode *)__builtin_preserve_access_index(&bi->vfs_inode),
+			 RD1(btf, em, start), disk + RD1(btf, em, offset), RD1(btf, em, len),
+			 (flags & EXTENT_FLAG_PREALLOC) ? 3 : NT_IOMAP_MAPPED, M_BTRFS_GET_EXTENT,
+			 flags, btf);
+}

@@ -1803,30 +1803,44 @@ def test_files_created_and_deleted_during_the_capture_have_their_write_back_tied
 
 
 @pytest.mark.parametrize("guest_fs", ["xfs", "btrfs"])
+@pytest.mark.parametrize("cloned", ["during", "before"])
 def test_a_clone_read_before_its_blocks_are_rewritten_is_tied_where_its_source_has_them(
-        lab_factory, tmp_path, guest_fs):
-    """cp --reflink=always of an 8 MiB file laid out before the capture,
-    then the clone read with O_DIRECT, 256 KiB of it rewritten (copy-on-
-    write: a new place, which the end snapshot has), and read again.  The
-    first read of those 256 KiB read the source's blocks: no snapshot has
-    the clone there.  The clone's place comes from the mapping events of
-    xfs's reflink remaps (source 8) or btrfs's extent lookups (9); until
-    2026-11-27 neither was hooked and the 256 KiB were 'other'."""
+        lab_factory, tmp_path, guest_fs, cloned):
+    """cp --reflink=always of an 8 MiB file laid out before the capture
+    (during the capture, or before it), then the clone read with O_DIRECT,
+    256 KiB of it rewritten (copy-on-write: a new place, which the end
+    snapshot has), and read again.  The first read of those 256 KiB read
+    the source's blocks.  Cloned during the capture, no snapshot has the
+    clone there: its place comes from the mapping events of xfs's reflink
+    remaps (source 8) or btrfs's extent lookups (9), until 2026-11-27 not
+    hooked.  Cloned before, the start snapshot has it, flagged shared; on
+    xfs, which writes other blocks in place, only a shared block's moves
+    were not taken for a new file's (fixed the same day).  Before, the 256
+    KiB were 'other' in both cases on xfs, and cloned during the capture
+    on btrfs."""
     lab = lab_factory(guest_fs, "xfs", guest_dio="on", host_dio="on")
     a, b = f"{lab.mount}/A", f"{lab.mount}/B"
     subprocess.run(["dd", "if=/dev/urandom", f"of={a}", "bs=1M", "count=8", "oflag=direct",
                     "status=none"], check=True)
+    clone = f"cp --reflink=always {a} {b} && sync"
+    if cloned == "before":
+        subprocess.run(["sh", "-c", clone], check=True)
     subprocess.run(["sync"], check=True)
     read_b = f"dd if={b} of=/dev/null bs=64k iflag=direct status=none"
     run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", "sh", "-c",
-            f"cp --reflink=always {a} {b} && sync && {read_b} && "
+            (f"{clone} && " if cloned == "during" else "") + f"{read_b} && "
             f"dd if=/dev/urandom of={b} bs=4k seek=100 count=64 conv=notrunc oflag=direct "
             f"status=none && sync && {read_b}")
     s = nestrace.open(tmp_path / "s")
     ino = os.stat(b).st_ino
-    source = {"xfs": 8, "btrfs": 9}[guest_fs]
-    assert s.rows("SELECT count(*) AS n FROM mapping_events WHERE ino = ? AND source = ?",
-                  [ino, source])[0]["n"] > 0
+    if cloned == "during":
+        source = {"xfs": 8, "btrfs": 9}[guest_fs]
+        assert s.rows("SELECT count(*) AS n FROM mapping_events WHERE ino = ? AND source = ?",
+                      [ino, source])[0]["n"] > 0
+    else:
+        assert s.rows("SELECT bool_and(flags & 8192 <> 0) AS shared FROM extent_maps "
+                      "WHERE ino = ? AND phase = 'start' AND role = 'guest_file'",
+                      [ino])[0]["shared"]
     kinds = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
         "SELECT l.kind, l.upper_id IS NOT NULL AS tied, sum(l.bytes) AS b FROM links l "
         "JOIN vdisk_io v ON v.capture_id = l.capture_id AND v.io_id = l.lower_id "

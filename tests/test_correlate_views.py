@@ -1539,19 +1539,23 @@ def test_bytes_allocated_and_freed_during_the_capture_map_through_the_mapping_ev
                   [calls["ftruncate"]]) == [{"vdisk_offset_bytes": 20 * MiB, "bytes": MiB // 2}]
 
 
-@pytest.mark.parametrize("guest_fs", ["btrfs", "ext4"])
-def test_a_read_of_a_block_a_btrfs_guest_moved_later_is_tied_where_the_start_snapshot_had_it(
-        guest_fs):
+@pytest.mark.parametrize("guest_fs,shared", [("btrfs", False), ("ext4", False), ("xfs", True),
+                                             ("xfs", False)])
+def test_a_read_of_a_block_moved_later_is_tied_where_the_start_snapshot_had_it_on_a_cow_guest_or_a_shared_extent(
+        guest_fs, shared):
     """A guest file of 1 MiB at virtual-disk 4 MiB at start; at the end its
-    first 4 KiB are at 30 MiB (rewritten: btrfs writes it elsewhere), the
-    rest where it was.  A pread of those 4 KiB before the rewrite read 4
-    MiB: on a btrfs guest the old place is carried (kind sync), and so is
-    the rewrite, whose page read there is its read-modify-write.  On ext4,
-    which writes in place, a file's bytes at another place at the end are
-    another file's (its inode number taken again): nothing is carried."""
+    first 4 KiB are at 30 MiB (rewritten: btrfs writes it elsewhere; so
+    does xfs when the block was shared with another file, a reflink, which
+    FIEMAP flags), the rest where it was.  A pread of those 4 KiB before
+    the rewrite read 4 MiB: on a btrfs guest, or where the start snapshot
+    flagged the extent shared, the old place is carried (kind sync), and so
+    is the rewrite, whose page read there is its read-modify-write.  On
+    ext4, or xfs with the extent not shared, which write in place, a file's
+    bytes at another place at the end are another file's (its inode number
+    taken again): nothing is carried."""
     ext = extents(guest=((0, 30 * MiB, 4096), (4096, 4 * MiB + 4096, MiB - 4096)))
-    ext += [r | {"phase": "start"} for r in extents(guest=((0, 4 * MiB, MiB),))
-            if r["role"] == "guest_file"]
+    ext += [r | {"phase": "start", "flags": 8192 if shared else 0}
+            for r in extents(guest=((0, 4 * MiB, MiB),)) if r["role"] == "guest_file"]
     s = session(device_map=device_map(guest_fs=guest_fs), extent_maps=ext,
                 vfs_events=[vfs(100, 300, off=0, req=4096, ret=4096, syscall=3),
                             vfs(1000, 300, off=1024, req=2048, ret=2048, syscall=4)],
@@ -1560,7 +1564,7 @@ def test_a_read_of_a_block_a_btrfs_guest_moved_later_is_tied_where_the_start_sna
     calls = {r["syscall"]: r["io_id"] for r in s.rows("SELECT io_id, syscall FROM vfs_io")}
     got = s.rows("SELECT upper_id, kind, bytes FROM links WHERE lower_level = 'vdisk' "
                  "ORDER BY lower_id")
-    if guest_fs == "ext4":
+    if guest_fs != "btrfs" and not shared:
         assert got == [{"upper_id": None, "kind": "other", "bytes": 4096}] * 2, got
         return
     assert got == [{"upper_id": calls["pread64"], "kind": "sync", "bytes": 4096},

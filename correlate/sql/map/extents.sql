@@ -3,7 +3,8 @@
 
 -- Every known extent of the traced files, from each source (FIEMAP at
 -- start and at end, mapping events), the partition start added; prio 1
--- end snapshot, 2 start snapshot, 3 mapping events.  disk_dev: the disk
+-- end snapshot, 2 start snapshot, 3 mapping events; shared: FIEMAP said
+-- another file shares its blocks (a reflink: rewritten, it moves).  disk_dev: the disk
 -- the bytes are on (a btrfs on several devices names it per piece;
 -- mapping events and stores written before: the one device below).  A
 -- btrfs's mapping events (a host's, a guest's) are in btrfs logical
@@ -14,7 +15,8 @@ WITH snap AS (
   SELECT capture_id, role, dev, ino, logical_bytes, physical_bytes, length_bytes,
          physical_dev AS disk_dev,
          CASE phase WHEN 'events' THEN 'mapping_events' ELSE 'fiemap_' || phase END AS source,
-         CASE phase WHEN 'end' THEN 1 WHEN 'start' THEN 2 ELSE 3 END AS prio
+         CASE phase WHEN 'end' THEN 1 WHEN 'start' THEN 2 ELSE 3 END AS prio,
+         (flags & 8192) <> 0 AS shared            -- FIEMAP_EXTENT_SHARED
   FROM extent_maps
   WHERE (flags & 6) = 0                           -- FIEMAP_EXTENT_UNKNOWN | DELALLOC
     AND role IN ('image', 'guest_file')           -- (vdisk_image: see map_vdisk_image)
@@ -23,7 +25,8 @@ ev AS (
   SELECT DISTINCT m.capture_id,
          CASE l.level WHEN 'vfs' THEN 'guest_file' ELSE 'image' END AS role,
          m.dev, m.ino, m.file_offset_bytes AS logical_bytes, m.disk_bytes AS physical_bytes,
-         m.length_bytes, NULL::UINTEGER AS disk_dev, 'mapping_events' AS source, 3 AS prio
+         m.length_bytes, NULL::UINTEGER AS disk_dev, 'mapping_events' AS source, 3 AS prio,
+         false AS shared
   FROM mapping_events m
   JOIN base_levels l ON l.capture_id = m.capture_id AND l.dev = m.dev
                     AND l.level IN ('vfs', 'hostfs')
@@ -37,7 +40,7 @@ below AS (
   FROM device_map WHERE level IN ('vdisk', 'disk') GROUP BY ALL)
 SELECT a.capture_id, a.role, a.dev, a.ino, a.logical_bytes,
        a.physical_bytes + coalesce(p.part_start_bytes, 0) AS physical_bytes,
-       a.length_bytes, coalesce(a.disk_dev, b.dev) AS disk_dev, a.source, a.prio
+       a.length_bytes, coalesce(a.disk_dev, b.dev) AS disk_dev, a.source, a.prio, a.shared
 FROM allx a
 LEFT JOIN below b ON b.capture_id = a.capture_id AND b.role = a.role
 -- FIEMAP and iomap give addresses on the file system's own device: on a

@@ -41,11 +41,13 @@ FROM _map_image_extents;
 -- copy-on-write FS moved them (a btrfs guest's block rewritten), and they
 -- were at the old place until then.  (Only there: on a FS that writes in
 -- place, a file's inode number taken again by a new file would look moved.)
+-- Bytes the start snapshot has shared with another file (a reflink, on
+-- xfs say) count so everywhere: a rewrite of shared blocks moves them.
 CREATE OR REPLACE MACRO _map_extents_freed(r, src, moved := []::VARCHAR[]) AS TABLE
 WITH st AS (
   SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo,
          (logical_bytes + length_bytes)::BIGINT AS hi,
-         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev, shared
   FROM _map_extents_all WHERE role = r AND source = src),
 now AS (
   SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
@@ -63,7 +65,7 @@ covered AS (  -- each start extent's parts that some extent covers now
   SELECT capture_id, dev, ino, lo, hi, delta, disk_dev, greatest(lo, o.lo) AS clo,
          least(hi, o.hi) AS chi
   FROM _overlaps('stk', 'nowk')
-  WHERE (src <> 'mapping_events' AND NOT list_contains(moved, capture_id))
+  WHERE (src <> 'mapping_events' AND NOT list_contains(moved, capture_id) AND NOT shared)
      OR (o.delta = delta AND o.disk_dev IS NOT DISTINCT FROM disk_dev)),
 gaps AS (     -- (covered to: the furthest end of the parts before; copies may overlap)
   SELECT capture_id, dev, ino, delta, disk_dev, clo, hi,
@@ -77,7 +79,7 @@ WHERE clo > covered_to
 UNION ALL
 SELECT DISTINCT capture_id, dev, ino, last_end, hi, delta, disk_dev FROM gaps WHERE last_end < hi
 UNION ALL
-SELECT st.* FROM st   -- (those no extent covers now at all)
+SELECT st.* EXCLUDE (shared) FROM st   -- (those no extent covers now at all)
 ANTI JOIN covered c ON c.capture_id = st.capture_id AND c.dev = st.dev AND c.ino = st.ino
  AND c.lo = st.lo AND c.hi = st.hi AND c.delta IS NOT DISTINCT FROM st.delta
  AND c.disk_dev IS NOT DISTINCT FROM st.disk_dev;

@@ -1857,6 +1857,40 @@ def test_a_clone_read_before_its_blocks_are_rewritten_is_tied_where_its_source_h
     assert_losses_counted(s)
 
 
+def test_a_reflink_snapshot_of_the_image_makes_its_copy_on_write_no_hole_punched(lab_factory,
+                                                                                 tmp_path):
+    """A reflink copy of the image taken on an xfs host during the capture
+    (a VM snapshot: cp --reflink), then 4 KiB O_DIRECT random writes in the
+    guest: each write to a block the snapshot shares goes to a new place,
+    and at its end xfs remaps it into the image, unmapping the old block
+    (xfs_bunmap with XFS_BMAPI_REMAP).  Until 2026-11-27 each such remap
+    was a hostfs_io row of op discard, as if a hole had been punched: 1055
+    rows, a third of the host FS's bytes, unattributed 'discard'.  Now
+    there is no discard, and every host-FS write is the virtual disk's."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    subprocess.run(["fio", "--name=w", f"--directory={lab.mount}", "--rw=write", "--bs=1M",
+                    "--size=16M", "--direct=1", "--output=/dev/null"], check=True)
+    vdisk = subprocess.run(["findmnt", "-n", "-o", "SOURCE", lab.mount], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    image = subprocess.run(["losetup", "-n", "-O", "BACK-FILE", vdisk], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    try:
+        run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", "sh", "-c",
+                f"cp --reflink=always {image} {image}.snap && fio --name=w "
+                f"--directory={lab.mount} --rw=randwrite --bs=4k --direct=1 --size=16M "
+                f"--io_size=2M --output=/dev/null")
+    finally:
+        Path(f"{image}.snap").unlink(missing_ok=True)
+    s = nestrace.open(tmp_path / "s")
+    ops = {r["op"]: r["n"] for r in s.rows("SELECT op, count(*) AS n FROM hostfs_io GROUP BY ALL")}
+    assert "discard" not in ops and ops.get("write", 0) >= 512, ops
+    kinds = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
+        "SELECT kind, upper_id IS NOT NULL AS tied, sum(bytes) AS b FROM links "
+        "WHERE lower_level = 'hostfs' GROUP BY ALL")}
+    assert kinds == {("sync", True): 2 << 20}, kinds
+    assert_losses_counted(s)
+
+
 @pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
 def test_write_zeroes_on_the_virtual_disk_are_tied_to_the_range_zeroed_or_punched_in_the_image(
         lab_factory, tmp_path, host_fs):

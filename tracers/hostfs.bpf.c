@@ -108,7 +108,9 @@ NT_TWIN(ext4_da_write_begin)
  * so with the range in bytes.  xfs_free_file_space has no range: the
  * unmaps it makes do, in FS blocks, the whole range again for each
  * transaction it takes (hostfs_io keeps the first); unmaps of the
- * attribute and copy-on-write forks are not the file's data. */
+ * attribute and copy-on-write forks are not the file's data, and a remap
+ * (the end of a copy-on-write write of a shared block, a clone over a
+ * range) puts other blocks in the range's place: no hole. */
 NT_TWIN(ext4_punch_hole)
 { return access__emit(ARG(0, struct inode *), ctx[1], ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_PUNCH_HOLE, HOP_DISCARD, btf); }
 /* A range zeroed in place (the loop device's write-zeroes that must not
@@ -118,6 +120,7 @@ NT_TWIN(ext4_zero_range)
 { return access__emit(ARG(0, struct inode *), ctx[1], ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_ZERO_RANGE, HOP_DISCARD, btf); }
 
 #define NT_XFS_BMAPI_ATTRFORK (1 << 2)
+#define NT_XFS_BMAPI_REMAP (1 << 7)
 #define NT_XFS_BMAPI_COWFORK (1 << 8)
 NT_TWIN(xfs_bunmap)
 {
@@ -125,7 +128,7 @@ NT_TWIN(xfs_bunmap)
 	int flags = (int)ctx[3];
 	__u8 log;
 
-	if (flags & (NT_XFS_BMAPI_ATTRFORK | NT_XFS_BMAPI_COWFORK))
+	if (flags & (NT_XFS_BMAPI_ATTRFORK | NT_XFS_BMAPI_REMAP | NT_XFS_BMAPI_COWFORK))
 		return 0;
 	log = RD2(btf, ip, i_mount, m_sb.sb_blocklog);
 	return access__emit(&ip->i_vnode, ctx[1] << log, ctx[2] << log, 0,

@@ -56,7 +56,8 @@ def _limits(settings_json: str | None) -> dict:
     max_size = [x.get("max_size_bytes") for x in sides if x.get("max_size_reached")]
     traced = [x["store_traced_at"] for x in sides if x.get("store_traced_at")]
     return {"max_size_reached": bool(max_size), "max_size_bytes": max_size[0] if max_size else None,
-            "store_traced_at": traced[0] if traced else None}
+            "store_traced_at": traced[0] if traced else None,
+            "start_snapshot_truncated": any(x.get("start_snapshot_truncated") for x in sides)}
 
 
 def build(s: Session, capture_id: str | None = None) -> dict:
@@ -286,6 +287,10 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
     if rep.get("store_traced_at"):
         con.print(f"[yellow]the store was on the traced stack: nestrace's own writes to it "
                   f"(comm nestrace-agent) are in this capture from {rep['store_traced_at']} down[/]")
+    if rep.get("start_snapshot_truncated"):
+        con.print("[yellow]the guest FS had more regular files than the start snapshot takes: "
+                  "a file past them read or written before a rewrite moved it is mapped where "
+                  "the end snapshot has it[/]")
     ck = rep.get("clock")
     if ck:
         con.print(f"hostfs and disk recorded on {ck['host_machine']}, moved onto this clock: "

@@ -190,7 +190,7 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
         from nestrace.stack import guest_side
         cols = ["phase", "role", "path", "dev", "ino", "logical_bytes", "physical_bytes",
                 "length_bytes", "flags", "physical_dev"]
-        py = snapshot_extents(guest_side(lab.mount), "x", "start").select(cols).to_pylist()
+        py = snapshot_extents(guest_side(lab.mount), "x", "start")[0].select(cols).to_pylist()
         py += [{c: r[c] for c in cols} for r in stack_journal_rows(guest_side(lab.mount), "x",
                                                                    pytest.fail)]
         assert any(r["role"] == "fs_journal" for r in py) == (guest_fs == "ext4"), py

@@ -1103,6 +1103,7 @@ static struct {
 	FILE *extents;			/* DIR/extents.jsonl */
 	char start_wall[64], end_wall[64];
 	int files_start, files_end;
+	bool files_start_truncated;	/* the start snapshot stopped at GUEST_MAX_FILES */
 	bool made_dir;
 	const char *traced_at;	/* where the stack sees the directory: "vfs", "vdisk" or NULL */
 	char out_path[PATH_MAX];
@@ -1146,7 +1147,8 @@ static int gcap__facts(int command_exit)
 	guest__json_str(f, cmd);
 	fprintf(f, ",\"stack\":");
 	guest__stack_json(f, &guest);
-	fprintf(f, ",\"files_start\":%d,\"agent_cpus\":%s", gcap.files_start, cpus_json);
+	fprintf(f, ",\"files_start\":%d,\"files_start_truncated\":%s,\"agent_cpus\":%s",
+		gcap.files_start, gcap.files_start_truncated ? "true" : "false", cpus_json);
 	if (gcap.traced_at)
 		fprintf(f, ",\"store_traced_at\":\"%s\"", gcap.traced_at);
 	if (command_exit >= -1) {
@@ -1246,6 +1248,7 @@ static int gcap__begin(void)
 	}
 	wall__iso(gcap.start_wall, sizeof(gcap.start_wall));
 	gcap.files_start = guest__snapshot(&guest, "start", gcap.extents, NULL);
+	gcap.files_start_truncated = guest__snapshot_truncated();
 	if (gcap.files_start < 0 || guest__journal(&guest, gcap.extents)) {
 		fprintf(stderr, "nestrace-agent: cannot write %s: %s\n", path, strerror(errno));
 		return -1;

@@ -353,6 +353,7 @@ static struct {
 	bool (*want)(__u64 ino);
 	int nfiles;
 	bool failed;
+	bool truncated;		/* the start snapshot stopped at GUEST_MAX_FILES */
 	struct fiemap *fm;
 } snap;
 
@@ -402,13 +403,17 @@ static int snapshot__visit(const char *path, const struct stat *st, int type, st
 		return FTW_CONTINUE;
 	if (snap.want && !snap.want(st->st_ino))
 		return FTW_CONTINUE;
+	if (!snap.want && snap.nfiles >= GUEST_MAX_FILES) {	/* one more file: stop */
+		snap.truncated = true;
+		return FTW_STOP;
+	}
 	if (snapshot__file(path, st))
 		snap.nfiles++;
 	if (ferror(snap.f)) {
 		snap.failed = true;
 		return FTW_STOP;
 	}
-	return snap.nfiles >= GUEST_MAX_FILES ? FTW_STOP : FTW_CONTINUE;
+	return FTW_CONTINUE;
 }
 
 int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
@@ -431,6 +436,7 @@ int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
 	snap.want = want;
 	snap.nfiles = 0;
 	snap.failed = false;
+	snap.truncated = false;
 	snap.fm = calloc(1, sizeof(struct fiemap) + FIEMAP_BATCH * sizeof(struct fiemap_extent));
 	if (!snap.fm)
 		return -1;
@@ -439,7 +445,17 @@ int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
 	free(snap.fm);
 	if (fflush(f) || snap.failed)
 		return -1;
+	if (snap.truncated)
+		fprintf(stderr, "nestrace-agent: warning: %s has more than %d regular files: the %s "
+			"snapshot has the first %d found (a file past them read or written before "
+			"a rewrite moved it is mapped where the end snapshot has it)\n",
+			g->mount, GUEST_MAX_FILES, phase, GUEST_MAX_FILES);
 	return snap.nfiles;
+}
+
+bool guest__snapshot_truncated(void)
+{
+	return snap.truncated;
 }
 
 /* ---- the inodes a capture touched -------------------------------------- */

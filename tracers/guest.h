@@ -12,7 +12,9 @@
 
 #define GUEST_FORMAT "nestrace-guest-capture"
 #define GUEST_FORMAT_VERSION 1
-/* files snapshotted at most, per phase (as `nestrace record`) */
+/* files the start snapshot takes at most, the first found (as `nestrace
+ * record`: which files a capture will touch is not known yet, and FIEMAP
+ * takes ~0.1 ms a file); the end snapshot takes every file touched */
 #define GUEST_MAX_FILES 4096
 
 struct guest_stack {
@@ -36,6 +38,8 @@ int guest__discover(const char *mount, struct guest_stack *g);
  * number of files, -1 on a write error. */
 int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
 		    bool (*want)(__u64 ino));
+/* whether the last snapshot stopped at GUEST_MAX_FILES with files left */
+bool guest__snapshot_truncated(void);
 /* One JSON line: where the file system's journal is on its own device
  * (ext3/ext4 journal inode, xfs internal log), or why that is unknown;
  * nothing for ext2 and btrfs.  -1 on a write error. */

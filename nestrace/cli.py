@@ -269,6 +269,13 @@ def capture_options(f):
 @click.option("--fragment-image", is_flag=True, help="Scatter the image's extents first "
               "(see lab up).")
 @click.option("--partitions", is_flag=True, help="Both file systems on a partition (see lab up).")
+@click.option("--host-disks", type=int, default=1, show_default=True,
+              help="A btrfs host on this many disks (see lab up).")
+@click.option("--host-profile", default="", help="btrfs host data profile (see lab up).")
+@click.option("--host-discard", is_flag=True, help="Host FS mounted with online discard "
+              "(see lab up).")
+@click.option("--guest-discard", is_flag=True, help="Guest FS mounted with online discard "
+              "(see lab up).")
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
               help="Rounds of the whole matrix.")
 @click.option("--prepare", default=None, help="Shell command run on each stack before "
@@ -279,7 +286,8 @@ def capture_options(f):
 @needs_root
 @needs_btf
 def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size,
-            guest_block_size, host_block_size, fragment_image, partitions, repeat, prepare,
+            guest_block_size, host_block_size, fragment_image, partitions, host_disks,
+            host_profile, host_discard, guest_discard, repeat, prepare,
             ringbuf_kb, flush_ms, mode, all_hooks, agent_cpus, command) -> None:
     """Run CMD on every stack of a guest FS x host FS (x dio modes) matrix,
     each built fresh, recorded into STORE and torn down; then print them
@@ -289,11 +297,18 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
     stack failed or a workload exited non-zero."""
     from . import matrix
     from .session import Session
+    # (unknown options pass through to CMD, so that its own need no `--`:
+    # one before CMD is a mistyped option of ours, not a command)
+    if command[0].startswith("-"):
+        raise UserError(f"lab run has no option {command[0]} (nestrace lab run --help; "
+                        "the command to run comes after the options)")
     onoff = ("on", "off")
     base = LabConfig(image_size=parse_size(image_size),
                      disk_size=parse_size(disk_size) if disk_size else 0,
                      guest_block_size=guest_block_size, host_block_size=host_block_size,
-                     fragment_image=fragment_image, partitions=partitions)
+                     fragment_image=fragment_image, partitions=partitions,
+                     host_disks=host_disks, host_profile=host_profile,
+                     host_discard=host_discard, guest_discard=guest_discard)
     todo = matrix.cells(matrix.parse_list(guest_fs, FILESYSTEMS, "--guest-fs"),
                         matrix.parse_list(host_fs, FILESYSTEMS, "--host-fs"),
                         [v == "on" for v in matrix.parse_list(guest_dio, onoff, "--guest-dio")],

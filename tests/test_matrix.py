@@ -175,7 +175,12 @@ def test_lab_run_refuses_a_bad_matrix_before_building_anything(tmp_path, nothing
                         "below the xfs minimum"),
                        (["--guest-fs", "ext4,btrfs", "--guest-block-size", "1024"],
                         "--guest-block-size 1024: below the btrfs minimum of 4096 bytes"),
-                       (["--agent-cpus", "99"], "--agent-cpus 99: CPUs [99] are not online")):
+                       (["--agent-cpus", "99"], "--agent-cpus 99: CPUs [99] are not online"),
+                       # (a btrfs-only option on an xfs host)
+                       (["--host-fs", "btrfs,xfs", "--host-disks", "2"],
+                        "--host-disks and --host-profile lay out a btrfs host"),
+                       # an option lab run lacks is no command to run
+                       (["--guest-trim"], "lab run has no option --guest-trim")):
         r = run_cli("lab", "run", "-o", str(tmp_path / "s"), *args, "--", "true", check=False)
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         assert r.returncode == 2 and len(lines) == 1, r.stderr

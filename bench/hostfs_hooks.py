@@ -16,7 +16,8 @@ CACHE = {1: "page cache add", 2: "page cache delete", 3: "sync readahead", 4: "a
          5: "readahead unbounded", 6: "readahead order", 7: "folio dirtied", 8: "iomap writeback"}
 MAPS = {1: "iomap_iter_dstmap", 2: "iomap_iter_srcmap", 3: "ext4_ext_map_blocks_exit",
         6: "btrfs_ordered_extent_add", 7: "ext4_ind_map_blocks_exit",
-        8: "xfs_reflink_remap_extent_dest", 9: "btrfs_get_extent"}
+        8: "xfs_reflink_remap_extent_dest", 9: "btrfs_get_extent",
+        10: "xfs_reflink_cow_remap_from"}
 
 
 def run(host: str, dio: str, tmp: Path) -> dict:

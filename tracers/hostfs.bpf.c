@@ -18,7 +18,8 @@ enum { HOP_READ = 0, HOP_WRITE = 1, HOP_DISCARD = 3 };
 enum { P_ADD = 1, P_DELETE, P_SYNC_RA, P_ASYNC_RA, P_RA_UNBOUNDED,
        P_RA_ORDER, P_DIRTY, P_WRITEBACK, P_FAULT, P_MAP_PAGES };
 enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS, M_BTRFS_ORDERED_EXTENT = 6,
-       M_EXT4_IND_MAP_BLOCKS, M_XFS_REFLINK_REMAP, M_BTRFS_GET_EXTENT };
+       M_EXT4_IND_MAP_BLOCKS, M_XFS_REFLINK_REMAP, M_BTRFS_GET_EXTENT,
+       M_XFS_COW_REMAP };
 
 static __always_inline int access__emit(struct inode *inode, __s64 offset,
 					__u64 bytes, __u32 flags,
@@ -404,24 +405,20 @@ NT_TWIN(xfs_reflink_remap_extent_src)
 #define NT_XFS_HOLESTARTBLOCK ((__u64)-2)
 #define NT_XFS_DELAYSTARTBLOCK ((__u64)-1)
 #define NT_XFS_DIFLAG_REALTIME 1
-NT_TWIN(xfs_reflink_remap_extent_dest)
+
+/* A mapping event for the file range of irec at FS block fsb (state:
+ * irec's br_state, of the extent the blocks come from).  An FS block
+ * number is (AG number << agblklog | block in the AG); the AGs lie one
+ * after another, agblocks each. */
+static __always_inline int xfs_map__emit(struct xfs_inode *ip, struct xfs_bmbt_irec *irec,
+					 __u64 fsb, __u32 state, __u16 source, const bool btf)
 {
-	struct xfs_inode *ip = ARG(0, struct xfs_inode *);
-	struct xfs_bmbt_irec *irec = ARG(1, struct xfs_bmbt_irec *);
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct xfs_remap_src *src;
-	__u64 fsb, agno, agbno, agblocks;
+	__u64 agno, agbno, agblocks;
 	__u8 blocklog, agblklog;
 
-	src = bpf_map_lookup_elem(&xfs_remap_srcs, &tid);
-	if (!src)
-		return 0;
-	fsb = src->startblock;
 	if (fsb == NT_XFS_HOLESTARTBLOCK || fsb == NT_XFS_DELAYSTARTBLOCK ||
 	    (RD1(btf, ip, i_diflags) & NT_XFS_DIFLAG_REALTIME))
 		return 0;
-	/* an FS block number is (AG number << agblklog | block in the AG);
-	 * the AGs lie one after another, agblocks each */
 	blocklog = RD2(btf, ip, i_mount, m_sb.sb_blocklog);
 	agblklog = RD2(btf, ip, i_mount, m_sb.sb_agblklog);
 	agblocks = RD2(btf, ip, i_mount, m_sb.sb_agblocks);
@@ -430,7 +427,30 @@ NT_TWIN(xfs_reflink_remap_extent_dest)
 	return map__emit(&ip->i_vnode, (__u64)RD1(btf, irec, br_startoff) << (blocklog & 63),
 			 (agno * agblocks + agbno) << (blocklog & 63),
 			 (__u64)RD1(btf, irec, br_blockcount) << (blocklog & 63),
-			 src->state == XFS_EXT_UNWRITTEN ? 3 : 2, M_XFS_REFLINK_REMAP, 0, btf);
+			 state == XFS_EXT_UNWRITTEN ? 3 : 2, source, 0, btf);
+}
+
+NT_TWIN(xfs_reflink_remap_extent_dest)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct xfs_remap_src *src = bpf_map_lookup_elem(&xfs_remap_srcs, &tid);
+
+	if (!src)
+		return 0;
+	return xfs_map__emit(ARG(0, struct xfs_inode *), ARG(1, struct xfs_bmbt_irec *),
+			     src->startblock, src->state, M_XFS_REFLINK_REMAP, btf);
+}
+
+/* A write to a shared block (copy-on-write) goes to new blocks, which
+ * replace the old ones in the file when it ends: first the new extent is
+ * traced (remap_from), then the one it replaces (remap_to).  The end
+ * snapshot has the new place, but not for a file deleted by then. */
+NT_TWIN(xfs_reflink_cow_remap_from)
+{
+	struct xfs_bmbt_irec *irec = ARG(1, struct xfs_bmbt_irec *);
+
+	return xfs_map__emit(ARG(0, struct xfs_inode *), irec, RD1(btf, irec, br_startblock),
+			     RD1(btf, irec, br_state), M_XFS_COW_REMAP, btf);
 }
 
 /* btrfs has no reflink tracepoint, but a clone drops the clone's cached

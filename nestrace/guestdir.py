@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from .fsjournal import extents_rows, unknown_warning
-from .record import btrfs_ordered_extents, device_map_rows, ordered_extent_rows
+from .record import btrfs_placed_extents, device_map_rows, placed_extent_rows
 from .schema import table_schema
 from .stack import BlockDev, Chunk, Stack, kdev, map_extent_rows
 from .store import LiveCapture, SealResult, StoreError, captures, init_store, seal
@@ -128,7 +128,7 @@ def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: se
     could not).  A line that does not
     parse is left out and named (file, offset); the end snapshot keeps the
     files the capture touched (as `record` does).  placed: a btrfs's
-    ordered extents (record.btrfs_ordered_extents), mapped through the end
+    ordered and looked-up extents (record.btrfs_placed_extents), mapped through the end
     snapshot's chunk tree into rows of phase `events`, as `record` does
     (btrfs_placed_rows)."""
     p = d / "extents.jsonl"
@@ -185,7 +185,7 @@ def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: se
                         "data during the capture left out")
         mine = []
     paths = {ino: path for phase, ino, path, _ in files}
-    rows += ordered_extent_rows(
+    rows += placed_extent_rows(
         [(r, paths.get(r["ino"], f"{stack.guest_mount} (inode {r['ino']})")) for r in mine],
         "guest_file", capture_id, stack.vdisk.kdev, tree, devices)
     return rows
@@ -236,7 +236,7 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
                 live.unique_values("pagecache_events", "ino")
             live.write_table("extent_maps", pa.Table.from_pylist(
                 _extent_rows(d, stack, int(facts["stack"].get("btrfs_devid") or 0), cid, touched,
-                             problems, btrfs_ordered_extents(live)),
+                             problems, btrfs_placed_extents(live)),
                 schema=table_schema("extent_maps")))
             live.close()
         except (OSError, StoreError) as e:

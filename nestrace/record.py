@@ -364,7 +364,7 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
 BTRFS_LOGICAL_SOURCES = [6, 9]
 
 
-def btrfs_ordered_extents(live: LiveCapture) -> list[dict]:
+def btrfs_placed_extents(live: LiveCapture) -> list[dict]:
     """The btrfs ordered extents and looked-up extents among a capture's
     mapping events, each once (dev, ino, file_offset_bytes, disk_bytes:
     btrfs logical bytes, length_bytes), sorted."""
@@ -401,22 +401,22 @@ def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture,
         sides.append(("guest_file", stack.guest_mount, stack.vdisk.kdev,
                       lambda dev, ino: (paths.get(ino, f"{stack.guest_mount} (inode {ino})")
                                         if dev == stack.guest_kdev else None)))
-    if not sides or not (seen := btrfs_ordered_extents(live)):
+    if not sides or not (seen := btrfs_placed_extents(live)):
         return []
     rows = []
     for role, mount, disk_kdev, path_of in sides:
         mine = [(r, p) for r in seen if (p := path_of(r["dev"], r["ino"]))]
         if not mine:
             continue
-        rows += ordered_extent_rows(mine, role, capture_id, disk_kdev,
-                                    *btrfs_layout(mount, "btrfs"))
+        rows += placed_extent_rows(mine, role, capture_id, disk_kdev,
+                                   *btrfs_layout(mount, "btrfs"))
     return rows
 
 
-def ordered_extent_rows(placed: list[tuple[dict, str]], role: str, capture_id: str,
-                        disk_kdev: int, chunks, devices) -> list[dict]:
-    """extent_maps rows of phase `events` for btrfs ordered extents
-    (btrfs_ordered_extents rows, each with its file's path), mapped through
+def placed_extent_rows(placed: list[tuple[dict, str]], role: str, capture_id: str,
+                       disk_kdev: int, chunks, devices) -> list[dict]:
+    """extent_maps rows of phase `events` for btrfs ordered and looked-up
+    extents (btrfs_placed_extents rows, each with its file's path), mapped through
     the chunk tree onto the disks below: one per copy and per stripe."""
     rows = []
     for r, path in placed:

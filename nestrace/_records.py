@@ -147,6 +147,7 @@ TABLES = {
         ('flags', 'uint32', '', 'FIEMAP_EXTENT_* flags'),
         ('physical_dev', 'uint32', '', 'kernel dev_t of the disk holding these bytes (a btrfs on several devices has a row per copy and per stripe); NULL for vdisk_image and image_metadata, and in stores written before: the one disk below'),
         ('cluster_bytes', 'uint32', 'bytes', "vdisk_image rows: the image's cluster (grain, block) size, the unit it allocates in; NULL for the other roles and in stores written before"),
+        ('disk_length_bytes', 'uint64', 'bytes', 'a compressed extent (FIEMAP_EXTENT_ENCODED, an image on a btrfs host): the bytes at physical_bytes that hold the whole of [logical_bytes, logical_bytes + length_bytes) compressed (read whole for any byte of it; a row per piece on a device); physical_bytes is then where that compressed data starts. NULL for every other extent, and in stores written before (where links leaves encoded extents out)'),
     ]},
     'device_map': {'doc': 'Which device is which level of the traced stack, with the loop configuration.', 'fields': [
         ('capture_id', 'string', '', 'capture'),

@@ -71,14 +71,19 @@ def _run(cmd: list[str], what: str) -> str:
     return r.stdout.strip()
 
 
-def mount_cmd(fs: str, dev: str, mount_point, discard: bool = False) -> list[str]:
+def mount_cmd(fs: str, dev: str, mount_point, discard: bool = False,
+              compress: bool = False) -> list[str]:
     """ext2/3/4 (the ext4 driver) prefetch block bitmaps in the background
     after mounting (the ext4lazyinit thread, seconds on a small file system
     with 1 KiB blocks): metadata reads in the middle of a trace, so the lab
     turns it off like lazy init.  `discard`: online discard, the FS sends
-    its disk a discard for the blocks it frees (at its journal commit)."""
+    its disk a discard for the blocks it frees (at its journal commit).
+    `compress` (btrfs): every data write compressed with zstd, where it
+    makes the data smaller (compress-force: no giving up on a file after
+    one incompressible write)."""
     opts = ["no_prefetch_block_bitmaps"] if fs in ("ext2", "ext3", "ext4") else []
     opts += ["discard"] if discard else []
+    opts += ["compress-force=zstd"] if compress else []
     return ["mount", "-t", fs, *(["-o", ",".join(opts)] if opts else []), dev, str(mount_point)]
 
 
@@ -124,6 +129,7 @@ class LabConfig:
     host_disks: int = 1             # a btrfs host on this many disks
     host_profile: str = ""          # btrfs data profile (single, dup, raid0, raid1, raid10, raid5, ...)
     host_discard: bool = False      # mount the host FS with online discard
+    host_compress: bool = False     # a btrfs host compressing the image's data (zstd)
     guest_discard: bool = False     # mount the guest FS with online discard
     name: str = "default"
 
@@ -140,6 +146,11 @@ class LabConfig:
             raise LabError(f"--host-disks {self.host_disks}: from 1 to 8")
         if (self.host_disks > 1 or self.host_profile) and self.host_fs != "btrfs":
             raise LabError("--host-disks and --host-profile lay out a btrfs host (--host-fs btrfs)")
+        if self.host_compress and self.host_fs != "btrfs":
+            raise LabError("--host-compress is btrfs's compression (--host-fs btrfs)")
+        if self.host_compress and self.fragment_image:
+            raise LabError("--host-compress and --fragment-image: the image is written "
+                           "whole either way; choose one")
         if self.host_profile and self.host_profile not in BTRFS_PROFILES:
             raise LabError(f"unknown btrfs profile {self.host_profile!r} "
                            f"(choose from {', '.join(BTRFS_PROFILES)})")
@@ -218,8 +229,8 @@ class Lab:
             _run(mkfs_cmd(cfg.host_fs, host_dev, cfg.host_block_size, more, cfg.host_profile),
                  f"mkfs.{cfg.host_fs} (host)")
             self.host_mount.mkdir(parents=True, exist_ok=True)
-            _run(mount_cmd(cfg.host_fs, host_dev, self.host_mount, cfg.host_discard),
-                 "mounting the host FS")
+            _run(mount_cmd(cfg.host_fs, host_dev, self.host_mount, cfg.host_discard,
+                           cfg.host_compress), "mounting the host FS")
             self._step(st, "mount", path=str(self.host_mount), role="host")
             image = self.host_mount / "image.raw"
             _sparse_file(image, cfg.image_size, "disk image")
@@ -230,9 +241,13 @@ class Lab:
                 _run(["fio", "--name=fragment", f"--filename={image}", "--rw=randwrite",
                       "--bs=64k", f"--size={cfg.image_size}", "--fallocate=none", "--direct=1",
                       "--ioengine=psync", "--output=/dev/null"], "fragmenting the image")
+            if cfg.host_compress:
+                self._compressed_image(st, cfg, image)
             vdisk = self._attach(st, image, cfg.guest_dio, "vdisk", "--guest-dio", cfg.partitions)
             guest_dev = _partition(vdisk, cfg.image_size) if cfg.partitions else vdisk
-            _run(mkfs_cmd(cfg.guest_fs, guest_dev, cfg.guest_block_size), f"mkfs.{cfg.guest_fs} (guest)")
+            if not cfg.host_compress:
+                _run(mkfs_cmd(cfg.guest_fs, guest_dev, cfg.guest_block_size),
+                     f"mkfs.{cfg.guest_fs} (guest)")
             self.guest_mount.mkdir(parents=True, exist_ok=True)
             _run(mount_cmd(cfg.guest_fs, guest_dev, self.guest_mount, cfg.guest_discard),
                  "mounting the guest FS")
@@ -245,6 +260,29 @@ class Lab:
         except BaseException:
             self.down()
             raise
+
+    def _compressed_image(self, st: dict, cfg: LabConfig, image: Path) -> None:
+        """The guest FS made in a file beside the host disk, then written
+        into the image with plain writes, its zeros left as holes.  mkfs on
+        the image's own loop device zeroes ranges (BLKZEROOUT: the loop
+        device makes it an fallocate of the image), and btrfs never
+        compresses a file with preallocated extents (its write-back takes
+        the no-copy-on-write path, uncompressed)."""
+        build = self.data_dir / "image.build"
+        _sparse_file(build, cfg.image_size, "guest FS image")
+        self._step(st, "file", path=str(build))
+        dev = self._attach(st, build, False, "guest build", "--guest-dio", cfg.partitions)
+        part = _partition(dev, cfg.image_size) if cfg.partitions else dev
+        _run(mkfs_cmd(cfg.guest_fs, part, cfg.guest_block_size), f"mkfs.{cfg.guest_fs} (guest)")
+        _run(["losetup", "-d", dev], "detaching the guest build loop device")
+        chunk = 1 << 20
+        with open(build, "rb") as src, open(image, "r+b") as dst:
+            while data := src.read(chunk):
+                if data.count(0) != len(data):
+                    dst.seek(src.tell() - len(data))
+                    dst.write(data)
+        build.unlink()
+        _run(["sync", "-f", str(image)], "sync")
 
     def _attach(self, st: dict, backing: Path, dio: bool, role: str, flag: str,
                 partitioned: bool = False) -> str:

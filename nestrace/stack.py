@@ -462,6 +462,66 @@ def fiemap(path: str) -> list[tuple[int, int, int, int]]:
     return out
 
 
+# ---- btrfs: a file's extent items --------------------------------------------
+
+# BTRFS_IOC_TREE_SEARCH: _IOWR(0x94, 17, struct btrfs_ioctl_search_args), 4096 bytes
+BTRFS_IOC_TREE_SEARCH = 0xD0009411
+BTRFS_EXTENT_DATA_KEY = 108
+_SK = struct.Struct("=7Q4I4Q")        # btrfs_ioctl_search_key
+_SH = struct.Struct("=3Q2I")          # btrfs_ioctl_search_header
+_FX = struct.Struct("<QQBBHBQQQQ")    # btrfs_file_extent_item (packed), regular or prealloc
+FIEMAP_EXTENT_ENCODED = 0x8
+
+
+@dataclass
+class BtrfsFileExtent:
+    """One EXTENT_DATA item of a btrfs file: file bytes [file_offset,
+    file_offset + num_bytes) are bytes [offset, offset + num_bytes) of the
+    extent that disk_num_bytes logical bytes at disk_bytenr hold
+    (compressed when compression is not 0)."""
+    file_offset: int
+    num_bytes: int
+    disk_bytenr: int
+    disk_num_bytes: int
+    offset: int
+    compression: int
+
+
+def btrfs_file_extents(path: str) -> list[BtrfsFileExtent]:
+    """The regular and preallocated extent items of a btrfs file, by file
+    offset (BTRFS_IOC_TREE_SEARCH in the file's subvolume, as compsize
+    does; needs CAP_SYS_ADMIN).  FIEMAP gives a compressed extent's
+    logical length and where its compressed data starts, not how long that
+    is on the disk: the item's disk_num_bytes does."""
+    out: list[BtrfsFileExtent] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ino = os.fstat(fd).st_ino
+        min_off = 0
+        while True:
+            buf = bytearray(4096)
+            _SK.pack_into(buf, 0, 0, ino, ino, min_off, 2**64 - 1, 0, 2**64 - 1,
+                          BTRFS_EXTENT_DATA_KEY, BTRFS_EXTENT_DATA_KEY, 4096, 0, 0, 0, 0, 0)
+            fcntl.ioctl(fd, BTRFS_IOC_TREE_SEARCH, buf, True)
+            n = _SK.unpack_from(buf, 0)[9]
+            pos, last = _SK.size, None
+            for _ in range(n):
+                _, objectid, key_off, typ, ln = _SH.unpack_from(buf, pos)
+                pos += _SH.size
+                if objectid == ino and typ == BTRFS_EXTENT_DATA_KEY and ln >= _FX.size:
+                    (_, _, comp, _, _, kind, bytenr, disk_n, off, num) = _FX.unpack_from(buf, pos)
+                    if kind in (1, 2) and bytenr:    # regular, prealloc; not a hole
+                        out.append(BtrfsFileExtent(key_off, num, bytenr, disk_n, off, comp))
+                pos += ln
+                last = key_off
+            if n == 0 or last is None or last == 2**64 - 1:
+                break
+            min_off = last + 1
+    finally:
+        os.close(fd)
+    return out
+
+
 # ---- btrfs: logical -> device address --------------------------------------
 
 # Block-group profiles whose every stripe holds a full copy of the chunk
@@ -603,26 +663,46 @@ def extent_rows(path: str, role: str, phase: str, capture_id: str, disk_dev: int
     own device (its partition, when on one: map_extents adds its start;
     host_side refuses a btrfs whose devices' partitions start apart)."""
     dev, ino = file_id(path)
-    return map_extent_rows(fiemap(path), path, dev, ino, role, phase, capture_id, disk_dev,
-                           chunks, devices)
+    extents = fiemap(path)
+    compressed = None
+    if chunks is not None and any(fl & FIEMAP_EXTENT_ENCODED for *_, fl in extents):
+        compressed = {x.file_offset: x for x in btrfs_file_extents(path) if x.compression}
+    return map_extent_rows(extents, path, dev, ino, role, phase, capture_id, disk_dev,
+                           chunks, devices, compressed)
 
 
 def map_extent_rows(extents: list[tuple[int, int, int, int]], path: str, dev: int, ino: int,
                     role: str, phase: str, capture_id: str, disk_dev: int,
                     chunks: list[Chunk] | None = None,
-                    devices: dict[int, BlockDev] | None = None) -> list[dict]:
+                    devices: dict[int, BlockDev] | None = None,
+                    compressed: dict[int, BtrfsFileExtent] | None = None) -> list[dict]:
     """extent_rows of a file's FIEMAP extents (logical, physical, length,
-    flags) taken elsewhere (the agent's own snapshot in a guest)."""
+    flags) taken elsewhere (the agent's own snapshot in a guest).
+    compressed: a btrfs file's compressed extent items by file offset
+    (btrfs_file_extents): an encoded extent found there gets rows of its
+    compressed data (disk_length_bytes), one per piece on a device; one
+    not found stays without, and links leaves it out."""
     rows = []
 
-    def row(lo, ph, ln, fl, pdev):
+    def row(lo, ph, ln, fl, pdev, dlen=None):
         rows.append({"capture_id": capture_id, "phase": phase, "role": role, "path": path,
                      "dev": dev, "ino": ino, "logical_bytes": lo, "physical_bytes": ph,
-                     "length_bytes": ln, "flags": fl, "physical_dev": pdev})
+                     "length_bytes": ln, "flags": fl, "physical_dev": pdev,
+                     "disk_length_bytes": dlen})
 
     for lo, ph, ln, fl in extents:
         if chunks is None or fl & 6:    # (no address yet: kept as it is, left out in SQL)
             row(lo, ph, ln, fl, disk_dev)
+            continue
+        if fl & FIEMAP_EXTENT_ENCODED and compressed is not None:
+            x = compressed.get(lo)
+            pieces = btrfs_pieces(chunks, x.disk_bytenr, x.disk_num_bytes) if x else None
+            if not x or x.num_bytes != ln or pieces is None:
+                row(lo, ph, ln, fl, disk_dev)    # (left out in SQL)
+                continue
+            for _, devid, poff, plen in pieces:
+                if (bd := (devices or {}).get(devid)) is not None:
+                    row(lo, poff, ln, fl, bd.kdev, plen)
             continue
         pieces = btrfs_pieces(chunks, ph, ln)
         if pieces is None:

@@ -29,8 +29,8 @@ WITH _od_r AS NOT MATERIALIZED (
          r.t::BIGINT AS hi, r.*
   FROM query_table(t) r)
 SELECT q.* EXCLUDE (k0, k1, k2, lo, hi, o),
-       greatest(q.lo, q.o.lo) + q.o.delta + x.shift AS u_off,
-       least(q.hi, q.o.hi) - greatest(q.lo, q.o.lo) AS u_len
+       _map_on_disk_off(greatest(q.lo, q.o.lo), q.o.delta, q.o.zp) + x.shift AS u_off,
+       _map_on_disk_len(greatest(q.lo, q.o.lo), least(q.hi, q.o.hi), q.o.zlen) AS u_len
 FROM _overlaps('_od_r', '_map_image_extents_keyed') q
 JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev;
 
@@ -101,8 +101,8 @@ SELECT 'vdisk', 'hostfs', capture_id, io_id, start_ns, done_by_ns, 'discard',
 FROM vp WHERE req_op = 9
 UNION ALL
 SELECT 'vdisk', 'disk', m.capture_id, m.io_id, m.start_ns, m.done_by_ns, m.op,
-       m.disk_offset_bytes::BIGINT + x.shift, m.bytes::BIGINT,
-       unnest(_blocks(m.disk_offset_bytes::BIGINT + x.shift, m.bytes))
+       m.disk_offset_bytes::BIGINT + x.shift, m.disk_bytes::BIGINT,
+       unnest(_blocks(m.disk_offset_bytes::BIGINT + x.shift, m.disk_bytes))
 FROM _map_vdisk m JOIN _links_disks x ON x.capture_id = m.capture_id AND x.dev = m.disk_dev
 WHERE m.disk_offset_bytes IS NOT NULL
   AND NOT (m.op = 'write' AND m.capture_id IN (SELECT capture_id FROM _map_image_cluster))
@@ -141,12 +141,13 @@ WITH v AS NOT MATERIALIZED (
          pt + idelta AS hi, capture_id, io_id, start_ns, done_by_ns, op
   FROM _map_into_image('_links_moved_ranges') WHERE idelta IS NOT NULL),
 mk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev, freed,
-              placed
+              placed, zp, zlen
        FROM _map_image_moved),
 p AS (   -- (_overlaps_2: the moved ranges are found with _overlaps)
   SELECT q.capture_id, q.io_id, q.start_ns, q.done_by_ns AS u_end, q.op,
-         greatest(q.lo, q.o.lo) + q.o.delta + x.shift AS u_off,
-         least(q.hi, q.o.hi) - greatest(q.lo, q.o.lo) AS u_len, q.o.freed, q.o.placed
+         _map_on_disk_off(greatest(q.lo, q.o.lo), q.o.delta, q.o.zp) + x.shift AS u_off,
+         _map_on_disk_len(greatest(q.lo, q.o.lo), least(q.hi, q.o.hi), q.o.zlen) AS u_len,
+         q.o.freed, q.o.placed
   FROM _overlaps_2('v', 'mk') q
   JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev)
 -- (op write_freed: a virtual-disk write carried to where image bytes freed
@@ -473,7 +474,8 @@ reach AS (    -- guest files' extents on the virtual disk (hop 0), and the
         WHERE e.role = 'guest_file'
         UNION ALL
         SELECT c.ck, 2, e.physical_bytes::BIGINT + x.shift,
-               e.physical_bytes::BIGINT + e.length_bytes::BIGINT + x.shift
+               e.physical_bytes::BIGINT + coalesce(e.disk_length_bytes, e.length_bytes)::BIGINT
+               + x.shift
         FROM _map_image_extents e JOIN _links_captures c USING (capture_id)
         JOIN _links_disks x ON x.capture_id = e.capture_id AND x.dev = e.disk_dev)
   GROUP BY ck, hop, lo),

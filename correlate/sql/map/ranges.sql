@@ -9,20 +9,35 @@
 
 -- The image extents, with their disk (a btrfs on several devices: a row
 -- per copy and per stripe); logical_bytes in image bytes (a backing
--- file's at its shift: _base_image_files).
+-- file's at its shift: _base_image_files); disk_length_bytes: a
+-- compressed extent's (map_extents), whose image bytes are each read from
+-- all of [physical_bytes, physical_bytes + disk_length_bytes).
 CREATE OR REPLACE VIEW _map_image_extents AS
 SELECT e.capture_id, (e.logical_bytes::BIGINT + coalesce(f.shift, 0))::UBIGINT AS logical_bytes,
-       e.physical_bytes, e.length_bytes, e.disk_dev
+       e.physical_bytes, e.length_bytes, e.disk_dev, e.disk_length_bytes
 FROM map_extents e LEFT JOIN _base_image_files f ON f.capture_id = e.capture_id AND f.ino = e.ino
 WHERE e.role = 'image';
 
 -- The same keyed for _overlaps by image bytes (capture; lo, hi), with
--- delta = disk minus image bytes.
+-- delta = disk minus image bytes; a compressed extent's zp and zlen: its
+-- compressed data on the disk, which any part of [lo, hi) is read from
+-- (_map_on_disk), else NULL.
 CREATE OR REPLACE VIEW _map_image_extents_keyed AS
 SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, logical_bytes::BIGINT AS lo,
        (logical_bytes + length_bytes)::BIGINT AS hi, logical_bytes, physical_bytes, disk_dev,
-       physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
+       physical_bytes::BIGINT - logical_bytes::BIGINT AS delta,
+       CASE WHEN disk_length_bytes IS NOT NULL THEN physical_bytes::BIGINT END AS zp,
+       disk_length_bytes::BIGINT AS zlen
 FROM _map_image_extents;
+
+-- Where image bytes [s, t) of an extent with delta, zp and zlen
+-- (_map_image_extents_keyed) are on the disk: the start, and the length.
+-- Byte for byte, s + delta and t - s; a compressed extent's bytes are all
+-- of its compressed data, zp and zlen, whichever of them are asked for.
+CREATE OR REPLACE MACRO _map_on_disk_off(s, delta, zp) AS
+  CASE WHEN zp IS NULL THEN s + delta ELSE zp END;
+CREATE OR REPLACE MACRO _map_on_disk_len(s, t, zlen) AS
+  CASE WHEN zlen IS NULL THEN t - s ELSE zlen END;
 
 -- Bytes of files of role r ('image' or 'guest_file') that were freed
 -- during the capture, as known from source src: with src 'fiemap_start',
@@ -47,7 +62,9 @@ CREATE OR REPLACE MACRO _map_extents_freed(r, src, moved := []::VARCHAR[]) AS TA
 WITH st AS (
   SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo,
          (logical_bytes + length_bytes)::BIGINT AS hi,
-         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev, shared
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta, disk_dev, shared,
+         CASE WHEN disk_length_bytes IS NOT NULL THEN physical_bytes::BIGINT END AS zp,
+         disk_length_bytes::BIGINT AS zlen
   FROM _map_extents_all WHERE role = r AND source = src),
 now AS (
   SELECT capture_id, dev, ino, logical_bytes::BIGINT AS lo, (logical_bytes + length_bytes)::BIGINT AS hi,
@@ -62,22 +79,23 @@ nowk AS (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi
          FROM now),
 covered AS (  -- each start extent's parts that some extent covers now
               -- (a mapping event's: at its place)
-  SELECT capture_id, dev, ino, lo, hi, delta, disk_dev, greatest(lo, o.lo) AS clo,
+  SELECT capture_id, dev, ino, lo, hi, delta, disk_dev, zp, zlen, greatest(lo, o.lo) AS clo,
          least(hi, o.hi) AS chi
   FROM _overlaps('stk', 'nowk')
   WHERE (src <> 'mapping_events' AND NOT list_contains(moved, capture_id) AND NOT shared)
      OR (o.delta = delta AND o.disk_dev IS NOT DISTINCT FROM disk_dev)),
 gaps AS (     -- (covered to: the furthest end of the parts before; copies may overlap)
-  SELECT capture_id, dev, ino, delta, disk_dev, clo, hi,
+  SELECT capture_id, dev, ino, delta, disk_dev, zp, zlen, clo, hi,
          coalesce(max(chi) OVER (PARTITION BY capture_id, dev, ino, lo, hi, delta, disk_dev
                                  ORDER BY clo, chi
                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), lo) AS covered_to,
          max(chi) OVER (PARTITION BY capture_id, dev, ino, lo, hi, delta, disk_dev) AS last_end
   FROM covered)
-SELECT capture_id, dev, ino, covered_to AS lo, clo AS hi, delta, disk_dev FROM gaps
+SELECT capture_id, dev, ino, covered_to AS lo, clo AS hi, delta, disk_dev, zp, zlen FROM gaps
 WHERE clo > covered_to
 UNION ALL
-SELECT DISTINCT capture_id, dev, ino, last_end, hi, delta, disk_dev FROM gaps WHERE last_end < hi
+SELECT DISTINCT capture_id, dev, ino, last_end, hi, delta, disk_dev, zp, zlen FROM gaps
+WHERE last_end < hi
 UNION ALL
 SELECT st.* EXCLUDE (shared) FROM st   -- (those no extent covers now at all)
 ANTI JOIN covered c ON c.capture_id = st.capture_id AND c.dev = st.dev AND c.ino = st.ino
@@ -105,7 +123,9 @@ WITH st AS (   -- (in image bytes, as _map_image_extents)
   SELECT e.capture_id, e.logical_bytes::BIGINT + coalesce(f.shift, 0) AS lo,
          (e.logical_bytes + e.length_bytes)::BIGINT + coalesce(f.shift, 0) AS hi,
          e.physical_bytes::BIGINT - e.logical_bytes::BIGINT - coalesce(f.shift, 0) AS delta,
-         e.disk_dev
+         e.disk_dev,
+         CASE WHEN e.disk_length_bytes IS NOT NULL THEN e.physical_bytes::BIGINT END AS zp,
+         e.disk_length_bytes::BIGINT AS zlen
   FROM _map_extents_all e LEFT JOIN _base_image_files f ON f.capture_id = e.capture_id AND f.ino = e.ino
   WHERE e.role = 'image' AND e.source = 'fiemap_start'),
 now AS (
@@ -115,7 +135,8 @@ now AS (
 stk AS NOT MATERIALIZED (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, * FROM st),
 nowk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, * FROM now),
 cand AS (
-  SELECT DISTINCT capture_id, greatest(lo, o.lo) AS lo, least(hi, o.hi) AS hi, delta, disk_dev
+  SELECT DISTINCT capture_id, greatest(lo, o.lo) AS lo, least(hi, o.hi) AS hi, delta, disk_dev,
+         zp, zlen
   FROM _overlaps('stk', 'nowk')
   WHERE o.delta <> delta OR o.disk_dev <> disk_dev),
 reach AS (   -- per disk and place: how far the extents starting at or before lo reach
@@ -128,7 +149,7 @@ ASOF LEFT JOIN reach n ON n.capture_id = c.capture_id AND n.disk_dev = c.disk_de
  AND n.delta = c.delta AND c.lo >= n.lo
 WHERE n.reach IS NULL OR n.reach < c.hi
 UNION ALL
-SELECT capture_id, lo, hi, delta, disk_dev, true, placed FROM _map_image_freed;
+SELECT capture_id, lo, hi, delta, disk_dev, zp, zlen, true, placed FROM _map_image_freed;
 
 -- Image bytes freed during the capture (a hole punched: the loop device's
 -- discards), where they were: where the start snapshot had them, or for
@@ -149,7 +170,7 @@ SELECT capture_id, lo, hi, delta, disk_dev, true, placed FROM _map_image_freed;
 -- after.)
 CREATE OR REPLACE VIEW _map_image_freed AS
 SELECT x.capture_id, x.lo + coalesce(f.shift, 0) AS lo, x.hi + coalesce(f.shift, 0) AS hi,
-       x.delta - coalesce(f.shift, 0) AS delta, x.disk_dev,
+       x.delta - coalesce(f.shift, 0) AS delta, x.disk_dev, x.zp, x.zlen,
        x.placed AND x.capture_id IN (SELECT capture_id FROM device_map
                                      WHERE level = 'hostfs' AND fs_type = 'btrfs') AS placed
 FROM (SELECT *, false AS placed FROM _map_extents_freed('image', 'fiemap_start')
@@ -220,14 +241,15 @@ vk AS (
   FROM v),
 w AS (   -- (and the pieces in no extent of the image, as they are)
   SELECT * EXCLUDE (k0, k1, k2, lo, hi, o), o.logical_bytes AS il, o.physical_bytes AS ip,
-         o.disk_dev, greatest(lo, o.lo) AS ps, least(hi, o.hi) AS pt
+         o.disk_dev, greatest(lo, o.lo) AS ps, least(hi, o.hi) AS pt, o.zp, o.zlen
   FROM _overlaps_3('vk', '_map_image_extents_keyed', keep := true))
 SELECT capture_id, io_id, ts_ns, end_ns, op,
        file_offset_bytes + coalesce(ps - image_offset_bytes::BIGINT, 0) AS file_offset_bytes,
        coalesce((pt - ps)::UBIGINT, bytes) AS bytes,
        (vdisk_offset_bytes + coalesce(ps - image_offset_bytes::BIGINT, 0))::UBIGINT AS vdisk_offset_bytes,
        coalesce(ps::UBIGINT, image_offset_bytes) AS image_offset_bytes,
-       (ip + (ps - il))::UBIGINT AS disk_offset_bytes, disk_dev
+       _map_on_disk_off(ps, ip - il, zp)::UBIGINT AS disk_offset_bytes, disk_dev,
+       CASE WHEN ps IS NOT NULL THEN _map_on_disk_len(ps, pt, zlen) END::UBIGINT AS disk_bytes
 FROM w;
 
 -- map_vdisk with image_offset_bytes in image bytes (_base_image_files), as
@@ -239,7 +261,7 @@ WITH r AS (
 rk AS NOT MATERIALIZED (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, s AS lo, t AS hi, * FROM r),
 p AS (
   SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, s, t,
-         greatest(s, o.lo) AS ps, least(t, o.hi) AS pt, o.delta, o.disk_dev
+         greatest(s, o.lo) AS ps, least(t, o.hi) AS pt, o.delta, o.disk_dev, o.zp, o.zlen
   FROM _overlaps('rk', '_map_image_extents_keyed')),
 whole AS (SELECT capture_id, io_id, s FROM p WHERE ps = s AND pt = t),
 holey AS (   -- pieces not inside one extent (few: the rest skip the window)
@@ -255,10 +277,12 @@ holes AS (   -- from the end of what is mapped so far to the next piece
                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s)) AS hs
   FROM edges)
 SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, ps::UBIGINT AS image_offset_bytes,
-       (pt - ps)::UBIGINT AS bytes, (ps + delta)::UBIGINT AS disk_offset_bytes, disk_dev
+       (pt - ps)::UBIGINT AS bytes, _map_on_disk_off(ps, delta, zp)::UBIGINT AS disk_offset_bytes,
+       disk_dev, _map_on_disk_len(ps, pt, zlen)::UBIGINT AS disk_bytes
 FROM p
 UNION ALL
-SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, hs::UBIGINT, (he - hs)::UBIGINT, NULL, NULL
+SELECT capture_id, io_id, start_ns, c_ns, done_by_ns, op, hs::UBIGINT, (he - hs)::UBIGINT, NULL, NULL,
+       NULL
 FROM holes WHERE he > hs;
 
 -- map_disk with image_offset_bytes in image bytes (_base_image_files), as
@@ -268,20 +292,24 @@ WITH d AS NOT MATERIALIZED (   -- (keyed for _overlaps: capture, disk; disk byte
   SELECT capture_id AS k0, dev::UBIGINT AS k1, 0::UBIGINT AS k2, offset_bytes::BIGINT AS lo,
          (offset_bytes + bytes)::BIGINT AS hi, capture_id, io_id, start_ns, d_ns, c_ns, op
   FROM disk_io WHERE bytes > 0),
-ie AS (   -- the image's extents where they are on the disk: delta, disk minus image bytes
+ie AS (   -- the image's extents where they are on the disk: delta, disk minus image
+          -- bytes; il: where a compressed one starts in the image (NULL: byte for byte)
   SELECT capture_id AS k0, disk_dev::UBIGINT AS k1, 0::UBIGINT AS k2, physical_bytes::BIGINT AS lo,
-         (physical_bytes + length_bytes)::BIGINT AS hi,
-         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
+         (physical_bytes + coalesce(disk_length_bytes, length_bytes))::BIGINT AS hi,
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta,
+         CASE WHEN disk_length_bytes IS NOT NULL THEN logical_bytes::BIGINT END AS il
   FROM _map_image_extents),
 m AS (   -- and where they were before they moved
-  SELECT capture_id AS k0, disk_dev::UBIGINT AS k1, 0::UBIGINT AS k2, lo + delta AS lo,
-         hi + delta AS hi, delta
+  SELECT capture_id AS k0, disk_dev::UBIGINT AS k1, 0::UBIGINT AS k2,
+         _map_on_disk_off(lo, delta, zp) AS lo,
+         _map_on_disk_off(lo, delta, zp) + _map_on_disk_len(lo, hi, zlen) AS hi, delta,
+         CASE WHEN zp IS NOT NULL THEN lo END AS il
   FROM _map_image_moved),
 p AS (SELECT * FROM _overlaps('d', 'ie') UNION ALL SELECT * FROM _overlaps_2('d', 'm'))
 SELECT capture_id, io_id, start_ns, d_ns, c_ns, op,
        greatest(lo, o.lo)::UBIGINT AS disk_offset_bytes,
        (least(hi, o.hi) - greatest(lo, o.lo))::UBIGINT AS bytes,
-       (greatest(lo, o.lo) - o.delta)::UBIGINT AS image_offset_bytes
+       coalesce(o.il, greatest(lo, o.lo) - o.delta)::UBIGINT AS image_offset_bytes
 FROM p;
 
 -- The rows of view `t` (capture_id, image_offset_bytes in image bytes,
@@ -311,6 +339,7 @@ LEFT JOIN _base_image_files f
 -- @column image_offset_bytes UBIGINT byte offset in that file of the image's backing chain (image_ino) (NULL: no place in it, see map_vdisk_image)
 -- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL if the image range is unmapped)
 -- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
+-- @column disk_bytes UBIGINT     bytes of the host disk from disk_offset_bytes the piece is read from or written to: bytes, or for a piece of a compressed image extent (a btrfs host) all of that extent's compressed data, where disk_offset_bytes then starts (NULL: no place)
 -- @column image_ino UBIGINT     inode of that file: the image, or a file of its backing chain
 CREATE OR REPLACE VIEW map_vfs AS SELECT * FROM _map_in_files('_map_vfs');
 
@@ -329,6 +358,7 @@ CREATE OR REPLACE VIEW map_vfs AS SELECT * FROM _map_in_files('_map_vfs');
 -- @column bytes UBIGINT          piece length
 -- @column disk_offset_bytes UBIGINT byte offset on the host disk (NULL: a hole in the image)
 -- @column disk_dev UINTEGER      kernel dev_t of that host disk (a host FS on several devices: a row per copy)
+-- @column disk_bytes UBIGINT     bytes of the host disk from disk_offset_bytes the piece is read from or written to: bytes, or for a piece of a compressed image extent (a btrfs host) all of that extent's compressed data, where disk_offset_bytes then starts (NULL: a hole)
 -- @column image_ino UBIGINT     inode of that file: the image, or a file of its backing chain
 CREATE OR REPLACE VIEW map_vdisk AS SELECT * FROM _map_in_files('_map_vdisk');
 
@@ -343,6 +373,6 @@ CREATE OR REPLACE VIEW map_vdisk AS SELECT * FROM _map_in_files('_map_vdisk');
 -- @column op VARCHAR             read, write, ...
 -- @column disk_offset_bytes UBIGINT start of the piece on the disk
 -- @column bytes UBIGINT          piece length
--- @column image_offset_bytes UBIGINT where the piece is in the image file (image_ino)
+-- @column image_offset_bytes UBIGINT where the piece is in the image file (image_ino); a piece of a compressed extent's data (a btrfs host): where that extent starts, every byte of it being read from all of its data
 -- @column image_ino UBIGINT     inode of that file: the image, or a file of its backing chain
 CREATE OR REPLACE VIEW map_disk AS SELECT * FROM _map_in_files('_map_disk');

@@ -26,7 +26,8 @@ from .errors import RecordError
 from .fsjournal import JournalError, journal_rows, unknown_warning
 from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
-from .stack import (Stack, StackError, btrfs_layout, extent_rows, file_id, kdev_str, map_extent_rows,
+from .stack import (FIEMAP_EXTENT_ENCODED, BtrfsFileExtent, Stack, StackError, btrfs_layout,
+                    extent_rows, file_id, kdev_str, map_extent_rows,
                     mount_block_dev, mount_containing, traced_at)
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
@@ -367,8 +368,9 @@ BTRFS_LOGICAL_SOURCES = [6, 9]
 def btrfs_placed_extents(live: LiveCapture) -> list[dict]:
     """The btrfs ordered extents and looked-up extents among a capture's
     mapping events, each once (dev, ino, file_offset_bytes, disk_bytes:
-    btrfs logical bytes, length_bytes), sorted."""
-    cols = ["dev", "ino", "file_offset_bytes", "disk_bytes", "length_bytes"]
+    btrfs logical bytes, length_bytes, disk_length_bytes: a compressed
+    extent's compressed length, else 0), sorted."""
+    cols = ["dev", "ino", "file_offset_bytes", "disk_bytes", "length_bytes", "disk_length_bytes"]
     parts = [b.filter(pc.is_in(b.column("source"), pa.array(BTRFS_LOGICAL_SOURCES, pa.uint16())))
              .select(cols)
              for b in live.batches("mapping_events")]
@@ -417,12 +419,17 @@ def placed_extent_rows(placed: list[tuple[dict, str]], role: str, capture_id: st
                        disk_kdev: int, chunks, devices) -> list[dict]:
     """extent_maps rows of phase `events` for btrfs ordered and looked-up
     extents (btrfs_placed_extents rows, each with its file's path), mapped through
-    the chunk tree onto the disks below: one per copy and per stripe."""
+    the chunk tree onto the disks below: one per copy and per stripe.  A
+    compressed one is flagged FIEMAP_EXTENT_ENCODED, as FIEMAP has it,
+    with its compressed data's length (disk_length_bytes)."""
     rows = []
     for r, path in placed:
-        rows += map_extent_rows([(r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"], 0)],
+        off, disk, ln, zlen = (r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"],
+                               r.get("disk_length_bytes") or 0)
+        z = {off: BtrfsFileExtent(off, ln, disk, zlen, 0, 1)} if zlen else None
+        rows += map_extent_rows([(off, disk, ln, FIEMAP_EXTENT_ENCODED if zlen else 0)],
                                 path, r["dev"], r["ino"], role, "events", capture_id,
-                                disk_kdev, chunks, devices)
+                                disk_kdev, chunks, devices, z)
     return rows
 
 

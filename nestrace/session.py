@@ -47,8 +47,8 @@ LINKS_INPUTS = ["_base_image_files", "_map_image_cluster", "map_extents", "_map_
 LINKS_CACHE = ["_block_requests_core", *LINKS_INPUTS, "_map_disk", "links"]
 # one I/O followed (Session.follow_io, `nestrace follow`): capture, level, io_id
 FOLLOW_SQL = "SELECT * FROM follow_io(?, ?, ?)"
-# small store tables that gained columns after stores were first written
-GROWN = ("device_map", "capture_meta", "extent_maps")
+# store tables that gained columns after stores were first written
+GROWN = ("device_map", "capture_meta", "extent_maps", "mapping_events")
 
 
 def _quiet(con) -> None:

@@ -264,9 +264,11 @@ struct {
 	__type(value, __u8);
 } seen_maps SEC(".maps");
 
-static __always_inline int map__emit(struct inode *inode, __u64 file_off,
-				     __u64 disk, __u64 len, __u16 type,
-				     __u16 source, __u32 flags, const bool btf)
+/* zlen: a compressed extent's (btrfs): the bytes at disk that hold all
+ * of its len bytes, compressed; 0 for a byte-for-byte mapping */
+static __always_inline int map__emit_z(struct inode *inode, __u64 file_off,
+				       __u64 disk, __u64 len, __u32 zlen, __u16 type,
+				       __u16 source, __u32 flags, const bool btf)
 {
 	struct nt_mapping_event *e;
 	struct map_key k = {};
@@ -296,9 +298,16 @@ static __always_inline int map__emit(struct inode *inode, __u64 file_off,
 	e->map_type = type;
 	e->source = source;
 	e->flags = flags;
-	e->_pad0 = 0;
+	e->disk_length_bytes = zlen;
 	record__submit(e);
 	return 0;
+}
+
+static __always_inline int map__emit(struct inode *inode, __u64 file_off,
+				     __u64 disk, __u64 len, __u16 type,
+				     __u16 source, __u32 flags, const bool btf)
+{
+	return map__emit_z(inode, file_off, disk, len, 0, type, source, flags, btf);
 }
 
 /* Mapped extents that existed before are in the FIEMAP snapshots; report
@@ -322,17 +331,17 @@ NT_TWIN(iomap_iter_srcmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, s
  * writes: copy-on-write, a new place each time) in an ordered extent: the
  * file range and where it goes, in btrfs logical bytes (record maps them
  * through the chunk tree to the devices, as the FIEMAP snapshots).  A
- * compressed extent is no byte-for-byte mapping: left out. */
+ * compressed one is no byte-for-byte mapping: its compressed length goes
+ * with it (disk_length_bytes), the whole of which any byte of it is in. */
 NT_TWIN(btrfs_ordered_extent_add)
 {
 	struct btrfs_inode *bi = ARG(0, struct btrfs_inode *);
 	struct btrfs_ordered_extent *o = ARG(1, struct btrfs_ordered_extent *);
+	__u32 zlen = RD1(btf, o, compress_type) ? (__u32)RD1(btf, o, disk_num_bytes) : 0;
 
-	if (RD1(btf, o, compress_type))
-		return 0;
-	return map__emit(btf ? &bi->vfs_inode : __builtin_preserve_access_index(&bi->vfs_inode),
-			 RD1(btf, o, file_offset), RD1(btf, o, disk_bytenr), RD1(btf, o, num_bytes),
-			 NT_IOMAP_MAPPED, M_BTRFS_ORDERED_EXTENT, (__u32)RD1(btf, o, flags), btf);
+	return map__emit_z(btf ? &bi->vfs_inode : __builtin_preserve_access_index(&bi->vfs_inode),
+			   RD1(btf, o, file_offset), RD1(btf, o, disk_bytenr), RD1(btf, o, num_bytes),
+			   zlen, NT_IOMAP_MAPPED, M_BTRFS_ORDERED_EXTENT, (__u32)RD1(btf, o, flags), btf);
 }
 
 /* ext2/3/4 buffered I/O and writeback map blocks here (ret = blocks):
@@ -460,8 +469,9 @@ NT_TWIN(xfs_reflink_cow_remap_from)
  * is found at its source's place through this.  In btrfs logical bytes,
  * like the ordered extents (record maps both through the chunk tree).
  * Only the extent_map of Linux 6.11 on (disk_bytenr and offset; before,
- * block_start): on an older kernel, nothing.  Holes, inline and
- * compressed extents are no byte-for-byte place: left out. */
+ * block_start): on an older kernel, nothing.  Holes and inline extents
+ * have no place: left out; a compressed one is where its compressed data
+ * starts, with that data's length (disk_length_bytes). */
 #define NT_EXTENT_MAP_LAST_BYTE ((__u64)-4)
 #define NT_EM_COMPRESSED (EXTENT_FLAG_COMPRESS_ZLIB | EXTENT_FLAG_COMPRESS_LZO | EXTENT_FLAG_COMPRESS_ZSTD)
 NT_TWIN(btrfs_get_extent)
@@ -475,8 +485,14 @@ NT_TWIN(btrfs_get_extent)
 		return 0;
 	disk = RD1(btf, em, disk_bytenr);
 	flags = RD1(btf, em, flags);
-	if (disk >= NT_EXTENT_MAP_LAST_BYTE || (flags & NT_EM_COMPRESSED))
+	if (disk >= NT_EXTENT_MAP_LAST_BYTE)
 		return 0;
+	if (flags & NT_EM_COMPRESSED)
+		return map__emit_z(btf ? (struct inode *)&bi->vfs_inode
+				       : (struct inode *)__builtin_preserve_access_index(&bi->vfs_inode),
+				   RD1(btf, em, start), disk, RD1(btf, em, len),
+				   (__u32)RD1(btf, em, disk_num_bytes), NT_IOMAP_MAPPED,
+				   M_BTRFS_GET_EXTENT, flags, btf);
 	return map__emit(btf ? (struct inode *)&bi->vfs_inode
 			     : (struct inode *)__builtin_preserve_access_index(&bi->vfs_inode),
 			 RD1(btf, em, start), disk + RD1(btf, em, offset), RD1(btf, em, len),

@@ -2017,13 +2017,19 @@ def test_reads_of_a_compressed_image_are_tied_to_the_compressed_data_they_read(l
 def test_compressed_data_the_host_placed_and_moved_during_the_capture_is_found(lab_factory,
                                                                                tmp_path):
     """The same compressing btrfs host: 16 MiB written twice during the
-    capture, each time through both page caches with an fsync.  The first
-    write's compressed extents were moved by the second (copy-on-write):
-    no snapshot has them, only btrfs's ordered extents, which since
+    capture, each time through both page caches with an fsync, and read
+    in between (caches dropped, O_DIRECT in the guest).  The first write's
+    compressed extents were moved by the second (copy-on-write): no
+    snapshot has them, only btrfs's ordered extents, which since
     2026-11-27 carry a compressed extent's compressed length too
     (mapping_events.disk_length_bytes; before, compressed ones made no
     event).  Before, the host disk's writes of the first copy were
-    unattributed ('journal', by their flags)."""
+    unattributed ('journal', by their flags).  The read went through the
+    host's page cache (btrfs reads compressed extents buffered), whose
+    readahead ran ahead of the virtual disk's requests; btrfs reads a
+    compressed extent with a bio of its own, without REQ_RAHEAD: those
+    reads were 'other', and are now readahead by the host FS's readahead
+    events on the image."""
     lab = lab_factory("ext4", "btrfs", guest_dio="off", host_dio="on", host_compress=True)
     f = f"{lab.mount}/t"
     subprocess.run(["sh", "-c", f"yes 'nestrace compresses this line 0123456789' "
@@ -2031,7 +2037,9 @@ def test_compressed_data_the_host_placed_and_moved_during_the_capture_is_found(l
     drop_caches()
     write = "yes '{}' | head -c 16M | dd of={} bs=1M conv=notrunc,fsync status=none && sync"
     run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", "sh", "-c",
-            write.format("a second compressible line 987654321", f) + " && "
+            write.format("a second compressible line 987654321", f)
+            + f" && echo 3 > /proc/sys/vm/drop_caches && dd if={f} of=/dev/null bs=64k "
+            "count=256 iflag=direct status=none && "
             + write.format("and a third one 5555555555", f))
     s = nestrace.open(tmp_path / "s")
     z = s.rows("SELECT count(*) AS n FROM mapping_events WHERE source = 6 "
@@ -2045,4 +2053,10 @@ def test_compressed_data_the_host_placed_and_moved_during_the_capture_is_found(l
     assert {k for k, tied in by if not tied} == set(), by
     # two compressed copies of 16 MiB of text: far fewer bytes on the disk
     assert 2 * (16 << 20) // 64 < by[("writeback", True)] < 16 << 20, by
+    reads = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
+        "SELECT l.kind, l.upper_id IS NOT NULL AS tied, sum(l.bytes) AS b FROM links l "
+        "JOIN disk_io d ON d.capture_id = l.capture_id AND d.io_id = l.lower_id "
+        "WHERE l.lower_level = 'disk' AND d.op = 'read' GROUP BY ALL")}
+    assert reads.get(("readahead", False), 0) > 0, reads
+    assert {k for k, tied in reads if not tied} <= {"readahead", "metadata"}, reads
     assert_losses_counted(s)

@@ -2009,3 +2009,39 @@ def test_depth_histogram_uses_vscsistats_bins():
     times = s.rows("SELECT list(_depth_time_bin(ns) ORDER BY ns) AS b FROM (VALUES (1000), (1001), "
                    "(100000000), (100000001)) t(ns)")[0]["b"]
     assert times == [1, 10, 100000, None]
+
+
+def test_a_compressed_image_extent_is_read_whole_from_its_compressed_data():
+    """A btrfs host compressing the image: image bytes [4 MiB, 4 MiB + 128
+    KiB) are 8 KiB of compressed data at 200 MiB on the disk
+    (extent_maps.disk_length_bytes), and any byte of them is read by
+    reading all 8 KiB.  A 4 KiB read of the guest file inside it maps to
+    those 8 KiB (map_vdisk.disk_bytes) and the disk read of them is tied
+    to it whole; a host-disk read there no virtual-disk request explains,
+    without REQ_RAHEAD (btrfs's compressed-read bio drops it), is
+    readahead when the host FS's readahead of the image covered those
+    bytes just before, else other."""
+    ext = extents(image=((0, 100 * MiB, 4 * MiB), (4 * MiB + 128 * 1024, 104 * MiB + 128 * 1024,
+                                                    60 * MiB - 128 * 1024)))
+    ext.append(ext[-1] | {"logical_bytes": 4 * MiB, "physical_bytes": 200 * MiB,
+                          "length_bytes": 128 * 1024, "flags": 8, "disk_length_bytes": 8192})
+    s = session(extent_maps=ext,
+                vfs_events=[vfs(100, 900, off=8192, f_flags=0o40000)],
+                block_events=request(200, 210, 900, VDISK, 4 * MiB + 8192, 4096, rq=1, bio=11)
+                + request(310, 320, 800, DISK, 200 * MiB, 8192, rq=2, bio=12)
+                + request(5000, 5010, 5100, DISK, 200 * MiB, 8192, rq=3, bio=13)
+                + request(10**8, 10**8 + 10, 10**8 + 100, DISK, 200 * MiB, 8192, rq=4, bio=14),
+                hostfs_events=[hostfs(300, 4 * MiB + 8192, 4096, source=3, flags=1)],
+                pagecache_events=[pagecache(4900, (4 * MiB) // 4096, 32, 5, ino=131, dev=HOSTFS)])
+    assert s.rows("SELECT image_offset_bytes, bytes, disk_offset_bytes, disk_bytes FROM map_vdisk") \
+        == [{"image_offset_bytes": 4 * MiB + 8192, "bytes": 4096, "disk_offset_bytes": 200 * MiB,
+             "disk_bytes": 8192}]
+    assert s.rows("SELECT disk_offset_bytes, bytes, image_offset_bytes FROM map_disk "
+                  "ORDER BY start_ns") == [
+        {"disk_offset_bytes": 200 * MiB, "bytes": 8192, "image_offset_bytes": 4 * MiB}] * 3
+    assert s.rows("SELECT d.start_ns, l.kind, l.bytes, l.upper_id IS NOT NULL AS tied FROM links l "
+                  "JOIN disk_io d ON d.io_id = l.lower_id WHERE l.lower_level = 'disk' "
+                  "ORDER BY d.start_ns") == [
+        {"start_ns": 310, "kind": "sync", "bytes": 8192, "tied": True},
+        {"start_ns": 5000, "kind": "readahead", "bytes": 8192, "tied": False},
+        {"start_ns": 10**8, "kind": "other", "bytes": 8192, "tied": False}]

@@ -297,6 +297,41 @@ b AS (SELECT capture_id, io_id, ts_ns, end_ns, unnest(_blocks(vs, vt - vs)) AS b
 SELECT _links_key(c.ck, 0, 0, b.blk) AS k, b.ts_ns AS h_ns, b.end_ns AS h_end, b.io_id AS h_id
 FROM b JOIN _links_captures c USING (capture_id);
 
+-- The host FS's readahead of the image (the reads readahead makes:
+-- unbounded, 5, and large-folio order, 6), carried through the image's
+-- extents onto the host disks (links' disk space), keyed as host-disk
+-- reads.  A host-disk read no virtual-disk request explains, of a block
+-- such a readahead covered at most 50 ms before, is readahead even
+-- without REQ_RAHEAD: btrfs reads a compressed extent with a bio of its
+-- own, which drops the flag.
+CREATE OR REPLACE VIEW _links_host_ra AS
+SELECT p.capture_id, p.ts_ns, (p.index * 4096)::BIGINT + f.shift AS s,
+       ((p.index + p.nr_pages) * 4096)::BIGINT + f.shift AS t
+FROM pagecache_events p
+JOIN device_map m ON m.capture_id = p.capture_id AND m.dev = p.dev AND m.level = 'hostfs'
+JOIN _base_image_files f ON f.capture_id = p.capture_id AND f.ino = p.ino
+WHERE p.event IN (5, 6) AND p.nr_pages > 0;
+
+-- (through where the image's extents are at the end, and where moved
+-- bytes were before: _map_image_moved, as _links_upper_moved)
+CREATE OR REPLACE VIEW _links_host_ra_keyed AS
+WITH rk AS NOT MATERIALIZED (
+  SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, s AS lo, t AS hi, capture_id, ts_ns
+  FROM _links_host_ra),
+mk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev, zp, zlen
+       FROM _map_image_moved),
+p AS (
+  SELECT capture_id, ts_ns, u_off, u_len FROM _links_onto_disks('_links_host_ra')
+  UNION ALL
+  SELECT q.capture_id, q.ts_ns,
+         _map_on_disk_off(greatest(q.lo, q.o.lo), q.o.delta, q.o.zp) + x.shift,
+         _map_on_disk_len(greatest(q.lo, q.o.lo), least(q.hi, q.o.hi), q.o.zlen)
+  FROM _overlaps_2('rk', 'mk') q
+  JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev)
+SELECT _links_key(c.ck, 2, 0, b.blk) AS k, b.ts_ns AS ra_ns
+FROM (SELECT capture_id, ts_ns, unnest(_blocks(u_off, u_len)) AS blk FROM p) b
+JOIN _links_captures c USING (capture_id);
+
 -- Stores through shared mappings of guest files (no system call): the
 -- folios a user-mode page fault dirtied, carried onto virtual-disk blocks.
 -- A virtual-disk write of a block a store dirtied after the last write
@@ -539,6 +574,8 @@ out AS (
   SELECT r.ck, r.hop, r.lower_id, CASE WHEN r.l_start <= h.h_end THEN h.h_id END,
          CASE WHEN r.l_start <= h.h_end THEN 'hint'
               WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
+              WHEN r.hop = 2 AND r.lop = 0 AND r.l_flags & 2 = 0
+                   AND r.l_start - a.ra_ns <= 50000000 THEN 'readahead'
               WHEN r.s_ns IS NOT NULL THEN 'store'
               WHEN r.l_zeroes THEN 'zeroes'
               WHEN o.role = 'nestrace_store' THEN 'nestrace'
@@ -559,6 +596,8 @@ out AS (
   -- (the hints' keys are virtual-disk reads': no other row matches)
   ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
   ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
+  -- (the host readahead's keys are host-disk reads': no other row matches)
+  ASOF LEFT JOIN _links_host_ra_keyed a ON a.k = r.k AND r.l_start >= a.ra_ns
   LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1
   LEFT JOIN placed o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1
   LEFT JOIN journaled j ON j.ck = r.ck AND j.hop = r.hop)
@@ -596,7 +635,9 @@ JOIN _links_captures c USING (ck);
 -- an xfs internal log), and on such a disk the other writes are
 -- metadata (REQ_META) or writeback (jbd2's checkpoint of journaled
 -- blocks to their home is REQ_SYNC alone, as its journal writes are);
--- else readahead,
+-- kind readahead: a host-disk read of a block the host FS's readahead of
+-- the image covered at most 50 ms before (a btrfs host's compressed
+-- extents are read without REQ_RAHEAD); else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
 -- and flags (there a REQ_SYNC write counts as journal), and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
 -- metadata; another host-FS write is other, not writeback).  bytes are exact overlaps of the mapped ranges,

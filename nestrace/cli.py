@@ -176,11 +176,13 @@ def _onoff(_ctx, _param, value: str) -> bool:
 @click.option("--host-compress", is_flag=True, help="A btrfs host compressing what it writes "
               "(compress-force=zstd), the image made without preallocated extents so that "
               "its data written through the host page cache is compressed.")
+@click.option("--guest-compress", is_flag=True, help="A btrfs guest compressing what it "
+              "writes (compress-force=zstd; Fedora's btrfs default is compress=zstd:1).")
 @user_errors
 @needs_root
 def lab_up(name, guest_fs, host_fs, image_size, disk_size, guest_dio, host_dio,
            guest_block_size, host_block_size, fragment_image, partitions, host_disks,
-           host_profile, host_discard, guest_discard, host_compress) -> None:
+           host_profile, host_discard, guest_discard, host_compress, guest_compress) -> None:
     """Build a nested stack; print the guest mount point."""
     cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, image_size=parse_size(image_size),
                     disk_size=parse_size(disk_size) if disk_size else 0,
@@ -189,7 +191,7 @@ def lab_up(name, guest_fs, host_fs, image_size, disk_size, guest_dio, host_dio,
                     fragment_image=fragment_image, partitions=partitions,
                     host_disks=host_disks, host_profile=host_profile,
                     host_discard=host_discard, guest_discard=guest_discard,
-                    host_compress=host_compress, name=name)
+                    host_compress=host_compress, guest_compress=guest_compress, name=name)
     st = Lab(name).up(cfg)
     click.echo(st["guest_mount"])
 
@@ -282,6 +284,8 @@ def capture_options(f):
               "(see lab up).")
 @click.option("--host-compress", is_flag=True, help="btrfs host compressing the image "
               "(see lab up).")
+@click.option("--guest-compress", is_flag=True, help="btrfs guest compressing its files "
+              "(see lab up).")
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
               help="Rounds of the whole matrix.")
 @click.option("--prepare", default=None, help="Shell command run on each stack before "
@@ -293,8 +297,8 @@ def capture_options(f):
 @needs_btf
 def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size,
             guest_block_size, host_block_size, fragment_image, partitions, host_disks,
-            host_profile, host_discard, guest_discard, host_compress, repeat, prepare,
-            ringbuf_kb, flush_ms, mode, all_hooks, agent_cpus, command) -> None:
+            host_profile, host_discard, guest_discard, host_compress, guest_compress, repeat,
+            prepare, ringbuf_kb, flush_ms, mode, all_hooks, agent_cpus, command) -> None:
     """Run CMD on every stack of a guest FS x host FS (x dio modes) matrix,
     each built fresh, recorded into STORE and torn down; then print them
     side by side.  CMD runs in the guest mount ({guest} in an argument is
@@ -315,7 +319,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
                      fragment_image=fragment_image, partitions=partitions,
                      host_disks=host_disks, host_profile=host_profile,
                      host_discard=host_discard, guest_discard=guest_discard,
-                     host_compress=host_compress)
+                     host_compress=host_compress, guest_compress=guest_compress)
     todo = matrix.cells(matrix.parse_list(guest_fs, FILESYSTEMS, "--guest-fs"),
                         matrix.parse_list(host_fs, FILESYSTEMS, "--host-fs"),
                         [v == "on" for v in matrix.parse_list(guest_dio, onoff, "--guest-dio")],

@@ -130,6 +130,7 @@ class LabConfig:
     host_profile: str = ""          # btrfs data profile (single, dup, raid0, raid1, raid10, raid5, ...)
     host_discard: bool = False      # mount the host FS with online discard
     host_compress: bool = False     # a btrfs host compressing the image's data (zstd)
+    guest_compress: bool = False    # a btrfs guest compressing its files' data (zstd)
     guest_discard: bool = False     # mount the guest FS with online discard
     name: str = "default"
 
@@ -148,6 +149,8 @@ class LabConfig:
             raise LabError("--host-disks and --host-profile lay out a btrfs host (--host-fs btrfs)")
         if self.host_compress and self.host_fs != "btrfs":
             raise LabError("--host-compress is btrfs's compression (--host-fs btrfs)")
+        if self.guest_compress and self.guest_fs != "btrfs":
+            raise LabError("--guest-compress is btrfs's compression (--guest-fs btrfs)")
         if self.host_compress and self.fragment_image:
             raise LabError("--host-compress and --fragment-image: the image is written "
                            "whole either way; choose one")
@@ -249,8 +252,8 @@ class Lab:
                 _run(mkfs_cmd(cfg.guest_fs, guest_dev, cfg.guest_block_size),
                      f"mkfs.{cfg.guest_fs} (guest)")
             self.guest_mount.mkdir(parents=True, exist_ok=True)
-            _run(mount_cmd(cfg.guest_fs, guest_dev, self.guest_mount, cfg.guest_discard),
-                 "mounting the guest FS")
+            _run(mount_cmd(cfg.guest_fs, guest_dev, self.guest_mount, cfg.guest_discard,
+                           cfg.guest_compress), "mounting the guest FS")
             self._step(st, "mount", path=str(self.guest_mount), role="guest")
             st.update(guest_mount=str(self.guest_mount), host_mount=str(self.host_mount),
                       vdisk=vdisk, disk=disk, image=str(image), disk_file=str(disk_file))

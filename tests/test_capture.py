@@ -2060,3 +2060,39 @@ def test_compressed_data_the_host_placed_and_moved_during_the_capture_is_found(l
     assert reads.get(("readahead", False), 0) > 0, reads
     assert {k for k, tied in reads if not tied} <= {"readahead", "metadata"}, reads
     assert_losses_counted(s)
+
+
+def test_reads_of_a_compressing_btrfs_guests_files_are_tied_to_their_compressed_data(
+        lab_factory, tmp_path):
+    """A btrfs guest that compresses (`lab up --guest-compress`,
+    compress-force=zstd; Fedora's btrfs default is compress=zstd:1): a
+    file of text is 128 KiB extents of a few KiB each on the virtual disk.
+    4 KiB O_DIRECT random reads (btrfs serves a compressed extent through
+    its page cache), then, caches dropped, a buffered sequential read,
+    whose readahead btrfs reads without REQ_RAHEAD.  Before (2026-11-27)
+    the guest file's extents were carried onto the virtual disk byte for
+    byte: 95 % of the random reads' virtual-disk bytes were 'other', and
+    the sequential read's readahead 'other' too; now every read is tied
+    to its compressed data (extent_maps.disk_length_bytes, from the
+    guest's extent items), and the readahead is found by the guest FS's
+    readahead events."""
+    lab = lab_factory("btrfs", "xfs", guest_compress=True)
+    f = f"{lab.mount}/t"
+    subprocess.run(["sh", "-c", f"yes 'nestrace compresses this line 0123456789' "
+                    f"| head -c 64M > {f} && sync"], check=True)
+    drop_caches()
+    run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", "sh", "-c",
+            f"fio --name=r --filename={f} --rw=randread --bs=4k --direct=1 --size=64M "
+            f"--io_size=4M --output=/dev/null && echo 3 > /proc/sys/vm/drop_caches && "
+            f"dd if={f} of=/dev/null bs=64k count=256 status=none")
+    s = nestrace.open(tmp_path / "s")
+    z = s.rows("SELECT count(*) AS n, sum(length_bytes) AS logical, sum(disk_length_bytes) AS disk "
+               "FROM extent_maps WHERE role = 'guest_file' AND phase = 'end' "
+               "AND disk_length_bytes IS NOT NULL")[0]
+    assert z["n"] >= 500 and z["disk"] * 4 < z["logical"], z
+    by = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
+        "SELECT kind, attributed AS tied, sum(bytes) AS b FROM links_summary "
+        "WHERE lower_level = 'vdisk' GROUP BY ALL")}
+    assert {k for k, tied in by if not tied} <= {"readahead", "metadata"}, by
+    assert by.get(("readahead", False), 0) > 0 and by[("sync", True)] > 1 << 20, by
+    assert_losses_counted(s)

@@ -260,7 +260,9 @@ WITH pk AS NOT MATERIALIZED (
 p AS (
   SELECT capture_id, ts_ns, vs, vt FROM _map_into_vdisk(t)
   UNION ALL
-  SELECT capture_id, ts_ns, greatest(off, o.lo) + o.delta, least(stop, o.hi) + o.delta
+  SELECT capture_id, ts_ns, _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp),
+         _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp)
+         + _map_on_disk_len(greatest(off, o.lo), least(stop, o.hi), o.zlen)
   FROM _overlaps_2('pk', '_map_guest_freed')),
 b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk FROM p)
 SELECT _links_key(c.ck, 0, op, b.blk) AS k, b.ts_ns
@@ -291,30 +293,43 @@ WITH hk AS NOT MATERIALIZED (
 p AS (
   SELECT capture_id, io_id, ts_ns, end_ns, vs, vt FROM _map_into_vdisk('_links_hints')
   UNION ALL
-  SELECT capture_id, io_id, ts_ns, end_ns, greatest(off, o.lo) + o.delta, least(stop, o.hi) + o.delta
+  SELECT capture_id, io_id, ts_ns, end_ns, _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp),
+         _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp)
+         + _map_on_disk_len(greatest(off, o.lo), least(stop, o.hi), o.zlen)
   FROM _overlaps_2('hk', '_map_guest_freed')),
 b AS (SELECT capture_id, io_id, ts_ns, end_ns, unnest(_blocks(vs, vt - vs)) AS blk FROM p)
 SELECT _links_key(c.ck, 0, 0, b.blk) AS k, b.ts_ns AS h_ns, b.end_ns AS h_end, b.io_id AS h_id
 FROM b JOIN _links_captures c USING (capture_id);
 
--- The host FS's readahead of the image (the reads readahead makes:
--- unbounded, 5, and large-folio order, 6), carried through the image's
--- extents onto the host disks (links' disk space), keyed as host-disk
--- reads.  A host-disk read no virtual-disk request explains, of a block
--- such a readahead covered at most 50 ms before, is readahead even
--- without REQ_RAHEAD: btrfs reads a compressed extent with a bio of its
--- own, which drops the flag.
-CREATE OR REPLACE VIEW _links_host_ra AS
-SELECT p.capture_id, p.ts_ns, (p.index * 4096)::BIGINT + f.shift AS s,
-       ((p.index + p.nr_pages) * 4096)::BIGINT + f.shift AS t
+-- The file systems' readahead (the reads readahead makes: unbounded, 5,
+-- and large-folio order, 6): the guest FS's of guest files, carried
+-- through their extents onto the virtual disk (as page faults are:
+-- _links_pages_keyed), and the host FS's of the image, through the
+-- image's extents onto the host disks (links' disk space), keyed as
+-- reads at those hops.  A read no upper request explains, of a block such
+-- a readahead covered at most 50 ms before, is readahead even without
+-- REQ_RAHEAD: btrfs reads a compressed extent with a bio of its own,
+-- which drops the flag.
+CREATE OR REPLACE VIEW _links_ra AS
+SELECT p.capture_id, m.level, p.dev, p.ino, p.ts_ns, (p.index * 4096)::BIGINT AS off,
+       ((p.index + p.nr_pages) * 4096)::BIGINT AS stop
 FROM pagecache_events p
-JOIN device_map m ON m.capture_id = p.capture_id AND m.dev = p.dev AND m.level = 'hostfs'
-JOIN _base_image_files f ON f.capture_id = p.capture_id AND f.ino = p.ino
+JOIN device_map m ON m.capture_id = p.capture_id AND m.dev = p.dev
+                 AND m.level IN ('vfs', 'hostfs')
 WHERE p.event IN (5, 6) AND p.nr_pages > 0;
 
--- (through where the image's extents are at the end, and where moved
+CREATE OR REPLACE VIEW _links_guest_ra AS
+SELECT capture_id, dev, ino, ts_ns, off, stop FROM _links_ra WHERE level = 'vfs';
+
+-- (the image's: in image bytes, _base_image_files)
+CREATE OR REPLACE VIEW _links_host_ra AS
+SELECT r.capture_id, r.ts_ns, r.off + f.shift AS s, r.stop + f.shift AS t
+FROM _links_ra r JOIN _base_image_files f ON f.capture_id = r.capture_id AND f.ino = r.ino
+WHERE r.level = 'hostfs';
+
+-- (the image's through where its extents are at the end, and where moved
 -- bytes were before: _map_image_moved, as _links_upper_moved)
-CREATE OR REPLACE VIEW _links_host_ra_keyed AS
+CREATE OR REPLACE VIEW _links_ra_keyed AS
 WITH rk AS NOT MATERIALIZED (
   SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, s AS lo, t AS hi, capture_id, ts_ns
   FROM _links_host_ra),
@@ -330,7 +345,9 @@ p AS (
   JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev)
 SELECT _links_key(c.ck, 2, 0, b.blk) AS k, b.ts_ns AS ra_ns
 FROM (SELECT capture_id, ts_ns, unnest(_blocks(u_off, u_len)) AS blk FROM p) b
-JOIN _links_captures c USING (capture_id);
+JOIN _links_captures c USING (capture_id)
+UNION ALL
+SELECT k, ts_ns FROM _links_pages_keyed('_links_guest_ra', 0);
 
 -- Stores through shared mappings of guest files (no system call): the
 -- folios a user-mode page fault dirtied, carried onto virtual-disk blocks.
@@ -504,7 +521,7 @@ reach AS (    -- guest files' extents on the virtual disk (hop 0), and the
               -- or before lo reach
   SELECT ck, hop, lo, max(max(hi)) OVER (PARTITION BY ck, hop ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
   FROM (SELECT c.ck, 0::UTINYINT AS hop, e.physical_bytes::BIGINT AS lo,
-               (e.physical_bytes + e.length_bytes)::BIGINT AS hi
+               (e.physical_bytes + coalesce(e.disk_length_bytes, e.length_bytes))::BIGINT AS hi
         FROM map_extents e JOIN _links_captures c USING (capture_id)
         WHERE e.role = 'guest_file'
         UNION ALL
@@ -574,7 +591,7 @@ out AS (
   SELECT r.ck, r.hop, r.lower_id, CASE WHEN r.l_start <= h.h_end THEN h.h_id END,
          CASE WHEN r.l_start <= h.h_end THEN 'hint'
               WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
-              WHEN r.hop = 2 AND r.lop = 0 AND r.l_flags & 2 = 0
+              WHEN r.hop IN (0, 2) AND r.lop = 0 AND r.l_flags & 2 = 0
                    AND r.l_start - a.ra_ns <= 50000000 THEN 'readahead'
               WHEN r.s_ns IS NOT NULL THEN 'store'
               WHEN r.l_zeroes THEN 'zeroes'
@@ -596,8 +613,8 @@ out AS (
   -- (the hints' keys are virtual-disk reads': no other row matches)
   ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
   ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
-  -- (the host readahead's keys are host-disk reads': no other row matches)
-  ASOF LEFT JOIN _links_host_ra_keyed a ON a.k = r.k AND r.l_start >= a.ra_ns
+  -- (the readahead's keys are virtual- and host-disk reads': no other row matches)
+  ASOF LEFT JOIN _links_ra_keyed a ON a.k = r.k AND r.l_start >= a.ra_ns
   LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1
   LEFT JOIN placed o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1
   LEFT JOIN journaled j ON j.ck = r.ck AND j.hop = r.hop)
@@ -635,9 +652,10 @@ JOIN _links_captures c USING (ck);
 -- an xfs internal log), and on such a disk the other writes are
 -- metadata (REQ_META) or writeback (jbd2's checkpoint of journaled
 -- blocks to their home is REQ_SYNC alone, as its journal writes are);
--- kind readahead: a host-disk read of a block the host FS's readahead of
--- the image covered at most 50 ms before (a btrfs host's compressed
--- extents are read without REQ_RAHEAD); else readahead,
+-- kind readahead: a virtual- or host-disk read of a block the guest FS's
+-- readahead of a guest file, or the host FS's of the image, covered at
+-- most 50 ms before (btrfs reads compressed extents without REQ_RAHEAD);
+-- else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
 -- and flags (there a REQ_SYNC write counts as journal), and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,
 -- metadata; another host-FS write is other, not writeback).  bytes are exact overlaps of the mapped ranges,

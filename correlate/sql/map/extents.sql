@@ -12,9 +12,9 @@
 -- phase events.  disk_length_bytes: a compressed extent's (btrfs), whose
 -- bytes are not on the disk byte for byte: physical_bytes is where its
 -- compressed data starts, and any byte of the extent is read from all of
--- it (an image's only: a compressed guest file's extents, and an encoded
--- extent without it, from a store written before, are left out: they
--- have no place links can use).
+-- it (an encoded extent without it, from a store written before or the
+-- agent's snapshot in a VM guest, is left out: it has no place links can
+-- use).
 CREATE OR REPLACE VIEW _map_extents_all AS
 WITH snap AS (
   SELECT capture_id, role, dev, ino, logical_bytes, physical_bytes, length_bytes,
@@ -25,8 +25,7 @@ WITH snap AS (
          disk_length_bytes
   FROM extent_maps
   WHERE (flags & 6) = 0                           -- FIEMAP_EXTENT_UNKNOWN | DELALLOC
-    AND ((flags & 8) = 0                                     -- FIEMAP_EXTENT_ENCODED
-         OR (disk_length_bytes IS NOT NULL AND role = 'image'))
+    AND ((flags & 8) = 0 OR disk_length_bytes IS NOT NULL)   -- FIEMAP_EXTENT_ENCODED
     AND role IN ('image', 'guest_file')           -- (vdisk_image: see map_vdisk_image)
 ),
 ev AS (

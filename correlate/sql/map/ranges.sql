@@ -180,17 +180,23 @@ LEFT JOIN _base_image_files f ON f.capture_id = x.capture_id AND f.ino = x.ino;
 -- The rows of view `t` (capture_id, dev, ino and a guest-file byte range
 -- [off, stop), plus any columns) carried through the guest file's extents
 -- onto the virtual disk, in pieces: each row loses dev, ino, off and stop
--- and gains [vs, vt) and delta = virtual-disk minus file offset.
+-- and gains [vs, vt) and delta = virtual-disk minus file offset (a piece
+-- of a compressed extent, a compressing btrfs guest's: [vs, vt) is all of
+-- its compressed data, which any byte of it is read from).
 CREATE OR REPLACE MACRO _map_into_vdisk(t) AS TABLE
 WITH _iv_io AS NOT MATERIALIZED (SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, off AS lo, stop AS hi, *
                 FROM query_table(t)),
 _iv_e AS (
   SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, logical_bytes::BIGINT AS lo,
          (logical_bytes + length_bytes)::BIGINT AS hi,
-         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta
+         physical_bytes::BIGINT - logical_bytes::BIGINT AS delta,
+         CASE WHEN disk_length_bytes IS NOT NULL THEN physical_bytes::BIGINT END AS zp,
+         disk_length_bytes::BIGINT AS zlen
   FROM map_extents WHERE role = 'guest_file')
 SELECT * EXCLUDE (k0, k1, k2, lo, hi, o, dev, ino, off, stop), o.delta AS delta,
-       greatest(off, o.lo) + o.delta AS vs, least(stop, o.hi) + o.delta AS vt
+       _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp) AS vs,
+       _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp)
+       + _map_on_disk_len(greatest(off, o.lo), least(stop, o.hi), o.zlen) AS vt
 FROM _overlaps('_iv_io', '_iv_e');
 
 CREATE OR REPLACE VIEW _map_vfs_io AS
@@ -213,7 +219,7 @@ FROM _map_vfs_io v
 SEMI JOIN (SELECT DISTINCT k0, k1, k2 FROM _map_guest_freed) f   -- (files with bytes freed)
   ON f.k0 = v.capture_id AND f.k1 = v.dev AND f.k2 = v.ino;
 CREATE OR REPLACE VIEW _map_guest_freed AS
-SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi, delta
+SELECT capture_id AS k0, dev::UBIGINT AS k1, ino::UBIGINT AS k2, lo, hi, delta, zp, zlen
 FROM (SELECT * FROM _map_extents_freed('guest_file', 'fiemap_start', moved := (
         SELECT coalesce(list(capture_id), []) FROM device_map WHERE level = 'vfs' AND fs_type = 'btrfs'))
       UNION ALL SELECT * FROM _map_extents_freed('guest_file', 'mapping_events'));
@@ -221,8 +227,10 @@ FROM (SELECT * FROM _map_extents_freed('guest_file', 'fiemap_start', moved := (
 CREATE OR REPLACE VIEW _map_vfs_ranges AS
 SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk('_map_vfs_io')
 UNION ALL
-SELECT capture_id, io_id, ts_ns, end_ns, op, o.delta, greatest(off, o.lo) + o.delta AS vs,
-       least(stop, o.hi) + o.delta AS vt
+SELECT capture_id, io_id, ts_ns, end_ns, op, o.delta,
+       _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp) AS vs,
+       _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp)
+       + _map_on_disk_len(greatest(off, o.lo), least(stop, o.hi), o.zlen) AS vt
 FROM _overlaps_2('_map_vfs_freeing', '_map_guest_freed');
 
 -- map_vfs with image_offset_bytes in image bytes (_base_image_files), as

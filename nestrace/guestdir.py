@@ -22,7 +22,7 @@ import pyarrow as pa
 from .fsjournal import extents_rows, unknown_warning
 from .record import btrfs_placed_extents, device_map_rows, placed_extent_rows
 from .schema import table_schema
-from .stack import BlockDev, Chunk, Stack, kdev, map_extent_rows
+from .stack import BlockDev, BtrfsFileExtent, Chunk, Stack, kdev, map_extent_rows
 from .store import LiveCapture, SealResult, StoreError, captures, init_store, seal
 from .stream import DecodeState, iter_frames
 
@@ -164,12 +164,17 @@ def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: se
                                      stack.guest_kdev, stack.vdisk.kdev,
                                      stack.guest_part_start_bytes, capture_id)
                 continue
+            # (a btrfs file's compressed extents: their disk length, from the
+            # extent items, as `record` takes it)
+            z = {int(o): BtrfsFileExtent(int(o), int(n), int(b), int(dn), 0, 1)
+                 for o, n, b, dn in f.get("compressed", [])}
             files.append((phase, int(f["ino"]), str(f["path"]),
-                          [(int(lo), int(ph), int(ln), int(fl)) for lo, ph, ln, fl in f["extents"]]))
+                          [(int(lo), int(ph), int(ln), int(fl)) for lo, ph, ln, fl in f["extents"]],
+                          z))
         except (ValueError, KeyError, TypeError) as e:
             problems.append(f"{p}: offset {at}: not a file's extents ({e}): left out")
     devices = {devid: stack.vdisk} if devid else None
-    for phase, ino, path, exts in files:
+    for phase, ino, path, exts, z in files:
         if phase == "end" and ino not in touched:
             continue
         if devid and phase not in chunks:
@@ -177,14 +182,14 @@ def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: se
                             f"{path}'s extents left out")
             continue
         rows += map_extent_rows(exts, path, stack.guest_kdev, ino, "guest_file", phase,
-                                capture_id, stack.vdisk.kdev, chunks.get(phase), devices)
+                                capture_id, stack.vdisk.kdev, chunks.get(phase), devices, z)
     mine = [r for r in placed if r["dev"] == stack.guest_kdev] if devid else []
     tree = chunks.get("end") or chunks.get("start")
     if mine and not tree:
         problems.append(f"{p}: no btrfs chunk tree: the {len(mine)} places btrfs gave file "
                         "data during the capture left out")
         mine = []
-    paths = {ino: path for phase, ino, path, _ in files}
+    paths = {ino: path for phase, ino, path, *_ in files}
     rows += placed_extent_rows(
         [(r, paths.get(r["ino"], f"{stack.guest_mount} (inode {r['ino']})")) for r in mine],
         "guest_file", capture_id, stack.vdisk.kdev, tree, devices)

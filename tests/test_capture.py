@@ -16,6 +16,7 @@ import nestrace
 from conftest import (NESTRACE, ROOT, WITNESS, assert_losses_counted, drop_caches,
                       kill_fio_jobs, loop_devices, our_mounts, requests_without_completion, run_cli,
                       why_no_completion)
+from nestrace._paths import agent_path
 
 pytestmark = pytest.mark.root
 
@@ -2062,8 +2063,9 @@ def test_compressed_data_the_host_placed_and_moved_during_the_capture_is_found(l
     assert_losses_counted(s)
 
 
+@pytest.mark.parametrize("by", ["record", "agent"])
 def test_reads_of_a_compressing_btrfs_guests_files_are_tied_to_their_compressed_data(
-        lab_factory, tmp_path):
+        lab_factory, tmp_path, by):
     """A btrfs guest that compresses (`lab up --guest-compress`,
     compress-force=zstd; Fedora's btrfs default is compress=zstd:1): a
     file of text is 128 KiB extents of a few KiB each on the virtual disk.
@@ -2075,16 +2077,24 @@ def test_reads_of_a_compressing_btrfs_guests_files_are_tied_to_their_compressed_
     the sequential read's readahead 'other' too; now every read is tied
     to its compressed data (extent_maps.disk_length_bytes, from the
     guest's extent items), and the readahead is found by the guest FS's
-    readahead events."""
+    readahead events.  The same from the agent alone, as in a VM guest
+    (`nestrace-agent --guest-capture`, imported): its snapshots read the
+    extent items too."""
     lab = lab_factory("btrfs", "xfs", guest_compress=True)
     f = f"{lab.mount}/t"
     subprocess.run(["sh", "-c", f"yes 'nestrace compresses this line 0123456789' "
                     f"| head -c 64M > {f} && sync"], check=True)
     drop_caches()
-    run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", "sh", "-c",
-            f"fio --name=r --filename={f} --rw=randread --bs=4k --direct=1 --size=64M "
-            f"--io_size=4M --output=/dev/null && echo 3 > /proc/sys/vm/drop_caches && "
-            f"dd if={f} of=/dev/null bs=64k count=256 status=none")
+    cmd = ["sh", "-c", f"fio --name=r --filename={f} --rw=randread --bs=4k --direct=1 "
+           f"--size=64M --io_size=4M --output=/dev/null && echo 3 > /proc/sys/vm/drop_caches "
+           f"&& dd if={f} of=/dev/null bs=64k count=256 status=none"]
+    if by == "record":
+        run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", *cmd)
+    else:
+        r = subprocess.run([str(agent_path()), "--guest", lab.mount, "--guest-capture",
+                            str(tmp_path / "g"), "--", *cmd], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        run_cli("import", str(tmp_path / "g"), "-o", str(tmp_path / "s"))
     s = nestrace.open(tmp_path / "s")
     z = s.rows("SELECT count(*) AS n, sum(length_bytes) AS logical, sum(disk_length_bytes) AS disk "
                "FROM extent_maps WHERE role = 'guest_file' AND phase = 'end' "

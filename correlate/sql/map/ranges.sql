@@ -256,7 +256,7 @@ SELECT capture_id, io_id, ts_ns, end_ns, op,
        coalesce((pt - ps)::UBIGINT, bytes) AS bytes,
        (vdisk_offset_bytes + coalesce(ps - image_offset_bytes::BIGINT, 0))::UBIGINT AS vdisk_offset_bytes,
        coalesce(ps::UBIGINT, image_offset_bytes) AS image_offset_bytes,
-       _map_on_disk_off(ps, ip - il, zp)::UBIGINT AS disk_offset_bytes, disk_dev,
+       _map_on_disk_off(ps, ip::BIGINT - il::BIGINT, zp)::UBIGINT AS disk_offset_bytes, disk_dev,
        CASE WHEN ps IS NOT NULL THEN _map_on_disk_len(ps, pt, zlen) END::UBIGINT AS disk_bytes
 FROM w;
 

@@ -2036,9 +2036,10 @@ def test_a_compressed_image_extent_is_read_whole_from_its_compressed_data():
     assert s.rows("SELECT image_offset_bytes, bytes, disk_offset_bytes, disk_bytes FROM map_vdisk") \
         == [{"image_offset_bytes": 4 * MiB + 8192, "bytes": 4096, "disk_offset_bytes": 200 * MiB,
              "disk_bytes": 8192}]
-    assert s.rows("SELECT disk_offset_bytes, bytes, image_offset_bytes FROM map_disk "
+    assert s.rows("SELECT disk_offset_bytes, bytes, image_offset_bytes, image_bytes FROM map_disk "
                   "ORDER BY start_ns") == [
-        {"disk_offset_bytes": 200 * MiB, "bytes": 8192, "image_offset_bytes": 4 * MiB}] * 3
+        {"disk_offset_bytes": 200 * MiB, "bytes": 8192, "image_offset_bytes": 4 * MiB,
+         "image_bytes": 128 * 1024}] * 3
     assert s.rows("SELECT d.start_ns, l.kind, l.bytes, l.upper_id IS NOT NULL AS tied FROM links l "
                   "JOIN disk_io d ON d.io_id = l.lower_id WHERE l.lower_level = 'disk' "
                   "ORDER BY d.start_ns") == [

@@ -301,23 +301,25 @@ WITH d AS NOT MATERIALIZED (   -- (keyed for _overlaps: capture, disk; disk byte
          (offset_bytes + bytes)::BIGINT AS hi, capture_id, io_id, start_ns, d_ns, c_ns, op
   FROM disk_io WHERE bytes > 0),
 ie AS (   -- the image's extents where they are on the disk: delta, disk minus image
-          -- bytes; il: where a compressed one starts in the image (NULL: byte for byte)
+          -- bytes; il, ilen: the image bytes a compressed one holds (NULL: byte for byte)
   SELECT capture_id AS k0, disk_dev::UBIGINT AS k1, 0::UBIGINT AS k2, physical_bytes::BIGINT AS lo,
          (physical_bytes + coalesce(disk_length_bytes, length_bytes))::BIGINT AS hi,
          physical_bytes::BIGINT - logical_bytes::BIGINT AS delta,
-         CASE WHEN disk_length_bytes IS NOT NULL THEN logical_bytes::BIGINT END AS il
+         CASE WHEN disk_length_bytes IS NOT NULL THEN logical_bytes::BIGINT END AS il,
+         CASE WHEN disk_length_bytes IS NOT NULL THEN length_bytes::BIGINT END AS ilen
   FROM _map_image_extents),
 m AS (   -- and where they were before they moved
   SELECT capture_id AS k0, disk_dev::UBIGINT AS k1, 0::UBIGINT AS k2,
          _map_on_disk_off(lo, delta, zp) AS lo,
          _map_on_disk_off(lo, delta, zp) + _map_on_disk_len(lo, hi, zlen) AS hi, delta,
-         CASE WHEN zp IS NOT NULL THEN lo END AS il
+         CASE WHEN zp IS NOT NULL THEN lo END AS il, CASE WHEN zp IS NOT NULL THEN hi - lo END AS ilen
   FROM _map_image_moved),
 p AS (SELECT * FROM _overlaps('d', 'ie') UNION ALL SELECT * FROM _overlaps_2('d', 'm'))
 SELECT capture_id, io_id, start_ns, d_ns, c_ns, op,
        greatest(lo, o.lo)::UBIGINT AS disk_offset_bytes,
        (least(hi, o.hi) - greatest(lo, o.lo))::UBIGINT AS bytes,
-       coalesce(o.il, greatest(lo, o.lo) - o.delta)::UBIGINT AS image_offset_bytes
+       coalesce(o.il, greatest(lo, o.lo) - o.delta)::UBIGINT AS image_offset_bytes,
+       coalesce(o.ilen, least(hi, o.hi) - greatest(lo, o.lo))::UBIGINT AS image_bytes
 FROM p;
 
 -- The rows of view `t` (capture_id, image_offset_bytes in image bytes,
@@ -382,5 +384,6 @@ CREATE OR REPLACE VIEW map_vdisk AS SELECT * FROM _map_in_files('_map_vdisk');
 -- @column disk_offset_bytes UBIGINT start of the piece on the disk
 -- @column bytes UBIGINT          piece length
 -- @column image_offset_bytes UBIGINT where the piece is in the image file (image_ino); a piece of a compressed extent's data (a btrfs host): where that extent starts, every byte of it being read from all of its data
+-- @column image_bytes UBIGINT   the image bytes the piece holds: bytes, or for a piece of a compressed extent's data all of that extent's
 -- @column image_ino UBIGINT     inode of that file: the image, or a file of its backing chain
 CREATE OR REPLACE VIEW map_disk AS SELECT * FROM _map_in_files('_map_disk');

@@ -53,10 +53,11 @@ hw_partial AS (
   SELECT capture_id, io_id, start_ns, c_ns, ((t - 1) // 4096) * 4096 FROM hw WHERE t % 4096 <> 0),
 -- the same for the host hop; a disk read is cut into pieces by the image's
 -- extents: its bytes are the pieces' within the image, its time counted once
--- (joined on the image's 4 KiB pages, as the guest hop)
+-- (joined on the image's 4 KiB pages, as the guest hop; a piece of a
+-- compressed extent's data is a read of every page of the extent)
 hr_pages AS (
   SELECT capture_id, io_id, start_ns, c_ns, image_offset_bytes, bytes::BIGINT AS bytes,
-         unnest(_blocks(image_offset_bytes, bytes)) AS blk, (start_ns >> 20)::BIGINT AS span
+         unnest(_blocks(image_offset_bytes, image_bytes)) AS blk, (start_ns >> 20)::BIGINT AS span
   FROM _map_disk WHERE op = 'read' AND bytes > 0),
 hw_spans AS (
   SELECT capture_id, io_id, start_ns, c_ns, blk_s // 4096 AS blk,

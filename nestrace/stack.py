@@ -666,7 +666,12 @@ def extent_rows(path: str, role: str, phase: str, capture_id: str, disk_dev: int
     extents = fiemap(path)
     compressed = None
     if chunks is not None and any(fl & FIEMAP_EXTENT_ENCODED for *_, fl in extents):
-        compressed = {x.file_offset: x for x in btrfs_file_extents(path) if x.compression}
+        try:
+            compressed = {x.file_offset: x for x in btrfs_file_extents(path) if x.compression}
+        except OSError as e:
+            print(f"nestrace: warning: {path}: btrfs extent items unreadable ({e.strerror}): "
+                  "its compressed extents are left out of the map", file=sys.stderr)
+            compressed = {}
     return map_extent_rows(extents, path, dev, ino, role, phase, capture_id, disk_dev,
                            chunks, devices, compressed)
 

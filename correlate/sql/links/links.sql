@@ -34,6 +34,23 @@ SELECT q.* EXCLUDE (k0, k1, k2, lo, hi, o),
 FROM _overlaps('_od_r', '_map_image_extents_keyed') q
 JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev;
 
+-- The same through where moved or freed image bytes were at the start
+-- (_map_image_moved), with its freed and placed.
+CREATE OR REPLACE MACRO _links_onto_moved(t) AS TABLE
+WITH _om_r AS NOT MATERIALIZED (
+  SELECT r.capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, r.s::BIGINT AS lo,
+         r.t::BIGINT AS hi, r.*
+  FROM query_table(t) r),
+_om_m AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev,
+                 freed, placed, zp, zlen
+          FROM _map_image_moved)
+SELECT q.* EXCLUDE (k0, k1, k2, lo, hi, o),
+       _map_on_disk_off(greatest(q.lo, q.o.lo), q.o.delta, q.o.zp) + x.shift AS u_off,
+       _map_on_disk_len(greatest(q.lo, q.o.lo), least(q.hi, q.o.hi), q.o.zlen) AS u_len,
+       q.o.freed, q.o.placed
+FROM _overlaps_2('_om_r', '_om_m') q   -- (_overlaps_2: the moved ranges are found with _overlaps)
+JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev;
+
 -- (vfs -> vdisk: the pieces on the virtual disk, cut by the guest file's
 -- extents only: cut again where the image's extents end, as map_vfs
 -- is, two pieces of one call could share a block, and the block would
@@ -137,19 +154,11 @@ WHERE req_op = 9 AND capture_id IN (SELECT capture_id FROM c);
 
 CREATE OR REPLACE VIEW _links_upper_moved AS
 WITH v AS NOT MATERIALIZED (
-  SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, ps + idelta AS lo,
-         pt + idelta AS hi, capture_id, io_id, start_ns, done_by_ns, op
+  SELECT capture_id, io_id, start_ns, done_by_ns, op, ps + idelta AS s, pt + idelta AS t
   FROM _map_into_image('_links_moved_ranges') WHERE idelta IS NOT NULL),
-mk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev, freed,
-              placed, zp, zlen
-       FROM _map_image_moved),
-p AS (   -- (_overlaps_2: the moved ranges are found with _overlaps)
-  SELECT q.capture_id, q.io_id, q.start_ns, q.done_by_ns AS u_end, q.op,
-         _map_on_disk_off(greatest(q.lo, q.o.lo), q.o.delta, q.o.zp) + x.shift AS u_off,
-         _map_on_disk_len(greatest(q.lo, q.o.lo), least(q.hi, q.o.hi), q.o.zlen) AS u_len,
-         q.o.freed, q.o.placed
-  FROM _overlaps_2('v', 'mk') q
-  JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev)
+p AS (
+  SELECT capture_id, io_id, start_ns, done_by_ns AS u_end, op, u_off, u_len, freed, placed
+  FROM _links_onto_moved('v'))
 -- (op write_freed: a virtual-disk write carried to where image bytes freed
 -- during the capture were (_map_image_freed: the start snapshot's place,
 -- or for bytes allocated during the capture, the mapping events'), tied
@@ -261,8 +270,7 @@ p AS (
   SELECT capture_id, ts_ns, vs, vt FROM _map_into_vdisk(t)
   UNION ALL
   SELECT capture_id, ts_ns, _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp),
-         _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp)
-         + _map_on_disk_len(greatest(off, o.lo), least(stop, o.hi), o.zlen)
+         _map_on_disk_end(greatest(off, o.lo), least(stop, o.hi), o.delta, o.zp, o.zlen)
   FROM _overlaps_2('pk', '_map_guest_freed')),
 b AS (SELECT capture_id, ts_ns, unnest(_blocks(vs, vt - vs)) AS blk FROM p)
 SELECT _links_key(c.ck, 0, op, b.blk) AS k, b.ts_ns
@@ -294,8 +302,7 @@ p AS (
   SELECT capture_id, io_id, ts_ns, end_ns, vs, vt FROM _map_into_vdisk('_links_hints')
   UNION ALL
   SELECT capture_id, io_id, ts_ns, end_ns, _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp),
-         _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp)
-         + _map_on_disk_len(greatest(off, o.lo), least(stop, o.hi), o.zlen)
+         _map_on_disk_end(greatest(off, o.lo), least(stop, o.hi), o.delta, o.zp, o.zlen)
   FROM _overlaps_2('hk', '_map_guest_freed')),
 b AS (SELECT capture_id, io_id, ts_ns, end_ns, unnest(_blocks(vs, vt - vs)) AS blk FROM p)
 SELECT _links_key(c.ck, 0, 0, b.blk) AS k, b.ts_ns AS h_ns, b.end_ns AS h_end, b.io_id AS h_id
@@ -328,21 +335,12 @@ FROM _links_ra r JOIN _base_image_files f ON f.capture_id = r.capture_id AND f.i
 WHERE r.level = 'hostfs';
 
 -- (the image's through where its extents are at the end, and where moved
--- bytes were before: _map_image_moved, as _links_upper_moved)
+-- bytes were before, as _links_upper_moved)
 CREATE OR REPLACE VIEW _links_ra_keyed AS
-WITH rk AS NOT MATERIALIZED (
-  SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, s AS lo, t AS hi, capture_id, ts_ns
-  FROM _links_host_ra),
-mk AS (SELECT capture_id AS k0, 0::UBIGINT AS k1, 0::UBIGINT AS k2, lo, hi, delta, disk_dev, zp, zlen
-       FROM _map_image_moved),
-p AS (
+WITH p AS (
   SELECT capture_id, ts_ns, u_off, u_len FROM _links_onto_disks('_links_host_ra')
   UNION ALL
-  SELECT q.capture_id, q.ts_ns,
-         _map_on_disk_off(greatest(q.lo, q.o.lo), q.o.delta, q.o.zp) + x.shift,
-         _map_on_disk_len(greatest(q.lo, q.o.lo), least(q.hi, q.o.hi), q.o.zlen)
-  FROM _overlaps_2('rk', 'mk') q
-  JOIN _links_disks x ON x.capture_id = q.capture_id AND x.dev = q.o.disk_dev)
+  SELECT capture_id, ts_ns, u_off, u_len FROM _links_onto_moved('_links_host_ra'))
 SELECT _links_key(c.ck, 2, 0, b.blk) AS k, b.ts_ns AS ra_ns
 FROM (SELECT capture_id, ts_ns, unnest(_blocks(u_off, u_len)) AS blk FROM p) b
 JOIN _links_captures c USING (capture_id)

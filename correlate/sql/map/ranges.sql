@@ -38,6 +38,8 @@ CREATE OR REPLACE MACRO _map_on_disk_off(s, delta, zp) AS
   CASE WHEN zp IS NULL THEN s + delta ELSE zp END;
 CREATE OR REPLACE MACRO _map_on_disk_len(s, t, zlen) AS
   CASE WHEN zlen IS NULL THEN t - s ELSE zlen END;
+CREATE OR REPLACE MACRO _map_on_disk_end(s, t, delta, zp, zlen) AS
+  _map_on_disk_off(s, delta, zp) + _map_on_disk_len(s, t, zlen);
 
 -- Bytes of files of role r ('image' or 'guest_file') that were freed
 -- during the capture, as known from source src: with src 'fiemap_start',
@@ -195,8 +197,7 @@ _iv_e AS (
   FROM map_extents WHERE role = 'guest_file')
 SELECT * EXCLUDE (k0, k1, k2, lo, hi, o, dev, ino, off, stop), o.delta AS delta,
        _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp) AS vs,
-       _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp)
-       + _map_on_disk_len(greatest(off, o.lo), least(stop, o.hi), o.zlen) AS vt
+       _map_on_disk_end(greatest(off, o.lo), least(stop, o.hi), o.delta, o.zp, o.zlen) AS vt
 FROM _overlaps('_iv_io', '_iv_e');
 
 CREATE OR REPLACE VIEW _map_vfs_io AS
@@ -229,8 +230,7 @@ SELECT capture_id, io_id, ts_ns, end_ns, op, delta, vs, vt FROM _map_into_vdisk(
 UNION ALL
 SELECT capture_id, io_id, ts_ns, end_ns, op, o.delta,
        _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp) AS vs,
-       _map_on_disk_off(greatest(off, o.lo), o.delta, o.zp)
-       + _map_on_disk_len(greatest(off, o.lo), least(stop, o.hi), o.zlen) AS vt
+       _map_on_disk_end(greatest(off, o.lo), least(stop, o.hi), o.delta, o.zp, o.zlen) AS vt
 FROM _overlaps_2('_map_vfs_freeing', '_map_guest_freed');
 
 -- map_vfs with image_offset_bytes in image bytes (_base_image_files), as

@@ -2004,7 +2004,12 @@ def test_reads_of_a_compressed_image_are_tied_to_the_compressed_data_they_read(l
         "WHERE lower_level = 'disk' GROUP BY ALL")}
     total = sum(by.values())
     tied = sum(b for (_, t), b in by.items() if t)
-    assert tied >= 0.99 * total, by
+    # The host's readahead of the image (a buffered loop) runs past a read
+    # into the next extent, whose compressed data it reads with no vdisk
+    # request behind it: 'readahead', 4 KiB alone, 40 KiB beside the
+    # DuckDB tests in CI (2026-11-27).  None of it may be 'other'.
+    ahead = by.get(("readahead", False), 0)
+    assert tied >= 0.95 * total and tied + ahead >= 0.99 * total, by
     # the compression shows: fewer bytes read from the host disk than the
     # guest read from its virtual disk
     amp = {r["level"]: r["b"] for r in s.rows(

@@ -140,6 +140,7 @@ def _depth(s, level):
                   "FROM depth_summary WHERE level = ?", [level])[0]
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("guest_dio", ["off", "on"])
 def test_the_host_page_cache_drains_the_guest_queue_before_the_disk(lab_factory, tmp_path,
                                                                      guest_dio):

@@ -154,7 +154,7 @@ TABLES = {
         ('level', 'string', '', 'vfs, vdisk, hostfs or disk'),
         ('dev', 'uint32', '', 'kernel dev_t (of the file system for vfs/hostfs, of the disk for vdisk/disk)'),
         ('name', 'string', '', 'device name or mount point'),
-        ('size_sectors', 'uint64', 'sectors', 'device size in 512-byte sectors (block levels), else 0'),
+        ('size_sectors', 'uint64', 'sectors', 'device size in 512-byte sectors (block levels); vfs, hostfs: the size of the partition the file system is on (0: on the whole disk below, or not said: stores written before 2026-11-27)'),
         ('backing_dev', 'uint32', '', "loop devices: kernel dev_t of the backing file's file system"),
         ('backing_ino', 'uint64', '', 'loop devices: inode of the backing file'),
         ('backing_path', 'string', '', 'loop devices: path of the backing file'),

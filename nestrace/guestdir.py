@@ -79,7 +79,9 @@ def _stack(facts: dict, p: Path) -> Stack:
         return Stack(guest_mount=g["mount"], guest_fs=g["fs"],
                      guest_kdev=kdev(g["fs_major"], g["fs_minor"]), vdisk=vdisk,
                      guest_block_bytes=g["fs_block_bytes"],
-                     guest_part_start_bytes=g["part_start_bytes"], side="guest")
+                     guest_part_start_bytes=g["part_start_bytes"],
+                     # (guest captures of agents before 2026-11-27: not said)
+                     guest_part_size_bytes=g.get("part_size_bytes", 0), side="guest")
     except (KeyError, TypeError) as e:
         raise GuestDirError(f"{p}: offset 0: the stack lacks {e}") from None
 

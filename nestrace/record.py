@@ -28,7 +28,7 @@ from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
 from .stack import (FIEMAP_EXTENT_ENCODED, BtrfsFileExtent, Stack, StackError, btrfs_layout,
                     extent_rows, file_id, kdev_str, map_extent_rows,
-                    mount_block_dev, mount_containing, traced_at)
+                    mount_block_dev, mount_containing, traced_at, untraced_mounts)
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
 
@@ -62,11 +62,13 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
         # a guest's loop device is the lab's virtual disk: its backing file
         # is the image only when this kernel also sees the host side
         vb = v if v.is_loop and stack.has_host else None
-        rows += [row("vfs", stack.guest_kdev, stack.guest_mount, fs=stack.guest_fs,
+        rows += [row("vfs", stack.guest_kdev, stack.guest_mount,
+                     stack.guest_part_size_bytes // 512, fs=stack.guest_fs,
                      bs=stack.guest_block_bytes, part=stack.guest_part_start_bytes),
                  row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
     if stack.has_host:
-        rows += [row("hostfs", stack.host_kdev, stack.host_mount, fs=stack.host_fs,
+        rows += [row("hostfs", stack.host_kdev, stack.host_mount,
+                     stack.host_part_size_bytes // 512, fs=stack.host_fs,
                      bs=stack.host_block_bytes, part=stack.host_part_start_bytes),
                  *(row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None,
                        bs=d.logical_block_bytes) for d in stack.disks)]
@@ -551,6 +553,14 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             f"writes to it (the agent's batches, comm nestrace-agent) are traced "
             f"{ {'vfs': 'at every level', 'vdisk': 'from the virtual disk down'}.get(store_level, 'at the host disk')}"
             "; a store off the stack (another disk, a tmpfs) leaves them out")
+    others = untraced_mounts(stack)
+    if others:
+        log(f"nestrace: warning: the virtual disk {stack.vdisk.name} also holds "
+            + ", ".join(f"{mp} ({part})" for mp, part in others)
+            + f", not traced: {'its' if len(others) == 1 else 'their'} requests are in "
+            f"vdisk_io, unattributed (links kind "
+            f"'other', or 'metadata', 'readahead' by their flags); give that mount point "
+            f"to --stack to trace it instead")
     cid = new_capture_id()
     live = LiveCapture(store_p, cid, recording=True)
     try:

@@ -129,6 +129,7 @@ class BlockDev:
     # above is the whole disk, where the requests are
     part_name: str = ""
     part_start_bytes: int = 0
+    part_size_sectors: int = 0      # the partition's size (0: on the whole disk)
 
     @property
     def kdev(self) -> int:
@@ -158,6 +159,7 @@ def block_dev(major: int, minor: int) -> BlockDev:
         bd = block_dev(dmaj, dmin)
         bd.part_name = sys.resolve().name
         bd.part_start_bytes = int(_sysfs(sys / "start", "0")) * 512
+        bd.part_size_sectors = int(_sysfs(sys / "size", "0"))
         return bd
     name = sys.resolve().name
     queue = sys / "queue" if (sys / "queue").exists() else sys / ".." / "queue"
@@ -211,6 +213,9 @@ class Stack:
     # where each file system starts on its disk: a partition's start, else 0
     guest_part_start_bytes: int = 0
     host_part_start_bytes: int = 0
+    # how long that partition is (0: the file system is on the whole disk)
+    guest_part_size_bytes: int = 0
+    host_part_size_bytes: int = 0
     side: str = "both"
     # the image file's format, by its first bytes (a loop device reads any
     # file as raw; a hypervisor reads the format it is told)
@@ -278,6 +283,35 @@ def _part_start(m: Mount) -> int:
         return 0
 
 
+def _part_size(m: Mount) -> int:
+    """Bytes of the partition a mount's file system is on (0: a whole disk)."""
+    try:
+        return mount_block_dev(m).part_size_sectors * 512
+    except StackError:
+        return 0
+
+
+def untraced_mounts(stack: Stack) -> list[tuple[str, str]]:
+    """The other file systems mounted from the virtual disk's partitions,
+    as (mount point, partition): their requests are on the traced virtual
+    disk, their files are not traced."""
+    if stack.vdisk is None or not stack.guest_mount:
+        return []
+    try:
+        mine = mount_block_dev(mount_of(stack.guest_mount)).part_name
+    except StackError:
+        mine = ""
+    out: dict[str, str] = {}
+    for m in mounts():
+        try:
+            bd = mount_block_dev(m)
+        except StackError:
+            continue
+        if bd.kdev == stack.vdisk.kdev and bd.part_name != mine:
+            out.setdefault(bd.part_name or bd.name, m.mount_point)
+    return sorted((mp, part) for part, mp in out.items())
+
+
 def _host_below(disk: BlockDev) -> list[dict]:
     """Further loop levels under the host disk (the lab's own backing files)."""
     below = []
@@ -304,7 +338,8 @@ def guest_side(mount_point: str, vdisk_path: str | None = None) -> Stack:
     _one_device(gm)
     return Stack(guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev,
                  vdisk=vdisk, guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
-                 guest_part_start_bytes=_part_start(gm), side="guest")
+                 guest_part_start_bytes=_part_start(gm), guest_part_size_bytes=_part_size(gm),
+                 side="guest")
 
 
 # image formats a hypervisor maps guest offsets through, by their first
@@ -388,7 +423,8 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
                  host_mount=hm.mount_point, host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk,
                  more_disks=more, below=_host_below(disk),
                  host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
-                 host_part_start_bytes=_part_start(hm), side="host",
+                 host_part_start_bytes=_part_start(hm), host_part_size_bytes=_part_size(hm),
+                 side="host",
                  image_format=fmt, backing_files=_backing_files(image, fmt, hm.kdev))
 
 
@@ -423,7 +459,8 @@ def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
         more_disks=host.more_disks, below=host.below,
         guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
         host_block_bytes=host.host_block_bytes,
-        guest_part_start_bytes=_part_start(gm), host_part_start_bytes=host.host_part_start_bytes)
+        guest_part_start_bytes=_part_start(gm), host_part_start_bytes=host.host_part_start_bytes,
+        guest_part_size_bytes=_part_size(gm), host_part_size_bytes=host.host_part_size_bytes)
 
 
 # ---- FIEMAP ----------------------------------------------------------------

@@ -1534,8 +1534,14 @@ def test_file_systems_on_partitions_trace_through_to_the_whole_disks(lab_factory
     assert src[lab.mount].endswith("p1")
     s, offsets, _ = record_fio(lab, tmp_path / "s", tmp_path, *FIO_RANDREAD)
     assert sorted(r["offset_bytes"] for r in s.rows("SELECT offset_bytes FROM vfs_io")) == sorted(offsets)
-    dm = {r["level"]: r for r in s.rows("SELECT level, dev, part_start_bytes FROM device_map")}
+    dm = {r["level"]: r for r in s.rows("SELECT level, dev, part_start_bytes, size_sectors "
+                                        "FROM device_map")}
     assert dm["vfs"]["part_start_bytes"] == dm["hostfs"]["part_start_bytes"] == PART_START
+    # and how long each partition is
+    host = str(Path(lab.mount).parent / "host")
+    for level, mp in (("vfs", lab.mount), ("hostfs", host)):
+        size = Path(f"/sys/class/block/{Path(src[mp]).name}/size").read_text()
+        assert dm[level]["size_sectors"] == int(size) > 0, (level, dm)
     assert {r["dev"] for r in s.rows("SELECT DISTINCT dev FROM block_events")} == \
         {dm["vdisk"]["dev"], dm["disk"]["dev"]}
     # each read's mapped pieces (a read crossing the end of an image extent
@@ -1548,6 +1554,56 @@ def test_file_systems_on_partitions_trace_through_to_the_whole_disks(lab_factory
     # block_requests.done_by_ns)
     assert_losses_counted(s)
     assert to_app["vdisk"] == 1.0 and to_app["disk"] == 1.0, to_app
+
+
+def test_another_file_system_on_the_virtual_disk_is_said_and_its_writes_are_other(lab_factory,
+                                                                                  tmp_path):
+    """A virtual disk with two partitions and a file system on each (a VM's
+    / and /home), `record --stack` of the first while fio writes 4 MiB
+    with O_DIRECT into each.  The second's writes are requests on the
+    traced virtual disk that no traced call explains.  Before
+    (2026-11-27) links called them the guest's write-back (the guest's
+    journal known, a write outside it) and record said nothing; now
+    record names the other mount, and its requests are 'other'."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    img = Path(lab.mount).parent / "host" / "two.img"
+    subprocess.run(["truncate", "-s", "256M", str(img)], check=True)
+    loop = subprocess.run(["losetup", "-f", "--show", "-P", "--direct-io=on", str(img)],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    mounted = []
+    try:
+        parts = {1: (2048, 200000), 2: (204800, 300000)}    # (start, size) in sectors
+        for n, (start, size) in parts.items():
+            subprocess.run(["addpart", loop, str(n), str(start), str(size)], check=True)
+        for n in parts:
+            for _ in range(100):
+                if Path(f"{loop}p{n}").exists():
+                    break
+                time.sleep(0.02)
+            mnt = tmp_path / f"p{n}"
+            mnt.mkdir()
+            subprocess.run(["mkfs.ext4", "-q", f"{loop}p{n}"], check=True)
+            subprocess.run(["mount", f"{loop}p{n}", str(mnt)], check=True)
+            mounted.append(mnt)
+        a, b = mounted
+        fio = "fio --rw=randwrite --bs=4k --direct=1 --size=16M --io_size=4M --output=/dev/null"
+        r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(a), "--", "sh", "-c",
+                    f"{fio} --name=a --filename={a}/f & {fio} --name=b --filename={b}/g; wait")
+        assert f"also holds {b} ({Path(loop).name}p2), not traced" in r.stderr, r.stderr
+        s = nestrace.open(tmp_path / "s")
+        dm = s.rows("SELECT part_start_bytes AS lo, size_sectors FROM device_map "
+                    "WHERE level = 'vfs'")
+        assert dm == [{"lo": 2048 * 512, "size_sectors": 200000}], dm
+        got = {(r["part"], r["kind"]): r["bytes"] for r in s.rows(
+            "SELECT CASE WHEN v.sector >= 204800 THEN 2 ELSE 1 END AS part, l.kind, "
+            "sum(l.bytes) AS bytes FROM links l JOIN vdisk_io v ON v.io_id = l.lower_id "
+            "WHERE l.lower_level = 'vdisk' AND v.op = 'write' GROUP BY ALL")}
+        assert got[(1, "sync")] == 4 << 20 and got[(2, "other")] >= 4 << 20, got
+        assert {k for p, k in got if p == 2} <= {"other", "metadata"}, got
+    finally:
+        for mnt in reversed(mounted):
+            subprocess.run(["umount", str(mnt)], check=True)
+        subprocess.run(["losetup", "-d", loop], check=True)
 
 
 def test_btrfs_on_partitions_maps_through_its_chunk_tree_on_the_partition(lab_factory, tmp_path):

@@ -457,6 +457,41 @@ def test_where_the_journal_is_known_its_writes_are_journal_by_place_and_the_rest
         {"level": "disk", "blk": 7680, "kind": "nestrace", "bytes": 4096}]
 
 
+def test_requests_outside_the_guest_file_systems_partition_are_classified_by_their_flags_alone():
+    """The guest FS on a partition of the virtual disk, [1 MiB, 65 MiB),
+    its journal known: another file system, on the next partition, writes
+    with O_DIRECT (REQ_SYNC|REQ_IDLE): 'other', not the journal or
+    write-back the guest's own writes would be; its metadata and
+    readahead by their flags, a discard; the partition table's read
+    (block 0) 'other'.  Inside the partition a write no call explains
+    stays write-back.  A store that does not say the partition's size
+    (size_sectors 0, written before) classifies as before."""
+    sync_idle, meta, ra = 1 | 256, 2, 32
+    ev = (request(100, 110, 120, VDISK, 80 * MiB, 4096, rq=1, bio=1, op=1, flags=sync_idle)
+          + request(130, 140, 150, VDISK, 81 * MiB, 4096, rq=2, bio=2, op=1, flags=meta)
+          + request(160, 170, 180, VDISK, 82 * MiB, 8192, rq=3, bio=3, op=0, flags=ra)
+          + request(190, 200, 210, VDISK, 90 * MiB, 65536, rq=4, bio=4, op=3)
+          + request(220, 230, 240, VDISK, 0, 4096, rq=5, bio=5, op=0)
+          + request(250, 260, 270, VDISK, 6 * MiB, 4096, rq=6, bio=6, op=1, flags=sync_idle))
+    ext = extents() + [placed("fs_journal", VDISK, 2 * MiB, 131072)]
+
+    def kinds(size_sectors):
+        dm = [r | ({"part_start_bytes": 1 * MiB, "size_sectors": size_sectors}
+                   if r["level"] == "vfs" else {}) for r in device_map()]
+        s = Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                                 "extent_maps": ext, "block_events": ev})
+        return {r["mib"]: (r["kind"], r["bytes"]) for r in s.rows(
+            f"SELECT b.offset_bytes // {MiB} AS mib, l.kind, l.bytes FROM links l "
+            "JOIN block_requests b ON b.io_id = l.lower_id WHERE b.level = 'vdisk' "
+            "AND l.upper_id IS NULL")}
+    assert kinds(64 * MiB // 512) == {80: ("other", 4096), 81: ("metadata", 4096),
+                                      82: ("readahead", 8192), 90: ("discard", 65536),
+                                      0: ("other", 4096), 6: ("writeback", 4096)}
+    assert kinds(0) == {80: ("writeback", 4096), 81: ("metadata", 4096),
+                        82: ("readahead", 8192), 90: ("discard", 65536),
+                        0: ("other", 4096), 6: ("writeback", 4096)}
+
+
 def test_unaligned_guest_write_through_host_page_cache_is_read_modify_write():
     # a 512 B virtual-disk write into the middle of a host page, and the
     # host reading that page from disk while the write is in flight

@@ -196,9 +196,12 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
         assert any(r["role"] == "fs_journal" for r in py) == (guest_fs == "ext4"), py
         with nestrace.open(gstore) as s:
             got = s.rows(f"SELECT {', '.join(cols)} FROM extent_maps WHERE phase = 'start'")
-            dm = s.rows("SELECT level, name, part_start_bytes FROM device_map ORDER BY level")
+            dm = s.rows("SELECT level, name, part_start_bytes, size_sectors FROM device_map "
+                        "ORDER BY level")
         assert py and sorted(got, key=str) == sorted(py, key=str)
         assert [(r["level"], r["part_start_bytes"]) for r in dm] == [("vdisk", 0), ("vfs", MiB)]
+        # (the partition's size, from the agent too: the image but its first MiB)
+        assert dm[1]["size_sectors"] * 512 == dm[0]["size_sectors"] * 512 - MiB, dm
     counted = {}
     with nestrace.open(gstore) as s:
         assert_losses_counted(s, guest_out)

@@ -245,6 +245,7 @@ int guest__discover(const char *mount, struct guest_stack *g)
 	if (!read_sysfs(dev, "partition", buf, sizeof(buf))) {
 		snprintf(g->part_name, sizeof(g->part_name), "%s", basename(dev));
 		g->part_start_bytes = sysfs_ull(dev, "start", 0) * 512;
+		g->part_size_bytes = sysfs_ull(dev, "size", 0) * 512;
 		*strrchr(dev, '/') = 0;		/* the whole disk's directory */
 	}
 	if (read_sysfs(dev, "dev", buf, sizeof(buf)) ||
@@ -337,10 +338,10 @@ void guest__stack_json(FILE *f, const struct guest_stack *g)
 	guest__json_str(f, g->disk_name);
 	fprintf(f, ",\"part_name\":");
 	guest__json_str(f, g->part_name);
-	fprintf(f, ",\"size_sectors\":%llu,\"part_start_bytes\":%llu,"
+	fprintf(f, ",\"size_sectors\":%llu,\"part_start_bytes\":%llu,\"part_size_bytes\":%llu,"
 		"\"logical_block_bytes\":%u,\"fs_block_bytes\":%u,\"btrfs_devid\":%llu}",
-		g->size_sectors, g->part_start_bytes, g->logical_block_bytes, g->fs_block_bytes,
-		g->btrfs_devid);
+		g->size_sectors, g->part_start_bytes, g->part_size_bytes, g->logical_block_bytes,
+		g->fs_block_bytes, g->btrfs_devid);
 }
 
 /* ---- extent snapshots ------------------------------------------------- */

@@ -26,6 +26,7 @@ struct guest_stack {
 	char part_name[64];			/* "" unless on a partition */
 	unsigned long long size_sectors;
 	unsigned long long part_start_bytes;
+	unsigned long long part_size_bytes;	/* 0: the file system is on the whole disk */
 	unsigned int logical_block_bytes;
 	unsigned int fs_block_bytes;
 	unsigned long long btrfs_devid;		/* btrfs: its one device's id */

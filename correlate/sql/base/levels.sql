@@ -5,7 +5,7 @@
 -- @column level VARCHAR       vfs, vdisk, hostfs or disk
 -- @column dev UINTEGER        kernel dev_t
 -- @column name VARCHAR        device name or mount point
--- @column size_sectors UBIGINT device size in 512-byte sectors (block levels)
+-- @column size_sectors UBIGINT device size in 512-byte sectors (block levels); vfs, hostfs: the size of the partition the file system is on (0: the whole disk, or not said)
 -- @column fs_type VARCHAR     file system type (vfs, hostfs)
 -- @column block_size_bytes UINTEGER file system block size, or the disk's logical block size
 -- @column machine VARCHAR     machine that recorded the level (guest or host in a merged capture)

@@ -492,6 +492,32 @@ def test_requests_outside_the_guest_file_systems_partition_are_classified_by_the
                         0: ("other", 4096), 6: ("writeback", 4096)}
 
 
+def test_requests_outside_the_host_file_systems_partition_are_classified_by_their_flags_alone():
+    """The same on the host disk: the host FS on [2 MiB, 202 MiB) of it,
+    its journal known, the image at 100 MiB; the host's root FS on the
+    next partition writes with O_DIRECT: 'other', not write-back; its
+    metadata by its flag; inside the partition, write-back.  A host FS on
+    two disks (btrfs RAID: one partition size said for both) classifies
+    as before."""
+    sync_idle, meta = 1 | 256, 2
+    ev = (request(100, 110, 120, DISK, 300 * MiB, 4096, rq=1, bio=1, op=1, flags=sync_idle)
+          + request(130, 140, 150, DISK, 301 * MiB, 4096, rq=2, bio=2, op=1, flags=meta)
+          + request(160, 170, 180, DISK, 20 * MiB, 4096, rq=3, bio=3, op=1, flags=sync_idle))
+    ext = extents() + [placed("fs_journal", DISK, 10 * MiB, 1 * MiB, ino=0)]
+
+    def kinds(disks):
+        dm = [r | ({"part_start_bytes": 2 * MiB, "size_sectors": 200 * MiB // 512}
+                   if r["level"] == "hostfs" else {}) for r in device_map()]
+        dm += [r | {"dev": DISK + 1, "name": "loop9"} for r in dm if r["level"] == "disk"][:disks - 1]
+        s = Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                                 "extent_maps": ext, "block_events": ev})
+        return {r["mib"]: r["kind"] for r in s.rows(
+            f"SELECT b.offset_bytes // {MiB} AS mib, l.kind FROM links l "
+            "JOIN block_requests b ON b.io_id = l.lower_id WHERE b.level = 'disk'")}
+    assert kinds(1) == {300: "other", 301: "metadata", 20: "writeback"}
+    assert kinds(2) == {300: "writeback", 301: "metadata", 20: "writeback"}
+
+
 def test_unaligned_guest_write_through_host_page_cache_is_read_modify_write():
     # a 512 B virtual-disk write into the middle of a host page, and the
     # host reading that page from disk while the write is in flight

@@ -570,15 +570,21 @@ placed AS (   -- blocks written with no cause found into those places: the
 journaled AS (   -- the hops whose disk's journal is known: there a write
                  -- outside it is no journal write, whatever its flags
   SELECT DISTINCT ck, hop FROM placed_reach WHERE role = 'fs_journal'),
-fs_span AS (  -- where the traced guest file system is on the virtual disk:
-              -- its partition (hi NULL: to the disk's end, or not said);
-              -- the other partitions hold other file systems, not traced
-  SELECT c.ck, min(d.part_start_bytes)::BIGINT AS lo,
+fs_span AS (  -- where the traced guest file system is on the virtual disk
+              -- (hop 0), and the host's on its disk (hop 2; a host FS
+              -- on one disk): its partition (hi NULL: to the disk's end,
+              -- or not said); the other partitions hold other file
+              -- systems, not traced
+  SELECT c.ck, CASE d.level WHEN 'vfs' THEN 0 ELSE 2 END::UTINYINT AS hop,
+         min(d.part_start_bytes)::BIGINT AS lo,
          CASE WHEN bool_and(d.size_sectors > 0)
               THEN max(d.part_start_bytes + d.size_sectors * 512)::BIGINT END AS hi
   FROM device_map d JOIN _links_captures c USING (capture_id)
   WHERE d.level = 'vfs'
-  GROUP BY c.ck),
+     OR d.level = 'hostfs' AND d.capture_id IN (
+          SELECT capture_id FROM device_map WHERE level = 'disk'
+          GROUP BY capture_id HAVING count(DISTINCT dev) = 1)
+  GROUP BY ALL),
 tied AS (     -- the bytes an upper event explains: the latest one's, the other sectors'
   SELECT ck, hop, lower_id, upper_id, kind0, attributed, l_start, u_start, u_end FROM m
   WHERE kind0 IS NOT NULL AND attributed > 0
@@ -604,8 +610,9 @@ out AS (
               WHEN r.l_zeroes THEN 'zeroes'
               WHEN o.role = 'nestrace_store' THEN 'nestrace'
               -- (another file system's, on another partition of the
-              -- virtual disk: its flags alone say what it is)
-              WHEN r.hop = 0 AND (r.blk * 4096 + 4096 <= g.lo OR r.blk * 4096 >= g.hi) THEN
+              -- virtual disk or the host disk: its flags alone say what
+              -- it is)
+              WHEN r.blk * 4096 + 4096 <= g.lo OR r.blk * 4096 >= g.hi THEN
                    CASE WHEN r.l_flags & 2 <> 0 THEN 'metadata'
                         WHEN r.lop = 0 AND r.l_flags & 32 <> 0 THEN 'readahead'
                         WHEN r.lop = 2 THEN 'discard' ELSE 'other' END
@@ -631,7 +638,7 @@ out AS (
   LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1
   LEFT JOIN placed o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1
   LEFT JOIN journaled j ON j.ck = r.ck AND j.hop = r.hop
-  LEFT JOIN fs_span g ON g.ck = r.ck AND r.hop = 0)
+  LEFT JOIN fs_span g ON g.ck = r.ck AND g.hop = r.hop)
 SELECT * FROM out;
 
 -- Links as computed (`links` reads the rows `nestrace correlate` stored,
@@ -670,7 +677,8 @@ JOIN _links_captures c USING (ck);
 -- readahead of a guest file, or the host FS's of the image, covered at
 -- most 50 ms before (btrfs reads compressed extents without REQ_RAHEAD);
 -- a virtual-disk request outside the traced guest file system's partition
--- (device_map: another file system's, or the partition table) is
+-- (device_map: another file system's, or the partition table), and a
+-- host-disk one outside the host file system's (on one disk), is
 -- metadata, readahead or discard by its flags, else other;
 -- else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op

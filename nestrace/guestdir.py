@@ -216,6 +216,18 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
     facts = _facts(d)
     stack = _stack(facts, d / "guest.json")
     start, end, problems = _agent_meta(d)
+    # (agents before 2026-11-27 did not say)
+    untraced = facts["stack"].get("untraced_mounts") or []
+    if not (isinstance(untraced, list) and all(
+            isinstance(x, list) and len(x) == 2 and all(isinstance(s, str) for s in x)
+            for x in untraced)):
+        raise GuestDirError(f"{d / 'guest.json'}: offset 0: stack.untraced_mounts is not a "
+                            "list of [mount point, partition]")
+    for mp, part in untraced:
+        problems.append(f"{d / 'guest.json'}: the virtual disk {stack.vdisk.name} also held "
+                        f"{mp} ({part}), not traced: its requests are in vdisk_io, "
+                        "unattributed (links kind 'other', or 'metadata', 'readahead' by "
+                        "their flags)")
     cid = capture_id or capture_id_of(facts)
     store_p = init_store(store)
     if cid in captures(store_p):

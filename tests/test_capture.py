@@ -1607,21 +1607,33 @@ def test_another_file_system_on_the_virtual_disk_is_said_and_its_writes_are_othe
     traced virtual disk that no traced call explains.  Before
     (2026-11-27) links called them the guest's write-back (the guest's
     journal known, a write outside it) and record said nothing; now
-    record names the other mount, and its requests are 'other'."""
+    record names the other mount, and its requests are 'other'.  The
+    agent alone (--guest-capture) names it too, and so does import."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     img = Path(lab.mount).parent / "host" / "two.img"
+    work = (f"{FIO_4M_WRITES} --name=a --filename={{a}}/f & "
+            f"{FIO_4M_WRITES} --name=b --filename={{b}}/g; wait")
     with partitioned(img, "256M", [(2048, 200000, "mkfs.ext4"), (204800, 300000, "mkfs.ext4")],
                      tmp_path) as (loop, (a, b)):
         r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(a), "--", "sh", "-c",
-                    f"{FIO_4M_WRITES} --name=a --filename={a}/f & "
-                    f"{FIO_4M_WRITES} --name=b --filename={b}/g; wait")
-    assert f"also holds {b} ({Path(loop).name}p2), not traced" in r.stderr, r.stderr
-    s = nestrace.open(tmp_path / "s")
-    dm = s.rows("SELECT part_start_bytes AS lo, size_sectors FROM device_map WHERE level = 'vfs'")
-    assert dm == [{"lo": 2048 * 512, "size_sectors": 200000}], dm
-    got = _writes_by_part(s, "vdisk", 204800)
-    assert got[(1, "sync")] == 4 << 20 and got[(2, "other")] >= 4 << 20, got
-    assert {k for p, k in got if p == 2} <= {"other", "metadata"}, got
+                    work.format(a=a, b=b))
+        # the same by the agent alone (a VM with no Python), imported
+        g = subprocess.run([str(agent_path()), "--guest", str(a), "--guest-capture",
+                            str(tmp_path / "g"), "--", "sh", "-c", work.format(a=a, b=b)],
+                           capture_output=True, text=True)
+        assert g.returncode == 0, g.stderr
+    said = f"also holds {b} ({Path(loop).name}p2), not traced"
+    assert said in r.stderr and said in g.stderr, (r.stderr, g.stderr)
+    i = run_cli("import", str(tmp_path / "g"), "-o", str(tmp_path / "s2"))
+    assert f"also held {b} ({Path(loop).name}p2), not traced" in i.stderr, i.stderr
+    for store in ("s", "s2"):
+        s = nestrace.open(tmp_path / store)
+        dm = s.rows("SELECT part_start_bytes AS lo, size_sectors FROM device_map "
+                    "WHERE level = 'vfs'")
+        assert dm == [{"lo": 2048 * 512, "size_sectors": 200000}], (store, dm)
+        got = _writes_by_part(s, "vdisk", 204800)
+        assert got[(1, "sync")] == 4 << 20 and got[(2, "other")] >= 4 << 20, (store, got)
+        assert {k for p, k in got if p == 2} <= {"other", "metadata"}, (store, got)
 
 
 def test_another_file_system_on_the_host_disk_has_its_writes_other(tmp_path):

@@ -121,6 +121,13 @@ def test_a_guest_capture_directory_imports_once_and_bad_parts_are_named(lab_fact
     (bad / "guest.json").write_text('{"format": "nestrace-guest-capture", "version": 1,')
     r = run_cli("import", str(bad), "-o", str(tmp_path / "x1"), check=False)
     assert r.returncode == 2 and f"{bad}/guest.json: offset 50: not JSON" in r.stderr, r.stderr
+    assert facts["stack"]["untraced_mounts"] == []     # (the lab's guest has its disk alone)
+    odd = copy("badmounts")
+    facts["stack"]["untraced_mounts"] = [["/boot"]]
+    (odd / "guest.json").write_text(json.dumps(facts))
+    r = run_cli("import", str(odd), "-o", str(tmp_path / "x0"), check=False)
+    assert r.returncode == 2 and f"{odd}/guest.json: offset 0: stack.untraced_mounts is not " \
+        "a list of [mount point, partition]" in r.stderr, r.stderr
     nostart = copy("nostart")
     (nostart / "agent.stream").write_bytes(b"")
     r = run_cli("import", str(nostart), "-o", str(tmp_path / "x2"), check=False)

@@ -1215,6 +1215,7 @@ static int gcap__begin(void)
 	closedir(d);
 	if (guest__discover(env.guest_mount, &guest))
 		return -1;
+	guest__warn_untraced(&guest);
 	gcap.traced_at = guest__traced_at(&guest, env.guest_dir);
 	if (gcap.traced_at)
 		fprintf(stderr, "nestrace-agent: warning: --guest-capture %s is on the traced stack: "

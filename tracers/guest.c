@@ -311,6 +311,86 @@ const char *guest__traced_at(const struct guest_stack *g, const char *path)
 	return dmaj == g->disk_major && dmin == g->disk_minor ? "vdisk" : NULL;
 }
 
+/* Call fn(mount point, partition, arg) once per partition of g's disk
+ * other than g's own that has a file system mounted (its first mount
+ * point): their requests are on the traced disk, their files are not
+ * traced (as nestrace/stack.py untraced_mounts). */
+static void untraced__each(const struct guest_stack *g,
+			   void (*fn)(const char *mp, const char *part, void *arg), void *arg)
+{
+	char line[4 * PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64], seen[16][64];
+	static char src[PATH_MAX];
+	int nseen = 0;
+	FILE *mi;
+
+	if (!(mi = fopen("/proc/self/mountinfo", "re")))
+		return;
+	while (fgets(line, sizeof(line), mi)) {
+		char mp[PATH_MAX], *sep = strstr(line, " - "), *part;
+		unsigned int maj, min, dmaj, dmin;
+		struct stat st;
+		int i;
+
+		if (!sep || sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, mp) != 3 ||
+		    sscanf(sep + 3, "%*s %4095s", src) != 1)
+			continue;
+		unescape(mp);
+		unescape(src);
+		if (!stat(src, &st) && S_ISBLK(st.st_mode))
+			maj = major(st.st_rdev), min = minor(st.st_rdev);
+		snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", maj, min);
+		if (!realpath(sys, dev) || read_sysfs(dev, "partition", buf, sizeof(buf)))
+			continue;		/* not a partition */
+		part = strrchr(dev, '/') + 1;
+		if (!strcmp(part, g->part_name))
+			continue;
+		for (i = 0; i < nseen && strcmp(seen[i], part); i++)
+			;
+		if (i < nseen)
+			continue;
+		*(part - 1) = 0;		/* the whole disk's directory */
+		if (read_sysfs(dev, "dev", buf, sizeof(buf)) ||
+		    sscanf(buf, "%u:%u", &dmaj, &dmin) != 2 ||
+		    dmaj != g->disk_major || dmin != g->disk_minor)
+			continue;
+		if (nseen < 16)
+			snprintf(seen[nseen++], sizeof(seen[0]), "%s", part);
+		fn(mp, part, arg);
+	}
+	fclose(mi);
+}
+
+static void untraced__warn(const char *mp, const char *part, void *arg)
+{
+	const struct guest_stack *g = arg;
+
+	fprintf(stderr, "nestrace-agent: warning: the virtual disk %s also holds %s (%s), not "
+		"traced: its requests are traced, unattributed (links kind 'other', or "
+		"'metadata', 'readahead' by their flags); give that mount point to --guest to "
+		"trace it instead\n", g->disk_name, mp, part);
+}
+
+void guest__warn_untraced(const struct guest_stack *g)
+{
+	untraced__each(g, untraced__warn, (void *)g);
+}
+
+struct untraced_json {
+	FILE *f;
+	int n;
+};
+
+static void untraced__json(const char *mp, const char *part, void *arg)
+{
+	struct untraced_json *j = arg;
+
+	fprintf(j->f, j->n++ ? ",[" : "[");
+	guest__json_str(j->f, mp);
+	fputc(',', j->f);
+	guest__json_str(j->f, part);
+	fputc(']', j->f);
+}
+
 void guest__json_str(FILE *f, const char *s)
 {
 	fputc('"', f);
@@ -329,6 +409,8 @@ void guest__json_str(FILE *f, const char *s)
 
 void guest__stack_json(FILE *f, const struct guest_stack *g)
 {
+	struct untraced_json j = { f, 0 };
+
 	fprintf(f, "{\"mount\":");
 	guest__json_str(f, g->mount);
 	fprintf(f, ",\"fs\":");
@@ -339,9 +421,12 @@ void guest__stack_json(FILE *f, const struct guest_stack *g)
 	fprintf(f, ",\"part_name\":");
 	guest__json_str(f, g->part_name);
 	fprintf(f, ",\"size_sectors\":%llu,\"part_start_bytes\":%llu,\"part_size_bytes\":%llu,"
-		"\"logical_block_bytes\":%u,\"fs_block_bytes\":%u,\"btrfs_devid\":%llu}",
+		"\"logical_block_bytes\":%u,\"fs_block_bytes\":%u,\"btrfs_devid\":%llu,"
+		"\"untraced_mounts\":[",
 		g->size_sectors, g->part_start_bytes, g->part_size_bytes, g->logical_block_bytes,
 		g->fs_block_bytes, g->btrfs_devid);
+	untraced__each(g, untraced__json, &j);
+	fprintf(f, "]}");
 }
 
 /* ---- extent snapshots ------------------------------------------------- */

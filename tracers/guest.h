@@ -49,7 +49,11 @@ int guest__journal(const struct guest_stack *g, FILE *f);
  * directory): "vfs" on the file system itself, "vdisk" on another file
  * system of its disk, NULL when neither (as nestrace/stack.py traced_at). */
 const char *guest__traced_at(const struct guest_stack *g, const char *path);
-/* The stack as the JSON object `nestrace import` reads. */
+/* Warn (stderr) about each other file system mounted from a partition of
+ * g's disk: its requests are on the traced disk, its files untraced. */
+void guest__warn_untraced(const struct guest_stack *g);
+/* The stack as the JSON object `nestrace import` reads (with those
+ * mounts: "untraced_mounts": [[mount point, partition], ...]). */
 void guest__stack_json(FILE *f, const struct guest_stack *g);
 /* s as a JSON string (quoted, escaped). */
 void guest__json_str(FILE *f, const char *s);

@@ -247,10 +247,18 @@ def test_every_file_touched_gets_an_end_snapshot_and_a_start_snapshot_cut_short_
     assert settings["start_snapshot_truncated"] is True
     assert json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)[
         "start_snapshot_truncated"] is True
-    files = {r["phase"]: r["n"] for r in s.rows(
-        "SELECT phase, count(DISTINCT ino) AS n FROM extent_maps WHERE role = 'guest_file' "
+    files = {r["phase"]: set(r["inos"]) for r in s.rows(
+        "SELECT phase, list(DISTINCT ino) AS inos FROM extent_maps WHERE role = 'guest_file' "
         "GROUP BY ALL")}
-    assert files == {"start": 4096, "end": 4200}, files
+    new = {p.stat().st_ino for p in Path(lab.mount, "new").iterdir()}
+    assert len(files["start"]) == 4096 and len(new) == 4200 and new <= files["end"], \
+        {k: len(v) for k, v in files.items()}
+    # and any other file in the end snapshot was touched too: an old
+    # file whose pages the kernel evicted during the capture (10 of them
+    # beside the DuckDB tests in CI, 2026-11-27)
+    touched = {r["ino"] for r in s.rows("SELECT DISTINCT ino FROM vfs_events UNION "
+                                        "SELECT DISTINCT ino FROM pagecache_events")}
+    assert files["end"] - new <= touched, len(files["end"] - new)
     kinds = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
         "SELECT l.kind, l.upper_id IS NOT NULL AS tied, sum(l.bytes) AS b FROM links l "
         "JOIN vdisk_io v ON v.capture_id = l.capture_id AND v.io_id = l.lower_id "

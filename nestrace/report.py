@@ -196,6 +196,29 @@ def build(s: Session, capture_id: str | None = None) -> dict:
          AND f.level = CASE d.level WHEN 'vdisk' THEN 'vfs' ELSE 'hostfs' END
         WHERE e.capture_id = ? AND e.role = 'fs_journal'
         GROUP BY d.level ORDER BY list_position(['vdisk', 'disk'], d.level)""", p)
+    # a traced file system on a partition, and the requests of its disk
+    # wholly outside it: other file systems' (links calls them other, or
+    # metadata, readahead, discard by their flags); the host's only on one
+    # disk, as links
+    partitions = s.rows("""
+        WITH f AS (
+          SELECT f.capture_id, f.level AS fs_level,
+                 CASE f.level WHEN 'vfs' THEN 'vdisk' ELSE 'disk' END AS level,
+                 f.part_start_bytes AS lo, f.part_start_bytes + f.size_sectors * 512 AS hi
+          FROM device_map f
+          WHERE f.capture_id = ? AND f.size_sectors > 0
+            AND (f.level = 'vfs' OR f.level = 'hostfs' AND (
+                 SELECT count(DISTINCT dev) FROM device_map
+                 WHERE capture_id = f.capture_id AND level = 'disk') = 1))
+        SELECT f.level, f.fs_level, f.lo::BIGINT AS part_start_bytes,
+               (f.hi - f.lo)::BIGINT AS part_bytes,
+               count(b.io_id) AS outside_requests,
+               coalesce(sum(b.bytes), 0)::BIGINT AS outside_bytes
+        FROM f LEFT JOIN block_requests b
+          ON b.capture_id = f.capture_id AND b.level = f.level
+         AND (b.offset_bytes + b.bytes <= f.lo OR b.offset_bytes >= f.hi)
+        GROUP BY f.level, f.fs_level, f.lo, f.hi
+        ORDER BY list_position(['vdisk', 'disk'], f.level)""", p)
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
                    "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
                    "WHERE capture_id = ?", p)
@@ -216,6 +239,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "amplification": amp,
         "attribution": {"to_app": to_app, "links": links},
         "journals": journals,
+        "partitions": partitions,
         "rmw": rmw,
         "readahead": ra,
         "sync": sync,
@@ -422,6 +446,13 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
         elif any(r["kind"] == "journal" for r in rep["attribution"]["links"]):
             con.print("journal: by the requests' flags (no journal's place was found: ext2, "
                       "btrfs, an external journal, or a device record could not read)")
+        outside = [r for r in rep.get("partitions", []) if r["outside_requests"]]
+        if outside:
+            con.print("other file systems: requests wholly outside the traced file system's "
+                      "partition: " + "; ".join(
+                          f"{r['level']} {r['outside_requests']} ({_fmt_bytes(r['outside_bytes'])}) "
+                          f"outside {_fmt_bytes(r['part_bytes'])} at "
+                          f"{_fmt_bytes(r['part_start_bytes'])}" for r in outside))
     else:
         con.print("Attribution: none (it needs two traced levels and the stack's offset maps, "
                   "which `nestrace record` stores)")

@@ -1634,6 +1634,13 @@ def test_another_file_system_on_the_virtual_disk_is_said_and_its_writes_are_othe
         got = _writes_by_part(s, "vdisk", 204800)
         assert got[(1, "sync")] == 4 << 20 and got[(2, "other")] >= 4 << 20, (store, got)
         assert {k for p, k in got if p == 2} <= {"other", "metadata"}, (store, got)
+    # the report counts them, and says so
+    rep = json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)["partitions"]
+    assert [(r["level"], r["part_start_bytes"], r["part_bytes"]) for r in rep] == \
+        [("vdisk", 2048 * 512, 200000 * 512)] and rep[0]["outside_bytes"] >= 4 << 20, rep
+    said = " ".join(run_cli("report", str(tmp_path / "s")).stdout.split())   # (rich wraps)
+    assert "other file systems: requests wholly outside the traced file system's partition: " \
+        "vdisk" in said, said
 
 
 def test_another_file_system_on_the_host_disk_has_its_writes_other(tmp_path):
@@ -1670,6 +1677,9 @@ def test_another_file_system_on_the_host_disk_has_its_writes_other(tmp_path):
     # unaligned writes, which xfs pads to its own blocks)
     assert got[(1, "sync")] >= 4 << 20 and got[(2, "other")] >= 4 << 20, got
     assert {k for p, k in got if p == 2} <= {"other", "metadata"}, got
+    rep = json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)["partitions"]
+    assert [(r["level"], r["fs_level"]) for r in rep] == [("disk", "hostfs")], rep
+    assert rep[0]["outside_bytes"] >= 4 << 20, rep
 
 def test_btrfs_on_partitions_maps_through_its_chunk_tree_on_the_partition(lab_factory, tmp_path):
     """btrfs extents are logical addresses, carried to device offsets

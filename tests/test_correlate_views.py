@@ -490,6 +490,16 @@ def test_requests_outside_the_guest_file_systems_partition_are_classified_by_the
     assert kinds(0) == {80: ("writeback", 4096), 81: ("metadata", 4096),
                         82: ("readahead", 8192), 90: ("discard", 65536),
                         0: ("other", 4096), 6: ("writeback", 4096)}
+    # report --json counts the requests wholly outside the partition
+    from nestrace.report import build
+    dm = [r | ({"part_start_bytes": 1 * MiB, "size_sectors": 64 * MiB // 512}
+               if r["level"] == "vfs" else {}) for r in device_map()]
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                             "extent_maps": ext, "block_events": ev})
+    assert build(s, CAP)["partitions"] == [
+        {"level": "vdisk", "fs_level": "vfs", "part_start_bytes": 1 * MiB,
+         "part_bytes": 64 * MiB, "outside_requests": 5,
+         "outside_bytes": 4096 + 4096 + 8192 + 65536 + 4096}]
 
 
 def test_requests_outside_the_host_file_systems_partition_are_classified_by_their_flags_alone():
@@ -983,9 +993,13 @@ def test_every_report_json_key_is_documented():
     from nestrace.report import build
     t = direct_read_stack()
     t["block_events"] += request(2000, 2010, 2500, VDISK, 4 * MiB + 512, 512, rq=3, bio=13, op=1)
+    # (the guest FS on a partition: the report's partitions row)
+    t["device_map"] = [r | ({"part_start_bytes": 0, "size_sectors": 1 << 19}
+                            if r["level"] == "vfs" else {}) for r in device_map()]
     s = session(**t)
     s.store = None
     rep = build(s, "c1")
+    assert rep["partitions"], rep["partitions"]
     doc = (Path(__file__).resolve().parent.parent / "docs" / "report.md").read_text()
     documented = set(re.findall(r"`([a-z_\[\].0-9]+)`", doc))
     missing = []

@@ -2137,8 +2137,8 @@ def test_reads_of_a_compressed_image_are_tied_to_the_compressed_data_they_read(l
     tied = sum(b for (_, t), b in by.items() if t)
     # The host's readahead of the image (a buffered loop) runs past a read
     # into the next extent, whose compressed data it reads with no vdisk
-    # request behind it: 'readahead', 4 KiB alone, 40 KiB beside the
-    # DuckDB tests in CI (2026-11-27).  None of it may be 'other'.
+    # request behind it: 'readahead', 4 KiB in six runs here, 40 KiB in
+    # one CI run (2026-11-27).  None of it may be 'other'.
     ahead = by.get(("readahead", False), 0)
     assert tied >= 0.95 * total and tied + ahead >= 0.99 * total, by
     # the compression shows: fewer bytes read from the host disk than the

@@ -253,9 +253,9 @@ def test_every_file_touched_gets_an_end_snapshot_and_a_start_snapshot_cut_short_
     new = {p.stat().st_ino for p in Path(lab.mount, "new").iterdir()}
     assert len(files["start"]) == 4096 and len(new) == 4200 and new <= files["end"], \
         {k: len(v) for k, v in files.items()}
-    # and any other file in the end snapshot was touched too: an old
-    # file whose pages the kernel evicted during the capture (10 of them
-    # beside the DuckDB tests in CI, 2026-11-27)
+    # and any other file in the end snapshot was touched too (an old
+    # file with page-cache events during the capture: its pages evicted,
+    # say; 10 of them in one CI run, 2026-11-27)
     touched = {r["ino"] for r in s.rows("SELECT DISTINCT ino FROM vfs_events UNION "
                                         "SELECT DISTINCT ino FROM pagecache_events")}
     assert files["end"] - new <= touched, len(files["end"] - new)

@@ -579,6 +579,13 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         live.write_table("extent_maps", start_extents)
         live.write_table("extent_maps", pa.Table.from_pylist(
             stack_journal_rows(stack, cid, log), schema=table_schema("extent_maps")))
+        neighbors = neighbor_images(stack)
+        if neighbors:
+            log(f"nestrace: the host FS also holds {len(neighbors)} other virtual disk image(s) "
+                f"in use ({', '.join(neighbors[:3])}{', ...' if len(neighbors) > 3 else ''}): "
+                "host-disk writes into them are classed other")
+            live.write_table("extent_maps", pa.Table.from_pylist(
+                neighbor_rows(stack, neighbors, "start", cid), schema=table_schema("extent_maps")))
 
         # The agent writes the record tables into the live directory itself
         # (Arrow IPC, one batch per flush); its stdout carries the start and
@@ -729,6 +736,10 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                 touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
                 end, _ = snapshot_extents(stack, cid, "end", touched)
                 live.write_table("extent_maps", end)
+                if neighbors:
+                    live.write_table("extent_maps", pa.Table.from_pylist(
+                        neighbor_rows(stack, neighbors, "end", cid),
+                        schema=table_schema("extent_maps")))
                 guest_paths = {r["ino"]: r["path"] for r in end.select(["role", "ino", "path"]).to_pylist()
                                if r["role"] == "guest_file"}
                 live.write_table("extent_maps", pa.Table.from_pylist(
@@ -745,6 +756,65 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         return cap
     finally:
         live.release()
+
+
+# neighbor images a snapshot maps at most (the first found)
+MAX_NEIGHBORS = 64
+
+
+def neighbor_images(stack: Stack) -> list[str]:
+    """Other virtual disks' images on the host FS, in use: the backing
+    files of the other loop devices, and the regular files QEMU processes
+    hold open there (another VM's disk), the traced image and its backing
+    files left out.  Their host-disk requests have no traced cause."""
+    if not stack.has_host or not stack.host_mount:
+        return []
+    mine = {os.path.realpath(p) for p in [stack.image_path,
+                                          *(b["path"] for b in stack.backing_files)]}
+    found: dict[str, None] = {}
+    for f in sorted(Path("/sys/block").glob("loop*/loop/backing_file")):
+        try:
+            found[f.read_text().strip().removesuffix(" (deleted)")] = None
+        except OSError:
+            continue
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or \
+                    not (proc / "comm").read_text().startswith("qemu"):
+                continue
+            for fd in (proc / "fd").iterdir():
+                found[os.readlink(fd)] = None
+        except OSError:
+            continue
+    out = []
+    for p in found:
+        try:
+            if os.path.realpath(p) in mine or not os.path.isfile(p):
+                continue
+            m = mount_containing(p)
+        except OSError:
+            continue
+        if m is not None and m.kdev == stack.host_kdev:
+            out.append(p)
+    return out[:MAX_NEIGHBORS]
+
+
+def neighbor_rows(stack: Stack, paths: list[str], phase: str, capture_id: str) -> list[dict]:
+    """Where the neighbor images are on the host disk (role
+    neighbor_image, physical_bytes on the whole disk: a partition's start
+    added): `links` classes the unexplained host-disk writes there as
+    other, not the host's write-back."""
+    chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
+    rows = []
+    for p in paths:
+        try:
+            rows += extent_rows(p, "neighbor_image", phase, capture_id, stack.disk.kdev, chunks,
+                                devices)
+        except OSError:
+            continue    # gone
+    for r in rows:
+        r["physical_bytes"] += stack.host_part_start_bytes
+    return rows
 
 
 def store_extents(d: Path, capture_id: str) -> list[dict]:

@@ -1643,6 +1643,43 @@ def test_another_file_system_on_the_virtual_disk_is_said_and_its_writes_are_othe
         "vdisk" in said, said
 
 
+def test_another_vms_image_on_the_host_fs_is_named_and_its_writes_are_other(lab_factory,
+                                                                          tmp_path):
+    """Another virtual disk's image on the same host FS (a second loop
+    device: another VM), fio writing 4 MiB with O_DIRECT in each guest.
+    Before (2026-11-27) links called the other VM's host-disk writes the
+    host's write-back (the host's xfs log known: a write outside it);
+    now `record` names the other image, maps it (extent_maps role
+    neighbor_image) and its writes are 'other'."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    other = Path(lab.mount).parent / "host" / "other.img"
+    subprocess.run(["truncate", "-s", "256M", str(other)], check=True)
+    (tmp_path / "o").mkdir()
+    with contextlib.ExitStack() as undo:
+        vdisk = subprocess.run(["losetup", "-f", "--show", "--direct-io=on", str(other)],
+                               check=True, capture_output=True, text=True).stdout.strip()
+        undo.callback(subprocess.run, ["losetup", "-d", vdisk], check=True)
+        subprocess.run(["mkfs.ext4", "-q", vdisk], check=True)
+        subprocess.run(["mount", vdisk, str(tmp_path / "o")], check=True)
+        undo.callback(subprocess.run, ["umount", str(tmp_path / "o")], check=True)
+        r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", "sh", "-c",
+                    f"{FIO_4M_WRITES} --name=a --filename={lab.mount}/f & "
+                    f"{FIO_4M_WRITES} --name=b --filename={tmp_path / 'o'}/g; wait")
+    assert f"the host FS also holds 1 other virtual disk image(s) in use ({other})" in r.stderr, \
+        r.stderr
+    s = nestrace.open(tmp_path / "s")
+    assert s.rows("SELECT DISTINCT phase, path FROM extent_maps WHERE role = 'neighbor_image' "
+                  "ORDER BY 1") == [{"phase": "end", "path": str(other)},
+                                    {"phase": "start", "path": str(other)}]
+    got = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
+        "SELECT kind, attributed AS tied, sum(bytes) AS b FROM links_summary "
+        "WHERE lower_level = 'disk' AND upper_level = 'vdisk' GROUP BY ALL")}
+    # (the other guest's 4 MiB are more at the disk: its 1 KiB blocks make
+    # unaligned writes, which xfs pads to its own blocks)
+    assert got[("sync", True)] == 4 << 20 and got[("other", False)] >= 4 << 20, got
+    assert got.get(("writeback", False), 0) < 64 << 10, got
+
+
 def test_another_file_system_on_the_host_disk_has_its_writes_other(tmp_path):
     """The host FS (xfs, the image on it) on the first partition of the
     host disk, another (ext4: the host's root, say) on the second, fio

@@ -528,6 +528,24 @@ def test_requests_outside_the_host_file_systems_partition_are_classified_by_thei
     assert kinds(2) == {300: "writeback", 301: "metadata", 20: "writeback"}
 
 
+def test_a_host_disk_write_into_another_vms_image_is_other_not_write_back():
+    """The host's journal known (at 10 MiB), another virtual disk's image
+    on the host FS at 300 MiB (extent_maps role neighbor_image): a REQ_SYNC
+    write there that no traced request explains is another VM's, 'other';
+    one elsewhere outside the journal stays write-back (jbd2's checkpoint)."""
+    sync_idle = 1 | 256
+    ev = (request(100, 110, 120, DISK, 300 * MiB + 8192, 4096, rq=1, bio=1, op=1, flags=sync_idle)
+          + request(130, 140, 150, DISK, 400 * MiB, 4096, rq=2, bio=2, op=1, flags=sync_idle))
+    ext = extents() + [placed("fs_journal", DISK, 10 * MiB, 1 * MiB, ino=0),
+                       placed("neighbor_image", DISK, 300 * MiB, 16 * MiB, ino=140)]
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": device_map(),
+                             "extent_maps": ext, "block_events": ev})
+    assert s.rows(f"SELECT b.offset_bytes // {MiB} AS mib, l.kind, l.bytes FROM links l "
+                  "JOIN block_requests b ON b.io_id = l.lower_id ORDER BY 1") == [
+        {"mib": 300, "kind": "other", "bytes": 4096},
+        {"mib": 400, "kind": "writeback", "bytes": 4096}]
+
+
 def test_unaligned_guest_write_through_host_page_cache_is_read_modify_write():
     # a 512 B virtual-disk write into the middle of a host page, and the
     # host reading that page from disk while the write is in flight

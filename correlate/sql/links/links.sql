@@ -543,8 +543,10 @@ filed AS (    -- virtual-disk blocks written with no cause found that hold a
 placed_reach AS (   -- the capture's own store files, where a traced disk
                     -- holds them (extent_maps role nestrace_store: the
                     -- store on the virtual disk, hop 0, or on a host disk,
-                    -- hop 2), and the file systems' journals (fs_journal:
-                    -- the guest's on the virtual disk, the host's on its disk)
+                    -- hop 2), the file systems' journals (fs_journal:
+                    -- the guest's on the virtual disk, the host's on its
+                    -- disk), and the other images on the host FS
+                    -- (neighbor_image: other VMs' disks)
   SELECT ck, hop, role, lo,
          max(max(hi)) OVER (PARTITION BY ck, hop, role ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
   FROM (SELECT c.ck, CASE d.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop, e.role,
@@ -555,14 +557,15 @@ placed_reach AS (   -- the capture's own store files, where a traced disk
                          AND d.level IN ('vdisk', 'disk')
         LEFT JOIN _links_disks x ON x.capture_id = e.capture_id AND x.dev = e.physical_dev
                                 AND d.level = 'disk'
-        WHERE e.role IN ('nestrace_store', 'fs_journal') AND (e.flags & 6) = 0)
+        WHERE e.role IN ('nestrace_store', 'fs_journal', 'neighbor_image')
+          AND (e.flags & 6) = 0)
   GROUP BY ck, hop, role, lo),
 placed AS (   -- blocks written with no cause found into those places: the
               -- agent's batches (the store was on the stack it traced), the
-              -- journal's writes
+              -- journal's writes, another VM's
   SELECT r.ck, r.hop, r.blk, min(e.role) AS role
   FROM (SELECT DISTINCT ck, hop, blk FROM rest WHERE hop IN (0, 2) AND lop = 1 AND s_ns IS NULL) r
-  CROSS JOIN (VALUES ('nestrace_store'), ('fs_journal')) p(role)
+  CROSS JOIN (VALUES ('nestrace_store'), ('fs_journal'), ('neighbor_image')) p(role)
   ASOF JOIN placed_reach e ON e.ck = r.ck AND e.hop = r.hop AND e.role = p.role
                           AND r.blk * 4096 >= e.lo
   WHERE r.blk * 4096 < e.reach
@@ -609,6 +612,8 @@ out AS (
               WHEN r.s_ns IS NOT NULL THEN 'store'
               WHEN r.l_zeroes THEN 'zeroes'
               WHEN o.role = 'nestrace_store' THEN 'nestrace'
+              -- (another virtual disk's image on the host FS: another VM's)
+              WHEN o.role = 'neighbor_image' THEN 'other'
               -- (another file system's, on another partition of the
               -- virtual disk or the host disk: its flags alone say what
               -- it is)
@@ -679,7 +684,9 @@ JOIN _links_captures c USING (ck);
 -- a virtual-disk request outside the traced guest file system's partition
 -- (device_map: another file system's, or the partition table), and a
 -- host-disk one outside the host file system's (on one disk), is
--- metadata, readahead or discard by its flags, else other;
+-- metadata, readahead or discard by its flags, else other; so is a
+-- host-disk write into another virtual disk's image on the host FS
+-- (extent_maps role neighbor_image: another VM's) other;
 -- else readahead,
 -- journal, metadata, writeback, discard or other: by the request's op
 -- and flags (there a REQ_SYNC write counts as journal), and for host-FS accesses to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables,

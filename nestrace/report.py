@@ -201,17 +201,8 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     # metadata, readahead, discard by their flags); the host's only on one
     # disk, as links
     partitions = s.rows("""
-        WITH f AS (
-          SELECT f.capture_id, f.level AS fs_level,
-                 CASE f.level WHEN 'vfs' THEN 'vdisk' ELSE 'disk' END AS level,
-                 f.part_start_bytes AS lo, f.part_start_bytes + f.size_sectors * 512 AS hi
-          FROM device_map f
-          WHERE f.capture_id = ? AND f.size_sectors > 0
-            AND (f.level = 'vfs' OR f.level = 'hostfs' AND (
-                 SELECT count(DISTINCT dev) FROM device_map
-                 WHERE capture_id = f.capture_id AND level = 'disk') = 1))
-        SELECT f.level, f.fs_level, f.lo::BIGINT AS part_start_bytes,
-               (f.hi - f.lo)::BIGINT AS part_bytes,
+        WITH f AS (SELECT * FROM _base_fs_partitions WHERE capture_id = ?)
+        SELECT f.level, f.fs_level, f.lo AS part_start_bytes, (f.hi - f.lo)::BIGINT AS part_bytes,
                count(b.io_id) AS outside_requests,
                coalesce(sum(b.bytes), 0)::BIGINT AS outside_bytes
         FROM f LEFT JOIN block_requests b

@@ -14,6 +14,22 @@ SELECT m.capture_id, m.level, m.dev, m.name, m.size_sectors, m.fs_type,
        m.block_size_bytes, coalesce(m.machine, c.machine) AS machine
 FROM device_map m JOIN capture_meta c USING (capture_id);
 
+-- The traced file systems on a partition of the disk below whose size the
+-- capture kept (stores written before 2026-11-27: none), with the
+-- partition's bytes [lo, hi) on that disk (level): the guest FS on the
+-- virtual disk, the host FS on its disk when on one disk (a btrfs on
+-- several has one size said for all).  The rest of the disk holds other
+-- file systems, not traced.
+CREATE OR REPLACE VIEW _base_fs_partitions AS
+SELECT f.capture_id, f.level AS fs_level,
+       CASE f.level WHEN 'vfs' THEN 'vdisk' ELSE 'disk' END AS level,
+       f.part_start_bytes::BIGINT AS lo, (f.part_start_bytes + f.size_sectors * 512)::BIGINT AS hi
+FROM device_map f
+WHERE f.size_sectors > 0
+  AND (f.level = 'vfs' OR f.level = 'hostfs' AND f.capture_id IN (
+       SELECT capture_id FROM device_map WHERE level = 'disk'
+       GROUP BY capture_id HAVING count(DISTINCT dev) = 1));
+
 -- The block-level devices (vdisk, disk) of all captures, each numbered:
 -- dk.  A window partitioned by dk instead of (capture_id, dev) sorts on a
 -- key of a few bytes; DuckDB sorts keys of up to 24 bytes fastest, and a

@@ -573,20 +573,11 @@ placed AS (   -- blocks written with no cause found into those places: the
 journaled AS (   -- the hops whose disk's journal is known: there a write
                  -- outside it is no journal write, whatever its flags
   SELECT DISTINCT ck, hop FROM placed_reach WHERE role = 'fs_journal'),
-fs_span AS (  -- where the traced guest file system is on the virtual disk
-              -- (hop 0), and the host's on its disk (hop 2; a host FS
-              -- on one disk): its partition (hi NULL: to the disk's end,
-              -- or not said); the other partitions hold other file
-              -- systems, not traced
-  SELECT c.ck, CASE d.level WHEN 'vfs' THEN 0 ELSE 2 END::UTINYINT AS hop,
-         min(d.part_start_bytes)::BIGINT AS lo,
-         CASE WHEN bool_and(d.size_sectors > 0)
-              THEN max(d.part_start_bytes + d.size_sectors * 512)::BIGINT END AS hi
-  FROM device_map d JOIN _links_captures c USING (capture_id)
-  WHERE d.level = 'vfs'
-     OR d.level = 'hostfs' AND d.capture_id IN (
-          SELECT capture_id FROM device_map WHERE level = 'disk'
-          GROUP BY capture_id HAVING count(DISTINCT dev) = 1)
+fs_span AS (  -- the traced file system's partition on the virtual disk
+              -- (hop 0) and on the host disk (hop 2), where known
+  SELECT c.ck, CASE p.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop,
+         min(p.lo) AS lo, max(p.hi) AS hi
+  FROM _base_fs_partitions p JOIN _links_captures c USING (capture_id)
   GROUP BY ALL),
 tied AS (     -- the bytes an upper event explains: the latest one's, the other sectors'
   SELECT ck, hop, lower_id, upper_id, kind0, attributed, l_start, u_start, u_end FROM m

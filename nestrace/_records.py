@@ -151,7 +151,7 @@ TABLES = {
     ]},
     'device_map': {'doc': 'Which device is which level of the traced stack, with the loop configuration.', 'fields': [
         ('capture_id', 'string', '', 'capture'),
-        ('level', 'string', '', 'vfs, vdisk, hostfs or disk'),
+        ('level', 'string', '', 'vfs, vdisk, hostfs or disk (vfs: one row per traced guest file system, several when record was given several --stack on one virtual disk; disk: one per host disk)'),
         ('dev', 'uint32', '', 'kernel dev_t (of the file system for vfs/hostfs, of the disk for vdisk/disk)'),
         ('name', 'string', '', 'device name or mount point'),
         ('size_sectors', 'uint64', 'sectors', 'device size in 512-byte sectors (block levels); vfs, hostfs: the size of the partition the file system is on (0: on the whole disk below, or not said: stores written before 2026-11-27)'),

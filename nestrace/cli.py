@@ -357,7 +357,10 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("-o", "--output", "store", required=True, type=click.Path(), help="Store directory.")
-@click.option("--stack", "mount", type=click.Path(), help="Guest mount point: discover the stack.")
+@click.option("--stack", "mount", type=click.Path(), multiple=True,
+              help="Guest mount point: discover the stack.  Again for another file system on "
+                   "another partition of the same virtual disk (a VM's / and /home): all are "
+                   "traced.")
 @click.option("--vdisk", type=click.Path(),
               help="Virtual disk device (with --stack, overrides; without it, the guest FS "
                    "is the one mounted from this device).")
@@ -389,7 +392,8 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     """Trace a nested stack while CMD runs (or for --duration, or until
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from . import record as rec
-    from .stack import block_dev_of_path, discover, from_devices, mount_of
+    from .stack import add_guest, block_dev_of_path, discover, from_devices, mount_of
+    mount, more = (mount[0], mount[1:]) if mount else (None, ())
     if duration is not None and command:    # (it was ignored)
         raise UserError("--duration is for recording without CMD: with CMD the recording "
                         "ends when CMD does")
@@ -426,6 +430,8 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
         stack = from_devices(gm, vd, image, disk)
     else:
         stack = discover(mount)
+    for mp in more:
+        add_guest(stack, mp)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
                      all_hooks=all_hooks, cpus=agent_cpus, pid=pid,

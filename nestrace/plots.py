@@ -27,8 +27,10 @@ def _session(x: StoreLike) -> Session:
 def _label(s: Session) -> str:
     if s.store is None:
         return "capture"
-    rows = s.rows("SELECT fs_type FROM device_map WHERE level IN ('vfs', 'hostfs') "
-                  "ORDER BY level DESC LIMIT 2")
+    # (a capture may trace several guest file systems: "ext4+xfs on xfs")
+    rows = s.rows("SELECT string_agg(DISTINCT fs_type, '+' ORDER BY fs_type) AS fs_type "
+                  "FROM device_map WHERE level IN ('vfs', 'hostfs') "
+                  "GROUP BY level ORDER BY level DESC LIMIT 2")
     fs = [r["fs_type"] for r in rows]
     return f"{fs[0]} on {fs[1]}" if len(fs) == 2 else s.store.name
 

@@ -27,7 +27,7 @@ from .fsjournal import JournalError, journal_rows, unknown_warning
 from .imagemap import MAPPED
 from .schema import ENUMS, table_schema
 from .stack import (FIEMAP_EXTENT_ENCODED, BtrfsFileExtent, Stack, StackError, btrfs_layout,
-                    extent_rows, file_id, kdev_str, map_extent_rows,
+                    extent_rows, file_id, guests, kdev_str, map_extent_rows,
                     mount_block_dev, mount_containing, traced_at, untraced_mounts)
 from .store import LiveCapture, SealResult, StoreError, init_store, seal
 from .stream import DecodeState, StreamError, iter_frames
@@ -62,10 +62,10 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
         # a guest's loop device is the lab's virtual disk: its backing file
         # is the image only when this kernel also sees the host side
         vb = v if v.is_loop and stack.has_host else None
-        rows += [row("vfs", stack.guest_kdev, stack.guest_mount,
-                     stack.guest_part_size_bytes // 512, fs=stack.guest_fs,
-                     bs=stack.guest_block_bytes, part=stack.guest_part_start_bytes),
-                 row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
+        rows += [row("vfs", g.guest_kdev, g.guest_mount,
+                     g.guest_part_size_bytes // 512, fs=g.guest_fs,
+                     bs=g.guest_block_bytes, part=g.guest_part_start_bytes) for g in guests(stack)]
+        rows += [row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
     if stack.has_host:
         rows += [row("hostfs", stack.host_kdev, stack.host_mount,
                      stack.host_part_size_bytes // 512, fs=stack.host_fs,
@@ -167,8 +167,8 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
                status_ms: int = 0) -> list[str]:
     args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families]
     if stack.has_guest:
-        args += ["--dev", f"{kdev_str(stack.guest_kdev)}=vfs,cache,map",
-                 "--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
+        args += [a for g in guests(stack) for a in ("--dev", f"{kdev_str(g.guest_kdev)}=vfs,cache,map")]
+        args += ["--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
     if stack.has_host:
         args += [a for d in stack.disks for a in ("--dev", f"{kdev_str(d.kdev)}=block")]
         args += [a for ino in [stack.image_ino, *(b["ino"] for b in stack.backing_files)]
@@ -345,20 +345,23 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
             rows += cluster_rows(stack, phase, capture_id)
     if not stack.has_guest:
         return pa.Table.from_pylist(rows, schema=table_schema("extent_maps")), False
-    subprocess.run(["sync", "-f", stack.guest_mount], check=False)
-    chunks, devices = btrfs_layout(stack.guest_mount, stack.guest_fs)
-    paths, truncated = guest_files(stack, inos, None if inos is not None else MAX_GUEST_FILES)
-    if truncated:
-        print(f"nestrace: warning: {stack.guest_mount} has more than {MAX_GUEST_FILES} regular "
-              f"files: the {phase} snapshot has the first {MAX_GUEST_FILES} found (a file past "
-              f"them read or written before a rewrite moved it is mapped where the end "
-              f"snapshot has it)", file=sys.stderr)
-    for p in paths:
-        try:
-            rows += extent_rows(p, "guest_file", phase, capture_id, stack.vdisk.kdev,
-                                chunks, devices)
-        except OSError:
-            continue   # removed while we looked
+    truncated = False
+    for g in guests(stack):
+        subprocess.run(["sync", "-f", g.guest_mount], check=False)
+        chunks, devices = btrfs_layout(g.guest_mount, g.guest_fs)
+        paths, cut = guest_files(g, inos, None if inos is not None else MAX_GUEST_FILES)
+        if cut:
+            print(f"nestrace: warning: {g.guest_mount} has more than {MAX_GUEST_FILES} regular "
+                  f"files: the {phase} snapshot has the first {MAX_GUEST_FILES} found (a file past "
+                  f"them read or written before a rewrite moved it is mapped where the end "
+                  f"snapshot has it)", file=sys.stderr)
+        truncated |= cut
+        for p in paths:
+            try:
+                rows += extent_rows(p, "guest_file", phase, capture_id, stack.vdisk.kdev,
+                                    chunks, devices)
+            except OSError:
+                continue   # removed while we looked
     return pa.Table.from_pylist(rows, schema=table_schema("extent_maps")), truncated
 
 
@@ -390,8 +393,9 @@ def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture,
     the snapshots: extent_maps rows of phase `events`, one per copy and
     per stripe.  Bytes placed and moved again before the end (a block
     rewritten) are found through these: no snapshot has their first
-    place, which a read-modify-write, say, reads.  guest_paths: inode ->
-    path of the guest files (a file deleted since is named by inode)."""
+    place, which a read-modify-write, say, reads.  guest_paths: (dev,
+    inode) -> path of the guest files (a file deleted since is named by
+    inode)."""
     sides = []   # (role, mount, fs device, the disk below, (dev, ino) -> path or None)
     if stack.has_host and stack.host_fs == "btrfs":
         files = {}
@@ -400,11 +404,12 @@ def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture,
                 files[file_id(path)] = path
         sides.append(("image", stack.host_mount, stack.disk.kdev,
                       lambda dev, ino: files.get((dev, ino))))
-    if stack.has_guest and stack.guest_fs == "btrfs" and stack.vdisk:
-        paths = guest_paths or {}
-        sides.append(("guest_file", stack.guest_mount, stack.vdisk.kdev,
-                      lambda dev, ino: (paths.get(ino, f"{stack.guest_mount} (inode {ino})")
-                                        if dev == stack.guest_kdev else None)))
+    for g in guests(stack) if stack.has_guest and stack.vdisk else []:
+        if g.guest_fs == "btrfs":
+            paths = guest_paths or {}
+            sides.append(("guest_file", g.guest_mount, stack.vdisk.kdev,
+                          lambda dev, ino, g=g: (paths.get((dev, ino), f"{g.guest_mount} (inode {ino})")
+                                                 if dev == g.guest_kdev else None)))
     if not sides or not (seen := btrfs_placed_extents(live)):
         return []
     rows = []
@@ -441,8 +446,8 @@ def stack_journal_rows(stack: Stack, capture_id: str, log) -> list[dict]:
     be read is logged, and links classes the writes there by their flags."""
     sides = []
     if stack.has_guest and stack.vdisk:
-        sides.append((stack.guest_mount, stack.guest_kdev, stack.vdisk.kdev,
-                      stack.guest_part_start_bytes))
+        sides += [(g.guest_mount, g.guest_kdev, stack.vdisk.kdev, g.guest_part_start_bytes)
+                  for g in guests(stack)]
     if stack.has_host and stack.disk and not stack.more_disks:
         sides.append((stack.host_mount, stack.host_kdev, stack.disk.kdev,
                       stack.host_part_start_bytes))
@@ -559,8 +564,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             + ", ".join(f"{mp} ({part})" for mp, part in others)
             + f", not traced: {'its' if len(others) == 1 else 'their'} requests are in "
             f"vdisk_io, unattributed (links kind "
-            f"'other', or 'metadata', 'readahead' by their flags); give that mount point "
-            f"to --stack to trace it instead")
+            f"'other', or 'metadata', 'readahead' by their flags); give --stack for "
+            f"{'it' if len(others) == 1 else 'each'} too to trace {'it' if len(others) == 1 else 'them'} as well")
     cid = new_capture_id()
     live = LiveCapture(store_p, cid, recording=True)
     try:
@@ -740,7 +745,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                     live.write_table("extent_maps", pa.Table.from_pylist(
                         neighbor_rows(stack, neighbors, "end", cid),
                         schema=table_schema("extent_maps")))
-                guest_paths = {r["ino"]: r["path"] for r in end.select(["role", "ino", "path"]).to_pylist()
+                guest_paths = {(r["dev"], r["ino"]): r["path"]
+                               for r in end.select(["role", "dev", "ino", "path"]).to_pylist()
                                if r["role"] == "guest_file"}
                 live.write_table("extent_maps", pa.Table.from_pylist(
                     btrfs_placed_rows(stack, cid, live, guest_paths),

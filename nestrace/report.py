@@ -185,6 +185,7 @@ def build(s: Session, capture_id: str | None = None) -> dict:
             "ORDER BY op, bin_max_bytes NULLS LAST", p)
     # where record found each file system's journal (links calls the
     # writes there journal, and on that disk no others)
+    # (one per file system: a capture may trace several guest ones)
     journals = s.rows("""
         SELECT d.level, any_value(f.fs_type) AS fs_type, nullif(any_value(e.ino), 0) AS ino,
                min(e.physical_bytes)::BIGINT AS offset_bytes, sum(e.length_bytes)::BIGINT AS bytes,
@@ -192,24 +193,30 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         FROM extent_maps e
         JOIN device_map d ON d.capture_id = e.capture_id AND d.dev = e.physical_dev
          AND d.level IN ('vdisk', 'disk')
-        LEFT JOIN device_map f ON f.capture_id = e.capture_id
+        LEFT JOIN device_map f ON f.capture_id = e.capture_id AND f.dev = e.dev
          AND f.level = CASE d.level WHEN 'vdisk' THEN 'vfs' ELSE 'hostfs' END
         WHERE e.capture_id = ? AND e.role = 'fs_journal'
-        GROUP BY d.level ORDER BY list_position(['vdisk', 'disk'], d.level)""", p)
+        GROUP BY d.level, e.dev
+        ORDER BY list_position(['vdisk', 'disk'], d.level), offset_bytes""", p)
     # a traced file system on a partition, and the requests of its disk
     # wholly outside it: other file systems' (links calls them other, or
     # metadata, readahead, discard by their flags); the host's only on one
     # disk, as links
+    # (several on the virtual disk when record traced several guest file
+    # systems: outside means outside all of them)
     partitions = s.rows("""
-        WITH f AS (SELECT * FROM _base_fs_partitions WHERE capture_id = ?)
+        WITH f AS (SELECT * FROM _base_fs_partitions WHERE capture_id = ?),
+        o AS (
+          SELECT b.level, count(*) AS n, sum(b.bytes)::BIGINT AS bytes
+          FROM block_requests b
+          WHERE b.capture_id = ? AND b.level IN (SELECT level FROM f)
+            AND NOT EXISTS (SELECT 1 FROM f WHERE f.level = b.level
+                            AND b.offset_bytes + b.bytes > f.lo AND b.offset_bytes < f.hi)
+          GROUP BY b.level)
         SELECT f.level, f.fs_level, f.lo AS part_start_bytes, (f.hi - f.lo)::BIGINT AS part_bytes,
-               count(b.io_id) AS outside_requests,
-               coalesce(sum(b.bytes), 0)::BIGINT AS outside_bytes
-        FROM f LEFT JOIN block_requests b
-          ON b.capture_id = f.capture_id AND b.level = f.level
-         AND (b.offset_bytes + b.bytes <= f.lo OR b.offset_bytes >= f.hi)
-        GROUP BY f.level, f.fs_level, f.lo, f.hi
-        ORDER BY list_position(['vdisk', 'disk'], f.level)""", p)
+               coalesce(o.n, 0) AS outside_requests, coalesce(o.bytes, 0)::BIGINT AS outside_bytes
+        FROM f LEFT JOIN o USING (level)
+        ORDER BY list_position(['vdisk', 'disk'], f.level), f.lo""", p + p)
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
                    "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
                    "WHERE capture_id = ?", p)
@@ -437,13 +444,18 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
         elif any(r["kind"] == "journal" for r in rep["attribution"]["links"]):
             con.print("journal: by the requests' flags (no journal's place was found: ext2, "
                       "btrfs, an external journal, or a device record could not read)")
-        outside = [r for r in rep.get("partitions", []) if r["outside_requests"]]
+        # (a level's counts are on each of its partitions' rows: said once)
+        outside: dict[str, list[dict]] = {}
+        for r in rep.get("partitions", []):
+            if r["outside_requests"]:
+                outside.setdefault(r["level"], []).append(r)
         if outside:
             con.print("other file systems: requests wholly outside the traced file system's "
                       "partition: " + "; ".join(
-                          f"{r['level']} {r['outside_requests']} ({_fmt_bytes(r['outside_bytes'])}) "
-                          f"outside {_fmt_bytes(r['part_bytes'])} at "
-                          f"{_fmt_bytes(r['part_start_bytes'])}" for r in outside))
+                          f"{level} {rs[0]['outside_requests']} "
+                          f"({_fmt_bytes(rs[0]['outside_bytes'])}) outside " + " and ".join(
+                              f"{_fmt_bytes(r['part_bytes'])} at {_fmt_bytes(r['part_start_bytes'])}"
+                              for r in rs) for level, rs in outside.items()))
     else:
         con.print("Attribution: none (it needs two traced levels and the stack's offset maps, "
                   "which `nestrace record` stores)")

@@ -14,7 +14,7 @@ import re
 import struct
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 
@@ -223,6 +223,10 @@ class Stack:
     # the files a qcow2 or vmdk image reads through (its backing chain, top
     # first), those on the image's own file system: {path, fmt, ino}
     backing_files: list[dict] = field(default_factory=list)
+    # more guest file systems traced on other partitions of the same
+    # virtual disk (a VM's / and /home; `record --stack A --stack B`): the
+    # guest_* fields of each, as guests() gives them
+    more_guests: list[dict] = field(default_factory=list)
 
     @property
     def has_guest(self) -> bool:
@@ -240,6 +244,41 @@ class Stack:
         return asdict(self)
 
 
+GUEST_FIELDS = ("guest_mount", "guest_fs", "guest_kdev", "guest_block_bytes",
+                "guest_part_start_bytes", "guest_part_size_bytes")
+
+
+def guests(stack: Stack) -> list[Stack]:
+    """The stack once per traced guest file system (the first, then
+    more_guests), each with that one's guest_* fields and no more_guests:
+    what is done per guest file system (its files' extents, its journal,
+    its device_map row) is done on each."""
+    return [stack] + [replace(stack, more_guests=[], **g) for g in stack.more_guests]
+
+
+def add_guest(stack: Stack, mount_point: str) -> None:
+    """Trace one more guest file system: one on another partition of the
+    stack's virtual disk (not another disk: that is another image)."""
+    gm = mount_of(mount_point)
+    try:
+        bd = mount_block_dev(gm)
+    except StackError as e:
+        raise StackError(f"--stack {mount_point}: {e}") from None
+    if stack.vdisk is None or bd.kdev != stack.vdisk.kdev:
+        raise StackError(
+            f"--stack {mount_point}: on {bd.name}, not on the virtual disk {stack.vdisk.name if stack.vdisk else '?'} "
+            f"of --stack {stack.guest_mount}: more than one --stack traces file systems on "
+            "partitions of one virtual disk (another disk is another image: record it apart)")
+    if any(g.guest_kdev == gm.kdev for g in guests(stack)):
+        raise StackError(f"--stack {mount_point}: its file system ({bd.part_name or bd.name}) "
+                         "is traced already")
+    _one_device(gm)
+    stack.more_guests.append({
+        "guest_mount": gm.mount_point, "guest_fs": gm.fs_type, "guest_kdev": gm.kdev,
+        "guest_block_bytes": os.statvfs(gm.mount_point).f_bsize,
+        "guest_part_start_bytes": _part_start(gm), "guest_part_size_bytes": _part_size(gm)})
+
+
 def traced_at(stack: Stack, path: str) -> str | None:
     """The highest level of `stack` that sees what is written to `path`
     (a store, say): vfs on the guest file system, vdisk on another file
@@ -248,7 +287,7 @@ def traced_at(stack: Stack, path: str) -> str | None:
     m = mount_containing(path)
     if m is None:
         return None
-    if stack.has_guest and stack.guest_kdev and m.kdev == stack.guest_kdev:
+    if stack.has_guest and stack.guest_kdev and m.kdev in {g.guest_kdev for g in guests(stack)}:
         return "vfs"
     try:
         dev = mount_block_dev(m)       # (a partition's whole disk)
@@ -297,17 +336,19 @@ def untraced_mounts(stack: Stack) -> list[tuple[str, str]]:
     disk, their files are not traced."""
     if stack.vdisk is None or not stack.guest_mount:
         return []
-    try:
-        mine = mount_block_dev(mount_of(stack.guest_mount)).part_name
-    except StackError:
-        mine = ""
+    mine = set()
+    for g in guests(stack):
+        try:
+            mine.add(mount_block_dev(mount_of(g.guest_mount)).part_name)
+        except StackError:
+            mine.add("")
     out: dict[str, str] = {}
     for m in mounts():
         try:
             bd = mount_block_dev(m)
         except StackError:
             continue
-        if bd.kdev == stack.vdisk.kdev and bd.part_name != mine:
+        if bd.kdev == stack.vdisk.kdev and bd.part_name not in mine:
             out.setdefault(bd.part_name or bd.name, m.mount_point)
     return sorted((mp, part) for part, mp in out.items())
 

@@ -1645,6 +1645,53 @@ def test_another_file_system_on_the_virtual_disk_is_said_and_its_writes_are_othe
         "vdisk" in said, said
 
 
+def test_two_file_systems_of_the_virtual_disk_are_traced_together_with_two_stacks(lab_factory,
+                                                                                   tmp_path):
+    """The same two partitions (a VM's / and /home), `record --stack A
+    --stack B`, fio writing 4 MiB with O_DIRECT into each: both are
+    traced.  Each one's writes are tied to its own calls through its own
+    partition (each its own journal, its own partition, its own files of
+    the same inode numbers), none is another file system's; no warning
+    of an untraced one.  Before (2026-11-27) a second --stack replaced
+    the first.  A --stack on another disk is refused."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    img = Path(lab.mount).parent / "host" / "two.img"
+    with partitioned(img, "256M", [(2048, 200000, "mkfs.ext4"), (204800, 300000, "mkfs.ext4")],
+                     tmp_path) as (loop, (a, b)):
+        r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(a), "--stack", str(b),
+                    "--", "sh", "-c", f"{FIO_4M_WRITES} --name=a --filename={a}/f & "
+                    f"{FIO_4M_WRITES} --name=b --filename={b}/g; wait")
+        bad = run_cli("record", "-o", str(tmp_path / "s3"), "--stack", str(a),
+                      "--stack", lab.mount, "--duration", "1", check=False)
+    assert "not traced" not in r.stderr, r.stderr
+    assert bad.returncode == 2 and f"--stack {lab.mount}: on " in bad.stderr \
+        and "not on the virtual disk" in bad.stderr, bad.stderr
+    s = nestrace.open(tmp_path / "s")
+    assert s.rows("SELECT name, part_start_bytes AS lo, size_sectors FROM device_map "
+                  "WHERE level = 'vfs' ORDER BY lo") == [
+        {"name": str(a), "lo": 2048 * 512, "size_sectors": 200000},
+        {"name": str(b), "lo": 204800 * 512, "size_sectors": 300000}]
+    # fio's calls, in each file system
+    assert s.rows("SELECT m.name, sum(v.ret_bytes) AS b FROM vfs_io v JOIN device_map m "
+                  "ON m.dev = v.dev AND m.level = 'vfs' WHERE v.op = 'write' GROUP BY ALL "
+                  "ORDER BY 1") == [{"name": str(a), "b": 4 << 20}, {"name": str(b), "b": 4 << 20}]
+    got = _writes_by_part(s, "vdisk", 204800)
+    assert got[(1, "sync")] == 4 << 20 and got[(2, "sync")] == 4 << 20, got
+    assert not {k for _, k in got} & {"other", "rmw"}, got
+    # each tied to a call of its own file system
+    assert s.rows("SELECT count(*) AS n FROM links l JOIN vdisk_io b ON b.io_id = l.lower_id "
+                  "JOIN vfs_io v ON v.io_id = l.upper_id JOIN device_map m ON m.dev = v.dev "
+                  "AND m.level = 'vfs' WHERE l.kind = 'sync' AND b.offset_bytes NOT BETWEEN "
+                  "m.part_start_bytes AND m.part_start_bytes + m.size_sectors * 512 - 1"
+                  ) == [{"n": 0}]
+    rep = json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)
+    assert [(j["level"], j["fs_type"]) for j in rep["journals"]] == \
+        [("vdisk", "ext4"), ("vdisk", "ext4"), ("disk", "xfs")], rep["journals"]
+    assert [(j["offset_bytes"] >= 204800 * 512) for j in rep["journals"][:2]] == [False, True]
+    assert [(r["part_start_bytes"], r["part_bytes"]) for r in rep["partitions"]] == \
+        [(2048 * 512, 200000 * 512), (204800 * 512, 300000 * 512)], rep["partitions"]
+
+
 def test_another_vms_image_on_the_host_fs_is_named_and_its_writes_are_other(lab_factory,
                                                                           tmp_path):
     """Another virtual disk's image on the same host FS (a second loop

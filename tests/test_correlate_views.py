@@ -502,6 +502,52 @@ def test_requests_outside_the_guest_file_systems_partition_are_classified_by_the
          "outside_bytes": 4096 + 4096 + 8192 + 65536 + 4096}]
 
 
+def test_two_guest_file_systems_of_one_virtual_disk_each_map_through_their_own_partition():
+    """`record --stack A --stack B`: two guest file systems on partitions
+    of one virtual disk, [1, 65) and [81, 97) MiB, the second with 1 KiB
+    blocks, each with a file of inode 12 (each file system numbers its
+    own).  A 4 KiB write in the first and a 1 KiB write in the second are
+    each tied to their own call, through their own partition's start (the
+    second's is aligned to its block: no partial write); a write in the
+    second's partition no call explains is write-back, one between the
+    partitions (another file system's, not traced) 'other', as is the
+    partition table's read.  The report counts the requests outside both
+    partitions on each row."""
+    g2, sync_idle = GUEST + 100, 1 | 256
+    dm = device_map()
+    dm = [r | ({"part_start_bytes": 1 * MiB, "size_sectors": 64 * MiB // 512}
+               if r["level"] == "vfs" else {}) for r in dm]
+    dm += [r | {"dev": g2, "name": "/g2", "block_size_bytes": 1024, "part_start_bytes": 81 * MiB,
+                "size_sectors": 16 * MiB // 512} for r in dm if r["level"] == "vfs"]
+    ext = extents() + [r | {"dev": g2, "physical_bytes": 2 * MiB}
+                       for r in extents() if r["role"] == "guest_file"]
+    ext += [placed("fs_journal", VDISK, 2 * MiB, 131072)]
+    ev = (request(1100, 1110, 1400, VDISK, 5 * MiB, 4096, rq=1, bio=1, op=1, flags=sync_idle)
+          + request(2100, 2110, 2400, VDISK, 83 * MiB, 1024, rq=2, bio=2, op=1, flags=sync_idle)
+          + request(3000, 3010, 3020, VDISK, 85 * MiB, 4096, rq=3, bio=3, op=1, flags=sync_idle)
+          + request(3100, 3110, 3120, VDISK, 70 * MiB, 4096, rq=4, bio=4, op=1, flags=sync_idle)
+          + request(3200, 3210, 3220, VDISK, 0, 4096, rq=5, bio=5, op=0))
+    s = Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                             "extent_maps": ext, "block_events": ev,
+                             "vfs_events": [vfs(1000, 500, syscall=4, f_flags=0o40000),
+                                            vfs(2000, 500, req=1024, ret=1024, syscall=4,
+                                                f_flags=0o40000, dev=g2)]})
+    assert s.rows(f"SELECT b.offset_bytes // {MiB} AS mib, l.kind, l.bytes, v.dev "
+                  "FROM links l JOIN block_requests b ON b.io_id = l.lower_id "
+                  "LEFT JOIN vfs_io v ON v.io_id = l.upper_id WHERE b.level = 'vdisk' "
+                  "ORDER BY 1") == [
+        {"mib": 0, "kind": "other", "bytes": 4096, "dev": None},
+        {"mib": 5, "kind": "sync", "bytes": 4096, "dev": GUEST},
+        {"mib": 70, "kind": "other", "bytes": 4096, "dev": None},
+        {"mib": 83, "kind": "sync", "bytes": 1024, "dev": g2},
+        {"mib": 85, "kind": "writeback", "bytes": 4096, "dev": None}]
+    assert s.rows("SELECT hop, partial_writes FROM rmw_summary WHERE hop = 'guest'") == []
+    from nestrace.report import build
+    assert build(s, CAP)["partitions"] == [
+        {"level": "vdisk", "fs_level": "vfs", "part_start_bytes": lo * MiB, "part_bytes": n * MiB,
+         "outside_requests": 2, "outside_bytes": 8192} for lo, n in ((1, 64), (81, 16))]
+
+
 def test_requests_outside_the_host_file_systems_partition_are_classified_by_their_flags_alone():
     """The same on the host disk: the host FS on [2 MiB, 202 MiB) of it,
     its journal known, the image at 100 MiB; the host's root FS on the

@@ -494,10 +494,11 @@ extra AS (
 -- partial I/O is what moved it.  (On a smaller-block FS a 4 KiB block
 -- may hold another file's or the FS's own blocks: the rest is left
 -- unattributed and classified.)
-whole AS (
+whole AS (   -- (every traced file system of the hop: a guest may have several)
   SELECT c.ck, CASE d.level WHEN 'vfs' THEN 0 ELSE 2 END::UTINYINT AS hop
   FROM _links_captures c JOIN device_map d USING (capture_id)
-  WHERE d.level IN ('vfs', 'hostfs') AND d.block_size_bytes >= 4096),
+  WHERE d.level IN ('vfs', 'hostfs')
+  GROUP BY ALL HAVING min(d.block_size_bytes) >= 4096),
 part_x AS MATERIALIZED (   -- part's rows, the bytes other events got taken off
   SELECT p.* EXCLUDE (first_id, first_off, first_len, k, attributed),
          CASE WHEN w.hop IS NOT NULL AND p.kind0 <> 'discard' THEN p.block_bytes - coalesce(x.extra, 0)
@@ -573,10 +574,10 @@ placed AS (   -- blocks written with no cause found into those places: the
 journaled AS (   -- the hops whose disk's journal is known: there a write
                  -- outside it is no journal write, whatever its flags
   SELECT DISTINCT ck, hop FROM placed_reach WHERE role = 'fs_journal'),
-fs_span AS (  -- the traced file system's partition on the virtual disk
-              -- (hop 0) and on the host disk (hop 2), where known
+fs_span AS (  -- the traced file systems' partitions on the virtual disk
+              -- (hop 0: one per --stack) and on the host disk (hop 2), where known
   SELECT c.ck, CASE p.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop,
-         min(p.lo) AS lo, max(p.hi) AS hi
+         list({'lo': p.lo, 'hi': p.hi}) AS spans
   FROM _base_fs_partitions p JOIN _links_captures c USING (capture_id)
   GROUP BY ALL),
 tied AS (     -- the bytes an upper event explains: the latest one's, the other sectors'
@@ -606,9 +607,10 @@ out AS (
               -- (another virtual disk's image on the host FS: another VM's)
               WHEN o.role = 'neighbor_image' THEN 'other'
               -- (another file system's, on another partition of the
-              -- virtual disk or the host disk: its flags alone say what
-              -- it is)
-              WHEN r.blk * 4096 + 4096 <= g.lo OR r.blk * 4096 >= g.hi THEN
+              -- virtual disk or the host disk, in none a traced file
+              -- system is on: its flags alone say what it is)
+              WHEN g.spans IS NOT NULL AND NOT list_bool_or(list_transform(
+                     g.spans, lambda x: r.blk * 4096 + 4096 > x.lo AND r.blk * 4096 < x.hi)) THEN
                    CASE WHEN r.l_flags & 2 <> 0 THEN 'metadata'
                         WHEN r.lop = 0 AND r.l_flags & 32 <> 0 THEN 'readahead'
                         WHEN r.lop = 2 THEN 'discard' ELSE 'other' END

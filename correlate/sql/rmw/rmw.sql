@@ -6,12 +6,20 @@
 -- (rmw as computed: `rmw` reads the rows `nestrace correlate` stored,
 -- where it has been run, as for links)
 CREATE OR REPLACE VIEW _rmw_computed AS
-WITH gb AS (SELECT capture_id, block_size_bytes AS bs FROM device_map WHERE level = 'vfs'),
+WITH gb AS (   -- each guest file system's block size, and its partition's
+              -- bytes on the virtual disk (a capture may trace several)
+  SELECT capture_id, block_size_bytes AS bs, coalesce(part_start_bytes, 0)::BIGINT AS lo,
+         CASE WHEN size_sectors > 0 THEN (part_start_bytes + size_sectors * 512)::BIGINT
+              ELSE 9223372036854775807 END AS hi,
+         count(*) OVER (PARTITION BY capture_id) AS n
+  FROM device_map WHERE level = 'vfs'),
 -- guest hop: pieces of app writes on the virtual disk
 gw AS (   -- (through the guest file's extents only: where the pieces
           -- lie in the image and on the host disk does not matter here)
   SELECT p.capture_id, p.io_id, p.ts_ns, p.end_ns, p.vs AS s, p.vt AS t, gb.bs
-  FROM _map_vfs_ranges p JOIN gb USING (capture_id) WHERE p.op = 'write'),
+  FROM _map_vfs_ranges p JOIN gb ON gb.capture_id = p.capture_id
+   AND (gb.n = 1 OR p.vs >= gb.lo AND p.vs < gb.hi)
+  WHERE p.op = 'write'),
 gw_partial AS (   -- the partial head and tail blocks, in vdisk bytes
   SELECT capture_id, io_id, ts_ns, end_ns, bs, (s // bs) * bs AS blk_s FROM gw WHERE s % bs <> 0
   UNION

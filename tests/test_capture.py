@@ -1663,7 +1663,14 @@ def test_two_file_systems_of_the_virtual_disk_are_traced_together_with_two_stack
                     f"{FIO_4M_WRITES} --name=b --filename={b}/g; wait")
         bad = run_cli("record", "-o", str(tmp_path / "s3"), "--stack", str(a),
                       "--stack", lab.mount, "--duration", "1", check=False)
-    assert "not traced" not in r.stderr, r.stderr
+        # the guest's side alone (in a VM, with Python): the same two
+        side = run_cli("record", "-o", str(tmp_path / "s4"), "--side", "guest", "--stack", str(a),
+                       "--stack", str(b), "--", "sh", "-c", f"echo x > {a}/h; echo y > {b}/h; sync")
+    assert "not traced" not in r.stderr + side.stderr, (r.stderr, side.stderr)
+    assert nestrace.open(tmp_path / "s4").rows(
+        "SELECT level, name FROM device_map ORDER BY level, name") == [
+        {"level": "vdisk", "name": Path(loop).name}, {"level": "vfs", "name": str(a)},
+        {"level": "vfs", "name": str(b)}]
     assert bad.returncode == 2 and f"--stack {lab.mount}: on " in bad.stderr \
         and "not on the virtual disk" in bad.stderr, bad.stderr
     s = nestrace.open(tmp_path / "s")

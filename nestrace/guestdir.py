@@ -22,7 +22,7 @@ import pyarrow as pa
 from .fsjournal import extents_rows, unknown_warning
 from .record import btrfs_placed_extents, device_map_rows, placed_extent_rows
 from .schema import table_schema
-from .stack import BlockDev, BtrfsFileExtent, Chunk, Stack, kdev, map_extent_rows
+from .stack import BlockDev, BtrfsFileExtent, Chunk, Stack, guests, kdev, map_extent_rows
 from .store import LiveCapture, SealResult, StoreError, captures, init_store, seal
 from .stream import DecodeState, iter_frames
 
@@ -70,20 +70,38 @@ def _facts(d: Path) -> dict:
     return facts
 
 
+def _guest_fields(g: dict) -> dict:
+    """One guest file system's Stack fields from its guest.json object."""
+    return {"guest_mount": g["mount"], "guest_fs": g["fs"],
+            "guest_kdev": kdev(g["fs_major"], g["fs_minor"]),
+            "guest_block_bytes": g["fs_block_bytes"],
+            "guest_part_start_bytes": g["part_start_bytes"],
+            # (guest captures of agents before 2026-11-27: not said)
+            "guest_part_size_bytes": g.get("part_size_bytes", 0)}
+
+
 def _stack(facts: dict, p: Path) -> Stack:
+    """The stack guest.json names: its file system, and those of more
+    --guest (more_guests, on partitions of the same disk)."""
     try:
         g = facts["stack"]
         vdisk = BlockDev(g["disk_name"], g["disk_major"], g["disk_minor"], g["size_sectors"],
                          g["logical_block_bytes"], part_name=g["part_name"],
                          part_start_bytes=g["part_start_bytes"])
-        return Stack(guest_mount=g["mount"], guest_fs=g["fs"],
-                     guest_kdev=kdev(g["fs_major"], g["fs_minor"]), vdisk=vdisk,
-                     guest_block_bytes=g["fs_block_bytes"],
-                     guest_part_start_bytes=g["part_start_bytes"],
-                     # (guest captures of agents before 2026-11-27: not said)
-                     guest_part_size_bytes=g.get("part_size_bytes", 0), side="guest")
+        more = g.get("more_guests") or []
+        if not (isinstance(more, list) and all(isinstance(m, dict) for m in more)):
+            raise GuestDirError(f"{p}: offset 0: stack.more_guests is not a list of file "
+                                "systems")
+        return Stack(vdisk=vdisk, side="guest", **_guest_fields(g),
+                     more_guests=[_guest_fields(m) for m in more])
     except (KeyError, TypeError) as e:
         raise GuestDirError(f"{p}: offset 0: the stack lacks {e}") from None
+
+
+def _devids(facts: dict) -> list[int]:
+    """Each guest file system's btrfs device id (0: not a btrfs)."""
+    g = facts["stack"]
+    return [int(x.get("btrfs_devid") or 0) for x in [g, *(g.get("more_guests") or [])]]
 
 
 def _agent_meta(d: Path) -> tuple[dict, dict | None, list[str]]:
@@ -122,7 +140,7 @@ def _chunk(c: list) -> Chunk:
                  [(int(devid), int(off)) for devid, off in stripes])
 
 
-def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: set[int],
+def _extent_rows(d: Path, stack: Stack, devids: list[int], capture_id: str, touched: set[int],
                  problems: list[str], placed: list[dict] = ()) -> list[dict]:
     """extent_maps rows from extents.jsonl (on btrfs, mapped through the
     phase's chunk tree, as `record` maps them), and where the file
@@ -132,7 +150,10 @@ def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: se
     files the capture touched (as `record` does).  placed: a btrfs's
     ordered and looked-up extents (record.btrfs_placed_extents), mapped through the end
     snapshot's chunk tree into rows of phase `events`, as `record` does
-    (btrfs_placed_rows)."""
+    (btrfs_placed_rows).  Each line is of the file system its "fs" says
+    (the index of its --guest; 0 when not said), devids[k] its btrfs
+    device id (0: not a btrfs)."""
+    gs = guests(stack)
     p = d / "extents.jsonl"
     rows: list[dict] = []
     try:
@@ -151,50 +172,57 @@ def _extent_rows(d: Path, stack: Stack, devid: int, capture_id: str, touched: se
             phase = f["phase"]
             if phase not in ("start", "end"):
                 raise ValueError(f"phase {phase!r}")
+            k = f.get("fs", 0)
+            if not (isinstance(k, int) and 0 <= k < len(gs)):
+                raise ValueError(f"fs {k!r}: guest.json names {len(gs)} file system(s)")
+            g = gs[k]
             if "btrfs_chunks" in f:
-                chunks[phase] = sorted((_chunk(c) for c in f["btrfs_chunks"]),
-                                       key=lambda c: c.logical)
+                chunks[k, phase] = sorted((_chunk(c) for c in f["btrfs_chunks"]),
+                                          key=lambda c: c.logical)
                 continue
             if "journal_error" in f:
-                problems.append(unknown_warning(stack.guest_mount, str(f.get("journal_dev", "")),
+                problems.append(unknown_warning(g.guest_mount, str(f.get("journal_dev", "")),
                                                 str(f["journal_error"])))
                 continue
             if "journal" in f:
                 j = f["journal"]
-                rows += extents_rows(stack.guest_mount, stack.guest_fs, int(j["ino"]),
+                rows += extents_rows(g.guest_mount, g.guest_fs, int(j["ino"]),
                                      [(int(lo), int(ph), int(n)) for lo, ph, n in j["extents"]],
-                                     stack.guest_kdev, stack.vdisk.kdev,
-                                     stack.guest_part_start_bytes, capture_id)
+                                     g.guest_kdev, stack.vdisk.kdev,
+                                     g.guest_part_start_bytes, capture_id)
                 continue
             # (a btrfs file's compressed extents: their disk length, from the
             # extent items, as `record` takes it)
             z = {int(o): BtrfsFileExtent(int(o), int(n), int(b), int(dn), 0, 1)
                  for o, n, b, dn in f.get("compressed", [])}
-            files.append((phase, int(f["ino"]), str(f["path"]),
+            files.append((k, phase, int(f["ino"]), str(f["path"]),
                           [(int(lo), int(ph), int(ln), int(fl)) for lo, ph, ln, fl in f["extents"]],
                           z))
         except (ValueError, KeyError, TypeError) as e:
             problems.append(f"{p}: offset {at}: not a file's extents ({e}): left out")
-    devices = {devid: stack.vdisk} if devid else None
-    for phase, ino, path, exts, z in files:
-        if phase == "end" and ino not in touched:
-            continue
-        if devid and phase not in chunks:
-            problems.append(f"{p}: no btrfs chunk tree for the {phase} snapshot: "
-                            f"{path}'s extents left out")
-            continue
-        rows += map_extent_rows(exts, path, stack.guest_kdev, ino, "guest_file", phase,
-                                capture_id, stack.vdisk.kdev, chunks.get(phase), devices, z)
-    mine = [r for r in placed if r["dev"] == stack.guest_kdev] if devid else []
-    tree = chunks.get("end") or chunks.get("start")
-    if mine and not tree:
-        problems.append(f"{p}: no btrfs chunk tree: the {len(mine)} places btrfs gave file "
-                        "data during the capture left out")
-        mine = []
-    paths = {ino: path for phase, ino, path, *_ in files}
-    rows += placed_extent_rows(
-        [(r, paths.get(r["ino"], f"{stack.guest_mount} (inode {r['ino']})")) for r in mine],
-        "guest_file", capture_id, stack.vdisk.kdev, tree, devices)
+    for k, g in enumerate(gs):
+        devid = devids[k] if k < len(devids) else 0
+        devices = {devid: stack.vdisk} if devid else None
+        for fk, phase, ino, path, exts, z in files:
+            if fk != k or phase == "end" and ino not in touched:
+                continue
+            if devid and (k, phase) not in chunks:
+                problems.append(f"{p}: no btrfs chunk tree for the {phase} snapshot: "
+                                f"{path}'s extents left out")
+                continue
+            rows += map_extent_rows(exts, path, g.guest_kdev, ino, "guest_file", phase,
+                                    capture_id, stack.vdisk.kdev, chunks.get((k, phase)),
+                                    devices, z)
+        mine = [r for r in placed if r["dev"] == g.guest_kdev] if devid else []
+        tree = chunks.get((k, "end")) or chunks.get((k, "start"))
+        if mine and not tree:
+            problems.append(f"{p}: no btrfs chunk tree: the {len(mine)} places btrfs gave "
+                            f"{g.guest_mount}'s file data during the capture left out")
+            mine = []
+        paths = {ino: path for fk, phase, ino, path, *_ in files if fk == k}
+        rows += placed_extent_rows(
+            [(r, paths.get(r["ino"], f"{g.guest_mount} (inode {r['ino']})")) for r in mine],
+            "guest_file", capture_id, stack.vdisk.kdev, tree, devices)
     return rows
 
 
@@ -254,8 +282,8 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
             touched = live.unique_values("vfs_events", "ino") | \
                 live.unique_values("pagecache_events", "ino")
             live.write_table("extent_maps", pa.Table.from_pylist(
-                _extent_rows(d, stack, int(facts["stack"].get("btrfs_devid") or 0), cid, touched,
-                             problems, btrfs_placed_extents(live)),
+                _extent_rows(d, stack, _devids(facts), cid, touched, problems,
+                             btrfs_placed_extents(live)),
                 schema=table_schema("extent_maps")))
             live.close()
         except (OSError, StoreError) as e:

@@ -1652,51 +1652,68 @@ def test_two_file_systems_of_the_virtual_disk_are_traced_together_with_two_stack
     traced.  Each one's writes are tied to its own calls through its own
     partition (each its own journal, its own partition, its own files of
     the same inode numbers), none is another file system's; no warning
-    of an untraced one.  Before (2026-11-27) a second --stack replaced
-    the first.  A --stack on another disk is refused."""
+    of an untraced one.  The same by the agent alone (`--guest A --guest
+    B`), imported.  Before (2026-11-27) a second --stack replaced the
+    first, and the agent took one --guest.  A --stack or --guest on
+    another disk is refused."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     img = Path(lab.mount).parent / "host" / "two.img"
+    work = (f"{FIO_4M_WRITES} --name=a --filename={{a}}/f & "
+            f"{FIO_4M_WRITES} --name=b --filename={{b}}/g; wait")
     with partitioned(img, "256M", [(2048, 200000, "mkfs.ext4"), (204800, 300000, "mkfs.ext4")],
                      tmp_path) as (loop, (a, b)):
         r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(a), "--stack", str(b),
-                    "--", "sh", "-c", f"{FIO_4M_WRITES} --name=a --filename={a}/f & "
-                    f"{FIO_4M_WRITES} --name=b --filename={b}/g; wait")
+                    "--", "sh", "-c", work.format(a=a, b=b))
+        g = subprocess.run([str(agent_path()), "--guest", str(a), "--guest", str(b),
+                            "--guest-capture", str(tmp_path / "g"), "--", "sh", "-c",
+                            work.format(a=b, b=a)], capture_output=True, text=True)
+        assert g.returncode == 0, g.stderr
         bad = run_cli("record", "-o", str(tmp_path / "s3"), "--stack", str(a),
                       "--stack", lab.mount, "--duration", "1", check=False)
+        bad_g = subprocess.run([str(agent_path()), "--guest", str(a), "--guest", lab.mount,
+                                "--guest-capture", str(tmp_path / "g3"), "--", "true"],
+                               capture_output=True, text=True)
         # the guest's side alone (in a VM, with Python): the same two
         side = run_cli("record", "-o", str(tmp_path / "s4"), "--side", "guest", "--stack", str(a),
                        "--stack", str(b), "--", "sh", "-c", f"echo x > {a}/h; echo y > {b}/h; sync")
-    assert "not traced" not in r.stderr + side.stderr, (r.stderr, side.stderr)
+    i = run_cli("import", str(tmp_path / "g"), "-o", str(tmp_path / "s2"))
+    said = r.stderr + side.stderr + g.stderr + i.stderr
+    assert "not traced" not in said and "left out" not in said, said
     assert nestrace.open(tmp_path / "s4").rows(
         "SELECT level, name FROM device_map ORDER BY level, name") == [
         {"level": "vdisk", "name": Path(loop).name}, {"level": "vfs", "name": str(a)},
         {"level": "vfs", "name": str(b)}]
     assert bad.returncode == 2 and f"--stack {lab.mount}: on " in bad.stderr \
         and "not on the virtual disk" in bad.stderr, bad.stderr
-    s = nestrace.open(tmp_path / "s")
-    assert s.rows("SELECT name, part_start_bytes AS lo, size_sectors FROM device_map "
-                  "WHERE level = 'vfs' ORDER BY lo") == [
-        {"name": str(a), "lo": 2048 * 512, "size_sectors": 200000},
-        {"name": str(b), "lo": 204800 * 512, "size_sectors": 300000}]
-    # fio's calls, in each file system
-    assert s.rows("SELECT m.name, sum(v.ret_bytes) AS b FROM vfs_io v JOIN device_map m "
-                  "ON m.dev = v.dev AND m.level = 'vfs' WHERE v.op = 'write' GROUP BY ALL "
-                  "ORDER BY 1") == [{"name": str(a), "b": 4 << 20}, {"name": str(b), "b": 4 << 20}]
-    got = _writes_by_part(s, "vdisk", 204800)
-    assert got[(1, "sync")] == 4 << 20 and got[(2, "sync")] == 4 << 20, got
-    assert not {k for _, k in got} & {"other", "rmw"}, got
-    # each tied to a call of its own file system
-    assert s.rows("SELECT count(*) AS n FROM links l JOIN vdisk_io b ON b.io_id = l.lower_id "
-                  "JOIN vfs_io v ON v.io_id = l.upper_id JOIN device_map m ON m.dev = v.dev "
-                  "AND m.level = 'vfs' WHERE l.kind = 'sync' AND b.offset_bytes NOT BETWEEN "
-                  "m.part_start_bytes AND m.part_start_bytes + m.size_sectors * 512 - 1"
-                  ) == [{"n": 0}]
-    rep = json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)
-    assert [(j["level"], j["fs_type"]) for j in rep["journals"]] == \
-        [("vdisk", "ext4"), ("vdisk", "ext4"), ("disk", "xfs")], rep["journals"]
-    assert [(j["offset_bytes"] >= 204800 * 512) for j in rep["journals"][:2]] == [False, True]
-    assert [(r["part_start_bytes"], r["part_bytes"]) for r in rep["partitions"]] == \
-        [(2048 * 512, 200000 * 512), (204800 * 512, 300000 * 512)], rep["partitions"]
+    assert bad_g.returncode != 0 and f"--guest {lab.mount}: on " in bad_g.stderr \
+        and not (tmp_path / "g3").exists(), bad_g.stderr
+    for store in ("s", "s2"):
+        s = nestrace.open(tmp_path / store)
+        assert s.rows("SELECT name, part_start_bytes AS lo, size_sectors FROM device_map "
+                      "WHERE level = 'vfs' ORDER BY lo") == [
+            {"name": str(a), "lo": 2048 * 512, "size_sectors": 200000},
+            {"name": str(b), "lo": 204800 * 512, "size_sectors": 300000}], store
+        # fio's calls, in each file system
+        assert s.rows("SELECT m.name, sum(v.ret_bytes) AS b FROM vfs_io v JOIN device_map m "
+                      "ON m.dev = v.dev AND m.level = 'vfs' WHERE v.op = 'write' GROUP BY ALL "
+                      "ORDER BY 1") == [{"name": str(a), "b": 4 << 20},
+                                        {"name": str(b), "b": 4 << 20}], store
+        got = _writes_by_part(s, "vdisk", 204800)
+        assert got[(1, "sync")] == 4 << 20 and got[(2, "sync")] == 4 << 20, (store, got)
+        assert not {k for _, k in got} & {"other", "rmw"}, (store, got)
+        # each tied to a call of its own file system
+        assert s.rows("SELECT count(*) AS n FROM links l JOIN vdisk_io b ON b.io_id = l.lower_id "
+                      "JOIN vfs_io v ON v.io_id = l.upper_id JOIN device_map m ON m.dev = v.dev "
+                      "AND m.level = 'vfs' WHERE l.kind = 'sync' AND b.offset_bytes NOT BETWEEN "
+                      "m.part_start_bytes AND m.part_start_bytes + m.size_sectors * 512 - 1"
+                      ) == [{"n": 0}], store
+        rep = json.loads(run_cli("report", "--json", str(tmp_path / store)).stdout)
+        vj = [j for j in rep["journals"] if j["level"] == "vdisk"]
+        assert [(j["fs_type"], j["offset_bytes"] >= 204800 * 512) for j in vj] == \
+            [("ext4", False), ("ext4", True)], (store, rep["journals"])
+        assert [(r["part_start_bytes"], r["part_bytes"]) for r in rep["partitions"]
+                if r["level"] == "vdisk"] == \
+            [(2048 * 512, 200000 * 512), (204800 * 512, 300000 * 512)], (store, rep["partitions"])
 
 
 def test_another_vms_image_on_the_host_fs_is_named_and_its_writes_are_other(lab_factory,

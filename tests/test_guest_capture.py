@@ -128,6 +128,22 @@ def test_a_guest_capture_directory_imports_once_and_bad_parts_are_named(lab_fact
     r = run_cli("import", str(odd), "-o", str(tmp_path / "x0"), check=False)
     assert r.returncode == 2 and f"{odd}/guest.json: offset 0: stack.untraced_mounts is not " \
         "a list of [mount point, partition]" in r.stderr, r.stderr
+    facts["stack"]["untraced_mounts"] = []
+    odd = copy("badguests")
+    (odd / "guest.json").write_text(json.dumps(facts | {"stack": facts["stack"] | {
+        "more_guests": ["/home"]}}))
+    r = run_cli("import", str(odd), "-o", str(tmp_path / "x4"), check=False)
+    assert r.returncode == 2 and f"{odd}/guest.json: offset 0: stack.more_guests is not " \
+        "a list of file systems" in r.stderr, r.stderr
+    # (a line of a file system guest.json does not name: left out, named)
+    odd = copy("badfs")
+    lines = (odd / "extents.jsonl").read_bytes().splitlines(keepends=True)
+    (odd / "extents.jsonl").write_bytes(lines[0].replace(b'{"phase":"start",',
+                                                         b'{"phase":"start","fs":1,', 1)
+                                        + b"".join(lines[1:]))
+    r = run_cli("import", str(odd), "-o", str(tmp_path / "x5"))
+    assert f"{odd}/extents.jsonl: offset 0: not a file's extents (fs 1: guest.json names 1 " \
+        "file system(s)): left out" in r.stderr, r.stderr
     nostart = copy("nostart")
     (nostart / "agent.stream").write_bytes(b"")
     r = run_cli("import", str(nostart), "-o", str(tmp_path / "x2"), check=False)

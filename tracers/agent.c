@@ -65,7 +65,8 @@ static struct env {
 	long flush_ms;
 	long status_ms;			/* a status line this often (0: none) */
 	__u32 target_tgid;
-	const char *guest_mount;	/* a guest capture without Python: */
+	const char *guest_mounts[GUEST_MAX];	/* a guest capture without Python: */
+	int nguests;			/* ... its file systems (--guest, again) */
 	const char *guest_dir;		/* ... its directory */
 	bool cpus_all;			/* ... the agent not pinned (--agent-cpus all) */
 	char **cmd;			/* ... the command it traces */
@@ -83,7 +84,7 @@ static volatile sig_atomic_t exiting;
 static const char *exit_reason = "signal";
 static volatile pid_t child_pid;	/* the traced command (guest capture) */
 static volatile sig_atomic_t child_done, child_signalled;
-static struct guest_stack guest;
+static struct guest_stack guests[GUEST_MAX];
 static cpu_set_t cpus_before;		/* the command runs where the agent could */
 static char cpus_json[256] = "null";	/* where the agent was pinned, for guest.json */
 
@@ -116,7 +117,7 @@ static const struct argp_option opts[] = {
 	{ "output", 'o', "FILE", 0, "Write the stream here (default stdout)" },
 	{ "arrow-dir", OPT_ARROW, "DIR", 0, "Write the records as Arrow IPC streams DIR/<table>.arrows, one batch per flush; the stream keeps the metadata frames" },
 	{ "tee", OPT_TEE, NULL, 0, "With --arrow-dir: keep the records in the stream too" },
-	{ "guest", OPT_GUEST, "MOUNT", 0, "Guest capture without Python: the file system at MOUNT (ext2/3/4, xfs) and its disk, the filters found here" },
+	{ "guest", OPT_GUEST, "MOUNT", 0, "Guest capture without Python: the file system at MOUNT (ext2/3/4, xfs) and its disk, the filters found here; again for another file system on a partition of the same disk (a VM's / and /home)" },
 	{ "agent-cpus", OPT_CPUS, "auto|all", 0, "With --guest-capture: auto (default) runs the agent on the CPUs that take no block-device interrupts, when some do and others not; all: anywhere" },
 	{ "guest-capture", OPT_GUEST_DIR, "DIR", 0, "With --guest: write the capture into DIR (new or empty): records, metadata, extent maps; run the command after -- and stop when it exits" },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this long (default: until SIGINT/SIGTERM)" },
@@ -213,7 +214,11 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_DIE: env.die_with_parent = true; break;
 	case 'v': env.verbose = true; break;
-	case OPT_GUEST: env.guest_mount = arg; break;
+	case OPT_GUEST:
+		if (env.nguests == GUEST_MAX)
+			argp_error(state, "--guest: %d file systems at most", GUEST_MAX);
+		env.guest_mounts[env.nguests++] = arg;
+		break;
 	case OPT_GUEST_DIR: env.guest_dir = arg; break;
 	case OPT_CPUS:
 		if (strcmp(arg, "auto") && strcmp(arg, "all"))
@@ -222,7 +227,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case ARGP_KEY_ARGS: env.cmd = state->argv + state->next; break;
 	case ARGP_KEY_END:
-		if (!env.guest_mount != !env.guest_dir)
+		if (!env.nguests != !env.guest_dir)
 			argp_error(state, "--guest and --guest-capture go together");
 		if (env.cmd && !env.guest_dir)
 			argp_error(state, "a command (after --) runs only in a --guest-capture");
@@ -1146,7 +1151,7 @@ static int gcap__facts(int command_exit)
 	fprintf(f, ",\"start_wall\":\"%s\",\"command\":", gcap.start_wall);
 	guest__json_str(f, cmd);
 	fprintf(f, ",\"stack\":");
-	guest__stack_json(f, &guest);
+	guest__stack_json(f, guests, env.nguests);
 	fprintf(f, ",\"files_start\":%d,\"files_start_truncated\":%s,\"agent_cpus\":%s",
 		gcap.files_start, gcap.files_start_truncated ? "true" : "false", cpus_json);
 	if (gcap.traced_at)
@@ -1213,10 +1218,29 @@ static int gcap__begin(void)
 			return -1;
 		}
 	closedir(d);
-	if (guest__discover(env.guest_mount, &guest))
-		return -1;
-	guest__warn_untraced(&guest);
-	gcap.traced_at = guest__traced_at(&guest, env.guest_dir);
+	for (int i = 0; i < env.nguests; i++) {
+		struct guest_stack *g = &guests[i];
+
+		if (guest__discover(env.guest_mounts[i], g))
+			return -1;
+		g->index = i;
+		/* (another disk is another image: a capture of its own) */
+		if (g->disk_major != guests[0].disk_major || g->disk_minor != guests[0].disk_minor) {
+			fprintf(stderr, "nestrace-agent: --guest %s: on %s, not on %s, the disk of "
+				"--guest %s: more than one --guest traces file systems on "
+				"partitions of one disk\n", g->mount, g->disk_name,
+				guests[0].disk_name, guests[0].mount);
+			return -1;
+		}
+		for (int k = 0; k < i; k++)
+			if (g->fs_major == guests[k].fs_major && g->fs_minor == guests[k].fs_minor) {
+				fprintf(stderr, "nestrace-agent: --guest %s: the file system of "
+					"--guest %s again\n", g->mount, guests[k].mount);
+				return -1;
+			}
+	}
+	guest__warn_untraced(guests, env.nguests);
+	gcap.traced_at = guest__traced_at(guests, env.nguests, env.guest_dir);
 	if (gcap.traced_at)
 		fprintf(stderr, "nestrace-agent: warning: --guest-capture %s is on the traced stack: "
 			"the agent's own writes to it are traced %s; a directory off the stack "
@@ -1235,9 +1259,10 @@ static int gcap__begin(void)
 	} else {
 		env.skip_hooks = NT_HOSTFS_SOURCE_NAMES;
 	}
-	env__add_dev(guest.fs_major << 20 | guest.fs_minor,
-		     NT_ROLE_VFS | NT_ROLE_CACHE | NT_ROLE_MAP);
-	env__add_dev(guest.disk_major << 20 | guest.disk_minor, NT_ROLE_BLOCK);
+	for (int i = 0; i < env.nguests; i++)
+		env__add_dev(guests[i].fs_major << 20 | guests[i].fs_minor,
+			     NT_ROLE_VFS | NT_ROLE_CACHE | NT_ROLE_MAP);
+	env__add_dev(guests[0].disk_major << 20 | guests[0].disk_minor, NT_ROLE_BLOCK);
 	env.arrow_dir = env.guest_dir;
 	snprintf(gcap.out_path, sizeof(gcap.out_path), "%s/agent.stream", env.guest_dir);
 	env.output = gcap.out_path;
@@ -1248,11 +1273,15 @@ static int gcap__begin(void)
 		return -1;
 	}
 	wall__iso(gcap.start_wall, sizeof(gcap.start_wall));
-	gcap.files_start = guest__snapshot(&guest, "start", gcap.extents, NULL);
-	gcap.files_start_truncated = guest__snapshot_truncated();
-	if (gcap.files_start < 0 || guest__journal(&guest, gcap.extents)) {
-		fprintf(stderr, "nestrace-agent: cannot write %s: %s\n", path, strerror(errno));
-		return -1;
+	for (int i = 0; i < env.nguests; i++) {
+		int n = guest__snapshot(&guests[i], "start", gcap.extents, NULL);
+
+		gcap.files_start_truncated |= guest__snapshot_truncated();
+		if (n < 0 || guest__journal(&guests[i], gcap.extents)) {
+			fprintf(stderr, "nestrace-agent: cannot write %s: %s\n", path, strerror(errno));
+			return -1;
+		}
+		gcap.files_start += n;
 	}
 	return gcap__facts(-2);
 }
@@ -1383,7 +1412,11 @@ static int gcap__end(void)
 	int rc = command__finish();
 
 	wall__iso(gcap.end_wall, sizeof(gcap.end_wall));
-	gcap.files_end = guest__snapshot(&guest, "end", gcap.extents, touched__has);
+	for (int i = 0; i < env.nguests && gcap.files_end >= 0; i++) {
+		int n = guest__snapshot(&guests[i], "end", gcap.extents, touched__has);
+
+		gcap.files_end = n < 0 ? -1 : gcap.files_end + n;
+	}
 	if (fclose(gcap.extents) || gcap.files_end < 0) {
 		fprintf(stderr, "nestrace-agent: cannot write %s/extents.jsonl: %s\n",
 			env.guest_dir, strerror(errno));

@@ -110,7 +110,7 @@ static int btrfs__one_device(const char *mount, struct guest_stack *g)
 /* The chunk tree as one JSON line: a chunk is [logical, length, type,
  * stripe_len, sub_stripes, [[devid, offset], ...]]; `nestrace import`
  * maps btrfs's logical extent addresses through it as `record` does. */
-static int btrfs__chunks(const char *mount, const char *phase, FILE *f)
+static int btrfs__chunks(const char *mount, const char *phase, int index, FILE *f)
 {
 	struct btrfs_ioctl_search_args args;
 	struct btrfs_ioctl_search_key *sk = &args.key;
@@ -124,7 +124,10 @@ static int btrfs__chunks(const char *mount, const char *phase, FILE *f)
 	sk->min_objectid = sk->max_objectid = BTRFS_FIRST_CHUNK_TREE_OBJECTID;
 	sk->min_type = sk->max_type = BTRFS_CHUNK_ITEM_KEY;
 	sk->max_offset = sk->max_transid = ~0ULL;
-	fprintf(f, "{\"phase\":\"%s\",\"btrfs_chunks\":[", phase);
+	fprintf(f, "{\"phase\":\"%s\",", phase);
+	if (index)
+		fprintf(f, "\"fs\":%d,", index);
+	fprintf(f, "\"btrfs_chunks\":[");
 	for (;;) {
 		size_t off = 0;
 		__u32 n;
@@ -264,8 +267,9 @@ int guest__discover(const char *mount, struct guest_stack *g)
 	return 0;
 }
 
-const char *guest__traced_at(const struct guest_stack *g, const char *path)
+const char *guest__traced_at(const struct guest_stack *gs, int ng, const char *path)
 {
+	const struct guest_stack *g = &gs[0];	/* (all on its disk) */
 	char real[PATH_MAX], line[4 * PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64];
 	unsigned int maj = 0, min = 0, dmaj, dmin;
 	static char src[PATH_MAX];
@@ -297,8 +301,9 @@ const char *guest__traced_at(const struct guest_stack *g, const char *path)
 	fclose(mi);
 	if (!best)
 		return NULL;
-	if (maj == g->fs_major && min == g->fs_minor)
-		return "vfs";
+	for (int i = 0; i < ng; i++)
+		if (maj == gs[i].fs_major && min == gs[i].fs_minor)
+			return "vfs";
 	if (!stat(src, &st) && S_ISBLK(st.st_mode))
 		maj = major(st.st_rdev), min = minor(st.st_rdev);
 	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", maj, min);
@@ -311,13 +316,14 @@ const char *guest__traced_at(const struct guest_stack *g, const char *path)
 	return dmaj == g->disk_major && dmin == g->disk_minor ? "vdisk" : NULL;
 }
 
-/* Call fn(mount point, partition, arg) once per partition of g's disk
- * other than g's own that has a file system mounted (its first mount
- * point): their requests are on the traced disk, their files are not
- * traced (as nestrace/stack.py untraced_mounts). */
-static void untraced__each(const struct guest_stack *g,
+/* Call fn(mount point, partition, arg) once per partition of the disk
+ * of gs[0..ng) other than theirs that has a file system mounted (its
+ * first mount point): their requests are on the traced disk, their files
+ * are not traced (as nestrace/stack.py untraced_mounts). */
+static void untraced__each(const struct guest_stack *gs, int ng,
 			   void (*fn)(const char *mp, const char *part, void *arg), void *arg)
 {
+	const struct guest_stack *g = &gs[0];
 	char line[4 * PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64], seen[16][64];
 	static char src[PATH_MAX];
 	int nseen = 0;
@@ -342,8 +348,10 @@ static void untraced__each(const struct guest_stack *g,
 		if (!realpath(sys, dev) || read_sysfs(dev, "partition", buf, sizeof(buf)))
 			continue;		/* not a partition */
 		part = strrchr(dev, '/') + 1;
-		if (!strcmp(part, g->part_name))
-			continue;
+		for (i = 0; i < ng && strcmp(part, gs[i].part_name); i++)
+			;
+		if (i < ng)
+			continue;		/* a traced one */
 		for (i = 0; i < nseen && strcmp(seen[i], part); i++)
 			;
 		if (i < nseen)
@@ -366,13 +374,13 @@ static void untraced__warn(const char *mp, const char *part, void *arg)
 
 	fprintf(stderr, "nestrace-agent: warning: the virtual disk %s also holds %s (%s), not "
 		"traced: its requests are traced, unattributed (links kind 'other', or "
-		"'metadata', 'readahead' by their flags); give that mount point to --guest to "
-		"trace it instead\n", g->disk_name, mp, part);
+		"'metadata', 'readahead' by their flags); give --guest for it too to "
+		"trace it as well\n", g->disk_name, mp, part);
 }
 
-void guest__warn_untraced(const struct guest_stack *g)
+void guest__warn_untraced(const struct guest_stack *gs, int n)
 {
-	untraced__each(g, untraced__warn, (void *)g);
+	untraced__each(gs, n, untraced__warn, (void *)gs);
 }
 
 struct untraced_json {
@@ -407,26 +415,44 @@ void guest__json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-void guest__stack_json(FILE *f, const struct guest_stack *g)
+/* One file system's own fields, the members after "{" */
+static void stack__fs_json(FILE *f, const struct guest_stack *g)
 {
-	struct untraced_json j = { f, 0 };
-
-	fprintf(f, "{\"mount\":");
+	fprintf(f, "\"mount\":");
 	guest__json_str(f, g->mount);
 	fprintf(f, ",\"fs\":");
 	guest__json_str(f, g->fs);
-	fprintf(f, ",\"fs_major\":%u,\"fs_minor\":%u,\"disk_major\":%u,\"disk_minor\":%u,"
-		"\"disk_name\":", g->fs_major, g->fs_minor, g->disk_major, g->disk_minor);
-	guest__json_str(f, g->disk_name);
-	fprintf(f, ",\"part_name\":");
+	fprintf(f, ",\"fs_major\":%u,\"fs_minor\":%u,\"part_name\":", g->fs_major, g->fs_minor);
 	guest__json_str(f, g->part_name);
-	fprintf(f, ",\"size_sectors\":%llu,\"part_start_bytes\":%llu,\"part_size_bytes\":%llu,"
-		"\"logical_block_bytes\":%u,\"fs_block_bytes\":%u,\"btrfs_devid\":%llu,"
-		"\"untraced_mounts\":[",
-		g->size_sectors, g->part_start_bytes, g->part_size_bytes, g->logical_block_bytes,
-		g->fs_block_bytes, g->btrfs_devid);
-	untraced__each(g, untraced__json, &j);
-	fprintf(f, "]}");
+	fprintf(f, ",\"part_start_bytes\":%llu,\"part_size_bytes\":%llu,\"fs_block_bytes\":%u,"
+		"\"btrfs_devid\":%llu", g->part_start_bytes, g->part_size_bytes, g->fs_block_bytes,
+		g->btrfs_devid);
+}
+
+void guest__stack_json(FILE *f, const struct guest_stack *gs, int n)
+{
+	const struct guest_stack *g = &gs[0];
+	struct untraced_json j = { f, 0 };
+
+	fputc('{', f);
+	stack__fs_json(f, g);
+	fprintf(f, ",\"disk_major\":%u,\"disk_minor\":%u,\"disk_name\":",
+		g->disk_major, g->disk_minor);
+	guest__json_str(f, g->disk_name);
+	fprintf(f, ",\"size_sectors\":%llu,\"logical_block_bytes\":%u,\"untraced_mounts\":[",
+		g->size_sectors, g->logical_block_bytes);
+	untraced__each(gs, n, untraced__json, &j);
+	fputc(']', f);
+	if (n > 1) {
+		fprintf(f, ",\"more_guests\":[");
+		for (int i = 1; i < n; i++) {
+			fprintf(f, "%s{", i > 1 ? "," : "");
+			stack__fs_json(f, &gs[i]);
+			fputc('}', f);
+		}
+		fputc(']', f);
+	}
+	fputc('}', f);
 }
 
 /* ---- extent snapshots ------------------------------------------------- */
@@ -438,6 +464,7 @@ static struct {
 	const char *phase;
 	bool (*want)(__u64 ino);
 	int nfiles;
+	int index;		/* the file system's --guest index ("fs" above 0) */
 	bool failed;
 	bool truncated;		/* the start snapshot stopped at GUEST_MAX_FILES */
 	bool btrfs;		/* a compressed extent's length is in its extent item */
@@ -503,8 +530,10 @@ static bool snapshot__file(const char *path, const struct stat *st)
 
 	if (fd < 0)
 		return false;
-	fprintf(snap.f, "{\"phase\":\"%s\",\"ino\":%llu,\"path\":", snap.phase,
-		(unsigned long long)st->st_ino);
+	fprintf(snap.f, "{\"phase\":\"%s\",", snap.phase);
+	if (snap.index)
+		fprintf(snap.f, "\"fs\":%d,", snap.index);
+	fprintf(snap.f, "\"ino\":%llu,\"path\":", (unsigned long long)st->st_ino);
 	guest__json_str(snap.f, path);
 	fprintf(snap.f, ",\"extents\":[");
 	while (!last) {
@@ -566,7 +595,7 @@ int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
 		syncfs(fd);
 		close(fd);
 	}
-	if (g->btrfs_devid && btrfs__chunks(g->mount, phase, f)) {
+	if (g->btrfs_devid && btrfs__chunks(g->mount, phase, g->index, f)) {
 		fprintf(stderr, "nestrace-agent: %s: btrfs chunk tree: %s\n", g->mount,
 			strerror(errno));
 		return -1;
@@ -575,6 +604,7 @@ int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
 	snap.phase = phase;
 	snap.want = want;
 	snap.nfiles = 0;
+	snap.index = g->index;
 	snap.failed = false;
 	snap.truncated = false;
 	snap.btrfs = g->btrfs_devid != 0;
@@ -888,7 +918,10 @@ int guest__journal(const struct guest_stack *g, FILE *f)
 		rc = strcmp(g->fs, "xfs") ? jnl__ext(&ino) : jnl__xfs();
 		close(jnl.fd);
 	}
-	fprintf(f, "{\"phase\":\"start\",\"journal_dev\":");
+	fprintf(f, "{\"phase\":\"start\",");
+	if (g->index)
+		fprintf(f, "\"fs\":%d,", g->index);
+	fprintf(f, "\"journal_dev\":");
 	guest__json_str(f, dev);
 	if (rc) {
 		fprintf(f, ",\"journal_error\":");

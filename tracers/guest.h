@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* The agent's guest capture without Python (`--guest-capture DIR --guest
  * MOUNT`): find the file system's disk, snapshot its files' extents, and
- * write what `nestrace import DIR` needs to make a store of it. */
+ * write what `nestrace import DIR` needs to make a store of it.  --guest
+ * again traces another file system on a partition of the same disk (a
+ * VM's / and /home), as `nestrace record --stack A --stack B`. */
 #ifndef __NESTRACE_GUEST_H
 #define __NESTRACE_GUEST_H
 
@@ -16,6 +18,8 @@
  * record`: which files a capture will touch is not known yet, and FIEMAP
  * takes ~0.1 ms a file); the end snapshot takes every file touched */
 #define GUEST_MAX_FILES 4096
+/* guest file systems one capture traces at most (--guest given again) */
+#define GUEST_MAX 8
 
 struct guest_stack {
 	char mount[PATH_MAX];
@@ -30,6 +34,9 @@ struct guest_stack {
 	unsigned int logical_block_bytes;
 	unsigned int fs_block_bytes;
 	unsigned long long btrfs_devid;		/* btrfs: its one device's id */
+	int index;				/* which --guest: 0 the first; its
+						 * lines of extents.jsonl say "fs":index
+						 * when above 0 */
 };
 
 /* Fill g from the mount point; on error print one line and return -1. */
@@ -45,16 +52,20 @@ bool guest__snapshot_truncated(void);
  * (ext3/ext4 journal inode, xfs internal log), or why that is unknown;
  * nothing for ext2 and btrfs.  -1 on a write error. */
 int guest__journal(const struct guest_stack *g, FILE *f);
-/* The highest level of the stack that sees writes to `path` (the capture
- * directory): "vfs" on the file system itself, "vdisk" on another file
- * system of its disk, NULL when neither (as nestrace/stack.py traced_at). */
-const char *guest__traced_at(const struct guest_stack *g, const char *path);
+/* The highest level of the stack gs[0..n) (file systems of one disk)
+ * that sees writes to `path` (the capture directory): "vfs" on one of the
+ * file systems, "vdisk" on another file system of their disk, NULL when
+ * neither (as nestrace/stack.py traced_at). */
+const char *guest__traced_at(const struct guest_stack *gs, int n, const char *path);
 /* Warn (stderr) about each other file system mounted from a partition of
- * g's disk: its requests are on the traced disk, its files untraced. */
-void guest__warn_untraced(const struct guest_stack *g);
-/* The stack as the JSON object `nestrace import` reads (with those
- * mounts: "untraced_mounts": [[mount point, partition], ...]). */
-void guest__stack_json(FILE *f, const struct guest_stack *g);
+ * the disk of gs[0..n): its requests are on the traced disk, its files
+ * untraced. */
+void guest__warn_untraced(const struct guest_stack *gs, int n);
+/* The stack as the JSON object `nestrace import` reads: the first file
+ * system's fields, those mounts ("untraced_mounts": [[mount point,
+ * partition], ...]), and with more than one the others' own fields
+ * ("more_guests": [{...}, ...]). */
+void guest__stack_json(FILE *f, const struct guest_stack *gs, int n);
 /* s as a JSON string (quoted, escaped). */
 void guest__json_str(FILE *f, const char *s);
 

@@ -1866,6 +1866,17 @@ def test_the_report_and_its_html_tables_list_discards_only_where_there_are_some(
     assert none["discard"] == [] and "Discards" not in plots._tables_html(none)
 
 
+def test_compare_captures_names_every_guest_file_system_of_a_capture_that_traced_several():
+    """`record --stack A --stack B` on an xfs and an ext4 partition of one
+    virtual disk: the capture's guest_fs is both, not one of them."""
+    dm = device_map(guest_fs="xfs")
+    dm += [r | {"dev": GUEST + 100, "name": "/g2", "fs_type": "ext4", "block_size_bytes": 1024}
+           for r in dm if r["level"] == "vfs"]
+    s = session(device_map=dm)
+    assert s.rows("SELECT guest_fs, guest_block_bytes, host_fs FROM compare_captures") == [
+        {"guest_fs": "ext4+xfs", "guest_block_bytes": 4096, "host_fs": "xfs"}]
+
+
 def test_compare_captures_puts_each_capture_s_stack_and_numbers_in_one_row():
     """Two captures: c1 a 4 KiB direct read that became 32 KiB at the disk,
     on ext4 over xfs with an O_DIRECT loop vdisk; c2 two 4 KiB writes on xfs

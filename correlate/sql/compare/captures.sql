@@ -11,9 +11,9 @@
 -- level's busiest device when a level has several.
 -- @column capture_id VARCHAR          capture
 -- @column start_wall VARCHAR          capture start, UTC wall clock (ISO 8601)
--- @column guest_fs VARCHAR            guest file system (vfs level); NULL when not traced
+-- @column guest_fs VARCHAR            guest file system (vfs level; the types joined by + when the capture traced several of different types, as ext4+xfs); NULL when not traced
 -- @column host_fs VARCHAR             host file system holding the image (hostfs level); NULL when not traced
--- @column guest_block_bytes UINTEGER  guest file system block size
+-- @column guest_block_bytes UINTEGER  guest file system block size (the largest of several)
 -- @column host_block_bytes UINTEGER   host file system block size
 -- @column guest_dio BOOLEAN           the virtual disk (a loop device) reads and writes the image with O_DIRECT; NULL when it is not a loop device
 -- @column host_dio BOOLEAN            the host disk (a loop device) bypasses its backing file's page cache; NULL when it is not a loop device
@@ -46,7 +46,7 @@
 CREATE OR REPLACE VIEW compare_captures AS
 WITH dm AS (
   SELECT capture_id,
-         max(fs_type) FILTER (WHERE level = 'vfs') AS guest_fs,
+         string_agg(DISTINCT fs_type, '+' ORDER BY fs_type) FILTER (WHERE level = 'vfs') AS guest_fs,
          max(fs_type) FILTER (WHERE level = 'hostfs') AS host_fs,
          max(block_size_bytes) FILTER (WHERE level = 'vfs') AS guest_block_bytes,
          max(block_size_bytes) FILTER (WHERE level = 'hostfs') AS host_block_bytes,
@@ -116,7 +116,7 @@ LEFT JOIN qd USING (capture_id);
 -- left out of every number.
 -- @column guest_fs VARCHAR            guest file system
 -- @column host_fs VARCHAR             host file system
--- @column guest_block_bytes UINTEGER  guest file system block size
+-- @column guest_block_bytes UINTEGER  guest file system block size (the largest of several)
 -- @column host_block_bytes UINTEGER   host file system block size
 -- @column guest_dio BOOLEAN           the virtual disk's O_DIRECT on the image
 -- @column host_dio BOOLEAN            the host disk bypasses its backing file's page cache

@@ -1597,6 +1597,16 @@ def _writes_by_part(s, level, part2_sector):
 
 
 FIO_4M_WRITES = "fio --rw=randwrite --bs=4k --direct=1 --size=16M --io_size=4M --output=/dev/null"
+# 4 MiB of O_DIRECT writes into each of two mounts, {a} and {b}, at once
+WRITES_IN_BOTH = (f"{FIO_4M_WRITES} --name=a --filename={{a}}/f & "
+                  f"{FIO_4M_WRITES} --name=b --filename={{b}}/g; wait")
+
+
+def vm_disk_with_two_partitions(lab, tmp_path):
+    """A VM's disk on the lab's host FS with / and /home on two ext4
+    partitions (partitioned: loop device, mount points)."""
+    return partitioned(Path(lab.mount).parent / "host" / "two.img", "256M",
+                       [(2048, 200000, "mkfs.ext4"), (204800, 300000, "mkfs.ext4")], tmp_path)
 
 
 def test_another_file_system_on_the_virtual_disk_is_said_and_its_writes_are_other(lab_factory,
@@ -1610,11 +1620,8 @@ def test_another_file_system_on_the_virtual_disk_is_said_and_its_writes_are_othe
     record names the other mount, and its requests are 'other'.  The
     agent alone (--guest-capture) names it too, and so does import."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
-    img = Path(lab.mount).parent / "host" / "two.img"
-    work = (f"{FIO_4M_WRITES} --name=a --filename={{a}}/f & "
-            f"{FIO_4M_WRITES} --name=b --filename={{b}}/g; wait")
-    with partitioned(img, "256M", [(2048, 200000, "mkfs.ext4"), (204800, 300000, "mkfs.ext4")],
-                     tmp_path) as (loop, (a, b)):
+    work = WRITES_IN_BOTH
+    with vm_disk_with_two_partitions(lab, tmp_path) as (loop, (a, b)):
         r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(a), "--", "sh", "-c",
                     work.format(a=a, b=b))
         # the same by the agent alone (a VM with no Python), imported
@@ -1657,11 +1664,8 @@ def test_two_file_systems_of_the_virtual_disk_are_traced_together_with_two_stack
     first, and the agent took one --guest.  A --stack or --guest on
     another disk is refused."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
-    img = Path(lab.mount).parent / "host" / "two.img"
-    work = (f"{FIO_4M_WRITES} --name=a --filename={{a}}/f & "
-            f"{FIO_4M_WRITES} --name=b --filename={{b}}/g; wait")
-    with partitioned(img, "256M", [(2048, 200000, "mkfs.ext4"), (204800, 300000, "mkfs.ext4")],
-                     tmp_path) as (loop, (a, b)):
+    work = WRITES_IN_BOTH
+    with vm_disk_with_two_partitions(lab, tmp_path) as (loop, (a, b)):
         r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(a), "--stack", str(b),
                     "--", "sh", "-c", work.format(a=a, b=b))
         g = subprocess.run([str(agent_path()), "--guest", str(a), "--guest", str(b),

@@ -18,6 +18,7 @@ gw AS (   -- (through the guest file's extents only: where the pieces
           -- lie in the image and on the host disk does not matter here)
   SELECT p.capture_id, p.io_id, p.ts_ns, p.end_ns, p.vs AS s, p.vt AS t, gb.bs
   FROM _map_vfs_ranges p JOIN gb ON gb.capture_id = p.capture_id
+   -- (one file system: every write is its, as in stores that kept no partition)
    AND (gb.n = 1 OR p.vs >= gb.lo AND p.vs < gb.hi)
   WHERE p.op = 'write'),
 gw_partial AS (   -- the partial head and tail blocks, in vdisk bytes

@@ -360,7 +360,8 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @click.option("--stack", "mount", type=click.Path(), multiple=True,
               help="Guest mount point: discover the stack.  Again for another file system on "
                    "another partition of the same virtual disk (a VM's / and /home): all are "
-                   "traced.")
+                   "traced.  On another virtual disk (a VM's vdb, another VM): each disk's "
+                   "stack is recorded as a capture of its own, side by side.")
 @click.option("--vdisk", type=click.Path(),
               help="Virtual disk device (with --stack, overrides; without it, the guest FS "
                    "is the one mounted from this device).")
@@ -393,7 +394,14 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from . import record as rec
     from .stack import add_guest, block_dev_of_path, discover, from_devices, mount_of
+    workload = None
+    if os.environ.get(rec.RECORDER_ENV):     # (one disk's, of record_disks)
+        sys.stdout, sys.stderr = _Orphanable(sys.stdout), _Orphanable(sys.stderr)
+        workload = sys.stdin
+        rec.recorder_signals()
     mount, more = (mount[0], mount[1:]) if mount else (None, ())
+    if status is None:
+        status = 1.0 if not command and sys.stderr.isatty() else 0
     if duration is not None and command:    # (it was ignored)
         raise UserError("--duration is for recording without CMD: with CMD the recording "
                         "ends when CMD does")
@@ -405,6 +413,25 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
             raise UserError(f"--max-size: {e}") from None
         if max_bytes <= 0:
             raise UserError(f"--max-size {max_size}: give a size above 0")
+    groups = _disk_groups(side, mount, more) if more and side != "host" else []
+    if len(groups) > 1:
+        if vdisk or image or disk:
+            raise UserError("--vdisk, --image and --disk name the devices of one stack: with "
+                            "--stack on several virtual disks, give none of them")
+        # (options as given: each disk's recorder takes them)
+        opts = [*(("--max-size", max_size) if max_size else ()),
+                *(("--ringbuf-kb", str(ringbuf_kb)) if ringbuf_kb is not None else ()),
+                *(("--flush-ms", str(flush_ms)) if flush_ms is not None else ()),
+                "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
+                "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
+                "--status", str(status), "--side", side]
+        rc = rec.record_disks(store, groups, opts, duration=duration,
+                              command=list(command) or None, log=lambda m: click.echo(m, err=True),
+                              out=click.echo)
+        if rc:
+            click.echo(f"nestrace: the workload exited with code {rc}", err=True)
+            sys.exit(rc)
+        return
     if side != "both":
         stack = _side_stack(side, mount, vdisk, image, disk)
     elif not mount and not vdisk:
@@ -435,12 +462,56 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
                      all_hooks=all_hooks, cpus=agent_cpus, pid=pid,
-                     status=(1.0 if not command and sys.stderr.isatty() else 0)
-                     if status is None else status, max_bytes=max_bytes)
+                     status=status, max_bytes=max_bytes, workload=workload)
     _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)
         sys.exit(cap.command_rc)
+
+
+class _Orphanable:
+    """A disk's recorder's stdout or stderr: a pipe to the `record` that
+    runs it.  Once that one is gone (killed: the recorder is told to stop
+    then), what is written is dropped, not raised as a BrokenPipeError
+    that would end the recorder before it seals its capture."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, text: str) -> int:
+        try:
+            return self._f.write(text)
+        except (BrokenPipeError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def _disk_groups(side: str, first: str, more) -> list[tuple[str, list[str]]]:
+    """The --stack mount points grouped by the virtual disk they are on
+    (in the order given), each group checked as one stack now, before
+    anything is traced: (disk name, mount points)."""
+    from .stack import add_guest, discover, guest_side, mount_block_dev, mount_of
+    groups: dict[int, tuple[str, list[str]]] = {}
+    for mp in (first, *more):
+        try:
+            bd = mount_block_dev(mount_of(mp))
+        except (OSError, StackError):
+            return []       # (said as for one stack, below)
+        groups.setdefault(bd.kdev, (bd.name, []))[1].append(mp)
+    if len(groups) > 1:
+        for _, mps in groups.values():
+            stack = discover(mps[0]) if side == "both" else guest_side(mps[0])
+            for mp in mps[1:]:
+                add_guest(stack, mp)
+    return list(groups.values())
 
 
 def _side_stack(side: str, mount, vdisk, image, disk):

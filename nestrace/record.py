@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import os
 import platform
 import re
@@ -528,12 +529,57 @@ def _run_workload(command: list[str], cwd: str | None = None,
     return 128 - rc if rc < 0 else rc
 
 
+# the line `record` logs once tracing, when it records until stopped (no
+# CMD, no --duration): what a caller waits for before starting its load
+RECORDING = "nestrace: recording; Ctrl-C to stop (or SIGTERM)"
+
+
+# the SIGINTs and SIGTERMs a disk's recorder of record_disks got outside
+# _wait_for_stop (recorder_signals)
+_stops: list[int] = []
+
+
+def recorder_signals() -> None:
+    """For a disk's recorder of record_disks: a SIGINT or SIGTERM before
+    it traces, or after it was told to stop, is noted, not raised as a
+    KeyboardInterrupt: it stops at once once tracing, and always seals its
+    capture.  (The parent-death signal comes once per thread of a killed
+    `record` that the recorder is handed on to as it dies: twice or more.
+    The second, landing while the recorder sealed, left its capture
+    unsealed.)"""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda signum, frame: _stops.append(signum))
+
+
+def _wait_for_stop(duration: float | None, running, log) -> None:
+    """Until SIGINT or SIGTERM, `duration` seconds, or running() is false.
+    SIGINT too, even when started with it ignored (a shell's background
+    job): like blktrace and perf record, Ctrl-C or kill -INT always ends
+    the recording.  The handlers only note the signal (no lock: not an
+    Event, whose lock the handler could find taken by the very code it
+    interrupted).  An exception raised inside Popen.poll(), between its
+    taking the Popen's wait lock and the try that gives it back, left the
+    lock taken, and the wait for the agent after it hung for good (seen
+    once in CI: the agent exited at once and stayed a zombie)."""
+    stopped: list[int] = []
+    with _signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum)), \
+            _signal(signal.SIGINT, lambda signum, frame: stopped.append(signum)):
+        if not duration:
+            log(RECORDING)
+        end = time.monotonic() + duration if duration else None
+        while not stopped and not _stops and running():
+            left = end - time.monotonic() if end is not None else 0.2
+            if left <= 0:
+                break
+            time.sleep(min(left, 0.2))
+
+
 def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = None,
            command: list[str] | None = None, ringbuf_kb: int | None = None,
            flush_ms: int | None = None, all_hooks: bool = False,
            mode: str = "auto", families: str | None = None, cpus: str = "auto",
            pid: int | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
-           status: float = 0, max_bytes: int | None = None,
+           status: float = 0, max_bytes: int | None = None, workload=None,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
@@ -542,7 +588,9 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     a line of rates per level this often, in seconds (0: none; see
     StatusLines).  `max_bytes`: stop tracing once the live record files
     hold this many bytes (checked every 0.2 s); a command goes on to its
-    end."""
+    end.  `workload`: one disk's recorder of record_disks, which runs the
+    command: a stream of JSON lines from it, the command's at the start,
+    its exit status's once the recorder is stopped."""
     if pid is not None and not Path(f"/proc/{pid}").is_dir():
         raise RecordError(f"--pid {pid}: no such process")
     if command:
@@ -577,7 +625,9 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                     "start_snapshot_truncated": start_truncated}
         live.update_facts(machine=machine, kernel=platform.release(),
                           start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
-                          command=" ".join(command or []), stack=stack.to_json(),
+                          command=" ".join(command or []) if workload is None
+                          else _workload_line(workload).get("command", ""),
+                          stack=stack.to_json(),
                           settings=settings)
         live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
                                                              schema=table_schema("device_map")))
@@ -679,27 +729,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                 except OSError as e:    # (it never ran: nothing worth keeping)
                     no_workload.append(e)
             else:
-                # SIGINT too, even when started with it ignored (a shell's
-                # background job): like blktrace and perf record, Ctrl-C or
-                # kill -INT always ends the recording
-                # The handlers only note the signal (no lock: not an Event,
-                # whose lock the handler could find taken by the very code it
-                # interrupted).  An exception raised inside Popen.poll(),
-                # between its taking the Popen's wait lock and the try that
-                # gives it back, left the lock taken, and the wait for the
-                # agent after it hung for good (seen once in CI: the agent
-                # exited at once and stayed a zombie).
-                stopped: list[int] = []
-                with _signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum)), \
-                        _signal(signal.SIGINT, lambda signum, frame: stopped.append(signum)):
-                    if not duration:
-                        log("nestrace: recording; Ctrl-C to stop (or SIGTERM)")
-                    end = time.monotonic() + duration if duration else None
-                    while not stopped and proc.poll() is None:
-                        left = end - time.monotonic() if end is not None else 0.2
-                        if left <= 0:
-                            break
-                        time.sleep(min(left, 0.2))
+                _wait_for_stop(duration, lambda: proc.poll() is None, log)
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -731,8 +761,9 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         cap.stream_problems = [str(p) for p in state.problems]
         try:
             try:
-                if cap.command_rc is not None:
-                    live.update_facts(command_exit=cap.command_rc)
+                rc = cap.command_rc if workload is None else _workload_line(workload).get("exit")
+                if rc is not None:
+                    live.update_facts(command_exit=rc)
                 if reached:
                     cap.max_size_reached = True
                     live.update_facts(settings=settings | {"max_size_reached": True})
@@ -762,6 +793,152 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         return cap
     finally:
         live.release()
+
+
+def _die_with_parent() -> None:
+    """(preexec) SIGINT this child when its parent dies: a recorder whose
+    `record` was killed stops and seals its capture."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)   # PR_SET_PDEATHSIG
+
+
+# set for the `nestrace record` of one disk that record_disks runs; its
+# stdin gives the workload record_disks runs, in JSON lines: the command,
+# then once over its exit status (no line: there was none, or record_disks
+# is gone)
+RECORDER_ENV = "NESTRACE_DISK_RECORDER"
+
+
+def _workload_line(stream) -> dict:
+    """The next line of record_disks' workload stream ({} at its end, or
+    for a line that does not parse: the capture names no command or exit
+    status)."""
+    try:
+        got = json.loads(stream.readline() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+@dataclass
+class DiskRecorder:
+    """One `nestrace record` of one virtual disk's stack, run by
+    record_disks."""
+    name: str
+    proc: subprocess.Popen
+    ready: threading.Event = field(default_factory=threading.Event)
+    err: list[str] = field(default_factory=list)
+    out: list[str] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+
+def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
+                 options: list[str], *, duration: float | None = None,
+                 command: list[str] | None = None, cwd: str | None = None,
+                 env: dict[str, str] | None = None,
+                 log=lambda msg: print(msg, file=sys.stderr),
+                 out=lambda msg: print(msg)) -> int | None:
+    """Record the stacks of several virtual disks (a VM's vda and vdb, two
+    VMs), each as a capture of its own in `store`, side by side: one
+    `nestrace record` per disk (groups: its name and its --stack mount
+    points; `options`: the other options of each), started first, then
+    `command` run once (or `duration` seconds, or until SIGINT or SIGTERM),
+    then each stopped and sealed.  Each capture is a whole stack: the host
+    disk they share is in each, and each calls the host-disk writes into
+    the other images `other` (record names them: neighbor_image).  Each
+    recorder's lines are logged with its disk's name; its summary is given
+    to `out` at the end.  The command's exit code (None without one)."""
+    if command:
+        _check_command(command[0], cwd, env)
+    rec: list[DiskRecorder] = []
+
+    def stop_all() -> None:
+        for r in rec:
+            if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGINT)
+        for r in rec:
+            try:
+                r.proc.wait(600)     # (it seals its capture first)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                r.proc.wait()
+            for t in r.threads:
+                t.join(60)
+
+    def follow(r: DiskRecorder) -> None:
+        for line in r.proc.stderr:
+            text = line.decode(errors="replace").rstrip()
+            if text == RECORDING:
+                r.ready.set()
+                continue
+            r.err.append(text)
+            log(f"[{r.name}] {text}")
+
+    def failed(r: DiskRecorder) -> RecordError:
+        return RecordError(f"recording {r.name} failed (exit code {r.proc.returncode}): "
+                           + (" | ".join(r.err[-3:]) or "no message"))
+
+    def tell(r: DiskRecorder, fact: dict | None) -> None:
+        """A line of the workload stream to r (None: its end)."""
+        try:
+            if fact is not None:
+                r.proc.stdin.write((json.dumps(fact) + "\n").encode())
+                r.proc.stdin.flush()
+            else:
+                r.proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass                        # (gone: it says why on its stderr)
+
+    rc = None
+    try:
+        for name, mounts in groups:
+            argv = [sys.executable, "-m", "nestrace", "record", "-o", str(store),
+                    *(a for mp in mounts for a in ("--stack", mp)), *options]
+            # (a session of its own: a Ctrl-C at the terminal reaches the
+            # command, and record stops the recorders after it)
+            r = DiskRecorder(name, subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, preexec_fn=_die_with_parent,
+                env={**os.environ, RECORDER_ENV: "1"}))
+            tell(r, {"command": " ".join(command or [])})
+            rec.append(r)
+            r.threads = [threading.Thread(target=follow, args=(r,), daemon=True),
+                         threading.Thread(target=lambda r=r: r.out.extend(
+                             line.decode(errors="replace").rstrip() for line in r.proc.stdout),
+                             daemon=True)]
+            for t in r.threads:
+                t.start()
+        deadline = time.monotonic() + 120
+        while not all(r.ready.is_set() for r in rec):
+            for r in rec:
+                if r.proc.poll() is not None and not r.ready.is_set():
+                    r.threads[0].join(5)
+                    raise failed(r)
+            if time.monotonic() > deadline:
+                raise RecordError("the recorders of " + ", ".join(r.name for r in rec
+                                                                  if not r.ready.is_set())
+                                  + " did not start tracing within 120 s")
+            time.sleep(0.05)
+        log(f"nestrace: tracing {len(rec)} virtual disks, a capture each: "
+            + ", ".join(r.name for r in rec))
+        if command:
+            rc = _run_workload(command, cwd, env)
+            for r in rec:
+                tell(r, {"exit": rc})
+        else:
+            # (until the last ends: one may stop early, at its --max-size)
+            _wait_for_stop(duration, lambda: any(r.proc.poll() is None for r in rec), log)
+    finally:
+        for r in rec:
+            tell(r, None)
+        stop_all()
+    for r in rec:
+        for line in r.out:
+            out(line)
+    bad = [r for r in rec if r.proc.returncode]
+    if bad:
+        raise failed(bad[0])
+    return rc
 
 
 # neighbor images a snapshot maps at most (the first found)

@@ -268,7 +268,8 @@ def add_guest(stack: Stack, mount_point: str) -> None:
         raise StackError(
             f"--stack {mount_point}: on {bd.name}, not on the virtual disk {stack.vdisk.name if stack.vdisk else '?'} "
             f"of --stack {stack.guest_mount}: more than one --stack traces file systems on "
-            "partitions of one virtual disk (another disk is another image: record it apart)")
+            "partitions of one virtual disk (another disk is another image: `nestrace record` "
+            "takes both and makes a capture of each)")
     if any(g.guest_kdev == gm.kdev for g in guests(stack)):
         raise StackError(f"--stack {mount_point}: its file system ({bd.part_name or bd.name}) "
                          "is traced already")

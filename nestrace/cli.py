@@ -365,7 +365,10 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @click.option("--vdisk", type=click.Path(),
               help="Virtual disk device (with --stack, overrides; without it, the guest FS "
                    "is the one mounted from this device).")
-@click.option("--image", type=click.Path(), help="Disk image file (with --stack, overrides).")
+@click.option("--image", type=click.Path(), multiple=True,
+              help="Disk image file (with --stack, overrides).  With --side host, again for "
+                   "another image (a VM's second disk, another VM): each is recorded as a "
+                   "capture of its own, side by side.")
 @click.option("--disk", type=click.Path(), help="Host disk device (with --stack, overrides).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds to record (without CMD).")
@@ -400,6 +403,7 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
         workload = sys.stdin
         rec.recorder_signals()
     mount, more = (mount[0], mount[1:]) if mount else (None, ())
+    images, image = image, (image[0] if image else None)
     if status is None:
         status = 1.0 if not command and sys.stderr.isatty() else 0
     if duration is not None and command:    # (it was ignored)
@@ -413,9 +417,13 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
             raise UserError(f"--max-size: {e}") from None
         if max_bytes <= 0:
             raise UserError(f"--max-size {max_size}: give a size above 0")
-    groups = _disk_groups(side, mount, more) if more and side != "host" else []
+    if len(images) > 1 and side != "host":
+        raise UserError("--image again is for --side host (the host's side of several "
+                        "images): with --stack, --image names the one stack's image")
+    groups = _disk_groups(side, mount, more) if more and side != "host" else \
+        _image_groups(images, disk) if len(images) > 1 else []
     if len(groups) > 1:
-        if vdisk or image or disk:
+        if side != "host" and (vdisk or image or disk):
             raise UserError("--vdisk, --image and --disk name the devices of one stack: with "
                             "--stack on several virtual disks, give none of them")
         # (options as given: each disk's recorder takes them)
@@ -497,7 +505,7 @@ class _Orphanable:
 def _disk_groups(side: str, first: str, more) -> list[tuple[str, list[str]]]:
     """The --stack mount points grouped by the virtual disk they are on
     (in the order given), each group checked as one stack now, before
-    anything is traced: (disk name, mount points)."""
+    anything is traced: (disk name, its recorder's --stack options)."""
     from .stack import add_guest, discover, guest_side, mount_block_dev, mount_of
     groups: dict[int, tuple[str, list[str]]] = {}
     for mp in (first, *more):
@@ -511,7 +519,23 @@ def _disk_groups(side: str, first: str, more) -> list[tuple[str, list[str]]]:
             stack = discover(mps[0]) if side == "both" else guest_side(mps[0])
             for mp in mps[1:]:
                 add_guest(stack, mp)
-    return list(groups.values())
+    return [(name, [a for mp in mps for a in ("--stack", mp)]) for name, mps in groups.values()]
+
+
+def _image_groups(images, disk) -> list[tuple[str, list[str]]]:
+    """`--side host --image A --image B`: each image checked as the host's
+    side of one stack now, before anything is traced: (image file name,
+    its recorder's options)."""
+    from .stack import host_side
+    seen: dict[str, str] = {}
+    for image in images:
+        real = os.path.realpath(image)
+        if real in seen:
+            raise UserError(f"--image {image}: given twice (as {seen[real]})")
+        seen[real] = image
+        host_side(image, disk)
+    return [(Path(image).name, ["--image", image, *(("--disk", disk) if disk else ())])
+            for image in images]
 
 
 def _side_stack(side: str, mount, vdisk, image, disk):

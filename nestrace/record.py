@@ -840,10 +840,10 @@ def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
                  out=lambda msg: print(msg)) -> int | None:
     """Record the stacks of several virtual disks (a VM's vda and vdb, two
     VMs), each as a capture of its own in `store`, side by side: one
-    `nestrace record` per disk (groups: its name and its --stack mount
-    points; `options`: the other options of each), started first, then
-    `command` run once (or `duration` seconds, or until SIGINT or SIGTERM),
-    then each stopped and sealed.  Each capture is a whole stack: the host
+    `nestrace record` per disk (groups: its name and the options that name
+    its stack, --stack or --image; `options`: the other options of each),
+    started first, then `command` run once (or `duration` seconds, or
+    until SIGINT or SIGTERM), then each stopped and sealed.  Each capture is a whole stack: the host
     disk they share is in each, and each calls the host-disk writes into
     the other images `other` (record names them: neighbor_image).  Each
     recorder's lines are logged with its disk's name; its summary is given
@@ -891,9 +891,9 @@ def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
 
     rc = None
     try:
-        for name, mounts in groups:
-            argv = [sys.executable, "-m", "nestrace", "record", "-o", str(store),
-                    *(a for mp in mounts for a in ("--stack", mp)), *options]
+        for name, which in groups:
+            argv = [sys.executable, "-m", "nestrace", "record", "-o", str(store), *which,
+                    *options]
             # (a session of its own: a Ctrl-C at the terminal reaches the
             # command, and record stops the recorders after it)
             r = DiskRecorder(name, subprocess.Popen(

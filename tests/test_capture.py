@@ -1776,7 +1776,8 @@ def test_stacks_on_two_virtual_disks_are_recorded_side_by_side_a_capture_each(la
     The same without CMD, stopped by Ctrl-C, and by record killed: its
     recorders stop and seal (a second SIGINT to a recorder, as a killed
     record's threads send, does not stop its sealing).  `--side guest`
-    (a VM with two disks) the same.  Before
+    (a VM with two disks) the same, and `--side host --image A --image
+    B`.  Before
     (2026-11-28) a --stack on another virtual disk was refused; --vdisk,
     --image or --disk with it still are."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
@@ -1788,6 +1789,12 @@ def test_stacks_on_two_virtual_disks_are_recorded_side_by_side_a_capture_each(la
         # the guest's side alone (in a VM with two disks): the same
         run_cli("record", "-o", str(tmp_path / "s4"), "--side", "guest", "--stack", lab.mount,
                 "--stack", str(o), "--", "sh", "-c", f"echo x > {lab.mount}/h; echo y > {o}/h")
+        # the host's side of the two images (two VMs, or a VM's two disks)
+        lab_image = str(Path(lab.mount).parent / "host" / "image.raw")
+        run_cli("record", "-o", str(tmp_path / "s8"), "--side", "host", "--image", lab_image,
+                "--image", str(image), "--", "sh", "-c", WRITES_IN_BOTH.format(a=lab.mount, b=o))
+        twice = run_cli("record", "-o", str(tmp_path / "s9"), "--side", "host", "--image",
+                        str(image), "--image", str(image), "--duration", "1", check=False)
         # without CMD: until Ctrl-C; and when record is killed, its
         # recorders stop and seal all the same
         for stop, store in ((signal.SIGINT, tmp_path / "s5"), (signal.SIGKILL, tmp_path / "s6")):
@@ -1839,6 +1846,20 @@ def test_stacks_on_two_virtual_disks_are_recorded_side_by_side_a_capture_each(la
         "FROM device_map GROUP BY capture_id")}
     assert sorted(caps) == sorted([lab.mount, str(o)]), caps
     assert caps[str(o)]["vdisk"] == Path(vdisk).name and caps[str(o)]["image"] == str(image), caps
+    assert caps[lab.mount]["image"] == lab_image, caps
+    assert twice.returncode == 2 and "given twice" in twice.stderr \
+        and not (tmp_path / "s9").exists(), twice.stderr
+    # each host side: its image's accesses at the host FS (4 MiB of writes
+    # at least: the second image's ext4 has 1 KiB blocks, padded), the
+    # shared disk
+    assert nestrace.open(tmp_path / "s8").rows(
+        "SELECT e.path, string_agg(DISTINCT d.level, ',' ORDER BY d.level) AS levels, "
+        "(SELECT sum(bytes) >= 4 << 20 FROM hostfs_io h WHERE h.capture_id = e.capture_id "
+        "AND h.op = 'write' AND h.ino = e.ino) AS written "
+        "FROM extent_maps e JOIN device_map d USING (capture_id) "
+        "WHERE e.role = 'image' GROUP BY e.capture_id, e.path, e.ino ORDER BY e.path") == sorted(
+        [{"path": p, "levels": "disk,hostfs", "written": True} for p in (lab_image, str(image))],
+        key=lambda r: r["path"])
     assert {r["m"] for r in nestrace.open(tmp_path / "s4").rows(
         "SELECT string_agg(level || ' ' || name, ', ' ORDER BY level) AS m FROM device_map "
         "GROUP BY capture_id")} == {f"vdisk {caps[lab.mount]['vdisk']}, vfs {lab.mount}",

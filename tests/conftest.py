@@ -49,6 +49,19 @@ def our_mounts() -> set[str]:
             if "/run/nestrace" in line.split()[1] or line.split()[1].startswith("/tmp/")}
 
 
+def until_recording(proc: subprocess.Popen) -> None:
+    """Read a `nestrace record` run without CMD (text stderr piped) until it
+    says it is tracing (record.RECORDING); an AssertionError with what it
+    said if it ends first."""
+    from nestrace.record import RECORDING
+    said = []
+    for line in proc.stderr:
+        if line.rstrip("\n") == RECORDING:
+            return
+        said.append(line)
+    raise AssertionError(f"record did not start tracing: {''.join(said)}")
+
+
 @contextlib.contextmanager
 def host_side_recording(store, image, stop=signal.SIGINT):
     """`nestrace record --side host --image IMAGE` in the background while
@@ -59,11 +72,7 @@ def host_side_recording(store, image, stop=signal.SIGINT):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     result: dict[str, str] = {}
     try:
-        for line in host.stderr:
-            if "recording; Ctrl-C to stop" in line:
-                break
-        else:
-            raise AssertionError(f"host side did not start: {host.stdout.read()}")
+        until_recording(host)
         yield result
     finally:
         host.send_signal(stop)

@@ -16,7 +16,7 @@ import pytest
 import nestrace
 from conftest import (NESTRACE, ROOT, WITNESS, assert_losses_counted, drop_caches,
                       kill_fio_jobs, loop_devices, our_mounts, requests_without_completion, run_cli,
-                      why_no_completion)
+                      until_recording, why_no_completion)
 from nestrace._paths import agent_path
 from nestrace.record import RECORDER_ENV
 
@@ -1023,9 +1023,7 @@ def recording_reads(lab, store: Path, recorders: list) -> subprocess.Popen:
     proc = subprocess.Popen(NESTRACE + ["record", "-o", str(store), "--stack", lab.mount], cwd=ROOT,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     recorders.append(proc)
-    for line in proc.stderr:
-        if "recording; Ctrl-C to stop" in line:
-            break
+    until_recording(proc)
     lab.fio("--rw=read", "--bs=64k", "--direct=1", "--size=4M")
     return proc
 
@@ -1138,9 +1136,7 @@ def test_sigint_ends_a_recording_started_with_sigint_ignored(lab_factory, tmp_pa
                     break
                 time.sleep(0.1)
         else:
-            for line in proc.stderr:
-                if "recording; Ctrl-C to stop" in line:
-                    break
+            until_recording(proc)
         proc.send_signal(signal.SIGINT)
         try:
             out, err = proc.communicate(timeout=30)
@@ -1801,9 +1797,7 @@ def test_stacks_on_two_virtual_disks_are_recorded_side_by_side_a_capture_each(la
             p = subprocess.Popen(NESTRACE + ["record", "-o", str(store), "--stack", lab.mount,
                                              "--stack", str(o)], cwd=ROOT, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            for line in p.stderr:
-                if "recording; Ctrl-C to stop" in line:
-                    break
+            until_recording(p)
             subprocess.run(["sh", "-c", f"echo x > {lab.mount}/h; echo y > {o}/h; sync"],
                            check=True)
             p.send_signal(stop)
@@ -1826,9 +1820,7 @@ def test_stacks_on_two_virtual_disks_are_recorded_side_by_side_a_capture_each(la
                              stderr=subprocess.PIPE, env={**os.environ, RECORDER_ENV: "1"})
         p.stdin.write('{"command": "x"}\n')
         p.stdin.flush()
-        for line in p.stderr:
-            if "recording; Ctrl-C to stop" in line:
-                break
+        until_recording(p)
         p.send_signal(signal.SIGINT)
         time.sleep(0.3)
         p.send_signal(signal.SIGINT)

@@ -266,34 +266,43 @@ def guest_files(stack: Stack, inos: set[int] | None = None,
                 limit: int | None = None) -> tuple[list[str], bool]:
     """Regular files of the guest FS (those with inode in `inos`, if
     given), at most `limit` of them: the paths, and whether files were left
-    out for the limit."""
+    out for the limit.  The walk reads each directory once and stats only
+    the directories (to stay on this file system): a file's type and inode
+    come from the directory entry.  (os.walk with a stat, an lstat and an
+    islink per file took 6-12 s at the end of a capture of a root file
+    system of 400k files, this machine's own; this walk ~1 s.)"""
     out = []
     top = os.stat(stack.guest_mount).st_dev
-    for root, dirs, files in os.walk(stack.guest_mount):
-        # this file system only: not the ones mounted on it (a root file
-        # system's /proc, /sys, /run, ...)
-        dirs[:] = [d for d in dirs if d != "lost+found" and not os.path.ismount(os.path.join(root, d))
-                   and _same_dev(os.path.join(root, d), top)]
-        for f in files:
-            p = os.path.join(root, f)
-            try:
-                st = os.lstat(p)
-            except OSError:
-                continue
-            if not os.path.isfile(p) or os.path.islink(p):
-                continue
-            if inos is None or st.st_ino in inos:
+    todo = [stack.guest_mount]
+    while todo:
+        try:
+            it = os.scandir(todo.pop())
+        except OSError:
+            continue                    # removed or unreadable while we looked
+        subdirs = []
+        with it:
+            for e in it:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        # this file system only: not the ones mounted on it
+                        # (a root file system's /proc, /sys, /run, ...) nor a
+                        # btrfs subvolume (a device of its own)
+                        if e.name != "lost+found" and \
+                                e.stat(follow_symlinks=False).st_dev == top:
+                            subdirs.append(e.path)
+                        continue
+                    if not e.is_file(follow_symlinks=False):
+                        continue
+                    if inos is not None and (e.inode() not in inos or
+                                             e.stat(follow_symlinks=False).st_ino not in inos):
+                        continue
+                except OSError:
+                    continue
                 if limit is not None and len(out) >= limit:
                     return out, True
-                out.append(p)
+                out.append(e.path)
+        todo.extend(reversed(subdirs))    # (depth first, in directory order)
     return out, False
-
-
-def _same_dev(path: str, dev: int) -> bool:
-    try:
-        return os.lstat(path).st_dev == dev
-    except OSError:
-        return False
 
 
 def cluster_rows(stack: Stack, phase: str, capture_id: str) -> list[dict]:
@@ -360,7 +369,7 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
         for p in paths:
             try:
                 rows += extent_rows(p, "guest_file", phase, capture_id, stack.vdisk.kdev,
-                                    chunks, devices)
+                                    chunks, devices, g.guest_kdev)
             except OSError:
                 continue   # removed while we looked
     return pa.Table.from_pylist(rows, schema=table_schema("extent_maps")), truncated

@@ -734,14 +734,17 @@ def file_id(path: str) -> tuple[int, int]:
 
 def extent_rows(path: str, role: str, phase: str, capture_id: str, disk_dev: int,
                 chunks: list[Chunk] | None = None,
-                devices: dict[int, BlockDev] | None = None) -> list[dict]:
+                devices: dict[int, BlockDev] | None = None,
+                fs_dev: int | None = None) -> list[dict]:
     """The FIEMAP extents of `path`, one row per piece on a device: on
     ext2/3/4 and xfs one per extent, on `disk_dev`; on btrfs (`chunks`,
     `devices`: devid -> disk) one per copy and per stripe, on the disk of
     the device that holds it.  physical_bytes are on the file system's
     own device (its partition, when on one: map_extents adds its start;
-    host_side refuses a btrfs whose devices' partitions start apart)."""
-    dev, ino = file_id(path)
+    host_side refuses a btrfs whose devices' partitions start apart).
+    fs_dev: the dev_t of the file system `path` is on, when the caller
+    knows it (file_id otherwise reads the mount table for each file)."""
+    dev, ino = (fs_dev, os.stat(path).st_ino) if fs_dev else file_id(path)
     extents = fiemap(path)
     compressed = None
     if chunks is not None and any(fl & FIEMAP_EXTENT_ENCODED for *_, fl in extents):

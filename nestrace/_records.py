@@ -144,7 +144,7 @@ TABLES = {
         ('logical_bytes', 'uint64', 'bytes', 'file offset of the extent'),
         ('physical_bytes', 'uint64', 'bytes', "byte address of the extent on its file system's device (btrfs: mapped through the chunk tree to physical_dev)"),
         ('length_bytes', 'uint64', 'bytes', 'extent length'),
-        ('flags', 'uint32', '', 'FIEMAP_EXTENT_* flags'),
+        ('flags', 'uint32', '', 'FIEMAP_EXTENT_* flags (a btrfs inline extent, FIEMAP_EXTENT_DATA_INLINE: data in the metadata tree at no place FIEMAP gives, physical 0; stored with FIEMAP_EXTENT_UNKNOWN added, which the offset maps leave out)'),
         ('physical_dev', 'uint32', '', 'kernel dev_t of the disk holding these bytes (a btrfs on several devices has a row per copy and per stripe); NULL for vdisk_image and image_metadata, and in stores written before: the one disk below'),
         ('cluster_bytes', 'uint32', 'bytes', "vdisk_image rows: the image's cluster (grain, block) size, the unit it allocates in; NULL for the other roles and in stores written before"),
         ('disk_length_bytes', 'uint64', 'bytes', 'a compressed extent (FIEMAP_EXTENT_ENCODED, an image on a btrfs host): the bytes at physical_bytes that hold the whole of [logical_bytes, logical_bytes + length_bytes) compressed (read whole for any byte of it; a row per piece on a device); physical_bytes is then where that compressed data starts. NULL for every other extent, and in stores written before (where links leaves encoded extents out)'),

@@ -509,6 +509,8 @@ def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
 
 FS_IOC_FIEMAP = 0xC020660B
 FIEMAP_EXTENT_LAST = 0x1
+FIEMAP_EXTENT_UNKNOWN = 0x2
+FIEMAP_EXTENT_DATA_INLINE = 0x200
 _FM = struct.Struct("=QQIIII")
 _FE = struct.Struct("=QQQQQI3I")
 BATCH = 512
@@ -768,7 +770,9 @@ def map_extent_rows(extents: list[tuple[int, int, int, int]], path: str, dev: in
     compressed: a btrfs file's compressed extent items by file offset
     (btrfs_file_extents): an encoded extent found there gets rows of its
     compressed data (disk_length_bytes), one per piece on a device; one
-    not found stays without, and links leaves it out."""
+    not found stays without, and links leaves it out.  A btrfs inline
+    extent (its data in the metadata tree, physical 0) gets
+    FIEMAP_EXTENT_UNKNOWN added: it has no place the maps can use."""
     rows = []
 
     def row(lo, ph, ln, fl, pdev, dlen=None):
@@ -778,6 +782,8 @@ def map_extent_rows(extents: list[tuple[int, int, int, int]], path: str, dev: in
                      "disk_length_bytes": dlen})
 
     for lo, ph, ln, fl in extents:
+        if chunks is not None and fl & FIEMAP_EXTENT_DATA_INLINE:
+            fl |= FIEMAP_EXTENT_UNKNOWN
         if chunks is None or fl & 6:    # (no address yet: kept as it is, left out in SQL)
             row(lo, ph, ln, fl, disk_dev)
             continue

@@ -1928,6 +1928,49 @@ def test_btrfs_on_partitions_maps_through_its_chunk_tree_on_the_partition(lab_fa
     assert_losses_counted(s)
 
 
+@pytest.mark.parametrize("by", ["record", "agent"])
+def test_btrfs_inline_files_have_no_place_and_are_not_warned_of_one_by_one(lab_factory, tmp_path,
+                                                                          by):
+    """A small btrfs file's data is inline, in its metadata tree: FIEMAP
+    gives it physical 0 and no flag saying the place is unknown.  Until
+    2026-11-28 each such file in a snapshot printed a warning that its
+    bytes were 'in no chunk of the chunk tree' (a btrfs root file system
+    has thousands) and its extent was not stored.  Now the row is stored
+    with FIEMAP_EXTENT_UNKNOWN added to its flags, and the offset maps
+    leave it out, as any extent without a place; the other files map."""
+    lab = lab_factory("btrfs", "xfs", guest_dio="on", host_dio="on")
+    small = [Path(lab.mount, f"small{i}") for i in range(20)]
+    for p in small:
+        p.write_bytes(b"x" * 100)
+    Path(lab.mount, "big").write_bytes(os.urandom(256 << 10))
+    subprocess.run(["sync", "-f", lab.mount], check=True)
+    cmd = ["sh", "-c", f"cat {lab.mount}/small* {lab.mount}/big > /dev/null && "
+                       f"printf y > {lab.mount}/new && sync -f {lab.mount}"]
+    store = tmp_path / "s"
+    if by == "record":
+        r = run_cli("record", "-o", str(store), "--stack", lab.mount, "--", *cmd)
+    else:
+        r = subprocess.run([str(agent_path()), "--guest", lab.mount, "--guest-capture",
+                            str(tmp_path / "g"), "--", *cmd], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        r = run_cli("import", str(tmp_path / "g"), "-o", str(store))
+    assert "in no chunk" not in r.stderr, r.stderr
+    s = nestrace.open(store)
+    inline = {p.stat().st_ino for p in [*small, Path(lab.mount, "new")]}
+    big = Path(lab.mount, "big").stat().st_ino
+    rows = s.rows("SELECT phase, ino, flags, logical_bytes, length_bytes FROM extent_maps "
+                  "WHERE role = 'guest_file'")
+    by_phase = {ph: {r["ino"] for r in rows if r["phase"] == ph} for ph in ("start", "end")}
+    assert inline - {max(inline)} <= by_phase["start"] and inline <= by_phase["end"], by_phase
+    for r in rows:
+        if r["ino"] in inline:       # FIEMAP_EXTENT_DATA_INLINE, and UNKNOWN added
+            assert r["flags"] & 0x200 and r["flags"] & 0x2, r
+    mapped = {r["ino"] for r in s.rows("SELECT DISTINCT ino FROM map_extents "
+                                       "WHERE role = 'guest_file'")}
+    assert big in mapped and not mapped & inline, (big, mapped & inline)
+    assert_losses_counted(s)
+
+
 @pytest.mark.parametrize("host_fs", ["xfs", "ext4"])
 def test_a_guest_fstrim_punches_its_bytes_out_of_the_image_as_hostfs_discards(lab_factory, tmp_path,
                                                                               host_fs):

@@ -268,7 +268,8 @@ def guest_files(stack: Stack, inos: set[int] | None = None,
     given), at most `limit` of them: the paths, and whether files were left
     out for the limit.  The walk reads each directory once and stats only
     the directories (to stay on this file system): a file's type and inode
-    come from the directory entry.  (os.walk with a stat, an lstat and an
+    come from the directory entry (d_ino is st_ino on ext2/3/4, xfs and
+    btrfs).  (os.walk with a stat, an lstat and an
     islink per file took 6-12 s at the end of a capture of a root file
     system of 400k files, this machine's own; this walk ~1 s.)"""
     out = []
@@ -293,8 +294,7 @@ def guest_files(stack: Stack, inos: set[int] | None = None,
                         continue
                     if not e.is_file(follow_symlinks=False):
                         continue
-                    if inos is not None and (e.inode() not in inos or
-                                             e.stat(follow_symlinks=False).st_ino not in inos):
+                    if inos is not None and e.inode() not in inos:
                         continue
                 except OSError:
                     continue

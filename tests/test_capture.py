@@ -905,7 +905,7 @@ def test_status_lines_count_what_the_store_holds_while_recording(lab_factory, tm
             assert all(held[k] >= counted[k] for k in held), (held, counted)
         else:               # at the time on the line: no more than was counted
             assert all(held[k] <= counted[k] for k in held), (held, counted)
-    assert last["vdisk"][0] > 5000 and last["vdisk"][1] == 4096 * last["vdisk"][0]
+    assert last["vdisk"][0] > 500 and last["vdisk"][1] == 4096 * last["vdisk"][0]
     assert last["drops"] == 0
 
 
@@ -1074,20 +1074,22 @@ def test_max_size_stops_tracing_and_the_workload_goes_on(lab_factory, tmp_path):
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
     store = tmp_path / "s"
     t0 = time.monotonic()
-    r = run_cli("record", "-o", str(store), "--stack", lab.mount, "--max-size", "2M", "--",
+    r = run_cli("record", "-o", str(store), "--stack", lab.mount, "--max-size", "1M", "--",
                 "fio", "--name=t", f"--directory={lab.mount}", "--rw=randread", "--bs=4k",
-                "--direct=1", "--size=64M", "--time_based", "--runtime=3", "--output=/dev/null")
-    assert time.monotonic() - t0 >= 3                     # fio ran its 3 s
-    assert "the capture reached --max-size 2.0 MiB (" in r.stderr and "the workload goes on" in r.stderr
+                "--direct=1", "--size=64M", "--time_based", "--runtime=4", "--output=/dev/null")
+    assert time.monotonic() - t0 >= 4                     # fio ran its 4 s
+    assert "the capture reached --max-size 1.0 MiB (" in r.stderr and "the workload goes on" in r.stderr
     s = nestrace.open(store)
     meta = s.rows("SELECT (end_ns - start_ns) / 1e9 AS span, settings_json FROM capture_meta")[0]
-    assert meta["span"] < 2.5
+    # (here 1 MiB of records took ~0.4 s; the margin is for a host many
+    # times slower, as the CI's is at moments)
+    assert meta["span"] < 3.5
     settings = json.loads(meta["settings_json"])
-    assert settings["max_size_bytes"] == 2 << 20 and settings["max_size_reached"] is True
-    assert s.rows("SELECT count(*) AS n FROM vfs_io")[0]["n"] > 1000
+    assert settings["max_size_bytes"] == 1 << 20 and settings["max_size_reached"] is True
+    assert s.rows("SELECT count(*) AS n FROM vfs_io")[0]["n"] > 500
     rep = json.loads(run_cli("report", "--json", str(store)).stdout)
-    assert (rep["max_size_reached"], rep["max_size_bytes"]) == (True, 2 << 20)
-    assert "tracing stopped at --max-size (2.0 MiB of records)" in run_cli("report", str(store)).stdout
+    assert (rep["max_size_reached"], rep["max_size_bytes"]) == (True, 1 << 20)
+    assert "tracing stopped at --max-size (1.0 MiB of records)" in run_cli("report", str(store)).stdout
     r = run_cli("record", "-o", str(store), "--stack", lab.mount, "--max-size", "0", "--", "true",
                 check=False)
     assert (r.returncode, r.stderr.strip()) == (2, "nestrace: error: --max-size 0: give a size above 0")

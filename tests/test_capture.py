@@ -283,12 +283,17 @@ def test_pieces_of_bios_split_at_the_virtual_disk_keep_their_q(lab_factory, tmp_
     assert whole == 32
 
 
-def test_libaio_reads_at_queue_depth_16_are_seen_at_all_four_levels(lab_factory, tmp_path):
+@pytest.mark.parametrize("mode", ["tp_btf", "raw_tp"])
+def test_libaio_reads_at_queue_depth_16_are_seen_at_all_four_levels(lab_factory, tmp_path, mode):
     """Linux AIO: one vfs_io row per iocb (io_submit to the io_getevents
-    that reaped it), at fio's offset, and each traced down the stack."""
+    that reaped it), at fio's offset, and each traced down the stack.
+    (io_getevents' events pointer is read from the registers at its exit,
+    on both kinds of program.)"""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     s, offsets, _ = record_fio(lab, tmp_path / "s", tmp_path, *FIO_RANDREAD,
-                               "--ioengine=libaio", "--iodepth=16")
+                               "--ioengine=libaio", "--iodepth=16", extra=["--mode", mode])
+    hooks = json.loads(s.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"])
+    assert hooks["sys_enter"] == hooks["sys_exit"] == mode
     assert_traced_through(s, offsets, syscall="aio_pread")
     assert s.rows("SELECT count(*) AS n FROM vfs_io WHERE syscall NOT LIKE 'aio_%' "
                   "AND op = 'read'") == [{"n": 0}]

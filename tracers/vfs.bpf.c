@@ -123,7 +123,8 @@ struct {
 	__type(value, struct aio_start);
 } aio_inflight SEC(".maps");
 
-/* A system call argument from the user registers sys_enter gets: on
+/* A system call argument from the user registers sys_enter gets (and
+ * sys_exit: the caller's registers, kept but for the return value): on
  * tp_btf the registers are a BTF pointer, read with plain loads; on
  * raw_tp, through a CO-RE probe read (a helper call each). */
 #define SC_ARG(btf, regs, n)						\
@@ -573,7 +574,8 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	__u16 code = syscall__code(id);
 	__u32 tid;
 
-	if (!code)
+	/* io_submit: all done here; io_getevents: all at exit */
+	if (!code || code == SC_IO_GETEVENTS)
 		return 0;
 	if (target_tgid && task__tgid() != target_tgid)
 		return 0;
@@ -583,9 +585,7 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	}
 	if (code__copies(code))
 		return copy__enter(regs, code, btf);
-	if (code == SC_IO_GETEVENTS) {	/* the events land at exit */
-		s.offset = SC_ARG(btf, regs, 4);
-	} else if (code == SC_MSYNC || code == SC_MADVISE) {
+	if (code == SC_MSYNC || code == SC_MADVISE) {
 		if (code == SC_MADVISE && !madvice__file(SC_ARG(btf, regs, 3)))
 			return 0;
 		if (!mapped__file(&s, regs, btf))
@@ -652,7 +652,6 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		s.req_bytes = f ? BPF_CORE_READ(f, f_inode, i_size) : 0;
 		break;
 	}
-	case SC_IO_GETEVENTS:
 	case SC_MSYNC:
 	case SC_MADVISE:
 		break;
@@ -678,6 +677,15 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 
 	if (!code || code == SC_IO_SUBMIT)	/* io_submit: all done at entry */
 		return 0;
+	/* io_getevents(ctx, min_nr, nr, events, ...): the events are where
+	 * its fourth argument points, still in the registers at exit, and
+	 * each one's start is its iocb's: no start of the call is kept (a
+	 * start-map update and lookup less per call) */
+	if (code == SC_IO_GETEVENTS) {
+		if (!target_tgid || task__tgid() == target_tgid)
+			aio__reap((void *)SC_ARG(btf, regs, 4), ret, bpf_ktime_get_ns());
+		return 0;
+	}
 	tid = (__u32)bpf_get_current_pid_tgid();
 	s = bpf_map_lookup_elem(&starts, &tid);
 	if (!s || !s->syscall)
@@ -687,9 +695,7 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 		return 0;
 	}
 	now = bpf_ktime_get_ns();
-	if (s->syscall == SC_IO_GETEVENTS)
-		aio__reap((void *)s->offset, ret, now);
-	else if (code__copies(s->syscall))
+	if (code__copies(s->syscall))
 		copy__exit(s, now, ret, tid);
 	else
 		vfs__emit(s, now, ret, tid, task__tgid(), NULL);

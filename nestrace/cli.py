@@ -378,6 +378,10 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @capture_options
 @click.option("--pid", type=int, default=None,
               help="vfs level: only this process (and its threads); lower levels: all I/O.")
+@click.option("--cgroup", type=click.Path(), default=None,
+              help="vfs level: only the tasks of this cgroup v2 directory (a container's, a "
+                   "service's, a VM's scope) and of the cgroups below it; lower levels: all "
+                   "I/O.")
 @click.option("--status", type=click.FloatRange(0), default=None,
               help="Print a line of rates per level (calls or dispatches/s, MiB/s) and events "
                    "lost this often, in seconds; 0: never.  Default: every second when there is "
@@ -392,7 +396,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
 @needs_root
 @needs_btf
 def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flush_ms, mode,
-           all_hooks, agent_cpus, pid, status, side, command) -> None:
+           all_hooks, agent_cpus, pid, cgroup, status, side, command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from . import record as rec
@@ -432,6 +436,7 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
                 *(("--flush-ms", str(flush_ms)) if flush_ms is not None else ()),
                 "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
                 "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
+                *(("--cgroup", cgroup) if cgroup is not None else ()),
                 "--status", str(status), "--side", side]
         rc = rec.record_disks(store, groups, opts, duration=duration,
                               command=list(command) or None, log=lambda m: click.echo(m, err=True),
@@ -469,7 +474,7 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
         add_guest(stack, mp)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
-                     all_hooks=all_hooks, cpus=agent_cpus, pid=pid,
+                     all_hooks=all_hooks, cpus=agent_cpus, pid=pid, cgroup=cgroup,
                      status=status, max_bytes=max_bytes, workload=workload)
     _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
     if cap.command_rc:

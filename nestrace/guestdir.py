@@ -272,7 +272,8 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
                 settings={"agent_only": True, "guest_capture": str(d.resolve()),
                           "agent_cpus": facts.get("agent_cpus"),
                           "store_traced_at": facts.get("store_traced_at"),
-                          "start_snapshot_truncated": facts.get("files_start_truncated")},
+                          "start_snapshot_truncated": facts.get("files_start_truncated"),
+                          "pid": facts.get("pid"), "cgroup": facts.get("cgroup")},
                 agent_start=start, start_ns=start.get("start_ns", 0),
                 **({"agent_end": end, "end_ns": end.get("end_ns", 0)} if end else {}),
                 **({"command_exit": facts["command_exit"]}

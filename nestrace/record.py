@@ -162,10 +162,29 @@ def agent_cpus(spec: str) -> set[int] | None:
     return cpus
 
 
+def cgroup_dir(path: str) -> str:
+    """record --cgroup: the real path of a cgroup v2 directory (the BPF
+    helper that tells whether a task is under a cgroup knows the v2
+    hierarchy only; on a machine with both, v2 is the `cgroup2` mount,
+    /sys/fs/cgroup/unified on a hybrid one)."""
+    from .stack import mount_containing, mounts
+    rp = os.path.realpath(path)
+    if not os.path.isdir(rp):
+        raise RecordError(f"--cgroup {path}: no such directory")
+    m = mount_containing(rp)
+    if m is None or m.fs_type != "cgroup2":
+        v2 = [x.mount_point for x in mounts() if x.fs_type == "cgroup2"]
+        raise RecordError(f"--cgroup {path}: not a cgroup v2 directory (it is on "
+                          f"{m.fs_type if m else 'no mount'}); " +
+                          (f"cgroup2 is mounted at {', '.join(v2)}" if v2 else
+                           "no cgroup2 file system is mounted"))
+    return rp
+
+
 def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
                flush_ms: int | None = None, all_hooks: bool = False,
                arrow_dir: Path | None = None, pid: int | None = None,
-               status_ms: int = 0) -> list[str]:
+               status_ms: int = 0, cgroup: str | None = None) -> list[str]:
     args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families]
     if stack.has_guest:
         args += [a for g in guests(stack) for a in ("--dev", f"{kdev_str(g.guest_kdev)}=vfs,cache,map")]
@@ -187,6 +206,8 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
         args += ["--arrow-dir", str(arrow_dir)]
     if pid:
         args += ["--pid", str(pid)]
+    if cgroup:
+        args += ["--cgroup", cgroup]
     if status_ms:
         args += ["--status-ms", str(status_ms)]
     return args
@@ -587,13 +608,15 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            command: list[str] | None = None, ringbuf_kb: int | None = None,
            flush_ms: int | None = None, all_hooks: bool = False,
            mode: str = "auto", families: str | None = None, cpus: str = "auto",
-           pid: int | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
-           status: float = 0, max_bytes: int | None = None, workload=None,
+           pid: int | None = None, cgroup: str | None = None, cwd: str | None = None,
+           env: dict[str, str] | None = None, status: float = 0, max_bytes: int | None = None, workload=None,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
-    sees only that process (its threads included); the lower levels see
-    every I/O on the stack.  `cwd`, `env`: the command's.  `status`: log
+    sees only that process (its threads included); `cgroup`: only the
+    tasks of that cgroup v2 directory and of those below it (with `pid`:
+    that process, while it is in the cgroup); the lower levels see every
+    I/O on the stack.  `cwd`, `env`: the command's.  `status`: log
     a line of rates per level this often, in seconds (0: none; see
     StatusLines).  `max_bytes`: stop tracing once the live record files
     hold this many bytes (checked every 0.2 s); a command goes on to its
@@ -602,6 +625,11 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     its exit status's once the recorder is stopped."""
     if pid is not None and not Path(f"/proc/{pid}").is_dir():
         raise RecordError(f"--pid {pid}: no such process")
+    if cgroup is not None:
+        if not stack.has_guest:
+            raise RecordError("--cgroup chooses whose calls the vfs level records: a host "
+                              "side has no vfs level")
+        cgroup = cgroup_dir(cgroup)
     if command:
         _check_command(command[0], cwd, env)
     pin = agent_cpus(cpus)
@@ -630,7 +658,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         machine = socket.gethostname()
         start_extents, start_truncated = snapshot_extents(stack, cid, "start")
         settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
-                    "pid": pid, "store_traced_at": store_level, "max_size_bytes": max_bytes,
+                    "pid": pid, "cgroup": cgroup, "store_traced_at": store_level, "max_size_bytes": max_bytes,
                     "start_snapshot_truncated": start_truncated}
         live.update_facts(machine=machine, kernel=platform.release(),
                           start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -655,7 +683,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         # (Arrow IPC, one batch per flush); its stdout carries the start and
         # end metadata.  No Python touches a record while the workload runs.
         args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms, all_hooks,
-                          arrow_dir=live.dir, pid=pid, status_ms=round(status * 1000))
+                          arrow_dir=live.dir, pid=pid, status_ms=round(status * 1000),
+                          cgroup=cgroup)
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 pass_fds=(live.lock_fd,),   # it holds the capture's lock too
                                 preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)

@@ -55,9 +55,13 @@ def _limits(settings_json: str | None) -> dict:
     sides = [st[k] for k in ("guest", "host") if isinstance(st.get(k), dict)] or [st]
     max_size = [x.get("max_size_bytes") for x in sides if x.get("max_size_reached")]
     traced = [x["store_traced_at"] for x in sides if x.get("store_traced_at")]
+    # (the vfs level is the guest side's)
+    vfs = st["guest"] if isinstance(st.get("guest"), dict) else st
+    only = {k: vfs.get(k) for k in ("pid", "cgroup")}
     return {"max_size_reached": bool(max_size), "max_size_bytes": max_size[0] if max_size else None,
             "store_traced_at": traced[0] if traced else None,
-            "start_snapshot_truncated": any(x.get("start_snapshot_truncated") for x in sides)}
+            "start_snapshot_truncated": any(x.get("start_snapshot_truncated") for x in sides),
+            "vfs_only": only if any(v is not None for v in only.values()) else None}
 
 
 def build(s: Session, capture_id: str | None = None) -> dict:
@@ -309,6 +313,14 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
     if rep.get("store_traced_at"):
         con.print(f"[yellow]the store was on the traced stack: nestrace's own writes to it "
                   f"(comm nestrace-agent) are in this capture from {rep['store_traced_at']} down[/]")
+    if rep.get("vfs_only"):
+        only = rep["vfs_only"]
+        who = " and ".join(w for w in (
+            f"process {only['pid']}" if only.get("pid") is not None else "",
+            f"the tasks of cgroup {only['cgroup']} (and below)" if only.get("cgroup") else "")
+            if w)
+        con.print(f"[yellow]vfs: only the calls of {who} were recorded; the levels below carry "
+                  "every process's I/O, and what the others caused is unattributed there[/]")
     if rep.get("start_snapshot_truncated"):
         con.print("[yellow]the guest FS had more regular files than the start snapshot takes: "
                   "a file past them read or written before a rewrite moved it is mapped where "

@@ -97,6 +97,104 @@ SELECT count(DISTINCT io_id) AS reads, count(*) AS pieces,
 FROM map_vfs m WHERE m.op = 'read'"""
 
 
+@pytest.fixture
+def cgroup():
+    """A cgroup v2 directory for the test, with a cgroup below it
+    (`inner`); both removed after, their tasks killed first."""
+    v2 = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+          if line.split()[2] == "cgroup2"]
+    if not v2:
+        pytest.fail("no cgroup2 file system is mounted (systemd mounts one at /sys/fs/cgroup, "
+                    "or /sys/fs/cgroup/unified beside cgroup v1)")
+    top = Path(v2[0]) / f"nestrace-test-{os.getpid()}-{time.monotonic_ns()}"
+    (top / "inner").mkdir(parents=True)
+    try:
+        yield top
+    finally:
+        for d in (top / "inner", top):
+            for pid in (d / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except OSError:     # (busy until its killed tasks are gone)
+                    time.sleep(0.05)
+        assert not top.exists(), f"{top} left behind"
+
+
+# three fio jobs reading the same 16 MiB file with O_DIRECT: 4 KiB reads
+# from the cgroup, 16 KiB from the cgroup below it, 8 KiB from outside
+FIO_JOB = ("fio --name=j{bs} --filename={f} --rw=randread --bs={bs} --direct=1 --io_size=1M "
+           "--output=/dev/null")
+IN_CGROUP = """sh -c 'echo $$ > {cg}/cgroup.procs; exec {job4}' &
+sh -c 'echo $$ > {cg}/inner/cgroup.procs; exec {job16}' &
+{job8}
+wait
+"""
+
+
+@pytest.mark.parametrize("mode", ["auto", "raw_tp"])
+def test_cgroup_filter_keeps_the_tasks_of_a_cgroup_and_below_at_the_vfs_level(
+        lab_factory, tmp_path, cgroup, mode):
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=16M")
+    f = f"{lab.mount}/t.0.0"
+    script = IN_CGROUP.format(cg=cgroup, **{f"job{k}": FIO_JOB.format(bs=f"{k}k", f=f)
+                                            for k in (4, 8, 16)})
+    r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--mode", mode,
+                "--cgroup", str(cgroup), "--", "sh", "-c", script)
+    s = nestrace.open(tmp_path / "s")
+    assert json.loads(s.rows("SELECT hooks_json FROM capture_meta")[0]["hooks_json"])[
+        "sys_enter"] == ("raw_tp" if mode == "raw_tp" else "tp_btf")
+    # the cgroup's calls and those of the cgroup below it, not the others'
+    assert s.rows("SELECT req_bytes, count(*) AS n FROM vfs_io WHERE op = 'read' GROUP BY ALL "
+                  "ORDER BY 1") == [{"req_bytes": 4096, "n": 256}, {"req_bytes": 16384, "n": 64}]
+    # ... while the levels below see all three jobs' reads
+    assert s.rows("SELECT bytes, count(*) AS n FROM vdisk_io WHERE op = 'read' GROUP BY ALL "
+                  "ORDER BY 1") == [{"bytes": 4096, "n": 256}, {"bytes": 8192, "n": 128},
+                                    {"bytes": 16384, "n": 64}]
+    assert json.loads(s.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])[
+        "cgroup"] == str(cgroup)
+    assert json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)["vfs_only"] == \
+        {"pid": None, "cgroup": str(cgroup)}
+    assert f"only the calls of the tasks of cgroup {cgroup} (and below)" in " ".join(
+        run_cli("report", str(tmp_path / "s")).stdout.split())
+    if mode == "raw_tp":
+        return
+    # the agent alone (a guest without Python): the same, said in its guest.json
+    gdir = tmp_path / "g"
+    a = subprocess.run([str(agent_path()), "--guest", lab.mount, "--guest-capture", str(gdir),
+                        "--cgroup", str(cgroup), "--", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=120)
+    assert a.returncode == 0, a.stderr
+    assert json.loads((gdir / "guest.json").read_text())["cgroup"] == str(cgroup)
+    run_cli("import", str(gdir), "-o", str(tmp_path / "g.store"))
+    g = nestrace.open(tmp_path / "g.store")
+    assert g.rows("SELECT req_bytes, count(*) AS n FROM vfs_io WHERE op = 'read' GROUP BY ALL "
+                  "ORDER BY 1") == [{"req_bytes": 4096, "n": 256}, {"req_bytes": 16384, "n": 64}]
+    assert json.loads(run_cli("report", "--json", str(tmp_path / "g.store")).stdout)[
+        "vfs_only"] == {"pid": None, "cgroup": str(cgroup)}
+    # what is not a cgroup v2 directory: one line, exit 2, nothing recorded
+    v1 = next((line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+               if line.split()[2] == "cgroup"), None)
+    for bad, said in ((tmp_path, "not a cgroup v2 directory (it is on "),
+                      (tmp_path / "none", "no such directory"),
+                      *(((v1, "not a cgroup v2 directory (it is on cgroup)"),) if v1 else ())):
+        r = run_cli("record", "-o", str(tmp_path / "s3"), "--stack", lab.mount, "--cgroup",
+                    str(bad), "--duration", "1", check=False)
+        assert r.returncode == 2 and said in r.stderr.splitlines()[-1], r.stderr
+        assert not list((tmp_path / "s3").glob("*/capture=*"))
+        a = subprocess.run([str(agent_path()), "--families", "vfs", "--cgroup", str(bad),
+                            "-d", "1", "-o", "/dev/null"], capture_output=True, text=True)
+        assert a.returncode == 2 and f"--cgroup {bad}: " in a.stderr, a.stderr
+    r = run_cli("record", "-o", str(tmp_path / "s4"), "--side", "host", "--image",
+                str(Path(lab.mount).parent / "host" / "image.raw"),
+                "--cgroup", str(cgroup), "--duration", "1", check=False)
+    assert r.returncode == 2 and "a host side has no vfs level" in r.stderr, r.stderr
+
+
 def fio_log_offsets(path: Path) -> list[int]:
     out = []
     for line in path.read_text().splitlines():
@@ -1514,6 +1612,8 @@ def test_pid_filter_keeps_one_process_at_the_vfs_level(lab_factory, tmp_path):
         {"pid": reader.pid, "n": 100}]
     # fio's 512 O_DIRECT reads still reach the disk, untraced at the vfs level
     assert s.rows("SELECT count(*) AS n FROM disk_io WHERE op = 'read'")[0]["n"] > 512
+    assert json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)["vfs_only"] == \
+        {"pid": reader.pid, "cgroup": None}
     r = run_cli("record", "-o", str(tmp_path / "s2"), "--stack", lab.mount, "--pid", "999999999",
                 "--duration", "1", check=False)
     assert r.returncode == 2 and "--pid 999999999: no such process" in r.stderr
@@ -1799,7 +1899,8 @@ def test_stacks_on_two_virtual_disks_are_recorded_side_by_side_a_capture_each(la
                 "--stack", str(o), "--", "sh", "-c", f"echo x > {lab.mount}/h; echo y > {o}/h")
         # the host's side of the two images (two VMs, or a VM's two disks)
         lab_image = str(Path(lab.mount).parent / "host" / "image.raw")
-        run_cli("record", "-o", str(tmp_path / "s8"), "--side", "host", "--image", lab_image,
+        run_cli("record", "-o", str(tmp_path / "s8"), "--side", "host", "--image",
+                str(Path(lab.mount).parent / "host" / "image.raw"),
                 "--image", str(image), "--", "sh", "-c", WRITES_IN_BOTH.format(a=lab.mount, b=o))
         twice = run_cli("record", "-o", str(tmp_path / "s9"), "--side", "host", "--image",
                         str(image), "--image", str(image), "--duration", "1", check=False)

@@ -26,6 +26,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -65,6 +66,9 @@ static struct env {
 	long flush_ms;
 	long status_ms;			/* a status line this often (0: none) */
 	__u32 target_tgid;
+	const char *cgroup;		/* vfs: only this cgroup (v2) and below */
+	int cgroup_fd;
+	char cgroup_path[PATH_MAX];	/* ... its real path */
 	const char *guest_mounts[GUEST_MAX];	/* a guest capture without Python: */
 	int nguests;			/* ... its file systems (--guest, again) */
 	const char *guest_dir;		/* ... its directory */
@@ -78,6 +82,7 @@ static struct env {
 	.families = "vfs,block,hostfs",
 	.ringbuf_bytes = 16 << 20,
 	.flush_ms = 200,
+	.cgroup_fd = -1,
 };
 
 static volatile sig_atomic_t exiting;
@@ -106,12 +111,13 @@ static const char doc[] =
 "      guest.store` wherever nestrace is installed)\n";
 
 enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
-       OPT_GUEST_DIR, OPT_CPUS, OPT_STATUS };
+       OPT_GUEST_DIR, OPT_CPUS, OPT_STATUS, OPT_CGROUP };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
 	{ "ino", 'I', "MAJ:MIN:INO=ROLES", 0, "Trace this inode for ROLES (repeatable)" },
 	{ "pid", 'p', "TGID", 0, "vfs: only this process" },
+	{ "cgroup", OPT_CGROUP, "DIR", 0, "vfs: only the tasks of this cgroup (a cgroup v2 directory) and of the cgroups below it" },
 	{ "families", 'f', "LIST", 0, "Program families to load (default vfs,block,hostfs)" },
 	{ "skip-hooks", OPT_SKIP, "LIST", 0, "Tracepoints not to attach (comma list; those the host FS never yields)" },
 	{ "output", 'o', "FILE", 0, "Write the stream here (default stdout)" },
@@ -185,6 +191,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.inos[env.ninos++].roles = roles__parse(roles);
 		break;
 	case 'p': env.target_tgid = strtoul(arg, NULL, 10); break;
+	case OPT_CGROUP: env.cgroup = arg; break;
 	case 'f': env.families = arg; break;
 	case 'o': env.output = arg; break;
 	case 'd': env.duration_s = strtol(arg, NULL, 10); break;
@@ -238,6 +245,34 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 }
 
 static bool quiet_libbpf;
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+
+/* --cgroup: the directory of a cgroup v2 (the BPF helper that tells
+ * whether a task is under it knows the v2 hierarchy only). */
+static int cgroup__open(void)
+{
+	struct statfs sf;
+
+	env.cgroup_fd = open(env.cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (env.cgroup_fd < 0) {
+		fprintf(stderr, "nestrace-agent: --cgroup %s: %s\n", env.cgroup, strerror(errno));
+		return -1;
+	}
+	if (!realpath(env.cgroup, env.cgroup_path))
+		snprintf(env.cgroup_path, sizeof(env.cgroup_path), "%s", env.cgroup);
+	if (fstatfs(env.cgroup_fd, &sf) || sf.f_type != CGROUP2_SUPER_MAGIC) {
+		fprintf(stderr, "nestrace-agent: --cgroup %s: not a cgroup v2 directory (on a file "
+			"system of type cgroup2)\n", env.cgroup);
+		close(env.cgroup_fd);
+		env.cgroup_fd = -1;
+		return -1;
+	}
+	return 0;
+}
+
 
 static int libbpf_print_fn(enum libbpf_print_level level, const char *fmt, va_list args)
 {
@@ -714,6 +749,7 @@ static void filters__rodata(volatile __u32 *use_maps, volatile __u32 *ndevs, __u
 static void vfs__extra_rodata(struct vfs_bpf *s)
 {
 	s->rodata->target_tgid = env.target_tgid;
+	s->rodata->target_cgroup = env.cgroup_fd >= 0;
 	for (int i = 0; i < env.ndevs; i++)	/* sync(2) is recorded on the first vfs device */
 		if (env.devs[i].roles & NT_ROLE_VFS) {
 			s->rodata->sync_dev = env.devs[i].dev;
@@ -733,6 +769,28 @@ static struct family families[] = {
 	FAMILY_ENTRY(block), FAMILY_ENTRY(vfs), FAMILY_ENTRY(hostfs),
 };
 #define NFAMILIES (sizeof(families) / sizeof(families[0]))
+
+/* The --cgroup directory put in the vfs programs' map, before they attach. */
+static int cgroup__set(void)
+{
+	__u32 key = 0;
+	int fd = env.cgroup_fd;
+	struct bpf_map *m = NULL;
+
+	for (size_t i = 0; i < NFAMILIES; i++)
+		if (families[i].skel && !strcmp(families[i].name, "vfs"))
+			m = bpf_object__find_map_by_name(families[i].obj, "target_cgroups");
+	if (!m) {
+		fprintf(stderr, "nestrace-agent: --cgroup: the vfs programs are not loaded "
+			"(--families)\n");
+		return -1;
+	}
+	if (bpf_map__update_elem(m, &key, sizeof(key), &fd, sizeof(fd), BPF_ANY)) {
+		fprintf(stderr, "nestrace-agent: --cgroup %s: %s\n", env.cgroup, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
 
 static struct hook {
 	char name[64];
@@ -1156,6 +1214,12 @@ static int gcap__facts(int command_exit)
 		gcap.files_start, gcap.files_start_truncated ? "true" : "false", cpus_json);
 	if (gcap.traced_at)
 		fprintf(f, ",\"store_traced_at\":\"%s\"", gcap.traced_at);
+	if (env.target_tgid)
+		fprintf(f, ",\"pid\":%u", env.target_tgid);
+	if (env.cgroup_fd >= 0) {
+		fprintf(f, ",\"cgroup\":");
+		guest__json_str(f, env.cgroup_path);
+	}
 	if (command_exit >= -1) {
 		fprintf(f, ",\"end_wall\":\"%s\",\"files_end\":%d,\"command_exit\":",
 			gcap.end_wall, gcap.files_end);
@@ -1448,6 +1512,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (env.die_with_parent)
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (env.cgroup && cgroup__open())
+		return 2;
 	if (!env.wakeup_bytes || env.wakeup_bytes > env.ringbuf_bytes)
 		env.wakeup_bytes = env.ringbuf_bytes / 4;
 	libbpf_set_print(libbpf_print_fn);
@@ -1530,6 +1596,10 @@ int main(int argc, char **argv)
 	}
 	if (!first) {
 		fprintf(stderr, "nestrace-agent: no program family selected (--families)\n");
+		err = 2;
+		goto cleanup;
+	}
+	if (env.cgroup_fd >= 0 && cgroup__set()) {
 		err = 2;
 		goto cleanup;
 	}

@@ -15,6 +15,24 @@ struct nt_vfs_event *unused_vfs_event __attribute__((unused));
 
 /* Only trace this process (tgid) when non-zero. */
 const volatile __u32 target_tgid = 0;
+/* Only trace the tasks of one cgroup (v2) and of the cgroups below it,
+ * when set: the agent puts the cgroup in target_cgroups[0]. */
+const volatile bool target_cgroup = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} target_cgroups SEC(".maps");
+
+/* Is the current task one the vfs level follows (--pid, --cgroup)? */
+static __always_inline bool task__followed(void)
+{
+	if (target_tgid && task__tgid() != target_tgid)
+		return false;
+	return !target_cgroup || bpf_current_task_under_cgroup(&target_cgroups, 0) == 1;
+}
 /* The traced file system sync(2) is recorded on (the agent's first vfs
  * device); 0: sync(2) is not recorded. */
 const volatile __u32 sync_dev = 0;
@@ -577,7 +595,7 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	/* io_submit: all done here; io_getevents: all at exit */
 	if (!code || code == SC_IO_GETEVENTS)
 		return 0;
-	if (target_tgid && task__tgid() != target_tgid)
+	if (!task__followed())
 		return 0;
 	if (code == SC_IO_SUBMIT) {
 		aio__submit(regs, btf);
@@ -682,7 +700,7 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 	 * each one's start is its iocb's: no start of the call is kept (a
 	 * start-map update and lookup less per call) */
 	if (code == SC_IO_GETEVENTS) {
-		if (!target_tgid || task__tgid() == target_tgid)
+		if (task__followed())
 			aio__reap((void *)SC_ARG(btf, regs, 4), ret, bpf_ktime_get_ns());
 		return 0;
 	}
@@ -861,7 +879,7 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 	a.s.syscall = uring__code(RD1(btf, req, opcode));
 	if (!a.s.syscall)
 		return 0;
-	if (target_tgid && task__tgid() != target_tgid)
+	if (!task__followed())
 		return 0;
 	if (a.s.syscall == SC_URING_MADVISE)
 		return uring__madvise(req);

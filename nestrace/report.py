@@ -64,6 +64,9 @@ def _limits(settings_json: str | None) -> dict:
             "vfs_only": only if any(v is not None for v in only.values()) else None}
 
 
+TOP_FILES = 10    # report's file list: the busiest, by bytes
+
+
 def build(s: Session, capture_id: str | None = None) -> dict:
     cid = s.capture(capture_id)
     p = [cid]
@@ -221,6 +224,16 @@ def build(s: Session, capture_id: str | None = None) -> dict:
                coalesce(o.n, 0) AS outside_requests, coalesce(o.bytes, 0)::BIGINT AS outside_bytes
         FROM f LEFT JOIN o USING (level)
         ORDER BY list_position(['vdisk', 'disk'], f.level), f.lo""", p + p)
+    # the files the application used most, by bytes (the vfs level alone:
+    # view vfs_files has what each cost below)
+    files = s.rows(f"SELECT path, dev, ino, calls, reads, writes, syncs, read_bytes, write_bytes, "
+                   f"busy_ns, processes, count(*) OVER () AS n FROM _vfs_files_app "
+                   f"WHERE capture_id = ? "
+                   f"ORDER BY read_bytes + write_bytes DESC, calls DESC, dev, ino LIMIT {TOP_FILES}",
+                   p)
+    files_total = files[0]["n"] if files else 0
+    for f in files:
+        del f["n"]
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
                    "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
                    "WHERE capture_id = ?", p)
@@ -248,6 +261,8 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "discard": discard,
         "hints": hints,
         "latency": latency,
+        "files": files,
+        "files_total": files_total,
     }
 
 
@@ -423,6 +438,19 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
             "total_ns", "guest_service_ns", "guest_queue_ns", "host_fs_ns", "host_queue_ns",
             "device_ns")))
     if t.row_count:
+        con.print(t)
+    files = rep.get("files") or []
+    t = _table(f"Files: the {len(files)} busiest by bytes read and written"
+               + (f", of {rep['files_total']}" if rep["files_total"] > len(files) else ""),
+               ("file", "calls", "read", "written", "syncs", "mean call", "processes"),
+               left=("file",), caption="calls: the file's rows in vfs_io; view vfs_files has "
+                                       "every file, and what each cost at the levels below")
+    for f in files:
+        t.add_row(f["path"] or f"{f['dev'] >> 20}:{f['dev'] & 0xfffff} inode {f['ino']}",
+                  str(f["calls"]), _fmt_bytes(f["read_bytes"]), _fmt_bytes(f["write_bytes"]),
+                  str(f["syncs"]), _fmt_ns(f["busy_ns"] / f["calls"]), str(f["processes"]))
+    t.columns[0].overflow = "fold"     # (a path whole, over lines)
+    if files:
         con.print(t)
     t = _table("Amplification: bytes, x level above, x app",
                ("op", "level", "requests", "bytes", "x above", "x app"), left=("op", "level"))

@@ -397,6 +397,10 @@ class Session:
     def discard_summary(self, capture_id: str | None = None) -> pa.Table:
         return self._view("discard_summary", capture_id)
 
+    def files(self, capture_id: str | None = None) -> pa.Table:
+        """The application's files, one row each (view vfs_files)."""
+        return self._view("vfs_files", capture_id)
+
     def hints(self, capture_id: str | None = None) -> pa.Table:
         """The application's readahead(2), posix_fadvise and madvise calls, per call
         and advice, with the virtual-disk bytes tied to them."""

@@ -157,8 +157,14 @@ def test_cgroup_filter_keeps_the_tasks_of_a_cgroup_and_below_at_the_vfs_level(
                                     {"bytes": 16384, "n": 64}]
     assert json.loads(s.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])[
         "cgroup"] == str(cgroup)
-    assert json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)["vfs_only"] == \
-        {"pid": None, "cgroup": str(cgroup)}
+    rep = json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)
+    assert rep["vfs_only"] == {"pid": None, "cgroup": str(cgroup)}
+    # the one file, named, with the two jobs' reads, each tied down to the host disk
+    assert rep["files_total"] == 1 and [
+        (x["path"], x["reads"], x["read_bytes"], x["processes"]) for x in rep["files"]] == \
+        [(f, 320, 2 << 20, 2)], rep["files"]
+    assert s.rows("SELECT path, calls, vdisk_bytes, disk_bytes FROM vfs_files") == [
+        {"path": f, "calls": 320, "vdisk_bytes": 2 << 20, "disk_bytes": 2 << 20}]
     assert f"only the calls of the tasks of cgroup {cgroup} (and below)" in " ".join(
         run_cli("report", str(tmp_path / "s")).stdout.split())
     if mode == "raw_tp":

@@ -151,6 +151,28 @@ def test_links_tie_each_level_to_the_read_that_caused_it():
         {"level": "disk", "fraction": 1.0}, {"level": "vdisk", "fraction": 1.0}]
 
 
+def test_vfs_files_sums_each_files_calls_and_what_they_cost_below():
+    """A file read twice, back to back (the first read reaching the host
+    disk, the second served from the guest's cache), named by its end
+    snapshot; a file in no snapshot, written once and fsynced; a sync(2),
+    which is no file's."""
+    t = direct_read_stack()
+    t["vfs_events"] += [vfs(1000, 50, off=12288),
+                        vfs(2000, 10, ino=13, off=0, syscall=4),
+                        vfs(2100, 500, ino=13, off=-1, req=0, ret=0, syscall=11),
+                        vfs(2700, 30, ino=0, off=-1, req=0, ret=0, syscall=11)]
+    rows = [r | {"path": "/g/a"} if r["role"] == "guest_file" else r for r in extents()]
+    s = session(**t, extent_maps=rows + [r | {"phase": "start", "path": "/g/old"} for r in rows
+                                         if r["role"] == "guest_file"])
+    assert s.rows("SELECT * EXCLUDE (capture_id, dev) FROM vfs_files ORDER BY ino") == [
+        {"ino": 12, "path": "/g/a", "calls": 2, "reads": 2, "writes": 0, "syncs": 0,
+         "read_bytes": 8192, "write_bytes": 0, "busy_ns": 950, "sequential_fraction": 1.0,
+         "vdisk_bytes": 4096, "disk_bytes": 4096.0, "processes": 1},
+        {"ino": 13, "path": None, "calls": 2, "reads": 0, "writes": 1, "syncs": 1,
+         "read_bytes": 0, "write_bytes": 4096, "busy_ns": 510, "sequential_fraction": None,
+         "vdisk_bytes": 0, "disk_bytes": 0.0, "processes": 1}]
+
+
 def test_a_request_whose_completion_was_lost_serves_until_its_id_is_used_again():
     # the vdisk read's C was not recorded; its request id is dispatched
     # again at 5000 (so it had completed by then): the host access and

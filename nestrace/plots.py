@@ -451,6 +451,9 @@ def _tables_html(rep: dict) -> str:
                 ["level", "dev", "ios", "mean_depth", "median_depth", "p99_depth", "max_depth",
                  "avg_in_flight", "busy_fraction", "interarrival_median_ns", "latency_median_ns",
                  "latency_p99_ns"])
+            + ("<h3>Files: the busiest by bytes</h3>" + table(rep["files"], [
+                "path", "calls", "reads", "writes", "syncs", "read_bytes", "write_bytes", "busy_ns",
+                "processes"]) if rep.get("files") else "")
             + "<h3>Amplification</h3>" + table(rep["amplification"], ["op", "level", "requests", "bytes",
                                                                     "ratio_to_above", "ratio_to_app"])
             + "<h3>Attribution</h3>" + table(rep["attribution"]["links"],

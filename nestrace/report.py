@@ -440,13 +440,18 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
     if t.row_count:
         con.print(t)
     files = rep.get("files") or []
+    # (the paths' common directory said once, in the caption)
+    paths = [f["path"] for f in files if f["path"]]
+    under = os.path.commonpath([os.path.dirname(x) for x in paths]) if paths else "/"
     t = _table(f"Files: the {len(files)} busiest by bytes read and written"
                + (f", of {rep['files_total']}" if rep["files_total"] > len(files) else ""),
                ("file", "calls", "read", "written", "syncs", "mean call", "processes"),
-               left=("file",), caption="calls: the file's rows in vfs_io; view vfs_files has "
-                                       "every file, and what each cost at the levels below")
+               left=("file",), caption=(f"files under {under}; " if under != "/" else "")
+               + "calls: the file's rows in vfs_io; view vfs_files has every file, and what "
+                 "each cost at the levels below")
     for f in files:
-        t.add_row(f["path"] or f"{f['dev'] >> 20}:{f['dev'] & 0xfffff} inode {f['ino']}",
+        t.add_row(os.path.relpath(f["path"], under) if f["path"] else
+                  f"{f['dev'] >> 20}:{f['dev'] & 0xfffff} inode {f['ino']}",
                   str(f["calls"]), _fmt_bytes(f["read_bytes"]), _fmt_bytes(f["write_bytes"]),
                   str(f["syncs"]), _fmt_ns(f["busy_ns"] / f["calls"]), str(f["processes"]))
     t.columns[0].overflow = "fold"     # (a path whole, over lines)

@@ -421,6 +421,9 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
             raise UserError(f"--max-size: {e}") from None
         if max_bytes <= 0:
             raise UserError(f"--max-size {max_size}: give a size above 0")
+    if cgroup is not None and side == "host":
+        raise UserError("--cgroup chooses whose calls the vfs level records: a host side has "
+                        "no vfs level")
     if len(images) > 1 and side != "host":
         raise UserError("--image again is for --side host (the host's side of several "
                         "images): with --stack, --image names the one stack's image")

@@ -454,6 +454,9 @@ def _tables_html(rep: dict) -> str:
             + ("<h3>Files: the busiest by bytes</h3>" + table(rep["files"], [
                 "path", "calls", "reads", "writes", "syncs", "read_bytes", "write_bytes", "busy_ns",
                 "processes"]) if rep.get("files") else "")
+            + ("<h3>Processes: the busiest by bytes</h3>" + table(rep["processes"], [
+                "pid", "comm", "threads", "files", "calls", "reads", "writes", "syncs",
+                "read_bytes", "write_bytes", "busy_ns"]) if rep.get("processes") else "")
             + "<h3>Amplification</h3>" + table(rep["amplification"], ["op", "level", "requests", "bytes",
                                                                     "ratio_to_above", "ratio_to_app"])
             + "<h3>Attribution</h3>" + table(rep["attribution"]["links"],

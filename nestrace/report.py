@@ -64,7 +64,18 @@ def _limits(settings_json: str | None) -> dict:
             "vfs_only": only if any(v is not None for v in only.values()) else None}
 
 
-TOP_FILES = 10    # report's file list: the busiest, by bytes
+TOP_FILES = 10    # report's file and process lists: the busiest, by bytes
+
+
+def _busiest(s: Session, view: str, columns: str, key: str, p: list) -> tuple[list[dict], int]:
+    """The first TOP_FILES rows of a per-file or per-process view by bytes
+    read and written (then calls), and how many rows it has."""
+    rows = s.rows(f"SELECT {columns}, count(*) OVER () AS n FROM {view} WHERE capture_id = ? "
+                  f"ORDER BY read_bytes + write_bytes DESC, calls DESC, {key} LIMIT {TOP_FILES}", p)
+    total = rows[0]["n"] if rows else 0
+    for r in rows:
+        del r["n"]
+    return rows, total
 
 
 def build(s: Session, capture_id: str | None = None) -> dict:
@@ -224,16 +235,13 @@ def build(s: Session, capture_id: str | None = None) -> dict:
                coalesce(o.n, 0) AS outside_requests, coalesce(o.bytes, 0)::BIGINT AS outside_bytes
         FROM f LEFT JOIN o USING (level)
         ORDER BY list_position(['vdisk', 'disk'], f.level), f.lo""", p + p)
-    # the files the application used most, by bytes (the vfs level alone:
-    # view vfs_files has what each cost below)
-    files = s.rows(f"SELECT path, dev, ino, calls, reads, writes, syncs, read_bytes, write_bytes, "
-                   f"busy_ns, processes, count(*) OVER () AS n FROM _vfs_files_app "
-                   f"WHERE capture_id = ? "
-                   f"ORDER BY read_bytes + write_bytes DESC, calls DESC, dev, ino LIMIT {TOP_FILES}",
-                   p)
-    files_total = files[0]["n"] if files else 0
-    for f in files:
-        del f["n"]
+    # the files and the processes the application used most, by bytes
+    # (the vfs level alone: views vfs_files and vfs_processes have what
+    # each cost below)
+    files, files_total = _busiest(s, "_vfs_files_app", "path, dev, ino, calls, reads, writes, "
+                                  "syncs, read_bytes, write_bytes, busy_ns, processes", "dev, ino", p)
+    procs, procs_total = _busiest(s, "_vfs_processes_app", "pid, comm, threads, files, calls, "
+                                  "reads, writes, syncs, read_bytes, write_bytes, busy_ns", "pid", p)
     lost = _one(s, "SELECT coalesce(sum(ringbuf_drops), 0)::BIGINT AS ringbuf_drops, "
                    "coalesce(sum(seq_gaps), 0)::BIGINT AS seq_gaps FROM lost_events "
                    "WHERE capture_id = ?", p)
@@ -263,6 +271,8 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         "latency": latency,
         "files": files,
         "files_total": files_total,
+        "processes": procs,
+        "processes_total": procs_total,
     }
 
 
@@ -456,6 +466,19 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
                   str(f["syncs"]), _fmt_ns(f["busy_ns"] / f["calls"]), str(f["processes"]))
     t.columns[0].overflow = "fold"     # (a path whole, over lines)
     if files:
+        con.print(t)
+    procs = rep.get("processes") or []
+    t = _table(f"Processes: the {len(procs)} busiest by bytes read and written"
+               + (f", of {rep['processes_total']}" if rep["processes_total"] > len(procs) else ""),
+               ("pid", "comm", "threads", "files", "calls", "read", "written", "syncs",
+                "mean call"), left=("comm",),
+               caption="their calls on the traced file system; view vfs_processes has every "
+                       "process, and what each cost at the levels below")
+    for r in procs:
+        t.add_row(str(r["pid"]), r["comm"], str(r["threads"]), str(r["files"]), str(r["calls"]),
+                  _fmt_bytes(r["read_bytes"]), _fmt_bytes(r["write_bytes"]), str(r["syncs"]),
+                  _fmt_ns(r["busy_ns"] / r["calls"]))
+    if procs:
         con.print(t)
     t = _table("Amplification: bytes, x level above, x app",
                ("op", "level", "requests", "bytes", "x above", "x app"), left=("op", "level"))

@@ -401,6 +401,10 @@ class Session:
         """The application's files, one row each (view vfs_files)."""
         return self._view("vfs_files", capture_id)
 
+    def processes(self, capture_id: str | None = None) -> pa.Table:
+        """The processes that made the application's calls (view vfs_processes)."""
+        return self._view("vfs_processes", capture_id)
+
     def hints(self, capture_id: str | None = None) -> pa.Table:
         """The application's readahead(2), posix_fadvise and madvise calls, per call
         and advice, with the virtual-disk bytes tied to them."""

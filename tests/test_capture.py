@@ -165,6 +165,12 @@ def test_cgroup_filter_keeps_the_tasks_of_a_cgroup_and_below_at_the_vfs_level(
         [(f, 320, 2 << 20, 2)], rep["files"]
     assert s.rows("SELECT path, calls, vdisk_bytes, disk_bytes FROM vfs_files") == [
         {"path": f, "calls": 320, "vdisk_bytes": 2 << 20, "disk_bytes": 2 << 20}]
+    # ... and the two processes that read it, each with its reads
+    assert rep["processes_total"] == 2 and sorted(
+        (x["comm"], x["reads"], x["read_bytes"], x["files"]) for x in rep["processes"]) == \
+        [("fio", 64, 1 << 20, 1), ("fio", 256, 1 << 20, 1)], rep["processes"]
+    assert sorted(r["vdisk_bytes"] for r in s.rows("SELECT vdisk_bytes FROM vfs_processes")) == \
+        [1 << 20, 1 << 20]
     assert f"only the calls of the tasks of cgroup {cgroup} (and below)" in " ".join(
         run_cli("report", str(tmp_path / "s")).stdout.split())
     if mode == "raw_tp":

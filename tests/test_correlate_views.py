@@ -173,6 +173,25 @@ def test_vfs_files_sums_each_files_calls_and_what_they_cost_below():
          "vdisk_bytes": 0, "disk_bytes": 0.0, "processes": 1}]
 
 
+def test_vfs_processes_sums_each_processs_calls_and_what_they_cost_below():
+    """Process 1 reads a file (reaching the host disk) from two threads,
+    under two task names (it exec'd); process 2 writes another and syncs
+    every file system."""
+    t = direct_read_stack()
+    t["vfs_events"] += [vfs(1000, 50, off=12288) | {"tid": 2},
+                        vfs(1100, 50, off=16384) | {"comm": "sh"},
+                        vfs(2000, 10, ino=13, off=0, syscall=4) | {"pid": 2, "tid": 3},
+                        vfs(2700, 30, ino=0, off=-1, req=0, ret=0, syscall=39) | {"pid": 2, "tid": 3}]
+    s = session(**t)
+    assert s.rows("SELECT * EXCLUDE (capture_id) FROM vfs_processes ORDER BY pid") == [
+        {"pid": 1, "comm": "fio", "threads": 2, "files": 1, "calls": 3, "reads": 3, "writes": 0,
+         "syncs": 0, "read_bytes": 12288, "write_bytes": 0, "busy_ns": 1000,
+         "vdisk_bytes": 4096, "disk_bytes": 4096.0},
+        {"pid": 2, "comm": "fio", "threads": 1, "files": 1, "calls": 2, "reads": 0, "writes": 1,
+         "syncs": 1, "read_bytes": 0, "write_bytes": 4096, "busy_ns": 40,
+         "vdisk_bytes": 0, "disk_bytes": 0.0}]
+
+
 def test_a_request_whose_completion_was_lost_serves_until_its_id_is_used_again():
     # the vdisk read's C was not recorded; its request id is dispatched
     # again at 5000 (so it had completed by then): the host access and

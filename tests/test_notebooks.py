@@ -129,12 +129,13 @@ def test_html_report_renders_every_figure_offline_in_chromium(stores, tmp_path):
     figures = 2 + 7 * len(stores)       # two overlaid CDFs, seven figures per store
     assert len(re.findall(r'class="[^"]*js-plotly-plot', dom)) == figures
     assert dom.count("main-svg") >= figures           # plotly drew each one
-    # eight tables per store (the files fio used among them), with the
-    # slowest I/O followed, and one of the application's hints where it
-    # gave some (fio's fadvise)
+    # nine tables per store (the files fio used and its processes among
+    # them), with the slowest I/O followed, and one of the application's
+    # hints where it gave some (fio's fadvise)
     hinted = sum(1 for st in stores if nestrace.open(st).hints().num_rows)
-    assert dom.count("nestrace-table") == 8 * len(stores) + hinted
+    assert dom.count("nestrace-table") == 9 * len(stores) + hinted
     assert page.read_text().count("<h3>Files: the busiest by bytes</h3>") == len(stores)
+    assert page.read_text().count("<h3>Processes: the busiest by bytes</h3>") == len(stores)
     assert page.read_text().count("Followed down the stack: the slowest vfs read or write") == \
         len(stores)
     assert urls == []

@@ -609,7 +609,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            flush_ms: int | None = None, all_hooks: bool = False,
            mode: str = "auto", families: str | None = None, cpus: str = "auto",
            pid: int | None = None, cgroup: str | None = None, cwd: str | None = None,
-           env: dict[str, str] | None = None, status: float = 0, max_bytes: int | None = None, workload=None,
+           env: dict[str, str] | None = None, status: float = 0, max_bytes: int | None = None,
+           workload=None,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
@@ -658,7 +659,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         machine = socket.gethostname()
         start_extents, start_truncated = snapshot_extents(stack, cid, "start")
         settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
-                    "pid": pid, "cgroup": cgroup, "store_traced_at": store_level, "max_size_bytes": max_bytes,
+                    "pid": pid, "cgroup": cgroup, "store_traced_at": store_level,
+                    "max_size_bytes": max_bytes,
                     "start_snapshot_truncated": start_truncated}
         live.update_facts(machine=machine, kernel=platform.release(),
                           start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),

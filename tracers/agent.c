@@ -264,15 +264,14 @@ static int cgroup__open(void)
 	if (!realpath(env.cgroup, env.cgroup_path))
 		snprintf(env.cgroup_path, sizeof(env.cgroup_path), "%s", env.cgroup);
 	if (fstatfs(env.cgroup_fd, &sf) || sf.f_type != CGROUP2_SUPER_MAGIC) {
-		fprintf(stderr, "nestrace-agent: --cgroup %s: not a cgroup v2 directory (on a file "
-			"system of type cgroup2)\n", env.cgroup);
+		fprintf(stderr, "nestrace-agent: --cgroup %s: not a cgroup v2 directory (a directory "
+			"of a cgroup2 file system; cgroup v1 is not followed)\n", env.cgroup);
 		close(env.cgroup_fd);
 		env.cgroup_fd = -1;
 		return -1;
 	}
 	return 0;
 }
-
 
 static int libbpf_print_fn(enum libbpf_print_level level, const char *fmt, va_list args)
 {

@@ -63,9 +63,12 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
         # a guest's loop device is the lab's virtual disk: its backing file
         # is the image only when this kernel also sees the host side
         vb = v if v.is_loop and stack.has_host else None
+        # (an overlay: the file system of its layers as its backing_dev)
         rows += [row("vfs", g.guest_kdev, g.guest_mount,
                      g.guest_part_size_bytes // 512, fs=g.guest_fs,
-                     bs=g.guest_block_bytes, part=g.guest_part_start_bytes) for g in guests(stack)]
+                     bs=g.guest_block_bytes, part=g.guest_part_start_bytes)
+                 | ({"backing_dev": g.guest_base_kdev} if g.guest_base_kdev else {})
+                 for g in guests(stack)]
         rows += [row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
     if stack.has_host:
         rows += [row("hostfs", stack.host_kdev, stack.host_mount,
@@ -478,7 +481,7 @@ def stack_journal_rows(stack: Stack, capture_id: str, log) -> list[dict]:
     sides = []
     if stack.has_guest and stack.vdisk:
         sides += [(g.guest_mount, g.guest_kdev, stack.vdisk.kdev, g.guest_part_start_bytes)
-                  for g in guests(stack)]
+                  for g in guests(stack) if not g.guest_base_kdev]   # (an overlay has none)
     if stack.has_host and stack.disk and not stack.more_disks:
         sides.append((stack.host_mount, stack.host_kdev, stack.disk.kdev,
                       stack.host_part_start_bytes))

@@ -42,6 +42,7 @@ class Mount:
     minor: int
     fs_type: str
     source: str
+    options: str = ""     # the super block's options (mountinfo's last field)
 
     @property
     def kdev(self) -> int:
@@ -56,7 +57,7 @@ def mounts() -> list[Mount]:
         r = right.split()
         maj, mnr = f[2].split(":")
         mp = f[4].encode().decode("unicode_escape")
-        out.append(Mount(mp, int(maj), int(mnr), r[0], r[1]))
+        out.append(Mount(mp, int(maj), int(mnr), r[0], r[1], r[2] if len(r) > 2 else ""))
     return out
 
 
@@ -227,6 +228,10 @@ class Stack:
     # virtual disk (a VM's / and /home; `record --stack A --stack B`): the
     # guest_* fields of each, as guests() gives them
     more_guests: list[dict] = field(default_factory=list)
+    # a guest overlay (a container's root: `record --stack` on an overlay
+    # mount): the dev_t of the file system its layers are on, traced with
+    # it (its files' bytes are that file system's); 0 for any other
+    guest_base_kdev: int = 0
 
     @property
     def has_guest(self) -> bool:
@@ -245,7 +250,7 @@ class Stack:
 
 
 GUEST_FIELDS = ("guest_mount", "guest_fs", "guest_kdev", "guest_block_bytes",
-                "guest_part_start_bytes", "guest_part_size_bytes")
+                "guest_part_start_bytes", "guest_part_size_bytes", "guest_base_kdev")
 
 
 def guests(stack: Stack) -> list[Stack]:
@@ -256,10 +261,66 @@ def guests(stack: Stack) -> list[Stack]:
     return [stack] + [replace(stack, more_guests=[], **g) for g in stack.more_guests]
 
 
+def _unescaped_split(s: str, sep: str) -> list[str]:
+    """`s` split on `sep` where no backslash escapes it."""
+    return [x.replace("\\" + sep, sep) for x in re.split(r"(?<!\\)" + re.escape(sep), s)]
+
+
+def overlay_base(m: Mount) -> Mount:
+    """The file system an overlay mount's layers are on (its upper, work
+    and lower directories): one, whose files' bytes the overlay's files
+    are.  Layers on several file systems, or on btrfs (whose extent
+    lookups an overlay does not pass on), are refused."""
+    dirs = []
+    for opt in _unescaped_split(m.options, ","):
+        key, _, val = opt.partition("=")
+        if key in ("upperdir", "workdir"):
+            dirs.append(val)
+        elif key in ("lowerdir", "lowerdir+", "datadir+"):
+            dirs += [d for d in _unescaped_split(val, ":") if d]
+    bases = {(b.major, b.minor): b for d in dirs if (b := mount_containing(d)) is not None}
+    if not bases:
+        raise StackError(f"{m.mount_point}: an overlay whose layers were not found "
+                         f"(options {m.options!r})")
+    if len(bases) > 1:
+        raise StackError(f"{m.mount_point}: an overlay with layers on several file systems ("
+                         + ", ".join(sorted(b.mount_point for b in bases.values()))
+                         + "): nestrace follows an overlay whose layers are on one")
+    base = next(iter(bases.values()))
+    if base.fs_type in ("overlay", "btrfs"):
+        raise StackError(f"{m.mount_point}: an overlay on {base.fs_type} ({base.mount_point}): "
+                         "nestrace follows an overlay on ext2/3/4 or xfs")
+    return base
+
+
+def _overlay_guest(m: Mount, base: Stack) -> dict:
+    """The more_guests entry of an overlay whose layers are on `base` (a
+    traced guest file system): its files' bytes are base's."""
+    return {"guest_mount": m.mount_point, "guest_fs": "overlay", "guest_kdev": m.kdev,
+            "guest_block_bytes": base.guest_block_bytes,
+            "guest_part_start_bytes": base.guest_part_start_bytes,
+            "guest_part_size_bytes": base.guest_part_size_bytes,
+            "guest_base_kdev": base.guest_kdev}
+
+
+def add_overlay(stack: Stack, m: Mount) -> None:
+    """Trace an overlay mount too, and the file system of its layers."""
+    base = overlay_base(m)
+    if not any(g.guest_kdev == base.kdev for g in guests(stack)):
+        add_guest(stack, base.mount_point)
+    if any(g.guest_kdev == m.kdev for g in guests(stack)):
+        raise StackError(f"--stack {m.mount_point}: this overlay is traced already")
+    stack.more_guests.append(_overlay_guest(
+        m, next(g for g in guests(stack) if g.guest_kdev == base.kdev)))
+
+
 def add_guest(stack: Stack, mount_point: str) -> None:
     """Trace one more guest file system: one on another partition of the
-    stack's virtual disk (not another disk: that is another image)."""
+    stack's virtual disk (not another disk: that is another image), or an
+    overlay whose layers are on one."""
     gm = mount_of(mount_point)
+    if gm.fs_type == "overlay":
+        return add_overlay(stack, gm)
     try:
         bd = mount_block_dev(gm)
     except StackError as e:
@@ -303,8 +364,13 @@ def traced_at(stack: Stack, path: str) -> str | None:
 
 
 def discover(mount_point: str) -> Stack:
-    """Walk mount -> loop -> image -> host FS -> disk."""
+    """Walk mount -> loop -> image -> host FS -> disk (an overlay: the
+    stack of the file system its layers are on, and the overlay too)."""
     gm = mount_of(mount_point)
+    if gm.fs_type == "overlay":
+        stack = discover(overlay_base(gm).mount_point)
+        add_overlay(stack, gm)
+        return stack
     vdisk = mount_block_dev(gm)
     if not vdisk.is_loop:
         raise StackError(
@@ -376,6 +442,10 @@ def guest_side(mount_point: str, vdisk_path: str | None = None) -> Stack:
     """The guest's half of a stack in a VM: the file system at `mount_point`
     and the virtual disk under it (a virtio disk, or any block device)."""
     gm = mount_of(mount_point)
+    if gm.fs_type == "overlay":
+        stack = guest_side(overlay_base(gm).mount_point, vdisk_path)
+        add_overlay(stack, gm)
+        return stack
     vdisk = block_dev_of_path(vdisk_path) if vdisk_path else mount_block_dev(gm)
     _one_device(gm)
     return Stack(guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev,

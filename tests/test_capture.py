@@ -207,6 +207,79 @@ def test_cgroup_filter_keeps_the_tasks_of_a_cgroup_and_below_at_the_vfs_level(
     assert r.returncode == 2 and "a host side has no vfs level" in r.stderr, r.stderr
 
 
+def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_factory, tmp_path):
+    """A container's root in a VM: an overlay whose layers are on the guest
+    FS.  `record --stack` on the overlay traces it and the file system
+    under it; its calls are followed down to the host disk through its
+    files' extents (FIEMAP through the overlay gives the layer file's)."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    ov = Path(lab.mount) / "ov"
+    for d in ("lower", "upper", "work"):
+        (ov / d).mkdir(parents=True)
+    subprocess.run(["fio", "--name=l", f"--filename={ov / 'lower' / 'f'}", "--rw=write",
+                    "--bs=1M", "--size=16M", "--direct=1", "--output=/dev/null"], check=True)
+    merged, other = tmp_path / "merged", tmp_path / "other"
+    made = []
+    try:
+        for mp, lower in ((merged, ov / "lower"), (other, tmp_path)):
+            mp.mkdir()
+            (ov / f"u{len(made)}").mkdir()
+            (ov / f"w{len(made)}").mkdir()
+            subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                            f"lowerdir={lower},upperdir={ov / f'u{len(made)}'},"
+                            f"workdir={ov / f'w{len(made)}'}", str(mp)], check=True)
+            made.append(mp)
+        log = tmp_path / "fio.iolog"
+        run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(merged), "--", "fio",
+                "--name=t", f"--filename={merged / 'f'}", "--rw=randread", "--bs=4k",
+                "--direct=1", "--io_size=2M", "--ioengine=psync", f"--write_iolog={log}",
+                "--output=/dev/null")
+        ovdev = os.stat(merged).st_dev
+        s = nestrace.open(tmp_path / "s")
+        # the overlay and the file system of its layers, both traced
+        guest = os.stat(lab.mount).st_dev
+        assert s.rows("SELECT name, fs_type, dev, backing_dev FROM device_map "
+                      "WHERE level = 'vfs' ORDER BY name") == [
+            {"name": lab.mount, "fs_type": "ext4", "dev": (os.major(guest) << 20) | os.minor(guest),
+             "backing_dev": 0},
+            {"name": str(merged), "fs_type": "overlay",
+             "dev": (os.major(ovdev) << 20) | os.minor(ovdev),
+             "backing_dev": (os.major(guest) << 20) | os.minor(guest)}]
+        # every fio read, on the overlay's file, at each level below
+        offsets = fio_log_offsets(log)
+        assert len(offsets) == 512 and sorted(r["offset_bytes"] for r in s.rows(
+            "SELECT offset_bytes FROM vfs_io WHERE syscall = 'pread64'")) == sorted(offsets)
+        got = s.con.execute(TRACE_THROUGH_MAPPED, {"err": 0}).fetchone()
+        assert got[0] == 512 and got[1] >= 512 and got[1:] == (got[1],) * 4, got
+        assert s.rows("SELECT path FROM vfs_files") == [{"path": str(merged / "f")}]
+        # buffered, the overlay named after the file system under it: a
+        # read through the guest's page cache (the layer file's), and a
+        # new file written and fsynced
+        drop_caches()
+        run_cli("record", "-o", str(tmp_path / "b"), "--stack", lab.mount, "--stack",
+                str(merged), "--", "sh", "-c", f"cat {merged / 'f'} > /dev/null; "
+                f"dd if=/dev/zero of={merged / 'new'} bs=64k count=16 conv=fsync status=none")
+        b = nestrace.open(tmp_path / "b")
+        ra = b.rows("SELECT readahead_bytes, unused_bytes, read_filled_bytes FROM "
+                    "readahead_summary WHERE level = 'guest'")[0]
+        # (the overlay's reads used the pages readahead brought into the
+        # layer file's cache: none unused)
+        assert ra["readahead_bytes"] + ra["read_filled_bytes"] >= 16 << 20 and \
+            ra["unused_bytes"] == 0, ra
+        assert b.rows("SELECT f.path, sum(l.bytes) AS bytes FROM links l JOIN vfs_io v "
+                      "ON v.io_id = l.upper_id JOIN vfs_files f ON f.dev = v.dev AND f.ino = v.ino "
+                      "WHERE l.upper_level = 'vfs' AND l.kind = 'writeback' GROUP BY ALL") == [
+            {"path": str(merged / "new"), "bytes": 1 << 20}]
+        # an overlay with layers on two file systems is refused by name
+        r = run_cli("record", "-o", str(tmp_path / "s2"), "--stack", str(other),
+                    "--duration", "1", check=False)
+        assert r.returncode == 2 and f"{other}: an overlay with layers on several file " \
+            "systems" in r.stderr, r.stderr
+    finally:
+        for mp in made:
+            subprocess.run(["umount", str(mp)], check=True)
+
+
 def fio_log_offsets(path: Path) -> list[int]:
     out = []
     for line in path.read_text().splitlines():

@@ -70,7 +70,14 @@ demand AS (   -- (the bytes a call moved, not those it asked for: coreutils' cp
   SELECT f.fk, v.op, v.ts_ns AS d_start, v.end_ns AS d_end,
          unnest(range((v.offset_bytes // 4096)::BIGINT,
                       ((v.offset_bytes + v.bytes + 4095) // 4096)::BIGINT)) AS page
-  FROM vfs_io v JOIN filled f USING (capture_id, dev, ino)
+  FROM vfs_io v
+  -- (a call on an overlay's file: the page cache is its layer's file's,
+  -- on the file system under it, by the same inode number unless the
+  -- file was copied up)
+  LEFT JOIN device_map o ON o.capture_id = v.capture_id AND o.dev = v.dev AND o.level = 'vfs'
+                        AND o.fs_type = 'overlay'
+  JOIN filled f ON f.capture_id = v.capture_id AND f.dev = coalesce(o.backing_dev, v.dev)
+               AND f.ino = v.ino
   WHERE v.op IN ('read', 'write') AND v.offset_bytes >= 0 AND v.bytes > 0
   UNION ALL   -- image pages are demanded by virtual-disk I/O, for as long as it lasts
   -- (in the file of the image's backing chain the piece is in)

@@ -312,7 +312,8 @@ class Lab:
         except LabError as e:
             return [f"lab {self.name!r}: {e}: tearing down what it finds"] + self._down_found()
         made = st.get("made", [])
-        undone: list[str] = []
+        own = [s["path"] for s in made if s["kind"] == "mount"]
+        undone = _unmount_on_top(own + [str(self.state_dir), str(self.data_dir)], own)
         while made:
             step = made[-1]
             try:
@@ -345,7 +346,7 @@ class Lab:
         def ours(path: str) -> bool:
             return any(path == r or path.startswith(r + "/") for r in roots)
 
-        undone: list[str] = []
+        undone = _unmount_on_top(roots, [m.mount_point for m in mounts() if ours(m.mount_point)])
         for _ in range(8):       # each round frees the level above the next
             mounted = [(m.mount_point, re.sub(r"^(/dev/loop\d+)p\d+$", r"\1", m.source))  # (a partition's loop)
                        for m in mounts()]
@@ -406,6 +407,30 @@ def _check_dio(dev: str, want: bool, flag: str) -> None:
     if got != want:
         raise LabError(f"{flag} {'on' if want else 'off'}: the kernel set direct I/O "
                        f"{'on' if got else 'off'} for {dev} (backing file system cannot do it)")
+
+
+def _unmount_on_top(roots: list[str], own: list[str]) -> list[str]:
+    """Unmount what stands on the lab's file systems (the lab's mounts
+    `own`, and the directories they are in, `roots`), deepest first:
+    mounts inside them, and overlays whose layers are in them (a
+    container's root made on the lab: an overlay keeps its layers' file
+    system alive after that one's own mount is gone, and with it the loop
+    devices under it).  What was unmounted, said."""
+    from .stack import overlay_dirs
+    roots = [os.path.realpath(r).rstrip("/") + "/" for r in roots]
+
+    def inside(path: str) -> bool:
+        return any((os.path.realpath(path) + "/").startswith(r) for r in roots)
+
+    lab = {os.path.realpath(mp) for mp in own}
+    on_top = [m.mount_point for m in mounts() if m.mount_point not in lab
+              and (inside(m.mount_point)
+                   or (m.fs_type == "overlay" and any(map(inside, overlay_dirs(m)))))]
+    undone = []
+    for mp in sorted(set(on_top), key=len, reverse=True):
+        _umount(mp)
+        undone.append(f"unmounted {mp} (on the lab's file system)")
+    return undone
 
 
 def _umount(path: str, tries: int = 20) -> None:

@@ -266,11 +266,8 @@ def _unescaped_split(s: str, sep: str) -> list[str]:
     return [x.replace("\\" + sep, sep) for x in re.split(r"(?<!\\)" + re.escape(sep), s)]
 
 
-def overlay_base(m: Mount) -> Mount:
-    """The file system an overlay mount's layers are on (its upper, work
-    and lower directories): one, whose files' bytes the overlay's files
-    are.  Layers on several file systems, or on btrfs (whose extent
-    lookups an overlay does not pass on), are refused."""
+def overlay_dirs(m: Mount) -> list[str]:
+    """An overlay mount's layers: its upper, work and lower directories."""
     dirs = []
     for opt in _unescaped_split(m.options, ","):
         key, _, val = opt.partition("=")
@@ -278,6 +275,15 @@ def overlay_base(m: Mount) -> Mount:
             dirs.append(val)
         elif key in ("lowerdir", "lowerdir+", "datadir+"):
             dirs += [d for d in _unescaped_split(val, ":") if d]
+    return dirs
+
+
+def overlay_base(m: Mount) -> Mount:
+    """The file system an overlay mount's layers are on (its upper, work
+    and lower directories): one, whose files' bytes the overlay's files
+    are.  Layers on several file systems, or on btrfs (whose extent
+    lookups an overlay does not pass on), are refused."""
+    dirs = overlay_dirs(m)
     bases = {(b.major, b.minor): b for d in dirs if (b := mount_containing(d)) is not None}
     if not bases:
         raise StackError(f"{m.mount_point}: an overlay whose layers were not found "

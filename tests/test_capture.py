@@ -275,9 +275,18 @@ def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_facto
                     "--duration", "1", check=False)
         assert r.returncode == 2 and f"{other}: an overlay with layers on several file " \
             "systems" in r.stderr, r.stderr
+        # lab down takes the overlays on the lab's file system down first
+        # (an overlay keeps its layers' file system, and the loop devices
+        # under it, alive after that one's own mount is gone)
+        before = loop_devices()
+        down = run_cli("lab", "down", "--name", lab.name)
+        assert all(f"unmounted {mp} (on the lab's file system)" in down.stderr for mp in made), \
+            down.stderr
+        assert not any(os.path.ismount(mp) for mp in made) and len(loop_devices()) == len(before) - 2
     finally:
         for mp in made:
-            subprocess.run(["umount", str(mp)], check=True)
+            if os.path.ismount(mp):
+                subprocess.run(["umount", str(mp)], check=True)
 
 
 def fio_log_offsets(path: Path) -> list[int]:

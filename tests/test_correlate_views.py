@@ -779,6 +779,24 @@ def test_unaligned_app_write_reads_the_guest_block():
         {"hop": "guest", "partial_writes": 1, "reads": 1, "read_bytes": 4096}]
 
 
+def test_an_overlays_unaligned_write_is_one_rmw_and_its_file_system_one_partition():
+    """A container's root: an overlay whose layers are on the guest FS, a
+    vfs row of its own (backing_dev: the guest FS) whose file's extents
+    are the layer file's.  Its row is no second file system on the disk."""
+    ovl = (0 << 20) | 40
+    dm = device_map()
+    dm[0] |= {"size_sectors": 1 << 19, "part_start_bytes": 0}   # (on a partition of the disk)
+    dm.append(dm[0] | {"dev": ovl, "name": "/c", "fs_type": "overlay", "backing_dev": GUEST})
+    ext = [r | {"dev": ovl} if r["role"] == "guest_file" else r for r in extents()]
+    t = dict(vfs_events=[vfs(100, 800, off=1024, req=512, ret=512, syscall=4, dev=ovl)],
+             block_events=request(200, 210, 400, VDISK, 4 * MiB, 4096, rq=1, bio=11))
+    s = session(**t, device_map=dm, extent_maps=ext)
+    assert s.rows("SELECT hop, partial_writes, reads, read_bytes FROM rmw_summary") == [
+        {"hop": "guest", "partial_writes": 1, "reads": 1, "read_bytes": 4096}]
+    assert s.rows("SELECT level, fs_level, lo, hi FROM _base_fs_partitions") == [
+        {"level": "vdisk", "fs_level": "vfs", "lo": 0, "hi": 1 << 28}]
+
+
 def test_rmw_pairs_reads_with_writes_in_flight_over_many_milliseconds():
     """Writes and reads are paired within ~1 ms spans of time: a write in
     flight for 5 ms is paired with a read in its fourth millisecond, one

@@ -19,13 +19,14 @@ FROM device_map m JOIN capture_meta c USING (capture_id);
 -- partition's bytes [lo, hi) on that disk (level): the guest FS on the
 -- virtual disk, the host FS on its disk when on one disk (a btrfs on
 -- several has one size said for all).  The rest of the disk holds other
--- file systems, not traced.
+-- file systems, not traced.  (An overlay's row is the file system of its
+-- layers again, no partition of its own.)
 CREATE OR REPLACE VIEW _base_fs_partitions AS
 SELECT f.capture_id, f.level AS fs_level,
        CASE f.level WHEN 'vfs' THEN 'vdisk' ELSE 'disk' END AS level,
        f.part_start_bytes::BIGINT AS lo, (f.part_start_bytes + f.size_sectors * 512)::BIGINT AS hi
 FROM device_map f
-WHERE f.size_sectors > 0
+WHERE f.size_sectors > 0 AND coalesce(f.fs_type, '') <> 'overlay'
   AND (f.level = 'vfs' OR f.level = 'hostfs' AND f.capture_id IN (
        SELECT capture_id FROM device_map WHERE level = 'disk'
        GROUP BY capture_id HAVING count(DISTINCT dev) = 1));

@@ -7,12 +7,13 @@
 -- where it has been run, as for links)
 CREATE OR REPLACE VIEW _rmw_computed AS
 WITH gb AS (   -- each guest file system's block size, and its partition's
-              -- bytes on the virtual disk (a capture may trace several)
+              -- bytes on the virtual disk (a capture may trace several; an
+              -- overlay is the file system of its layers again)
   SELECT capture_id, block_size_bytes AS bs, coalesce(part_start_bytes, 0)::BIGINT AS lo,
          CASE WHEN size_sectors > 0 THEN (part_start_bytes + size_sectors * 512)::BIGINT
               ELSE 9223372036854775807 END AS hi,
          count(*) OVER (PARTITION BY capture_id) AS n
-  FROM device_map WHERE level = 'vfs'),
+  FROM device_map WHERE level = 'vfs' AND coalesce(fs_type, '') <> 'overlay'),
 -- guest hop: pieces of app writes on the virtual disk
 gw AS (   -- (through the guest file's extents only: where the pieces
           -- lie in the image and on the host disk does not matter here)

@@ -266,15 +266,23 @@ def _unescaped_split(s: str, sep: str) -> list[str]:
     return [x.replace("\\" + sep, sep) for x in re.split(r"(?<!\\)" + re.escape(sep), s)]
 
 
+def _octal_unescaped(s: str) -> str:
+    """A mount option's value as mountinfo shows it, with the characters
+    it escapes (space, tab, newline, comma, backslash: \\040 ...) back."""
+    return re.sub(r"\\([0-7]{3})", lambda x: chr(int(x.group(1), 8)), s)
+
+
 def overlay_dirs(m: Mount) -> list[str]:
-    """An overlay mount's layers: its upper, work and lower directories."""
+    """An overlay mount's layers: its upper, work and lower directories
+    (lower ones are joined by a colon, one in a name escaped by a
+    backslash)."""
     dirs = []
-    for opt in _unescaped_split(m.options, ","):
+    for opt in m.options.split(","):
         key, _, val = opt.partition("=")
         if key in ("upperdir", "workdir"):
-            dirs.append(val)
+            dirs.append(_octal_unescaped(val))
         elif key in ("lowerdir", "lowerdir+", "datadir+"):
-            dirs += [d for d in _unescaped_split(val, ":") if d]
+            dirs += [_octal_unescaped(d) for d in _unescaped_split(val, ":") if d]
     return dirs
 
 

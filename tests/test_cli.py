@@ -405,3 +405,13 @@ def test_status_lines_become_rates_per_level():
     assert guest.text("nestrace-agent: status ms=1000 records=2 drops=-1 vfs=1:512 hostfs=0 "
                       "cache=0 blk=253:0:1:512") == (
         "nestrace: 1.0 s | vfs 1/s 0.0 MiB/s | vdisk 1/s 0.0 MiB/s | lost ?")
+
+
+def test_an_overlays_layers_are_read_from_mountinfo_with_its_escapes():
+    """mountinfo escapes a space, comma or backslash in an option's value
+    as octal (\\040); lower layers are joined by colons, one in a name
+    escaped by a backslash."""
+    from nestrace.stack import Mount, overlay_dirs
+    m = Mount("/c", 0, 40, "overlay", "overlay",
+              r"rw,lowerdir=/a\040b/l1:/c\:d/l2,upperdir=/u\054v,workdir=/w,uuid=on")
+    assert overlay_dirs(m) == ["/a b/l1", "/c:d/l2", "/u,v", "/w"]

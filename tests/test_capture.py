@@ -151,10 +151,11 @@ def test_cgroup_filter_keeps_the_tasks_of_a_cgroup_and_below_at_the_vfs_level(
     # the cgroup's calls and those of the cgroup below it, not the others'
     assert s.rows("SELECT req_bytes, count(*) AS n FROM vfs_io WHERE op = 'read' GROUP BY ALL "
                   "ORDER BY 1") == [{"req_bytes": 4096, "n": 256}, {"req_bytes": 16384, "n": 64}]
-    # ... while the levels below see all three jobs' reads
-    assert s.rows("SELECT bytes, count(*) AS n FROM vdisk_io WHERE op = 'read' GROUP BY ALL "
-                  "ORDER BY 1") == [{"bytes": 4096, "n": 256}, {"bytes": 8192, "n": 128},
-                                    {"bytes": 16384, "n": 64}]
+    # ... while the levels below see all three jobs' reads (concurrent
+    # jobs' adjacent reads may merge into one request: the bytes add up)
+    vd = {r["bytes"]: r["n"] for r in s.rows(
+        "SELECT bytes, count(*) AS n FROM vdisk_io WHERE op = 'read' GROUP BY ALL")}
+    assert sum(b * n for b, n in vd.items()) == 3 << 20 and vd.get(8192, 0) >= 120, vd
     assert json.loads(s.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])[
         "cgroup"] == str(cgroup)
     rep = json.loads(run_cli("report", "--json", str(tmp_path / "s")).stdout)
@@ -163,14 +164,19 @@ def test_cgroup_filter_keeps_the_tasks_of_a_cgroup_and_below_at_the_vfs_level(
     assert rep["files_total"] == 1 and [
         (x["path"], x["reads"], x["read_bytes"], x["processes"]) for x in rep["files"]] == \
         [(f, 320, 2 << 20, 2)], rep["files"]
-    assert s.rows("SELECT path, calls, vdisk_bytes, disk_bytes FROM vfs_files") == [
-        {"path": f, "calls": 320, "vdisk_bytes": 2 << 20, "disk_bytes": 2 << 20}]
+    # (a host-disk request whose virtual-disk request merged a traced read
+    # with an untraced job's goes to the traced one whole: a few KiB more)
+    fr = s.rows("SELECT path, calls, vdisk_bytes, disk_bytes FROM vfs_files")
+    assert [(r["path"], r["calls"], r["vdisk_bytes"]) for r in fr] == [(f, 320, 2 << 20)] and \
+        2 << 20 <= fr[0]["disk_bytes"] <= (2 << 20) + (64 << 10), fr
     # ... and the two processes that read it, each with its reads
     assert rep["processes_total"] == 2 and sorted(
         (x["comm"], x["reads"], x["read_bytes"], x["files"]) for x in rep["processes"]) == \
         [("fio", 64, 1 << 20, 1), ("fio", 256, 1 << 20, 1)], rep["processes"]
-    assert sorted(r["vdisk_bytes"] for r in s.rows("SELECT vdisk_bytes FROM vfs_processes")) == \
-        [1 << 20, 1 << 20]
+    # (two jobs' adjacent reads merged into one request share its bytes by
+    # overlap: a page may move between them, never out of the sum)
+    got = [r["vdisk_bytes"] for r in s.rows("SELECT vdisk_bytes FROM vfs_processes")]
+    assert sum(got) == 2 << 20 and all(abs(b - (1 << 20)) <= 64 << 10 for b in got), got
     assert f"only the calls of the tasks of cgroup {cgroup} (and below)" in " ".join(
         run_cli("report", str(tmp_path / "s")).stdout.split())
     if mode == "raw_tp":

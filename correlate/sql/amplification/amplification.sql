@@ -45,6 +45,9 @@ FROM grid;
 -- @column app_bytes BIGINT     bytes the syscall moved
 -- @column vdisk_bytes BIGINT   virtual-disk bytes attributed to it
 -- @column disk_bytes DOUBLE    host-disk bytes attributed to it
+-- @column dev UINTEGER         its file's file system (vfs_io.dev)
+-- @column ino UBIGINT          its file (vfs_io.ino)
+-- @column pid UINTEGER         the process that made it (vfs_io.pid)
 CREATE OR REPLACE VIEW amplification_per_io AS
 WITH l AS MATERIALIZED (   -- (links planned and computed once, not twice)
   SELECT capture_id, lower_level, lower_id, upper_id, bytes FROM links
@@ -61,7 +64,8 @@ d AS (
   WHERE l.lower_level = 'disk' GROUP BY ALL),
 vv AS (SELECT capture_id, vfs_id, sum(bytes) AS bytes FROM v GROUP BY ALL)
 SELECT f.capture_id, f.io_id, f.op, f.ret_bytes AS app_bytes,
-       coalesce(vv.bytes, 0)::BIGINT AS vdisk_bytes, coalesce(d.bytes, 0)::DOUBLE AS disk_bytes
+       coalesce(vv.bytes, 0)::BIGINT AS vdisk_bytes, coalesce(d.bytes, 0)::DOUBLE AS disk_bytes,
+       f.dev, f.ino, f.pid
 FROM vfs_io f
 LEFT JOIN vv ON vv.capture_id = f.capture_id AND vv.vfs_id = f.io_id
 LEFT JOIN d ON d.capture_id = f.capture_id AND d.vfs_id = f.io_id

@@ -45,11 +45,9 @@ WITH seq AS (
   SELECT capture_id, dev, ino, avg(sequential::INTEGER)::DOUBLE AS sequential_fraction
   FROM seek_distances WHERE level = 'vfs' GROUP BY ALL),
 down AS (
-  SELECT a.capture_id, v.dev, v.ino, sum(a.vdisk_bytes)::BIGINT AS vdisk_bytes,
-         sum(a.disk_bytes)::DOUBLE AS disk_bytes
-  FROM amplification_per_io a
-  JOIN vfs_io v ON v.capture_id = a.capture_id AND v.io_id = a.io_id
-  GROUP BY ALL)
+  SELECT capture_id, dev, ino, sum(vdisk_bytes)::BIGINT AS vdisk_bytes,
+         sum(disk_bytes)::DOUBLE AS disk_bytes
+  FROM amplification_per_io GROUP BY ALL)
 SELECT f.capture_id, f.dev, f.ino, f.path, f.calls, f.reads, f.writes, f.syncs, f.read_bytes,
        f.write_bytes, f.busy_ns, s.sequential_fraction, coalesce(d.vdisk_bytes, 0) AS vdisk_bytes,
        coalesce(d.disk_bytes, 0) AS disk_bytes, f.processes

@@ -36,10 +36,8 @@ FROM vfs_io GROUP BY capture_id, pid;
 -- @column disk_bytes DOUBLE    host-disk bytes put down to them (through the virtual-disk requests they caused)
 CREATE OR REPLACE VIEW vfs_processes AS
 WITH down AS (
-  SELECT a.capture_id, v.pid, sum(a.vdisk_bytes)::BIGINT AS vdisk_bytes,
-         sum(a.disk_bytes)::DOUBLE AS disk_bytes
-  FROM amplification_per_io a
-  JOIN vfs_io v ON v.capture_id = a.capture_id AND v.io_id = a.io_id
-  GROUP BY ALL)
+  SELECT capture_id, pid, sum(vdisk_bytes)::BIGINT AS vdisk_bytes,
+         sum(disk_bytes)::DOUBLE AS disk_bytes
+  FROM amplification_per_io GROUP BY ALL)
 SELECT p.*, coalesce(d.vdisk_bytes, 0) AS vdisk_bytes, coalesce(d.disk_bytes, 0) AS disk_bytes
 FROM _vfs_processes_app p LEFT JOIN down d USING (capture_id, pid);

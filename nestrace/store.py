@@ -429,7 +429,7 @@ class SealResult:
 
 
 AGENT_SETTINGS = ("agent_version", "ringbuf_bytes", "wakeup_bytes", "flush_ms", "ncpu",
-                  "families", "mode")
+                  "families", "mode", "attach_ns", "ends_attached_ns")
 
 
 def capture_settings(agent_start: dict, settings: dict) -> str | None:

@@ -1502,6 +1502,7 @@ int main(int argc, char **argv)
 	struct ring_buffer *rb = NULL;
 	char hooks_json[4096];
 	__u64 start, end, last_flush, last_status, last_warn = 0, drops = 0, misses = 0, signal_ns = 0;
+	__u64 attach_ns, ends_ns = 0;
 	long long warned = 0, now_drops;
 	static char misses_json[4096];
 	int err, nloaded = 0;
@@ -1609,17 +1610,26 @@ int main(int argc, char **argv)
 		fprintf(stderr, "nestrace-agent: ring buffer: %s\n", strerror(errno));
 		goto cleanup;
 	}
-	for (int ends = 1; ends >= 0; ends--)
+	/* attach_ns: the first program attaches after it; ends_ns: every
+	 * program that ends what others begin is attached by then, so a
+	 * begin recorded at all has its end seen */
+	attach_ns = now_ns();
+	for (int ends = 1; ends >= 0; ends--) {
 		for (size_t i = 0; i < NFAMILIES; i++)
 			if (families[i].skel)
 				family__attach(&families[i], ends);
+		if (ends)
+			ends_ns = now_ns();
+	}
 
 	start = last_flush = last_status = now_ns();
 	hooks__json(hooks_json, sizeof(hooks_json));
 	out__json("{\"type\":\"start\",\"agent_version\":\"%s\",\"start_ns\":%llu,"
+		  "\"attach_ns\":%llu,\"ends_attached_ns\":%llu,"
 		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"flush_ms\":%ld,\"ncpu\":%d,"
 		  "\"families\":\"%s\",\"mode\":\"%s\",\"hooks\":%s}",
 		  NT_AGENT_VERSION, (unsigned long long)start,
+		  (unsigned long long)attach_ns, (unsigned long long)ends_ns,
 		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
 		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
 	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB)\n",

@@ -192,6 +192,24 @@ def test_vfs_processes_sums_each_processs_calls_and_what_they_cost_below():
          "vdisk_bytes": 0, "disk_bytes": 0.0}]
 
 
+def test_a_calls_disk_bytes_are_its_share_of_the_whole_virtual_disk_request():
+    """A traced 4 KiB O_DIRECT read at file offset 8192 merged into one
+    8 KiB virtual-disk request with the untraced 4 KiB after it (another
+    process's, with --pid or --cgroup): the host disk reads 8 KiB for that
+    request, and the call is given half of it, not all."""
+    t = dict(vfs_events=[vfs(100, 900, off=8192, f_flags=0o40000)],
+             block_events=request(200, 210, 900, VDISK, 4 * MiB + 8192, 8192, rq=1, bio=11)
+             + request(310, 320, 800, DISK, 100 * MiB + 4 * MiB + 8192, 8192, rq=2, bio=12),
+             hostfs_events=[hostfs(300, 4 * MiB + 8192, 8192, source=3, flags=1)])
+    s = session(**t)
+    assert s.rows("SELECT kind, upper_id IS NULL AS unattributed, bytes FROM links "
+                  "WHERE lower_level = 'vdisk' ORDER BY kind") == [
+        {"kind": "other", "unattributed": True, "bytes": 4096},
+        {"kind": "sync", "unattributed": False, "bytes": 4096}]
+    assert s.rows("SELECT app_bytes, vdisk_bytes, disk_bytes FROM amplification_per_io") == [
+        {"app_bytes": 4096, "vdisk_bytes": 4096, "disk_bytes": 4096.0}]
+
+
 def test_a_request_whose_completion_was_lost_serves_until_its_id_is_used_again():
     # the vdisk read's C was not recorded; its request id is dispatched
     # again at 5000 (so it had completed by then): the host access and

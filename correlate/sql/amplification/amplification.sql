@@ -38,31 +38,38 @@ SELECT capture_id, level, depth, op, requests, bytes,
 FROM grid;
 
 -- Per application I/O: the bytes it caused at the virtual disk and at the
--- host disk (through the links; disk bytes via the vdisk request they served).
+-- host disk (through the links; disk bytes via the vdisk request they
+-- served: of each, the call's share of that request's bytes, so the part
+-- of a request no traced call caused (another process's read merged into
+-- it, readahead) gives its disk bytes to none).
 -- @column capture_id VARCHAR   capture
 -- @column io_id UBIGINT        vfs_io row
 -- @column op VARCHAR           read or write
 -- @column app_bytes BIGINT     bytes the syscall moved
 -- @column vdisk_bytes BIGINT   virtual-disk bytes attributed to it
--- @column disk_bytes DOUBLE    host-disk bytes attributed to it
+-- @column disk_bytes DOUBLE    host-disk bytes attributed to it: of each virtual-disk request it caused part of, the host-disk bytes linked to that request times its part of the request
 -- @column dev UINTEGER         its file's file system (vfs_io.dev)
 -- @column ino UBIGINT          its file (vfs_io.ino)
 -- @column pid UINTEGER         the process that made it (vfs_io.pid)
 CREATE OR REPLACE VIEW amplification_per_io AS
 WITH l AS MATERIALIZED (   -- (links planned and computed once, not twice)
   SELECT capture_id, lower_level, lower_id, upper_id, bytes FROM links
-  WHERE lower_level IN ('vdisk', 'disk') AND upper_id IS NOT NULL),
+  WHERE lower_level IN ('vdisk', 'disk')),
 v AS (
   SELECT capture_id, upper_id AS vfs_id, lower_id AS vdisk_id, sum(bytes) AS bytes
   FROM l WHERE lower_level = 'vdisk' GROUP BY ALL),
+-- (shares of all the request's bytes: the unattributed rows' too)
 vshare AS (
-  SELECT capture_id, vdisk_id, vfs_id, bytes / sum(bytes) OVER (PARTITION BY capture_id, vdisk_id) AS share
-  FROM v),
+  SELECT * FROM (
+    SELECT capture_id, vdisk_id, vfs_id,
+           bytes / sum(bytes) OVER (PARTITION BY capture_id, vdisk_id) AS share
+    FROM v)
+  WHERE vfs_id IS NOT NULL),
 d AS (
   SELECT l.capture_id, s.vfs_id, sum(l.bytes * s.share) AS bytes
   FROM l JOIN vshare s ON s.capture_id = l.capture_id AND s.vdisk_id = l.upper_id
   WHERE l.lower_level = 'disk' GROUP BY ALL),
-vv AS (SELECT capture_id, vfs_id, sum(bytes) AS bytes FROM v GROUP BY ALL)
+vv AS (SELECT capture_id, vfs_id, sum(bytes) AS bytes FROM v WHERE vfs_id IS NOT NULL GROUP BY ALL)
 SELECT f.capture_id, f.io_id, f.op, f.ret_bytes AS app_bytes,
        coalesce(vv.bytes, 0)::BIGINT AS vdisk_bytes, coalesce(d.bytes, 0)::DOUBLE AS disk_bytes,
        f.dev, f.ino, f.pid

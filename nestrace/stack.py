@@ -261,9 +261,23 @@ def guests(stack: Stack) -> list[Stack]:
     return [stack] + [replace(stack, more_guests=[], **g) for g in stack.more_guests]
 
 
-def _unescaped_split(s: str, sep: str) -> list[str]:
-    """`s` split on `sep` where no backslash escapes it."""
-    return [x.replace("\\" + sep, sep) for x in re.split(r"(?<!\\)" + re.escape(sep), s)]
+def _overlay_lower_split(s: str) -> list[str]:
+    """An overlay's lower layers as its lowerdir option gives them: joined
+    by colons, a backslash escaping the character after it (a colon or
+    a backslash in a name), as the kernel splits and unescapes them."""
+    dirs, cur, esc = [], [], False
+    for c in s:
+        if esc:
+            cur.append(c)
+            esc = False
+        elif c == "\\":
+            esc = True
+        elif c == ":":
+            dirs.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    return dirs + ["".join(cur)]
 
 
 def _octal_unescaped(s: str) -> str:
@@ -273,16 +287,17 @@ def _octal_unescaped(s: str) -> str:
 
 
 def overlay_dirs(m: Mount) -> list[str]:
-    """An overlay mount's layers: its upper, work and lower directories
-    (lower ones are joined by a colon, one in a name escaped by a
-    backslash)."""
+    """An overlay mount's layers: its upper, work and lower directories.
+    mountinfo shows each option's value as given, octal-escaping a space,
+    comma or backslash (\\040); lower ones are joined by a colon, one in
+    a name escaped by a backslash (so shown as \\134:)."""
     dirs = []
     for opt in m.options.split(","):
         key, _, val = opt.partition("=")
         if key in ("upperdir", "workdir"):
             dirs.append(_octal_unescaped(val))
         elif key in ("lowerdir", "lowerdir+", "datadir+"):
-            dirs += [_octal_unescaped(d) for d in _unescaped_split(val, ":") if d]
+            dirs += [d for d in _overlay_lower_split(_octal_unescaped(val)) if d]
     return dirs
 
 

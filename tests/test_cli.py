@@ -410,8 +410,10 @@ def test_status_lines_become_rates_per_level():
 def test_an_overlays_layers_are_read_from_mountinfo_with_its_escapes():
     """mountinfo escapes a space, comma or backslash in an option's value
     as octal (\\040); lower layers are joined by colons, one in a name
-    escaped by a backslash."""
+    escaped by a backslash, itself shown as \\134 (as this kernel showed
+    `mount -o 'lowerdir=/a b:/c\\:d'`: lowerdir=/a\\040b:/c\\134:d)."""
     from nestrace.stack import Mount, overlay_dirs
     m = Mount("/c", 0, 40, "overlay", "overlay",
-              r"rw,lowerdir=/a\040b/l1:/c\:d/l2,upperdir=/u\054v,workdir=/w,uuid=on")
-    assert overlay_dirs(m) == ["/a b/l1", "/c:d/l2", "/u,v", "/w"]
+              r"rw,lowerdir=/a\040b/l1:/c\134:d/l2:/e\134\134f,upperdir=/u\054v,workdir=/w,"
+              r"uuid=on")
+    assert overlay_dirs(m) == ["/a b/l1", "/c:d/l2", "/e\\f", "/u,v", "/w"]

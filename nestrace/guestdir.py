@@ -77,7 +77,10 @@ def _guest_fields(g: dict) -> dict:
             "guest_block_bytes": g["fs_block_bytes"],
             "guest_part_start_bytes": g["part_start_bytes"],
             # (guest captures of agents before 2026-11-27: not said)
-            "guest_part_size_bytes": g.get("part_size_bytes", 0)}
+            "guest_part_size_bytes": g.get("part_size_bytes", 0),
+            # an overlay: the file system of its layers (agents before
+            # 2026-11-28 refused an overlay: not said)
+            "guest_base_kdev": kdev(g.get("base_major", 0), g.get("base_minor", 0))}
 
 
 def _stack(facts: dict, p: Path) -> Stack:

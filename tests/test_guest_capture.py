@@ -409,3 +409,86 @@ def test_the_agent_alone_finds_the_journal_where_record_does(case, tmp_path):
         if mounted:
             subprocess.run(["umount", str(mnt)], check=True)
         subprocess.run(["losetup", "-d", loop], check=True)
+
+
+def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab_factory,
+                                                                              tmp_path):
+    """A container's root in a VM with only the agent: `--guest` on an
+    overlay whose layers are on the guest FS traces the overlay and that
+    file system (named first, as `record` does), and snapshots the
+    overlay's files through it as `record`'s Python does; each O_DIRECT
+    read through the overlay is found at the virtual disk where its
+    extents say.  An overlay with layers on two file systems is refused
+    by name; the base named again after its overlay is no error."""
+    from nestrace.record import snapshot_extents
+    from nestrace.stack import guest_side
+    from test_capture import fio_log_offsets
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    ov = Path(lab.mount) / "ov"
+    for d in ("lower", "u0", "w0", "u1", "w1"):
+        (ov / d).mkdir(parents=True)
+    subprocess.run(["fio", "--name=l", f"--filename={ov / 'lower' / 'f'}", "--rw=write",
+                    "--bs=1M", "--size=16M", "--direct=1", "--output=/dev/null"], check=True)
+    merged, other = tmp_path / "merged", tmp_path / "other"
+    made = []
+    try:
+        for i, (mp, lower) in enumerate(((merged, ov / "lower"), (other, tmp_path / "l"))):
+            mp.mkdir()
+            lower.mkdir(exist_ok=True)
+            subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                            f"lowerdir={lower},upperdir={ov / f'u{i}'},workdir={ov / f'w{i}'}",
+                            str(mp)], check=True)
+            made.append(mp)
+        log, gdir = tmp_path / "fio.iolog", tmp_path / "g"
+        r = agent("--guest", str(merged), "--guest-capture", str(gdir), "--", "fio", "--name=t",
+                  f"--filename={merged / 'f'}", "--rw=randread", "--bs=4k", "--direct=1",
+                  "--io_size=2M", "--ioengine=psync", f"--write_iolog={log}", "--output=/dev/null")
+        assert r.returncode == 0 and "fio exited 0" in r.stderr, r.stderr
+        st = json.loads((gdir / "guest.json").read_text())["stack"]
+        guest, ovdev = os.stat(lab.mount).st_dev, os.stat(merged).st_dev
+        assert (st["mount"], st["fs"], st["base_major"]) == (lab.mount, "ext4", 0), st
+        assert [(g["mount"], g["fs"], g["fs_major"], g["fs_minor"], g["base_major"],
+                 g["base_minor"]) for g in st["more_guests"]] == [
+            (str(merged), "overlay", os.major(ovdev), os.minor(ovdev), os.major(guest),
+             os.minor(guest))], st
+        imp = run_cli("import", str(gdir), "-o", str(tmp_path / "s"))
+        s = nestrace.open(tmp_path / "s")
+        assert_losses_counted(s, imp.stdout)
+        assert s.rows("SELECT name, fs_type, dev, backing_dev FROM device_map "
+                      "WHERE level = 'vfs' ORDER BY name") == [
+            {"name": lab.mount, "fs_type": "ext4", "dev": (os.major(guest) << 20) | os.minor(guest),
+             "backing_dev": 0},
+            {"name": str(merged), "fs_type": "overlay",
+             "dev": (os.major(ovdev) << 20) | os.minor(ovdev),
+             "backing_dev": (os.major(guest) << 20) | os.minor(guest)}]
+        # the start snapshot is record's, row for row (the file is only read)
+        cols = ["phase", "role", "path", "dev", "ino", "logical_bytes", "physical_bytes",
+                "length_bytes", "flags", "physical_dev"]
+        py = snapshot_extents(guest_side(str(merged)), "x", "start")[0].select(cols).to_pylist()
+        got = s.rows(f"SELECT {', '.join(cols)} FROM extent_maps WHERE phase = 'start' "
+                     "AND role = 'guest_file'")
+        assert {r["path"] for r in py} == {str(ov / "lower" / "f"), str(merged / "f")}, py
+        assert sorted(got, key=str) == sorted(py, key=str)
+        # every fio read, on the overlay's file, at the virtual disk where
+        # its layer file's extents put it
+        offsets = fio_log_offsets(log)
+        assert len(offsets) == 512 and sorted(r["offset_bytes"] for r in s.rows(
+            "SELECT offset_bytes FROM vfs_io WHERE syscall = 'pread64' AND dev = ?",
+            [(os.major(ovdev) << 20) | os.minor(ovdev)])) == sorted(offsets)
+        linked = s.rows("SELECT (SELECT sum(l.bytes) FROM links l WHERE l.upper_level = 'vfs' "
+                        "AND l.lower_level = 'vdisk' AND l.kind = 'sync' "
+                        "AND l.upper_id = v.io_id) AS n, count(*) AS calls FROM vfs_io v "
+                        "WHERE v.syscall = 'pread64' GROUP BY ALL")
+        assert linked == [{"n": 4096, "calls": 512}], linked
+        # refused: layers on two file systems; no error: the base again
+        r = agent("--guest", str(other), "--guest-capture", str(tmp_path / "g2"), "--", "true")
+        assert r.returncode == 2 and f"--guest {other}: an overlay with layers on several " \
+            "file systems" in r.stderr and not (tmp_path / "g2").exists(), r.stderr
+        r = agent("--guest", str(merged), "--guest", lab.mount, "--guest-capture",
+                  str(tmp_path / "g3"), "--", "true")
+        assert r.returncode == 0, r.stderr
+        st = json.loads((tmp_path / "g3" / "guest.json").read_text())["stack"]
+        assert [st["mount"]] + [g["mount"] for g in st["more_guests"]] == [lab.mount, str(merged)]
+    finally:
+        for mp in reversed(made):
+            subprocess.run(["umount", str(mp)], check=False)

@@ -89,7 +89,8 @@ static volatile sig_atomic_t exiting;
 static const char *exit_reason = "signal";
 static volatile pid_t child_pid;	/* the traced command (guest capture) */
 static volatile sig_atomic_t child_done, child_signalled;
-static struct guest_stack guests[GUEST_MAX];
+static struct guest_stack guests[GUEST_MAX];	/* the file systems traced: those of --guest, */
+static int nguests;				/* an overlay's base before it */
 static cpu_set_t cpus_before;		/* the command runs where the agent could */
 static char cpus_json[256] = "null";	/* where the agent was pinned, for guest.json */
 
@@ -123,7 +124,7 @@ static const struct argp_option opts[] = {
 	{ "output", 'o', "FILE", 0, "Write the stream here (default stdout)" },
 	{ "arrow-dir", OPT_ARROW, "DIR", 0, "Write the records as Arrow IPC streams DIR/<table>.arrows, one batch per flush; the stream keeps the metadata frames" },
 	{ "tee", OPT_TEE, NULL, 0, "With --arrow-dir: keep the records in the stream too" },
-	{ "guest", OPT_GUEST, "MOUNT", 0, "Guest capture without Python: the file system at MOUNT (ext2/3/4, xfs) and its disk, the filters found here; again for another file system on a partition of the same disk (a VM's / and /home)" },
+	{ "guest", OPT_GUEST, "MOUNT", 0, "Guest capture without Python: the file system at MOUNT (ext2/3/4, xfs, btrfs; an overlay on one of the first four, with it) and its disk, the filters found here; again for another file system on a partition of the same disk (a VM's / and /home)" },
 	{ "agent-cpus", OPT_CPUS, "auto|all", 0, "With --guest-capture: auto (default) runs the agent on the CPUs that take no block-device interrupts, when some do and others not; all: anywhere" },
 	{ "guest-capture", OPT_GUEST_DIR, "DIR", 0, "With --guest: write the capture into DIR (new or empty): records, metadata, extent maps; run the command after -- and stop when it exits" },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this long (default: until SIGINT/SIGTERM)" },
@@ -1208,7 +1209,7 @@ static int gcap__facts(int command_exit)
 	fprintf(f, ",\"start_wall\":\"%s\",\"command\":", gcap.start_wall);
 	guest__json_str(f, cmd);
 	fprintf(f, ",\"stack\":");
-	guest__stack_json(f, guests, env.nguests);
+	guest__stack_json(f, guests, nguests);
 	fprintf(f, ",\"files_start\":%d,\"files_start_truncated\":%s,\"agent_cpus\":%s",
 		gcap.files_start, gcap.files_start_truncated ? "true" : "false", cpus_json);
 	if (gcap.traced_at)
@@ -1253,6 +1254,63 @@ static void gcap__undo(void)
 		rmdir(env.guest_dir);
 }
 
+/* One more file system traced: checked against those before it. */
+static int guests__put(const struct guest_stack *g)
+{
+	for (int k = 0; k < nguests; k++)
+		if (g->fs_major == guests[k].fs_major && g->fs_minor == guests[k].fs_minor) {
+			if (guests[k].implied && !g->implied) {
+				guests[k].implied = false;	/* named after its overlay */
+				return 0;
+			}
+			fprintf(stderr, "nestrace-agent: --guest %s: the file system of --guest %s "
+				"again\n", g->mount, guests[k].mount);
+			return -1;
+		}
+	if (nguests == GUEST_MAX) {
+		fprintf(stderr, "nestrace-agent: --guest %s: more than %d file systems (overlays' "
+			"bases counted)\n", g->mount, GUEST_MAX);
+		return -1;
+	}
+	/* (another disk is another image: a capture of its own) */
+	if (nguests && (g->disk_major != guests[0].disk_major ||
+			g->disk_minor != guests[0].disk_minor)) {
+		fprintf(stderr, "nestrace-agent: --guest %s: on %s, not on %s, the disk of "
+			"--guest %s: more than one --guest traces file systems on "
+			"partitions of one disk\n", g->mount, g->disk_name,
+			guests[0].disk_name, guests[0].mount);
+		return -1;
+	}
+	guests[nguests] = *g;
+	guests[nguests].index = nguests;
+	nguests++;
+	return 0;
+}
+
+/* The file system of one --guest; an overlay's base first, unless traced
+ * already (as nestrace/stack.py add_overlay). */
+static int guests__add(const char *mount)
+{
+	static struct guest_stack g, base;
+
+	if (guest__discover(mount, &g))
+		return -1;
+	if (g.base_major || g.base_minor) {
+		bool have = false;
+
+		for (int k = 0; k < nguests; k++)
+			have |= guests[k].fs_major == g.base_major && guests[k].fs_minor == g.base_minor;
+		if (!have) {
+			if (guest__discover(g.base_mount, &base))
+				return -1;
+			base.implied = true;
+			if (guests__put(&base))
+				return -1;
+		}
+	}
+	return guests__put(&g);
+}
+
 /* Before tracing: the stack, the filters, the start snapshot. */
 static int gcap__begin(void)
 {
@@ -1281,29 +1339,11 @@ static int gcap__begin(void)
 			return -1;
 		}
 	closedir(d);
-	for (int i = 0; i < env.nguests; i++) {
-		struct guest_stack *g = &guests[i];
-
-		if (guest__discover(env.guest_mounts[i], g))
+	for (int i = 0; i < env.nguests; i++)
+		if (guests__add(env.guest_mounts[i]))
 			return -1;
-		g->index = i;
-		/* (another disk is another image: a capture of its own) */
-		if (g->disk_major != guests[0].disk_major || g->disk_minor != guests[0].disk_minor) {
-			fprintf(stderr, "nestrace-agent: --guest %s: on %s, not on %s, the disk of "
-				"--guest %s: more than one --guest traces file systems on "
-				"partitions of one disk\n", g->mount, g->disk_name,
-				guests[0].disk_name, guests[0].mount);
-			return -1;
-		}
-		for (int k = 0; k < i; k++)
-			if (g->fs_major == guests[k].fs_major && g->fs_minor == guests[k].fs_minor) {
-				fprintf(stderr, "nestrace-agent: --guest %s: the file system of "
-					"--guest %s again\n", g->mount, guests[k].mount);
-				return -1;
-			}
-	}
-	guest__warn_untraced(guests, env.nguests);
-	gcap.traced_at = guest__traced_at(guests, env.nguests, env.guest_dir);
+	guest__warn_untraced(guests, nguests);
+	gcap.traced_at = guest__traced_at(guests, nguests, env.guest_dir);
 	if (gcap.traced_at)
 		fprintf(stderr, "nestrace-agent: warning: --guest-capture %s is on the traced stack: "
 			"the agent's own writes to it are traced %s; a directory off the stack "
@@ -1322,7 +1362,7 @@ static int gcap__begin(void)
 	} else {
 		env.skip_hooks = NT_HOSTFS_SOURCE_NAMES;
 	}
-	for (int i = 0; i < env.nguests; i++)
+	for (int i = 0; i < nguests; i++)
 		env__add_dev(guests[i].fs_major << 20 | guests[i].fs_minor,
 			     NT_ROLE_VFS | NT_ROLE_CACHE | NT_ROLE_MAP);
 	env__add_dev(guests[0].disk_major << 20 | guests[0].disk_minor, NT_ROLE_BLOCK);
@@ -1336,7 +1376,7 @@ static int gcap__begin(void)
 		return -1;
 	}
 	wall__iso(gcap.start_wall, sizeof(gcap.start_wall));
-	for (int i = 0; i < env.nguests; i++) {
+	for (int i = 0; i < nguests; i++) {
 		int n = guest__snapshot(&guests[i], "start", gcap.extents, NULL);
 
 		gcap.files_start_truncated |= guest__snapshot_truncated();
@@ -1475,7 +1515,7 @@ static int gcap__end(void)
 	int rc = command__finish();
 
 	wall__iso(gcap.end_wall, sizeof(gcap.end_wall));
-	for (int i = 0; i < env.nguests && gcap.files_end >= 0; i++) {
+	for (int i = 0; i < nguests && gcap.files_end >= 0; i++) {
 		int n = guest__snapshot(&guests[i], "end", gcap.extents, touched__has);
 
 		gcap.files_end = n < 0 ? -1 : gcap.files_end + n;

@@ -181,10 +181,155 @@ static int btrfs__chunks(const char *mount, const char *phase, int index, FILE *
 	return 0;
 }
 
+/* The mount a path (real, resolved) is on: the longest mount point over
+ * it, the last of equals (the mount on top). */
+struct mount_of {
+	char mp[PATH_MAX], fs[32], src[PATH_MAX];
+	unsigned int major, minor;
+};
+
+static bool mount__of(const char *real, struct mount_of *m)
+{
+	char line[4 * PATH_MAX], mp[PATH_MAX], fs[32], src[PATH_MAX];
+	size_t best = 0;
+	FILE *mi = fopen("/proc/self/mountinfo", "re");
+
+	if (!mi)
+		return false;
+	while (fgets(line, sizeof(line), mi)) {
+		char *sep = strstr(line, " - ");
+		unsigned int a, b;
+		size_t n;
+
+		if (!sep || sscanf(line, "%*u %*u %u:%u %*s %4095s", &a, &b, mp) != 3 ||
+		    sscanf(sep + 3, "%31s %4095s", fs, src) != 2)
+			continue;
+		unescape(mp);
+		n = strlen(mp);
+		if (strcmp(mp, "/") && (strncmp(real, mp, n) || (real[n] && real[n] != '/')))
+			continue;
+		if (n >= best) {
+			best = n;
+			m->major = a, m->minor = b;
+			unescape(src);
+			snprintf(m->mp, sizeof(m->mp), "%s", mp);
+			snprintf(m->fs, sizeof(m->fs), "%s", fs);
+			snprintf(m->src, sizeof(m->src), "%s", src);
+		}
+	}
+	fclose(mi);
+	return best > 0;
+}
+
+/* ---- overlays (a container's root) -------------------------------------- */
+
+/* An overlay's layer directories, from its super options as mountinfo
+ * shows them (as nestrace/stack.py overlay_dirs): upperdir, workdir, and
+ * the lower ones (lowerdir, lowerdir+, datadir+).  mountinfo shows each
+ * value as given with a space, comma or backslash octal-escaped (\040);
+ * lower ones are joined by colons, a backslash escaping the character
+ * after it (a colon or backslash in a name, so shown as \134:).  fn is
+ * called on each; a nonzero return stops the walk and is returned. */
+static int overlay__layers(const char *opts, int (*fn)(const char *dir, void *arg), void *arg)
+{
+	static char buf[4 * PATH_MAX], dir[PATH_MAX];
+	char *save, *opt;
+	int rc;
+
+	snprintf(buf, sizeof(buf), "%s", opts);
+	for (opt = strtok_r(buf, ",", &save); opt; opt = strtok_r(NULL, ",", &save)) {
+		char *val = strchr(opt, '=');
+		bool lower;
+
+		if (!val)
+			continue;
+		*val++ = 0;
+		lower = !strcmp(opt, "lowerdir") || !strcmp(opt, "lowerdir+") ||
+			!strcmp(opt, "datadir+");
+		if (!lower && strcmp(opt, "upperdir") && strcmp(opt, "workdir"))
+			continue;
+		unescape(val);
+		while (*val) {
+			char *w = dir;
+
+			/* one name: to a colon no backslash escapes (lower), or the end */
+			for (; *val && !(lower && *val == ':'); val++) {
+				if (lower && val[0] == '\\' && val[1])
+					val++;
+				if (w < dir + sizeof(dir) - 1)
+					*w++ = *val;
+			}
+			*w = 0;
+			if (*val)
+				val++;		/* the colon */
+			if (*dir && (rc = fn(dir, arg)))
+				return rc;
+		}
+	}
+	return 0;
+}
+
+struct overlay_base {
+	struct mount_of base;	/* the mount of the layers found so far */
+	int n;			/* layers found */
+	char other[PATH_MAX];	/* the mount point of a layer on another one */
+};
+
+static int overlay__layer(const char *dir, void *arg)
+{
+	static struct mount_of m;
+	struct overlay_base *b = arg;
+	char real[PATH_MAX];
+
+	if (!realpath(dir, real) || !mount__of(real, &m))
+		return 0;		/* (gone: a layer not found) */
+	if (b->n++ && (m.major != b->base.major || m.minor != b->base.minor)) {
+		snprintf(b->other, sizeof(b->other), "%s", m.mp);
+		return 1;
+	}
+	b->base = m;
+	return 0;
+}
+
+/* g, an overlay mounted at real with super options opts: its base (the
+ * file system of its layers) discovered into g, then g made the overlay
+ * again, its base in base_*. */
+static int overlay__discover(const char *real, const char *opts, struct guest_stack *g)
+{
+	static struct overlay_base b;
+	unsigned int maj = g->fs_major, min = g->fs_minor;
+
+	memset(&b, 0, sizeof(b));
+	if (overlay__layers(opts, overlay__layer, &b)) {
+		fprintf(stderr, "nestrace-agent: --guest %s: an overlay with layers on several file "
+			"systems (%s, %s): nestrace follows an overlay whose layers are on one\n",
+			real, b.base.mp, b.other);
+		return -1;
+	}
+	if (!b.n) {
+		fprintf(stderr, "nestrace-agent: --guest %s: an overlay whose layers were not found "
+			"(options %s)\n", real, opts);
+		return -1;
+	}
+	if (!strcmp(b.base.fs, "overlay") || !strcmp(b.base.fs, "btrfs")) {
+		fprintf(stderr, "nestrace-agent: --guest %s: an overlay on %s (%s): nestrace follows "
+			"an overlay on ext2/3/4 or xfs\n", real, b.base.fs, b.base.mp);
+		return -1;
+	}
+	if (guest__discover(b.base.mp, g))
+		return -1;
+	g->base_major = g->fs_major, g->base_minor = g->fs_minor;
+	snprintf(g->base_mount, sizeof(g->base_mount), "%s", g->mount);
+	g->fs_major = maj, g->fs_minor = min;
+	snprintf(g->mount, sizeof(g->mount), "%s", real);
+	snprintf(g->fs, sizeof(g->fs), "overlay");
+	return 0;
+}
+
 int guest__discover(const char *mount, struct guest_stack *g)
 {
 	char real[PATH_MAX], line[4 * PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64];
-	static char src[PATH_MAX];
+	static char src[PATH_MAX], opts[4 * PATH_MAX];
 	unsigned int blk_major = 0, blk_minor = 0;
 	bool found = false, mapped = false;
 	struct statvfs sv;
@@ -205,14 +350,18 @@ int guest__discover(const char *mount, struct guest_stack *g)
 		char mp[PATH_MAX], fs[32], *sep = strstr(line, " - ");
 		struct stat st;
 		unsigned int maj, min;
+		int k = 0;
 
 		if (!sep || sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, mp) != 3 ||
-		    sscanf(sep + 3, "%31s %4095s", fs, src) != 2)
+		    sscanf(sep + 3, "%31s %4095s %n", fs, src, &k) != 2)
 			continue;
 		unescape(mp);
 		if (strcmp(mp, real))
 			continue;
 		found = true;
+		/* the super options (an overlay's layers) */
+		snprintf(opts, sizeof(opts), "%s", k ? sep + 3 + k : "");
+		opts[strcspn(opts, "\n")] = 0;
 		g->fs_major = maj;
 		g->fs_minor = min;
 		snprintf(g->fs, sizeof(g->fs), "%s", fs);
@@ -230,6 +379,8 @@ int guest__discover(const char *mount, struct guest_stack *g)
 		return -1;
 	}
 	snprintf(g->mount, sizeof(g->mount), "%s", real);
+	if (!strcmp(g->fs, "overlay"))
+		return overlay__discover(real, opts, g);
 	for (size_t i = 0; i < sizeof(mapped_fs) / sizeof(mapped_fs[0]); i++)
 		mapped |= !strcmp(g->fs, mapped_fs[i]);
 	if (!mapped) {
@@ -270,41 +421,18 @@ int guest__discover(const char *mount, struct guest_stack *g)
 const char *guest__traced_at(const struct guest_stack *gs, int ng, const char *path)
 {
 	const struct guest_stack *g = &gs[0];	/* (all on its disk) */
-	char real[PATH_MAX], line[4 * PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64];
-	unsigned int maj = 0, min = 0, dmaj, dmin;
-	static char src[PATH_MAX];
-	size_t best = 0;
+	char real[PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64];
+	unsigned int maj, min, dmaj, dmin;
+	static struct mount_of m;
 	struct stat st;
-	FILE *mi;
 
-	if (!realpath(path, real) || !(mi = fopen("/proc/self/mountinfo", "re")))
+	if (!realpath(path, real) || !mount__of(real, &m))
 		return NULL;
-	/* the mount it is on: the longest mount point over it, the last of equals */
-	while (fgets(line, sizeof(line), mi)) {
-		char mp[PATH_MAX], s[PATH_MAX], *sep = strstr(line, " - ");
-		unsigned int a, b;
-		size_t n;
-
-		if (!sep || sscanf(line, "%*u %*u %u:%u %*s %4095s", &a, &b, mp) != 3 ||
-		    sscanf(sep + 3, "%*s %4095s", s) != 1)
-			continue;
-		unescape(mp);
-		n = strlen(mp);
-		if (strcmp(mp, "/") && (strncmp(real, mp, n) || (real[n] && real[n] != '/')))
-			continue;
-		if (n >= best) {
-			best = n, maj = a, min = b;
-			unescape(s);
-			snprintf(src, sizeof(src), "%s", s);
-		}
-	}
-	fclose(mi);
-	if (!best)
-		return NULL;
+	maj = m.major, min = m.minor;
 	for (int i = 0; i < ng; i++)
 		if (maj == gs[i].fs_major && min == gs[i].fs_minor)
 			return "vfs";
-	if (!stat(src, &st) && S_ISBLK(st.st_mode))
+	if (!stat(m.src, &st) && S_ISBLK(st.st_mode))
 		maj = major(st.st_rdev), min = minor(st.st_rdev);
 	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", maj, min);
 	if (!realpath(sys, dev))
@@ -425,8 +553,8 @@ static void stack__fs_json(FILE *f, const struct guest_stack *g)
 	fprintf(f, ",\"fs_major\":%u,\"fs_minor\":%u,\"part_name\":", g->fs_major, g->fs_minor);
 	guest__json_str(f, g->part_name);
 	fprintf(f, ",\"part_start_bytes\":%llu,\"part_size_bytes\":%llu,\"fs_block_bytes\":%u,"
-		"\"btrfs_devid\":%llu", g->part_start_bytes, g->part_size_bytes, g->fs_block_bytes,
-		g->btrfs_devid);
+		"\"btrfs_devid\":%llu,\"base_major\":%u,\"base_minor\":%u", g->part_start_bytes,
+		g->part_size_bytes, g->fs_block_bytes, g->btrfs_devid, g->base_major, g->base_minor);
 }
 
 void guest__stack_json(FILE *f, const struct guest_stack *gs, int n)

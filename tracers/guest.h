@@ -34,12 +34,20 @@ struct guest_stack {
 	unsigned int logical_block_bytes;
 	unsigned int fs_block_bytes;
 	unsigned long long btrfs_devid;		/* btrfs: its one device's id */
+	/* an overlay (a container's root; fs "overlay"): the file system its
+	 * layers are on, whose files hold its files' bytes (its disk fields
+	 * are that one's); 0:0 for any other */
+	unsigned int base_major, base_minor;
+	char base_mount[PATH_MAX];
+	bool implied;				/* an overlay's base no --guest named */
 	int index;				/* which --guest: 0 the first; its
 						 * lines of extents.jsonl say "fs":index
 						 * when above 0 */
 };
 
-/* Fill g from the mount point; on error print one line and return -1. */
+/* Fill g from the mount point; on error print one line and return -1.
+ * An overlay whose layers are on one ext2/3/4 or xfs file system is
+ * taken, with base_* naming that one (to be traced too). */
 int guest__discover(const char *mount, struct guest_stack *g);
 /* Append one JSON line per regular file of the file system (those whose
  * inode `want` accepts, if given) with its FIEMAP extents; returns the

@@ -217,6 +217,18 @@ def test_cgroup_filter_keeps_the_tasks_of_a_cgroup_and_below_at_the_vfs_level(
     assert r.returncode == 2 and "a host side has no vfs level" in r.stderr, r.stderr
 
 
+def assert_overlay_and_base_traced(s, base: str, overlay: Path) -> None:
+    """The overlay and the ext4 file system of its layers, both traced:
+    a device_map vfs row each, the overlay's backing_dev the other's."""
+    b, o = (os.stat(p).st_dev for p in (base, overlay))
+    assert s.rows("SELECT name, fs_type, dev, backing_dev FROM device_map "
+                  "WHERE level = 'vfs' ORDER BY name") == [
+        {"name": base, "fs_type": "ext4", "dev": (os.major(b) << 20) | os.minor(b),
+         "backing_dev": 0},
+        {"name": str(overlay), "fs_type": "overlay", "dev": (os.major(o) << 20) | os.minor(o),
+         "backing_dev": (os.major(b) << 20) | os.minor(b)}]
+
+
 def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_factory, tmp_path):
     """A container's root in a VM: an overlay whose layers are on the guest
     FS.  `record --stack` on the overlay traces it and the file system
@@ -244,17 +256,8 @@ def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_facto
                 "--name=t", f"--filename={merged / 'f'}", "--rw=randread", "--bs=4k",
                 "--direct=1", "--io_size=2M", "--ioengine=psync", f"--write_iolog={log}",
                 "--output=/dev/null")
-        ovdev = os.stat(merged).st_dev
         s = nestrace.open(tmp_path / "s")
-        # the overlay and the file system of its layers, both traced
-        guest = os.stat(lab.mount).st_dev
-        assert s.rows("SELECT name, fs_type, dev, backing_dev FROM device_map "
-                      "WHERE level = 'vfs' ORDER BY name") == [
-            {"name": lab.mount, "fs_type": "ext4", "dev": (os.major(guest) << 20) | os.minor(guest),
-             "backing_dev": 0},
-            {"name": str(merged), "fs_type": "overlay",
-             "dev": (os.major(ovdev) << 20) | os.minor(ovdev),
-             "backing_dev": (os.major(guest) << 20) | os.minor(guest)}]
+        assert_overlay_and_base_traced(s, lab.mount, merged)
         # every fio read, on the overlay's file, at each level below
         offsets = fio_log_offsets(log)
         assert len(offsets) == 512 and sorted(r["offset_bytes"] for r in s.rows(

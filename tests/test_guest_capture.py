@@ -422,7 +422,7 @@ def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab
     by name; the base named again after its overlay is no error."""
     from nestrace.record import snapshot_extents
     from nestrace.stack import guest_side
-    from test_capture import fio_log_offsets
+    from test_capture import assert_overlay_and_base_traced, fio_log_offsets
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     ov = Path(lab.mount) / "ov"
     for d in ("lower", "u0", "w0", "u1", "w1"):
@@ -454,13 +454,7 @@ def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab
         imp = run_cli("import", str(gdir), "-o", str(tmp_path / "s"))
         s = nestrace.open(tmp_path / "s")
         assert_losses_counted(s, imp.stdout)
-        assert s.rows("SELECT name, fs_type, dev, backing_dev FROM device_map "
-                      "WHERE level = 'vfs' ORDER BY name") == [
-            {"name": lab.mount, "fs_type": "ext4", "dev": (os.major(guest) << 20) | os.minor(guest),
-             "backing_dev": 0},
-            {"name": str(merged), "fs_type": "overlay",
-             "dev": (os.major(ovdev) << 20) | os.minor(ovdev),
-             "backing_dev": (os.major(guest) << 20) | os.minor(guest)}]
+        assert_overlay_and_base_traced(s, lab.mount, merged)
         # the start snapshot is record's, row for row (the file is only read)
         cols = ["phase", "role", "path", "dev", "ino", "logical_bytes", "physical_bytes",
                 "length_bytes", "flags", "physical_dev"]

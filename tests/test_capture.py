@@ -283,6 +283,22 @@ def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_facto
                       "ON v.io_id = l.upper_id JOIN vfs_files f ON f.dev = v.dev AND f.ino = v.ino "
                       "WHERE l.upper_level = 'vfs' AND l.kind = 'writeback' GROUP BY ALL") == [
             {"path": str(merged / "new"), "bytes": 1 << 20}]
+        # the file copied up (a write through the overlay): the overlay
+        # keeps the lower file's inode number, the page cache is the upper
+        # file's; a read of it through the overlay uses its readahead
+        subprocess.run(["dd", "if=/dev/zero", f"of={merged / 'f'}", "bs=4k", "count=1",
+                        "conv=notrunc,fsync", "status=none"], check=True)
+        lower, upper = ((ov / d / "f").stat().st_ino for d in ("lower", "u0"))
+        assert os.stat(merged / "f").st_ino == lower != upper
+        drop_caches()
+        run_cli("record", "-o", str(tmp_path / "c"), "--stack", str(merged), "--", "sh", "-c",
+                f"cat {merged / 'f'} > /dev/null")
+        c = nestrace.open(tmp_path / "c")
+        ra = c.rows("SELECT ino, count(*) FILTER (WHERE readahead) AS ra, count(*) FILTER "
+                    "(WHERE cause = 'read') AS filled, count(*) FILTER (WHERE readahead AND NOT "
+                    "used) AS unused FROM readahead_pages WHERE level = 'guest' GROUP BY ALL")
+        assert [r["ino"] for r in ra] == [upper] and ra[0]["ra"] + ra[0]["filled"] >= 4096 \
+            and ra[0]["unused"] == 0, ra     # (pages: the 16 MiB file)
         # an overlay with layers on two file systems is refused by name
         r = run_cli("record", "-o", str(tmp_path / "s2"), "--stack", str(other),
                     "--duration", "1", check=False)

@@ -954,6 +954,29 @@ def test_readahead_page_never_read_is_unused():
         == [{"readahead_bytes": 12288, "used_bytes": 4096, "unused_bytes": 8192, "read_filled_bytes": 4096}]
 
 
+def test_an_overlay_files_reads_use_the_pages_of_the_file_it_was_copied_up_to():
+    """A container's file copied up: the overlay keeps the lower file's
+    inode number (12), its calls carry it, and its extents are the upper
+    file's (inode 20 under it, at 8 MiB on the virtual disk); the page
+    cache is inode 20's.  Its reads use the pages readahead brought in."""
+    ovl = (0 << 20) | 40
+    dm = device_map()
+    dm.append(dm[0] | {"dev": ovl, "name": "/c", "fs_type": "overlay", "backing_dev": GUEST})
+    ext = extents() + [r | {"ino": 20, "physical_bytes": 8 * MiB}
+                       for r in extents() if r["role"] == "guest_file"]
+    ext += [r | {"dev": ovl, "physical_bytes": 8 * MiB} for r in extents() if r["role"] == "guest_file"]
+    t = dict(vfs_events=[vfs(100, 200, off=0, dev=ovl), vfs(400, 10, off=4096, dev=ovl)],
+             pagecache_events=[pagecache(140, 0, 4, 5, ino=20), pagecache(150, 0, 4, 1, ino=20)])
+    s = session(**t, device_map=dm, extent_maps=ext)
+    assert s.rows("SELECT dev, ino, real_ino FROM _overlay_copies ORDER BY real_ino") == [
+        {"dev": ovl, "ino": 12, "real_ino": 12}, {"dev": ovl, "ino": 12, "real_ino": 20}]
+    assert s.rows("SELECT ino, page, cause, used FROM readahead_pages ORDER BY page") == [
+        {"ino": 20, "page": 0, "cause": "read", "used": True},
+        {"ino": 20, "page": 1, "cause": "readahead", "used": True},
+        {"ino": 20, "page": 2, "cause": "readahead", "used": False},
+        {"ino": 20, "page": 3, "cause": "readahead", "used": False}]
+
+
 def test_page_cache_fills_by_writes_and_metadata_are_not_readahead():
     ms = 1_000_000
     other_task = pagecache(30, 23, 1, 1) | {"pid": 2}

@@ -4,11 +4,35 @@
 -- INCLUDE vdisk.io
 -- INCLUDE map.image
 
+-- An overlay's files copied up to its upper layer: the overlay keeps the
+-- lower file's inode number (its calls carry it), while the page cache is
+-- the upper file's, another inode on the file system under it.  Told by
+-- their extents: FIEMAP through the overlay gives the upper file's, so an
+-- overlay file's snapshot rows equal those of a file of another number
+-- under it in the same snapshot.  Each such file: itself and that one.
+CREATE OR REPLACE VIEW _overlay_copies AS
+WITH o AS (
+  SELECT e.capture_id, e.phase, e.dev, e.ino, m.backing_dev, e.logical_bytes, e.physical_bytes,
+         e.length_bytes
+  FROM extent_maps e JOIN device_map m ON m.capture_id = e.capture_id AND m.dev = e.dev
+   AND m.level = 'vfs' AND m.fs_type = 'overlay'
+  WHERE e.role = 'guest_file'),
+c AS (
+  SELECT DISTINCT o.capture_id, o.dev, o.ino, b.ino AS real_ino
+  FROM o JOIN extent_maps b ON b.capture_id = o.capture_id AND b.phase = o.phase
+   AND b.dev = o.backing_dev AND b.role = 'guest_file' AND b.ino <> o.ino
+   AND b.logical_bytes = o.logical_bytes AND b.physical_bytes = o.physical_bytes
+   AND b.length_bytes = o.length_bytes)
+SELECT * FROM c
+UNION SELECT capture_id, dev, ino, ino FROM c;
+
 -- Page-cache fills per level: `guest` = the guest FS's page cache (files on
 -- the guest FS; demand = vfs reads and writes), `host` = the host page cache
 -- of the image (demand = virtual-disk reads and writes, from queue to
 -- completion).  Each page added is put down to one cause, first match:
--- `read` (a demand read covering it was in progress), `fault` (a page
+-- `read` (a demand read covering it was in progress; a call on an
+-- overlay's file is a demand on its layer file, and on the upper file it
+-- was copied up to), `fault` (a page
 -- fault on a memory-mapped file asked for it, at most 50 ms before: the
 -- kernel's filemap_fault event), `readahead` (inside
 -- the range of a readahead the adding task started on the file -- the
@@ -72,12 +96,13 @@ demand AS (   -- (the bytes a call moved, not those it asked for: coreutils' cp
                       ((v.offset_bytes + v.bytes + 4095) // 4096)::BIGINT)) AS page
   FROM vfs_io v
   -- (a call on an overlay's file: the page cache is its layer's file's,
-  -- on the file system under it, by the same inode number unless the
-  -- file was copied up)
+  -- on the file system under it, by the same inode number; a file copied
+  -- up: the lower's and the upper's)
   LEFT JOIN device_map o ON o.capture_id = v.capture_id AND o.dev = v.dev AND o.level = 'vfs'
                         AND o.fs_type = 'overlay'
+  LEFT JOIN _overlay_copies c ON c.capture_id = v.capture_id AND c.dev = v.dev AND c.ino = v.ino
   JOIN filled f ON f.capture_id = v.capture_id AND f.dev = coalesce(o.backing_dev, v.dev)
-               AND f.ino = v.ino
+               AND f.ino = coalesce(c.real_ino, v.ino)
   WHERE v.op IN ('read', 'write') AND v.offset_bytes >= 0 AND v.bytes > 0
   UNION ALL   -- image pages are demanded by virtual-disk I/O, for as long as it lasts
   -- (in the file of the image's backing chain the piece is in)

@@ -229,28 +229,41 @@ def assert_overlay_and_base_traced(s, base: str, overlay: Path) -> None:
          "backing_dev": (os.major(b) << 20) | os.minor(b)}]
 
 
-def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_factory, tmp_path):
-    """A container's root in a VM: an overlay whose layers are on the guest
-    FS.  `record --stack` on the overlay traces it and the file system
-    under it; its calls are followed down to the host disk through its
-    files' extents (FIEMAP through the overlay gives the layer file's)."""
-    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+@contextlib.contextmanager
+def two_overlays(lab, tmp_path: Path):
+    """Two overlays with their upper layers on the lab's guest FS: `merged`
+    over ov/lower, which holds a 16 MiB file `f` (upper ov/u0), and `other`
+    over a directory on another file system (upper ov/u1).  Yields (ov,
+    merged, other, [their mount points]); unmounts what is still mounted."""
     ov = Path(lab.mount) / "ov"
-    for d in ("lower", "upper", "work"):
+    for d in ("lower", "u0", "w0", "u1", "w1"):
         (ov / d).mkdir(parents=True)
     subprocess.run(["fio", "--name=l", f"--filename={ov / 'lower' / 'f'}", "--rw=write",
                     "--bs=1M", "--size=16M", "--direct=1", "--output=/dev/null"], check=True)
     merged, other = tmp_path / "merged", tmp_path / "other"
     made = []
     try:
-        for mp, lower in ((merged, ov / "lower"), (other, tmp_path)):
+        for i, (mp, lower) in enumerate(((merged, ov / "lower"), (other, tmp_path / "l"))):
             mp.mkdir()
-            (ov / f"u{len(made)}").mkdir()
-            (ov / f"w{len(made)}").mkdir()
+            lower.mkdir(exist_ok=True)
             subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
-                            f"lowerdir={lower},upperdir={ov / f'u{len(made)}'},"
-                            f"workdir={ov / f'w{len(made)}'}", str(mp)], check=True)
+                            f"lowerdir={lower},upperdir={ov / f'u{i}'},workdir={ov / f'w{i}'}",
+                            str(mp)], check=True)
             made.append(mp)
+        yield ov, merged, other, made
+    finally:
+        for mp in reversed(made):
+            if os.path.ismount(mp):
+                subprocess.run(["umount", str(mp)], check=True)
+
+
+def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_factory, tmp_path):
+    """A container's root in a VM: an overlay whose layers are on the guest
+    FS.  `record --stack` on the overlay traces it and the file system
+    under it; its calls are followed down to the host disk through its
+    files' extents (FIEMAP through the overlay gives the layer file's)."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    with two_overlays(lab, tmp_path) as (ov, merged, other, made):
         log = tmp_path / "fio.iolog"
         run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(merged), "--", "fio",
                 "--name=t", f"--filename={merged / 'f'}", "--rw=randread", "--bs=4k",
@@ -312,10 +325,6 @@ def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_facto
         assert all(f"unmounted {mp} (on the lab's file system)" in down.stderr for mp in made), \
             down.stderr
         assert not any(os.path.ismount(mp) for mp in made) and len(loop_devices()) == len(before) - 2
-    finally:
-        for mp in made:
-            if os.path.ismount(mp):
-                subprocess.run(["umount", str(mp)], check=True)
 
 
 def fio_log_offsets(path: Path) -> list[int]:

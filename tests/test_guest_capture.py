@@ -422,23 +422,9 @@ def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab
     by name; the base named again after its overlay is no error."""
     from nestrace.record import snapshot_extents
     from nestrace.stack import guest_side
-    from test_capture import assert_overlay_and_base_traced, fio_log_offsets
+    from test_capture import assert_overlay_and_base_traced, fio_log_offsets, two_overlays
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
-    ov = Path(lab.mount) / "ov"
-    for d in ("lower", "u0", "w0", "u1", "w1"):
-        (ov / d).mkdir(parents=True)
-    subprocess.run(["fio", "--name=l", f"--filename={ov / 'lower' / 'f'}", "--rw=write",
-                    "--bs=1M", "--size=16M", "--direct=1", "--output=/dev/null"], check=True)
-    merged, other = tmp_path / "merged", tmp_path / "other"
-    made = []
-    try:
-        for i, (mp, lower) in enumerate(((merged, ov / "lower"), (other, tmp_path / "l"))):
-            mp.mkdir()
-            lower.mkdir(exist_ok=True)
-            subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
-                            f"lowerdir={lower},upperdir={ov / f'u{i}'},workdir={ov / f'w{i}'}",
-                            str(mp)], check=True)
-            made.append(mp)
+    with two_overlays(lab, tmp_path) as (ov, merged, other, _):
         log, gdir = tmp_path / "fio.iolog", tmp_path / "g"
         r = agent("--guest", str(merged), "--guest-capture", str(gdir), "--", "fio", "--name=t",
                   f"--filename={merged / 'f'}", "--rw=randread", "--bs=4k", "--direct=1",
@@ -483,6 +469,3 @@ def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab
         assert r.returncode == 0, r.stderr
         st = json.loads((tmp_path / "g3" / "guest.json").read_text())["stack"]
         assert [st["mount"]] + [g["mount"] for g in st["more_guests"]] == [lab.mount, str(merged)]
-    finally:
-        for mp in reversed(made):
-            subprocess.run(["umount", str(mp)], check=False)

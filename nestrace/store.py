@@ -317,7 +317,10 @@ def read_ipc_tolerant(path: Path, expected: pa.Schema | None = None
         return batches, f"{path}: offset 0: no Arrow IPC schema: {e}"
     src = pa.BufferReader(pa.py_buffer(data))    # batches point into the map
     try:
-        schema = pa.ipc.read_schema(pa.ipc.read_message(src))
+        m = pa.ipc.read_message(src)
+        if m.type != "schema":      # (pyarrow 26 crashes reading another as a schema)
+            raise ValueError(f"a {m.type} message where the schema belongs")
+        schema = pa.ipc.read_schema(m)
         if expected is not None and not schema.equals(expected, check_metadata=False):
             raise ValueError("a schema other than the table's")
     except (EOFError, *_IPC_ERRORS) as e:

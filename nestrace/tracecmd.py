@@ -21,8 +21,9 @@ overruns and dropped events of trace-cmd's per-CPU statistics.
 Damage (a file cut short, a page whose records run past its end, an
 unknown record type) stops the read with a TraceCmdError naming the
 file and the byte offset, except inside a CPU's data, where a damaged
-page is named in `problems` and the next page is read: no good event
-is lost.
+page is named in `problems` and the next page is read, and a block event
+with fields no kernel writes is named and left out: no good event is
+lost.
 """
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ class EventFormat:
     name: str
     id: int
     fields: dict[str, Field]
+    where: str = ""          # the file and offset of its text, for messages
 
 
 @dataclass
@@ -94,6 +96,7 @@ class DatFile:
     uname: str = ""
     offset_ns: int = 0
     tsc2nsec: tuple[int, int, int] | None = None
+    clock_where: str = ""    # where the OFFSET or TSC2NSEC option is, for messages
     cpus: list[tuple[int, int, int]] = field(default_factory=list)   # (cpu, offset, size)
     cpustats: dict[int, str] = field(default_factory=dict)
 
@@ -111,7 +114,10 @@ def parse_format(text: str) -> EventFormat:
     fields = {}
     for m in _FIELD.finditer(text):
         decl = m["decl"].strip()
-        fname = re.sub(r"\[.*?\]", "", decl).split()[-1]
+        words = re.sub(r"\[.*?\]", "", decl).split()
+        if not words:
+            raise ValueError(f"a field with no name at character {m.start()} of the format")
+        fname = words[-1]
         fields[fname] = Field(int(m["off"]), int(m["size"]), m["signed"] == "1",
                               decl.startswith("__data_loc") or decl.startswith("__rel_loc"))
     return EventFormat("", name[1], int(eid[1]), fields)
@@ -147,13 +153,24 @@ class _Buf:
 
 
 def _decompress(algo: str, blob: bytes, usize: int, where: str) -> bytes:
+    """One compressed chunk, streamed and stopped one byte past `usize`: a
+    damaged size or a damaged stream is never allocated up front nor let
+    grow without bound."""
     try:
         if algo == "zlib":
-            out = zlib.decompress(blob)
+            out = zlib.decompressobj().decompress(blob, usize + 1)
         elif algo == "zstd":
             import zstandard
             try:
-                out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=usize)
+                with zstandard.ZstdDecompressor().stream_reader(blob) as r:
+                    parts, got = [], 0
+                    while got <= usize:
+                        part = r.read(min(1 << 20, usize + 1 - got))
+                        if not part:
+                            break
+                        parts.append(part)
+                        got += len(part)
+                out = b"".join(parts)
             except zstandard.ZstdError as e:    # (not a ValueError)
                 raise ValueError(str(e)) from None
         else:
@@ -165,7 +182,9 @@ def _decompress(algo: str, blob: bytes, usize: int, where: str) -> bytes:
     except ImportError:
         raise TraceCmdError(f"{where}: zstd data needs the zstandard module "
                             "(pip install zstandard; ci/setup installs it)") from None
-    if len(out) != usize:
+    if len(out) > usize:
+        raise TraceCmdError(f"{where}: decompresses past the {usize} bytes expected")
+    if len(out) < usize:
         raise TraceCmdError(f"{where}: {len(out)} bytes decompressed, {usize} expected")
     return out
 
@@ -186,7 +205,7 @@ def _formats_block(b: _Buf, off: int, dat: DatFile) -> int:
                 fmt = parse_format(text)
             except ValueError as e:
                 raise TraceCmdError(f"{b.where(off + 8)}: a {system} event format: {e}") from None
-            fmt.system = system
+            fmt.system, fmt.where = system, b.where(off + 8)
             dat.formats[fmt.id] = fmt
             off += 8 + size
     return off
@@ -252,12 +271,16 @@ def _option(dat: DatFile, b: _Buf, oid: int, off: int, size: int, sections: dict
     elif oid == OPT_UNAME:
         dat.uname = data.split(b"\0", 1)[0].decode(errors="replace")
     elif oid == OPT_OFFSET:
+        text = data.split(b"\0", 1)[0].decode(errors="replace").strip()
         try:
-            dat.offset_ns = int(data.split(b"\0", 1)[0].decode().strip() or 0)
+            dat.offset_ns = int(text or 0)
         except ValueError:
-            pass
+            raise TraceCmdError(f"{b.where(off)}: OFFSET option {text[:40]!r} is not a "
+                                "number of nanoseconds") from None
+        dat.clock_where = b.where(off)
     elif oid == OPT_TSC2NSEC and size >= 16:
         dat.tsc2nsec = struct.unpack(e + "IIq", data[:16])
+        dat.clock_where = b.where(off)
     elif oid in OPT_SECTIONS and size >= 8:
         sections[oid] = int.from_bytes(data[:8], "little" if e == "<" else "big")
 
@@ -385,10 +408,10 @@ def _page_layout(dat: DatFile) -> tuple[int, int]:
 
 def _cpu_data(dat: DatFile, b: _Buf, cpu: int, off: int, size: int) -> bytes:
     if dat.version == 7 and dat.compression != "none" and size:
-        where = f"{dat.path}: offset {off} (cpu {cpu}'s data)"
         n = b.u(off, 4, f"cpu {cpu} chunk count")
         p, out = off + 4, []
         for _ in range(n):
+            where = f"{dat.path}: offset {p} (a chunk of cpu {cpu}'s data)"
             csize, usize = b.u(p, 4, "chunk size"), b.u(p + 4, 4, "chunk uncompressed size")
             b.need(p + 8, csize, f"cpu {cpu} chunk")
             out.append(_decompress(dat.compression, bytes(b.data[p + 8:p + 8 + csize]), usize,
@@ -410,6 +433,7 @@ class _Block:
     comm: Field | None
     error: Field | None
     new_sector: Field | None
+    need: int = 0            # the bytes a record holds its fields in
 
 
 def _block_kinds(dat: DatFile) -> dict[int, _Block]:
@@ -421,10 +445,15 @@ def _block_kinds(dat: DatFile) -> dict[int, _Block]:
         fl = f.fields
         need = ("dev", "sector", "rwbs")
         if any(k not in fl for k in need) or ("nr_sector" not in fl and a != 13):
-            raise TraceCmdError(f"{dat.path}: event format block/{f.name} lacks one of "
-                                f"dev, sector, nr_sector, rwbs")
-        out[eid] = _Block(a, fl["dev"], fl["sector"], fl.get("nr_sector"), fl["rwbs"],
-                          fl.get("comm"), fl.get("error"), fl.get("new_sector"))
+            raise TraceCmdError(f"{f.where or dat.path}: event format block/{f.name} lacks "
+                                f"one of dev, sector, nr_sector, rwbs")
+        k = _Block(a, fl["dev"], fl["sector"], fl.get("nr_sector"), fl["rwbs"],
+                   fl.get("comm"), fl.get("error"), fl.get("new_sector"))
+        # (a __data_loc field's 4-byte place: its text may lie anywhere in the record)
+        k.need = max(x.offset + (4 if x.data_loc else x.size)
+                     for x in (k.dev, k.sector, k.nr, k.rwbs, k.comm, k.error, k.new_sector)
+                     if x is not None)
+        out[eid] = k
     return out
 
 
@@ -443,6 +472,20 @@ def rwbs_categories(s: str) -> int:
     for c in s[i:]:
         cats |= {"F": bt.TC_FUA, "A": bt.TC_AHEAD, "S": bt.TC_SYNC, "M": bt.TC_META}.get(c, 0)
     return cats
+
+
+def _implausible(sector: int, nr: int, dev: int) -> str:
+    """What in a block event no kernel writes ("": nothing): data past
+    2^54 sectors, as blktrace's import rules; a request of 2^23 sectors
+    or more (a bio's size is 32 bits of bytes), a device number past 32
+    bits."""
+    if nr >= 1 << 23:
+        return f"nr_sector {nr} (a request holds under 4 GiB"
+    if nr and sector >= bt.MAX_SECTOR - nr:
+        return f"{nr} sectors at sector {sector} (past 2^54 sectors, 2^63 bytes"
+    if dev >= 1 << 32:
+        return f"dev {dev} (past 32 bits"
+    return ""
 
 
 def _fld(data: bytes, p: int, f: Field) -> int:
@@ -538,7 +581,7 @@ def read(path: str | os.PathLike) -> Events:
                     problems.append(f"{where}: a record of {length} bytes at byte {p - page} "
                                     "runs past the page's data: rest of the page skipped")
                     break
-                p = ev + ((length + 3) & ~3)
+                at, p = p - page, ev + ((length + 3) & ~3)
                 n_here += 1
                 eid = int.from_bytes(data[ev:ev + 2], "little")
                 k = kinds.get(eid)
@@ -547,8 +590,25 @@ def read(path: str | os.PathLike) -> Events:
                     name = f"{f.system}/{f.name}" if f else f"id {eid}"
                     other[name] = other.get(name, 0) + 1
                     continue
+                if ts >= bt.MAX_TIME:   # (as blktrace's import rules; later times build on it)
+                    problems.append(f"{where}: a {dat.formats[eid].name} record at byte {at}: "
+                                    f"time {ts} (past 2^63): the page's times are damaged, "
+                                    "rest of the page skipped")
+                    break
+                if length < k.need:
+                    problems.append(f"{where}: a {length}-byte {dat.formats[eid].name} record "
+                                    f"at byte {at}: its format's fields need {k.need}: a "
+                                    "damaged record, left out")
+                    continue
                 pid = int.from_bytes(data[ev + 4:ev + 8], "little", signed=True)
                 nr = _fld(data, ev, k.nr) if k.nr else 0
+                sector = _fld(data, ev, k.sector) & 0xFFFFFFFFFFFFFFFF
+                dev = _fld(data, ev, k.dev)
+                bad = _implausible(sector, nr, dev)
+                if bad:
+                    problems.append(f"{where}: a {dat.formats[eid].name} record at byte {at}: "
+                                    f"{bad}): a damaged record, left out")
+                    continue
                 rw = _text(data, ev, k.rwbs)
                 if k.comm is not None and pid > 0:
                     comms.setdefault(pid, _text(data, ev, k.comm))
@@ -558,12 +618,12 @@ def read(path: str | os.PathLike) -> Events:
                 cols["file_offset"].append(off + page if dat.compression == "none"
                                            or dat.version == 6 else off)
                 cols["time_ns"].append(ts)
-                cols["sector"].append(_fld(data, ev, k.sector) & 0xFFFFFFFFFFFFFFFF)
+                cols["sector"].append(sector)
                 cols["bytes"].append(nr * 512)
                 cols["action_code"].append(k.action)
                 cols["categories"].append(rwbs_categories(rw))
                 cols["pid"].append(max(pid, 0))
-                cols["dev"].append(_fld(data, ev, k.dev))
+                cols["dev"].append(dev)
                 cols["cpu"].append(cpu)
                 cols["error"].append(_fld(data, ev, k.error) & 0xFFFF if k.error else 0)
                 cols["pdu"].append(pdu)
@@ -584,9 +644,16 @@ def _table(dat: DatFile, cols: dict[str, list]) -> pa.Table:
                                 "option: its times cannot be made nanoseconds")
         mult, shift, toff = dat.tsc2nsec
         ts = ((ts.astype(object) * mult) >> shift) + toff
-        ts = np.array(ts, np.uint64)
     if dat.offset_ns:
-        ts = (ts.astype(np.int64) + dat.offset_ns).astype(np.uint64)
+        ts = ts.astype(object) + dat.offset_ns
+    if ts.dtype == object:      # (Python integers: none wrapped round)
+        out = [int(t) for t in ts if not 0 <= t < bt.MAX_TIME]
+        if out:
+            raise TraceCmdError(f"{dat.clock_where or dat.path}: the clock conversion "
+                                f"(TSC2NSEC {dat.tsc2nsec}, OFFSET {dat.offset_ns}) puts "
+                                f"{len(out)} event time(s) outside [0, 2^63) ns, the first at "
+                                f"{out[0]}: a damaged option")
+        ts = np.array(ts, np.uint64)
     cats = np.array(cols["categories"], np.uint16)
     nbytes = np.array(cols["bytes"], np.uint32)
     acts = np.array(cols["action_code"], np.uint16)

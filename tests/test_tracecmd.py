@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -171,6 +172,102 @@ def test_a_damaged_page_is_named_and_the_other_pages_are_read(dats, tmp_path):
     assert rc.returncode == 0 and "commit 1048576 runs past the page" in rc.stderr
 
 
+def page_records(dat, data: bytes, page: int) -> list[tuple[int, int, int]]:
+    """(byte in the page, event id, where its fields start) of each event
+    record of the page at `page` (a v6 file's: its page header of 8 bytes
+    of time and a commit word, then the records, as the kernel writes them)."""
+    commit_off = 8
+    data_off = commit_off + dat.long_size
+    used = int.from_bytes(data[page + commit_off:page + data_off], "little") & tracecmd.COMMIT_MASK
+    out, p, end = [], page + data_off, page + data_off + used
+    while p < end:
+        h = int.from_bytes(data[p:p + 4], "little")
+        tl = h & 0x1F
+        if tl == tracecmd.TYPE_PADDING and h >> 5 == 0:
+            break
+        if tl in (tracecmd.TYPE_PADDING, tracecmd.TYPE_TIME_EXTEND, tracecmd.TYPE_TIME_STAMP):
+            p += 8 + (int.from_bytes(data[p + 4:p + 8], "little") if tl == tracecmd.TYPE_PADDING else 0)
+            continue
+        length, ev = ((int.from_bytes(data[p + 4:p + 8], "little") - 4, p + 8) if tl == 0
+                      else (tl * 4, p + 4))
+        out.append((p - page, int.from_bytes(data[ev:ev + 2], "little"), ev))
+        p = ev + ((length + 3) & ~3)
+    return out
+
+
+@pytest.mark.root
+def test_fields_no_kernel_writes_leave_the_record_out_and_name_it(dats, tmp_path):
+    """A block event whose nr_sector is 2^31 - 1 (found by fuzzing: it
+    failed the whole read with numpy's OverflowError), and a page whose
+    time is 2^64 - 1 (so were the times after it): named, left out, the
+    rest read."""
+    files, _, _ = dats
+    src = files["v6"]
+    clean = tracecmd.read(src)
+    offs = Counter(clean.table.column("file_offset").to_pylist())
+    page, n_page = max(offs.items(), key=lambda kv: kv[1])
+    data = bytearray(src.read_bytes())
+    dat, _ = tracecmd.open_dat(src)
+    at, eid, ev = next((at, eid, ev) for at, eid, ev in page_records(dat, data, page)
+                       if dat.formats.get(eid) and dat.formats[eid].name in tracecmd.BLOCK_ACTIONS
+                       and "nr_sector" in dat.formats[eid].fields)
+    name, nr = dat.formats[eid].name, dat.formats[eid].fields["nr_sector"]
+    bad = tmp_path / "nr.dat"
+    data[ev + nr.offset:ev + nr.offset + nr.size] = (2**31 - 1).to_bytes(nr.size, "little")
+    bad.write_bytes(bytes(data))
+    r = tracecmd.read(bad)
+    assert len(r.problems) == 1 and re.fullmatch(
+        rf"{bad}: cpu \d+, page at byte \d+ of its data \(file offset {page}\): a {name} "
+        rf"record at byte {at}: nr_sector 2147483647 \(a request holds under 4 GiB\): a damaged "
+        "record, left out", r.problems[0]), r.problems
+    assert r.table.num_rows == clean.table.num_rows - 1
+    data = bytearray(src.read_bytes())
+    data[page:page + 8] = (2**64 - 1).to_bytes(8, "little")
+    late = tmp_path / "time.dat"
+    late.write_bytes(bytes(data))
+    r = tracecmd.read(late)
+    first = next(at for at, eid, _ in page_records(dat, data, page) if eid in
+                 {e for e, f in dat.formats.items() if f.name in tracecmd.BLOCK_ACTIONS})
+    assert len(r.problems) == 1 and re.search(
+        rf"\(file offset {page}\): a block_\w+ record at byte {first}: time 1844674407370\d+ "
+        r"\(past 2\^63\): the page's times are damaged, rest of the page skipped$",
+        r.problems[0]), r.problems
+    assert r.table.num_rows == clean.table.num_rows - n_page
+    rc = run_cli("import", str(late), "-o", str(tmp_path / "s"), check=False)
+    assert rc.returncode == 0 and "the page's times are damaged" in rc.stderr, rc.stderr
+
+
+@pytest.mark.root
+def test_an_offset_option_that_is_no_number_is_named(dats, tmp_path):
+    """Before, an OFFSET option that did not parse was passed over: every
+    time would have been off by it, unsaid.  (The uname option made an
+    OFFSET option: its text is no number.)"""
+    files, _, _ = dats
+    src = files["v6"]
+    dat, _ = tracecmd.open_dat(src)
+    data = bytearray(src.read_bytes())
+    at = data.find(dat.uname.encode() + b"\0") - 6
+    assert int.from_bytes(data[at:at + 2], "little") == tracecmd.OPT_UNAME
+    data[at:at + 2] = tracecmd.OPT_OFFSET.to_bytes(2, "little")
+    bad = tmp_path / "offset.dat"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(tracecmd.TraceCmdError,
+                       match=rf"^{bad}: offset {at + 6}: OFFSET option 'Linux .*' is not a number "
+                             "of nanoseconds$"):
+        tracecmd.read(bad)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("kind", ["v7 zstd", "v6"])
+def test_damaged_copies_are_read_or_named(dats, tmp_path, kind):
+    """(tests/fuzzer.py: found a field with no name in a format, and a
+    damaged chunk size allocated whole before zstd read the chunk)"""
+    from test_fuzz import fuzz
+    base = tmp_path / "base.dat"
+    shutil.copy(dats[0][kind], base)
+    fuzz("dat", base, {"v7 zstd": 150, "v6": 60}[kind])
+
+
 @pytest.mark.root
 def test_bad_files_name_the_file_and_the_offset(dats, tmp_path):
     files, _, _ = dats
@@ -194,6 +291,39 @@ def test_bad_files_name_the_file_and_the_offset(dats, tmp_path):
     with pytest.raises(tracecmd.TraceCmdError,
                        match=rf"{z}: offset \d+: zstd data does not decompress: .*corruption"):
         tracecmd.read(z)
+    # a chunk's uncompressed size damaged: too small, or 4 GiB (once allocated
+    # whole before zstd read a byte: a MemoryError under a 2 GiB limit)
+    frame = tracecmd.open_dat(files["v7 zstd"])[0].cpus[-1][1] + 12   # the last cpu's 1st chunk
+    assert whole[frame:frame + 4] == b"\x28\xb5\x2f\xfd"
+    size = int.from_bytes(whole[frame - 4:frame], "little")
+    for usize, msg in [(size - 1, f"decompresses past the {size - 1} bytes expected"),
+                       (2**32 - 1, rf"\d+ bytes decompressed, {2**32 - 1} expected")]:
+        z.write_bytes(whole[:frame - 4] + usize.to_bytes(4, "little") + whole[frame:])
+        r = subprocess.run([sys.executable, "-c", READ_UNDER_2G, str(z)], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and re.fullmatch(
+            rf"{z}: offset {frame - 8} \(a chunk of cpu \d+'s data\): {msg}\n", r.stdout), r
+    # a format's field with no name (an IndexError escaped)
+    v6 = files["v6"].read_bytes()
+    decl = b"field:unsigned short common_type;"
+    at = v6.find(decl, v6.find(b"name: block_rq_issue"))   # (ftrace's own formats: not read)
+    assert at > 0
+    nameless = tmp_path / "nameless.dat"
+    nameless.write_bytes(v6[:at + 6] + b" " * (len(decl) - 7) + v6[at + len(decl) - 1:])
+    with pytest.raises(tracecmd.TraceCmdError, match=rf"{nameless}: offset \d+: a \w+ event "
+                       r"format: a field with no name at character \d+ of the format"):
+        tracecmd.read(nameless)
+
+
+READ_UNDER_2G = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from nestrace import tracecmd
+try:
+    tracecmd.read(sys.argv[1])
+except tracecmd.TraceCmdError as e:
+    print(e)
+"""
 
 
 def test_rwbs_letters_become_blktrace_categories():

@@ -40,14 +40,42 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+# What this run of the tests owns: its pytest base directory and the labs'
+# directories (nestrace.lab's roots, which NESTRACE_LAB_STATE and
+# NESTRACE_LAB_DATA move).  The loop devices reading files under them and
+# the mounts on them are its own; ci/test runs two runs at once, each with
+# roots of its own, and neither counts the other's devices as its leaks.
+_OWN_ROOTS: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_basetemp(tmp_path_factory):
+    _OWN_ROOTS.append(tmp_path_factory.getbasetemp().resolve())
+
+
+def _owned(path: str) -> bool:
+    from nestrace import lab
+    p = Path(path.removesuffix(" (deleted)"))
+    return any(p.is_relative_to(r) for r in (lab.STATE_ROOT, lab.DATA_ROOT, *_OWN_ROOTS))
+
+
 def loop_devices() -> set[str]:
-    out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
-    return {line.split(":")[0] for line in out.splitlines() if line}
+    """The attached loop devices (/dev/loopN) that read a file this run owns."""
+    out = set()
+    for f in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            back = f.read_text().rstrip("\n")
+        except OSError:         # detached meanwhile
+            continue
+        if _owned(back):
+            out.add(f"/dev/{f.parent.parent.name}")
+    return out
 
 
 def our_mounts() -> set[str]:
+    """The mount points under a directory this run owns."""
     return {line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
-            if "/run/nestrace" in line.split()[1] or line.split()[1].startswith("/tmp/")}
+            if _owned(line.split()[1].replace("\\040", " "))}
 
 
 def until_recording(proc: subprocess.Popen) -> None:

@@ -6,6 +6,14 @@
 """
 __version__ = "0.1.0"
 
-from .session import Session, open  # noqa: E402,A004
-
 __all__ = ["Session", "open", "__version__"]
+
+
+def __getattr__(name: str):
+    # (imported when first used: DuckDB and pyarrow take ~0.4 s to import,
+    # which `nestrace lab up` and the CLI's other commands that need
+    # neither would pay on every run)
+    if name in ("Session", "open"):
+        from . import session
+        return getattr(session, name)
+    raise AttributeError(f"module 'nestrace' has no attribute {name!r}")

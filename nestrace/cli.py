@@ -18,11 +18,10 @@ import click
 
 from . import __version__
 from ._paths import AgentNotFound
-from .errors import RecordError, StreamError
+from .errors import RecordError, StoreError, StreamError
 from .imagemap import MAPPED, ImageMapError, backing_chain
 from .lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
 from .stack import StackError
-from .store import StoreError, check_store, live_captures, recorder_of, seal
 
 
 class UserError(click.ClickException):
@@ -40,13 +39,17 @@ def user_errors(fn):
     """Decorator: turn the library's expected errors into one-line exit 2."""
     @functools.wraps(fn)
     def wrapper(*a, **kw):
-        import duckdb
         try:
             return fn(*a, **kw)
         except (LabError, StackError, StoreError, StreamError, RecordError,
                 AgentNotFound, FileNotFoundError, PermissionError) as e:
             raise UserError(str(e)) from None
-        except duckdb.Error as e:
+        except Exception as e:
+            # (a DuckDB error comes only from a command that imported it:
+            # the others do not pay its import)
+            duckdb = sys.modules.get("duckdb")
+            if duckdb is None or not isinstance(e, duckdb.Error):
+                raise
             from .store import DAMAGE_NOTE, STORE_FILE_PATTERN, damage_of
             # (DuckDB quotes a damaged file's bytes as they are)
             msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e).splitlines()[0])
@@ -72,7 +75,7 @@ def user_errors(fn):
 def store_with_captures(store: str) -> Path:
     """A store that holds a sealed capture (what a command that shows one
     needs), else one error line: the same for every such command."""
-    from .store import captures
+    from .store import captures, check_store, live_captures, recorder_of
     p = check_store(store)
     if not captures(p):
         recording, unsealed = [], []
@@ -334,6 +337,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size
                              cpus=agent_cpus)
     ids = [c.capture_id for c in done if c.capture_id]
     if ids:
+        from .store import check_store
         with Session(check_store(store)) as s:
             matrix.render(matrix.compare(s, ids))
             if repeat > 1:
@@ -781,6 +785,7 @@ def verify_cmd(store) -> None:
 @user_errors
 def seal_cmd(store) -> None:
     """Seal captures left unsealed by a crash into Parquet."""
+    from .store import check_store, live_captures, recorder_of, seal
     p = check_store(store)
     pending = live_captures(p)
     if not pending:

@@ -16,6 +16,10 @@ class RecordError(RuntimeError):
     """A capture that cannot be made (or finished) as asked."""
 
 
+class StoreError(ValueError):
+    """A store that cannot be read or written as asked."""
+
+
 def json_object(data: bytes) -> tuple[dict | None, str]:
     """A JSON object from a file's bytes, or None and where and why it is
     not one ("offset N: not JSON: ...", N a byte offset)."""

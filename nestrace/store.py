@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__
-from .errors import json_object
+from .errors import StoreError, json_object  # noqa: F401 (StoreError: store's to import)
 from .schema import RECORDS, TABLES, kernel_tables, record_schema, table_schema
 
 MARKER = "nestrace-store.json"
@@ -40,10 +40,6 @@ FORMAT = {"format": "nestrace-store", "version": 1}
 LIVE = "_live"
 WRITE_LOCK = ".write-lock"
 RECORDING_LOCK = "recording.lock"
-
-
-class StoreError(ValueError):
-    pass
 
 
 def init_store(path: str | os.PathLike) -> Path:

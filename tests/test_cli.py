@@ -417,3 +417,26 @@ def test_an_overlays_layers_are_read_from_mountinfo_with_its_escapes():
               r"rw,lowerdir=/a\040b/l1:/c\134:d/l2:/e\134\134f,upperdir=/u\054v,workdir=/w,"
               r"uuid=on")
     assert overlay_dirs(m) == ["/a b/l1", "/c:d/l2", "/e\\f", "/u,v", "/w"]
+
+
+# (`lab up`, `lab down` and `lab list` run many times in a session; DuckDB,
+# pyarrow and numpy took ~0.5 s of each run to import, twice what the rest
+# of the command took)
+LIGHT = """
+import sys
+from nestrace.cli import cli
+try:
+    cli.main(sys.argv[1:], prog_name="nestrace", standalone_mode=False)
+finally:
+    print(sorted(m for m in ("duckdb", "pyarrow", "numpy") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("args", [["lab", "list"], ["lab", "down", "--name", "nolab"],
+                                  ["--version"]])
+def test_commands_that_query_nothing_import_neither_duckdb_nor_pyarrow(args, tmp_path):
+    env = dict(os.environ, NESTRACE_LAB_STATE=str(tmp_path / "state"),
+               NESTRACE_LAB_DATA=str(tmp_path / "data"))
+    r = subprocess.run([sys.executable, "-c", LIGHT, *args], capture_output=True, text=True,
+                       cwd=ROOT, env=env)
+    assert r.stdout.splitlines()[-1] == "[]", (r.stdout, r.stderr)

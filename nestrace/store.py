@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__
-from .errors import StoreError, json_object  # noqa: F401 (StoreError: store's to import)
+from .errors import StoreError, json_object
 from .schema import RECORDS, TABLES, kernel_tables, record_schema, table_schema
 
 MARKER = "nestrace-store.json"

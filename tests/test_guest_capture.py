@@ -284,6 +284,45 @@ def test_every_file_touched_gets_an_end_snapshot_and_a_start_snapshot_cut_short_
     assert_losses_counted(s)
 
 
+def test_the_agent_and_record_take_the_same_first_files_in_the_same_order(lab_factory,
+                                                                          tmp_path):
+    """A start snapshot cut short takes the same 4096 files, in the same
+    order, from the agent alone as from `record`: depth first, a
+    directory's files before its subdirectories, none from lost+found or
+    from a file system mounted inside the guest's, no symlink, no fifo.
+    Until 2026-11-29 the agent walked with nftw, which stats every file
+    (the end snapshot of this machine's root file system: 480 k stats,
+    ~1 s more system time) and goes into a subdirectory where it meets it:
+    here it took fewer than the 2000 top-level files (ext4 lists a
+    directory in hash order) and more of d0's 3000."""
+    from nestrace.record import MAX_GUEST_FILES, guest_files
+    from nestrace.stack import guest_side
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    top = Path(lab.mount)
+    for d, n in ((top, 2000), (top / "d0", 3000)):
+        d.mkdir(exist_ok=True)
+        for i in range(n):
+            (d / f"f{i}").touch()
+    (top / "lost+found" / "found").touch()
+    (top / "link").symlink_to(top / "d0" / "f0")
+    os.mkfifo(top / "fifo")
+    (top / "mnt").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(top / "mnt")], check=True)
+    try:
+        (top / "mnt" / "other").touch()
+        r = agent("--guest", lab.mount, "--guest-capture", str(tmp_path / "g"), "--", "true")
+        assert r.returncode == 0 and "has more than 4096 regular files" in r.stderr, r.stderr
+        py, cut = guest_files(guest_side(lab.mount), limit=MAX_GUEST_FILES)
+    finally:
+        subprocess.run(["umount", str(top / "mnt")], check=True)
+    lines = map(json.loads, (tmp_path / "g" / "extents.jsonl").read_text().splitlines())
+    got = [x["path"] for x in lines if x["phase"] == "start" and "path" in x]  # (not the journal's)
+    assert cut and len(py) == MAX_GUEST_FILES and got == py, \
+        (len(got), len(py), next((a, b) for a, b in zip(got, py) if a != b))
+    assert sum(Path(p).parent == top for p in got) == 2000 and \
+        sum(Path(p).parent == top / "d0" for p in got) == MAX_GUEST_FILES - 2000, got[:5]
+
+
 def test_the_stores_own_writes_on_a_traced_disk_are_their_own_class(lab_factory, tmp_path):
     """A store on the host file system (the image's, on the traced disk):
     the host-disk writes into its own files (the agent's batches, written

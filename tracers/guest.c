@@ -5,7 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <dirent.h>
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
@@ -648,20 +648,21 @@ static void snapshot__compressed(int fd, __u64 ino)
 	fprintf(snap.f, "]");
 }
 
-/* One file's extents as a JSON line; false if it could not be read (gone). */
-static bool snapshot__file(const char *path, const struct stat *st)
+/* One file's extents as a JSON line (the file `name` in the directory
+ * open as dfd, at `path`); false if it could not be read (gone). */
+static bool snapshot__file(int dfd, const char *name, const char *path, __u64 ino)
 {
 	struct fiemap *fm = snap.fm;
 	__u64 start = 0;
 	bool first = true, last = false, encoded = false;
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 
 	if (fd < 0)
 		return false;
 	fprintf(snap.f, "{\"phase\":\"%s\",", snap.phase);
 	if (snap.index)
 		fprintf(snap.f, "\"fs\":%d,", snap.index);
-	fprintf(snap.f, "\"ino\":%llu,\"path\":", (unsigned long long)st->st_ino);
+	fprintf(snap.f, "\"ino\":%llu,\"path\":", (unsigned long long)ino);
 	guest__json_str(snap.f, path);
 	fprintf(snap.f, ",\"extents\":[");
 	while (!last) {
@@ -686,31 +687,158 @@ static bool snapshot__file(const char *path, const struct stat *st)
 	}
 	fprintf(snap.f, "]");
 	if (encoded && snap.btrfs)
-		snapshot__compressed(fd, st->st_ino);
+		snapshot__compressed(fd, ino);
 	close(fd);
 	fprintf(snap.f, "}\n");
 	return true;
 }
 
-static int snapshot__visit(const char *path, const struct stat *st, int type, struct FTW *ftw)
+/* false: stop the walk */
+static bool snapshot__visit(int dfd, const char *name, const char *path, __u64 ino)
 {
-	if (type == FTW_D && ftw->level > 0 && !strcmp(path + ftw->base, "lost+found"))
-		return FTW_SKIP_SUBTREE;
-	if (type != FTW_F || !S_ISREG(st->st_mode))
-		return FTW_CONTINUE;
-	if (snap.want && !snap.want(st->st_ino))
-		return FTW_CONTINUE;
+	if (snap.want && !snap.want(ino))
+		return true;
 	if (!snap.want && snap.nfiles >= GUEST_MAX_FILES) {	/* one more file: stop */
 		snap.truncated = true;
-		return FTW_STOP;
+		return false;
 	}
-	if (snapshot__file(path, st))
+	if (snapshot__file(dfd, name, path, ino))
 		snap.nfiles++;
 	if (ferror(snap.f)) {
 		snap.failed = true;
-		return FTW_STOP;
+		return false;
 	}
-	return FTW_CONTINUE;
+	return true;
+}
+
+/* The directories still to read, as paths (malloc'ed). */
+static struct {
+	char **v;
+	size_t n, cap;
+	char buf[64 << 10] __attribute__((aligned(8)));	/* getdents64's */
+} todo;
+
+static int todo__push(char *path)
+{
+	if (todo.n == todo.cap) {
+		size_t cap = todo.cap ? todo.cap * 2 : 256;
+		char **v = realloc(todo.v, cap * sizeof(*v));
+
+		if (!v)
+			return -1;
+		todo.v = v;
+		todo.cap = cap;
+	}
+	todo.v[todo.n++] = path;
+	return 0;
+}
+
+static char *path__join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir);
+	char *p = malloc(n + strlen(name) + 2);
+
+	if (p)
+		sprintf(p, "%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", name);
+	return p;
+}
+
+/* Each regular file of the file system mounted at top, to visit(dir fd,
+ * name, path, inode) until it returns false; -1 if out of memory.  This
+ * file system only: not the ones mounted on it (a root file system's
+ * /proc, /sys, ...) nor a btrfs subvolume (a device of its own), and no
+ * lost+found.  Depth first, a directory's files before its
+ * subdirectories, in directory order, as guest_files in
+ * nestrace/record.py.  Only directories are stat'ed: a file's type and
+ * inode come from its directory entry (d_ino is st_ino on ext2/3/4, xfs,
+ * btrfs and an overlay on one file system).  (With nftw, which stats
+ * every file, `--guest / -- cat` on this machine's root file system of
+ * ~480 k files took 1.9-2.4 s of system time, 2026-11-29; with this walk
+ * 0.9-1.1 s.) */
+static int files__walk(const char *top, bool (*visit)(int, const char *, const char *, __u64))
+{
+	struct stat st;
+	bool go = true;
+	char *first;
+	dev_t dev;
+	int err = 0;
+
+	if (stat(top, &st))
+		return 0;	/* gone: no files */
+	if (!(first = strdup(top)))
+		return -1;
+	dev = st.st_dev;
+	todo.n = 0;
+	if (todo__push(first)) {
+		free(first);
+		return -1;
+	}
+	while (todo.n) {
+		char *dir = todo.v[--todo.n];
+		size_t below = todo.n;	/* its subdirectories go above this */
+		int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		ssize_t len = 0, off = 0;
+
+		if (dfd < 0) {		/* removed or unreadable while we looked */
+			free(dir);
+			continue;
+		}
+		while (go && !err) {
+			struct dirent64 *e;
+			unsigned char type;
+			char *path;
+
+			if (off >= len) {
+				len = getdents64(dfd, todo.buf, sizeof(todo.buf));
+				off = 0;
+				if (len <= 0)
+					break;
+			}
+			e = (struct dirent64 *)(todo.buf + off);
+			off += e->d_reclen;
+			type = e->d_type;
+			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+				continue;
+			if (type == DT_UNKNOWN) {
+				if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT))
+					continue;
+				type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+			}
+			if (type == DT_DIR) {
+				if (!strcmp(e->d_name, "lost+found") ||
+				    fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT) ||
+				    st.st_dev != dev)
+					continue;
+				if (!(path = path__join(dir, e->d_name)) || todo__push(path)) {
+					free(path);
+					err = -1;
+				}
+				continue;
+			}
+			if (type != DT_REG)
+				continue;
+			if (!(path = path__join(dir, e->d_name))) {
+				err = -1;
+				continue;
+			}
+			go = visit(dfd, e->d_name, path, e->d_ino);
+			free(path);
+		}
+		close(dfd);
+		free(dir);
+		/* depth first, in directory order: the first subdirectory on top */
+		for (size_t i = below, j = todo.n; j > i + 1; i++, j--) {
+			char *t = todo.v[i];
+
+			todo.v[i] = todo.v[j - 1];
+			todo.v[j - 1] = t;
+		}
+		if (!go || err)
+			break;
+	}
+	while (todo.n)
+		free(todo.v[--todo.n]);
+	return err;
 }
 
 int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
@@ -739,8 +867,10 @@ int guest__snapshot(const struct guest_stack *g, const char *phase, FILE *f,
 	snap.fm = calloc(1, sizeof(struct fiemap) + FIEMAP_BATCH * sizeof(struct fiemap_extent));
 	if (!snap.fm)
 		return -1;
-	/* this file system only (FTW_MOUNT), links not followed */
-	nftw(g->mount, snapshot__visit, 64, FTW_PHYS | FTW_MOUNT | FTW_ACTIONRETVAL);
+	if (files__walk(g->mount, snapshot__visit)) {
+		fprintf(stderr, "nestrace-agent: %s: the %s snapshot: out of memory\n", g->mount, phase);
+		snap.failed = true;
+	}
 	free(snap.fm);
 	if (fflush(f) || snap.failed)
 		return -1;

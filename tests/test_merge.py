@@ -279,11 +279,24 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
         {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): nvd,
          # a read split across two image extents is two disk requests
          ("vdisk", "disk"): (got[1] if guest_by == "agent" else 4096) + nvd - 4096}
-    to_app = {r["level"]: r for r in s.rows("SELECT level, bytes, fraction FROM links_to_vfs")}
+    to_app = {r["level"]: r for r in s.rows("SELECT * FROM links_to_vfs")}
     # (all of it but a btrfs guest's metadata reads)
     assert to_app["vdisk"]["fraction"] == 16 * MiB / to_app["vdisk"]["bytes"]
     assert to_app["vdisk"]["fraction"] == 1.0 or guest_fs == "btrfs"
-    assert to_app["disk"]["fraction"] >= 0.99 * to_app["vdisk"]["fraction"]
+    # the disk's bytes tied to the application are the vdisk's, and what
+    # else it did while the guest side traced is under 1 % of its bytes:
+    # the rest came after (a btrfs guest's commit at its agent's end
+    # snapshot, seen by the host side alone: 136 KiB in one run, 280 KiB
+    # in a CI run, 2026-11-29, where a bound over the whole capture,
+    # disk fraction >= 0.99 x vdisk's, failed)
+    assert to_app["disk"]["app_bytes"] == to_app["vdisk"]["app_bytes"], to_app
+    with nestrace.open(gstore) as g:
+        guest_end = g.rows("SELECT end_ns FROM capture_meta")[0]["end_ns"]
+    other = s.rows("SELECT sum(l.bytes) FILTER (WHERE d.ts_ns <= ?) AS during, "
+                   "sum(l.bytes) AS after_too FROM links l JOIN disk_io d "
+                   "ON d.capture_id = l.capture_id AND d.io_id = l.lower_id "
+                   "WHERE l.lower_level = 'disk' AND l.upper_id IS NULL", [guest_end])[0]
+    assert (other["during"] or 0) <= 0.01 * to_app["disk"]["bytes"], (other, to_app)
     lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
     assert lost == {"drops": 0, "gaps": 0}
     # (cpu, seq) stay unique: the host's CPUs are renumbered

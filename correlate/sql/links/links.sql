@@ -536,11 +536,17 @@ filed AS (    -- virtual-disk blocks written with no cause found that hold a
               -- every extent), and host-disk ones that hold the image's
               -- (its pages dirtied before the capture, say): write-back,
               -- whatever the flags say (fsync writes data with REQ_SYNC,
-              -- and so does a flusher writing back for a sync)
+              -- and so does a flusher writing back for a sync); a
+              -- REQ_META write, which no data write is, is not (below):
+              -- a block written as metadata that a file's mapping event
+              -- puts data in at another time of the capture (ext2's
+              -- indirect block, freed with its file, a later file's
+              -- data) was metadata then
   SELECT DISTINCT r.ck, r.hop, r.blk
   FROM rest r
   ASOF JOIN reach e ON e.ck = r.ck AND e.hop = r.hop AND r.blk * 4096 >= e.lo
-  WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.s_ns IS NULL AND r.blk * 4096 < e.reach),
+  WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.s_ns IS NULL AND r.l_flags & 2 = 0
+    AND r.blk * 4096 < e.reach),
 placed_reach AS (   -- the capture's own store files, where a traced disk
                     -- holds them (extent_maps role nestrace_store: the
                     -- store on the virtual disk, hop 0, or on a host disk,
@@ -634,6 +640,7 @@ out AS (
   -- (the readahead's keys are virtual- and host-disk reads': no other row matches)
   ASOF LEFT JOIN _links_ra_keyed a ON a.k = r.k AND r.l_start >= a.ra_ns
   LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1
+                   AND r.l_flags & 2 = 0
   LEFT JOIN placed o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1
   LEFT JOIN journaled j ON j.ck = r.ck AND j.hop = r.hop
   LEFT JOIN fs_span g ON g.ck = r.ck AND g.hop = r.hop)

@@ -669,8 +669,10 @@ JOIN _links_captures c USING (ck);
 -- a page fault on a memory-mapped file asked for; kind store: a
 -- virtual-disk write of a block last dirtied by a store through a shared
 -- mapping, no write call; kind writeback: other virtual-disk writes of
--- a guest file's blocks, and host-disk writes of blocks the image holds
--- at the end (its pages written back, dirtied before the capture, say);
+-- a guest file's blocks (not REQ_META ones: a block freed and given to a
+-- file during the capture was metadata before), and host-disk writes of
+-- blocks the image holds at the end (its pages written back, dirtied
+-- before the capture, say);
 -- kind nestrace: writes into the capture's own store files, where the
 -- store was on a traced disk (the virtual disk, or a host disk);
 -- kind journal: writes into a file system's journal, where the capture

@@ -271,18 +271,31 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
                   "FROM capture_meta")[0] == {k: counted["guest"][k] + counted["host"][k]
                                                for k in ("lost_total", "c", "u")}
     # the vdisk requests: fio's reads, and a btrfs guest's reads of its own
-    # metadata (checksums), each served by a host access and disk request
+    # metadata (checksums), each served by a host access and disk request;
+    # any write is the guest FS's own, no call's (an ext4 journal commit
+    # fell in the capture in a CI run, 2026-11-29: 4103 requests)
     nvd = s.rows("SELECT count(*) AS n FROM vdisk_io")[0]["n"]
-    assert nvd == 4096 or (guest_fs == "btrfs" and 4096 < nvd < 4096 + 64), nvd
-    assert {(r["upper_level"], r["lower_level"]): r["requests"] for r in s.rows(
-        "SELECT * FROM links_summary WHERE kind = 'sync'")} == \
-        {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): nvd,
-         # a read split across two image extents is two disk requests
-         ("vdisk", "disk"): (got[1] if guest_by == "agent" else 4096) + nvd - 4096}
+    nrd = s.rows("SELECT count(*) AS n FROM vdisk_io WHERE op = 'read'")[0]["n"]
+    assert nrd == 4096 or (guest_fs == "btrfs" and 4096 < nrd < 4096 + 64), nrd
+    own = s.rows("SELECT DISTINCT l.kind FROM links l JOIN vdisk_io v ON v.capture_id = "
+                 "l.capture_id AND v.io_id = l.lower_id WHERE l.lower_level = 'vdisk' "
+                 "AND v.op <> 'read'")
+    assert {r["kind"] for r in own} <= {"journal", "metadata"} and nvd - nrd < 64, (own, nvd)
+    # (a flush has no host access; the guest FS's own writes may each be
+    # several disk requests)
+    nrw = s.rows("SELECT count(*) AS n FROM vdisk_io WHERE op IN ('read', 'write')")[0]["n"]
+    synced = {(r["upper_level"], r["lower_level"]): r["requests"] for r in s.rows(
+        "SELECT * FROM links_summary WHERE kind = 'sync'")}
+    # a read split across two image extents is two disk requests
+    reads_disk = (got[1] if guest_by == "agent" else 4096) + nrd - 4096
+    assert synced == {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): nrw,
+                      ("vdisk", "disk"): reads_disk} or (
+        nvd > nrd and synced[("vfs", "vdisk")] == 4096 and synced[("vdisk", "hostfs")] == nrw
+        and synced[("vdisk", "disk")] >= reads_disk + nrw - nrd), (synced, nvd, nrd, nrw)
     to_app = {r["level"]: r for r in s.rows("SELECT * FROM links_to_vfs")}
     # (all of it but a btrfs guest's metadata reads)
     assert to_app["vdisk"]["fraction"] == 16 * MiB / to_app["vdisk"]["bytes"]
-    assert to_app["vdisk"]["fraction"] == 1.0 or guest_fs == "btrfs"
+    assert to_app["vdisk"]["fraction"] == 1.0 or guest_fs == "btrfs" or nvd > nrd
     # the disk's bytes tied to the application are the vdisk's, and what
     # else it did while the guest side traced is under 1 % of its bytes:
     # the rest came after (a btrfs guest's commit at its agent's end

@@ -1109,6 +1109,7 @@ def correlate_cmd(store, memory_limit) -> None:
 @user_errors
 def plot_cmd(store, kind, level, capture_id, output) -> None:
     """Draw one figure of a store to HTML (self-contained) or PNG."""
+    _allow_pandas()
     from . import plots
     from .session import Session
     if kind not in plots.KINDS:
@@ -1141,6 +1142,7 @@ def plot_cmd(store, kind, level, capture_id, output) -> None:
 def html_cmd(stores, output) -> None:
     """One self-contained HTML page (no network needed): the report's
     tables and every figure for each STORE, seek CDFs overlaid."""
+    _allow_pandas()
     from . import plots
     from .session import Session
     output_file(output)
@@ -1162,9 +1164,32 @@ def summary_cmd(store, capture) -> None:
         raise UserError(f"{store}: {e}") from None
 
 
+class _NoPandas:
+    """An import finder that says pandas is not installed.  pyarrow (26)
+    imports pandas, if it can, at the first array it builds (to tell a
+    pandas Series from a list): ~0.4 s of every command's start-up that
+    builds one (record, import, merge, ...), and no command but plot and
+    html has any use for pandas.  Only the command line installs it; a
+    program or notebook that imports nestrace gets pandas as usual."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r} (nestrace's command line "
+                                      "does without it)", name=name)
+        return None
+
+
+def _allow_pandas() -> None:
+    """For the commands that draw with plotly, which may use pandas."""
+    sys.meta_path[:] = [f for f in sys.meta_path if f is not _NoPandas]
+
+
 def main() -> None:
     import faulthandler
     import signal
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas)
     # `kill -USR1 PID` prints every thread's Python stack to stderr (a
     # recording that will not stop says where it waits)
     faulthandler.register(signal.SIGUSR1, all_threads=True)

@@ -440,3 +440,35 @@ def test_commands_that_query_nothing_import_neither_duckdb_nor_pyarrow(args, tmp
     r = subprocess.run([sys.executable, "-c", LIGHT, *args], capture_output=True, text=True,
                        cwd=ROOT, env=env)
     assert r.stdout.splitlines()[-1] == "[]", (r.stdout, r.stderr)
+
+
+MAIN = """
+import sys
+from nestrace.cli import main
+sys.argv[0] = "nestrace"
+try:
+    main()
+except SystemExit as e:
+    print("exit", e.code)
+print(sorted(m for m in ("pyarrow", "pandas") if m in sys.modules))
+"""
+
+
+def test_a_command_that_builds_arrow_tables_does_not_import_pandas(tmp_path):
+    """pyarrow imports pandas at the first array it builds, if it can:
+    ~0.4 s of the start-up of record, import, merge...  The command line
+    says pandas is not there; plot and html, which draw with plotly, may
+    still import it, and so may a program that imports nestrace."""
+    from nestrace import blktrace
+    f = tmp_path / "vda.blktrace.0"
+    f.write_bytes(b"".join(
+        blktrace.HEADER.pack(blktrace.MAGIC | 7, 0, t, 2048, 4096, (0x1 << 16) | a, 123,
+                             (7 << 20) | 1, 0, 0, 0) for t, a in ((100, 1), (110, 4), (150, 7),
+                                                                   (300, 8))))
+    store = tmp_path / "s"
+    r = subprocess.run([sys.executable, "-c", MAIN, "import", "-o", str(store), str(f)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.stdout.splitlines()[-2:] == ["exit 0", "['pyarrow']"], (r.stdout, r.stderr)
+    s = nestrace.open(store)
+    assert s.rows("SELECT op, bytes FROM disk_io") == [{"op": "read", "bytes": 4096}]
+    assert len(s.df("SELECT * FROM disk_io")) == 1      # pandas, in a program

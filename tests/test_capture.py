@@ -1417,7 +1417,8 @@ def test_attaching_to_a_running_workload_counts_no_loss_while_attaching(lab_fact
         # fio's reads flowing first (a CI run beside the other run's load,
         # 2026-11-29, saw no request dispatched while attaching, 1 s after
         # fio's start: fio not yet reading, or stalled then)
-        reads = lambda: int(stat.read_text().split()[0])
+        def reads() -> int:
+            return int(stat.read_text().split()[0])
         deadline, n0 = time.monotonic() + 30, reads()
         while reads() < n0 + 1000 and time.monotonic() < deadline and job.poll() is None:
             time.sleep(0.1)

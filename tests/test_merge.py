@@ -383,12 +383,13 @@ def test_a_host_device_numbered_as_a_guest_one_is_renumbered_everywhere(lab_fact
     # fio's 4096 reads, and the guest FS's own writes if it made any during
     # the capture (a journal commit: 4099 requests in a CI run, 2026-11-29):
     # every one reaches the host file and the renumbered host disk
-    nrd = s.rows("SELECT count(*) AS n FROM vdisk_io WHERE op = 'read'")[0]["n"]
-    nrw = s.rows("SELECT count(*) AS n FROM vdisk_io WHERE op IN ('read', 'write')")[0]["n"]
+    nrd, nrw = s.con.execute("SELECT count(*) FILTER (WHERE op = 'read'), "
+                             "count(*) FILTER (WHERE op IN ('read', 'write')) FROM vdisk_io").fetchone()
     assert nrd == 4096 and nrw - nrd < 64, (nrd, nrw)
-    assert got == {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): nrw, ("vdisk", "disk"): nrw} or (
-        nrw > nrd and got[("vfs", "vdisk")] == 4096 and got[("vdisk", "hostfs")] == nrw
-        and got[("vdisk", "disk")] >= nrw), (got, nrw)
+    to_disk = got.pop(("vdisk", "disk"))
+    assert got == {("vfs", "vdisk"): 4096, ("vdisk", "hostfs"): nrw}, got
+    # (a guest FS write across two image extents is two disk requests)
+    assert to_disk == nrw or (nrw > nrd and to_disk > nrw), (to_disk, nrw)
 
 
 @pytest.mark.root

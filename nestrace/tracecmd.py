@@ -559,7 +559,13 @@ def read(path: str | os.PathLike) -> Events:
                 if tl == TYPE_PADDING:
                     if delta == 0:
                         break
-                    p += 8 + int.from_bytes(data[p + 4:p + 8], "little")
+                    # a discarded event (the kernel's rb_event_discard): its
+                    # array[0] is its length less its 4-byte header, and its
+                    # delta stands (the next event's is from its time), as
+                    # libtraceevent reads it.  (Until 2026-11-29, 4 bytes
+                    # too far and no delta: the rest of the page was lost.)
+                    ts += delta
+                    p += 4 + int.from_bytes(data[p + 4:p + 8], "little")
                     continue
                 if tl == TYPE_TIME_EXTEND:
                     ts += (int.from_bytes(data[p + 4:p + 8], "little") << TS_SHIFT) + delta

@@ -31,6 +31,7 @@ import os
 import re
 import struct
 import zlib
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,7 @@ TYPE_PADDING, TYPE_TIME_EXTEND, TYPE_TIME_STAMP = 29, 30, 31
 TS_SHIFT = 27
 MISSED_EVENTS, MISSED_STORED = 1 << 31, 1 << 30
 COMMIT_MASK = (1 << 27) - 1
+_U32 = struct.Struct("<I").unpack_from
 
 # v7 section ids and options
 SEC_OPTIONS, SEC_HEADER_INFO, SEC_FTRACE_EVENTS, SEC_EVENT_FORMATS = 0, 16, 17, 18
@@ -479,11 +481,11 @@ def _implausible(sector: int, nr: int, dev: int) -> str:
     2^54 sectors, as blktrace's import rules; a request of 2^23 sectors
     or more (a bio's size is 32 bits of bytes), a device number past 32
     bits."""
-    if nr >= 1 << 23:
+    if not 0 <= nr < 1 << 23:
         return f"nr_sector {nr} (a request holds under 4 GiB"
     if nr and sector >= bt.MAX_SECTOR - nr:
         return f"{nr} sectors at sector {sector} (past 2^54 sectors, 2^63 bytes"
-    if dev >= 1 << 32:
+    if not 0 <= dev < 1 << 32:
         return f"dev {dev} (past 32 bits"
     return ""
 
@@ -514,27 +516,31 @@ class Events:
 
 
 def read(path: str | os.PathLike) -> Events:
-    """The block request events of a trace.dat, in file order per CPU."""
+    """The block request events of a trace.dat, in file order per CPU.
+    A walk in Python reads only the record headers (and each event's id,
+    to keep the block events); numpy reads the fields of those at once."""
     dat, b = open_dat(path)
     kinds = _block_kinds(dat)
     commit_off, commit_size = _page_layout(dat)
     data_off = commit_off + commit_size
     ps = dat.page_size
-    cols: dict[str, list] = {k: [] for k in ("file_offset", "time_ns", "sector", "bytes",
-                                             "action_code", "categories", "pid", "dev", "cpu",
-                                             "error", "pdu")}
     comms = dict(dat.cmdlines)
     other: dict[str, int] = {}
     lost: dict[int, int] = {}
     received: dict[int, int] = {}
-    problems: list[str] = []
-    for cpu, off, size in dat.cpus:
+    found: list[tuple[int, int, int, str]] = []      # (cpu index, page, byte, problem)
+    parts: list[dict[str, np.ndarray]] = []
+    by_page = dat.compression == "none" or dat.version == 6
+    for ci, (cpu, off, size) in enumerate(dat.cpus):
         data = _cpu_data(dat, b, cpu, off, size)
-        n_here = 0
+
+        def where(page: int, cpu=cpu, off=off) -> str:
+            return (f"{dat.path}: cpu {cpu}, page at byte {page} of its data"
+                    + (f" (file offset {off + page})" if by_page else ""))
+
+        hdrs, tss = array("q"), array("Q")     # each event record: its header, its time
+        n_damaged = 0                           # (read, and left out with their page's rest)
         for page in range(0, len(data) - data_off + 1, ps):
-            where = (f"{dat.path}: cpu {cpu}, page at byte {page} of its data"
-                     + ("" if dat.compression != "none" and dat.version == 7
-                        else f" (file offset {off + page})"))
             ts = int.from_bytes(data[page:page + 8], "little")
             commit = int.from_bytes(data[page + commit_off:page + commit_off + commit_size], "little")
             used = commit & COMMIT_MASK
@@ -545,16 +551,16 @@ def read(path: str | os.PathLike) -> Events:
                     missed = int.from_bytes(data[at:at + dat.long_size], "little") or 1
                 lost[cpu] = lost.get(cpu, 0) + missed
             if data_off + used > ps:
-                problems.append(f"{where}: commit {used} runs past the page ({ps} bytes): "
-                                "page skipped")
+                found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
+                                           f"({ps} bytes): page skipped"))
                 continue
             p, end = page + data_off, page + data_off + used
             while p < end:
                 if p + 4 > end:
-                    problems.append(f"{where}: a record header cut at byte {p - page}: rest "
-                                    "of the page skipped")
+                    found.append((ci, page, p - page, f"{where(page)}: a record header cut at "
+                                                      f"byte {p - page}: rest of the page skipped"))
                     break
-                h = int.from_bytes(data[p:p + 4], "little")
+                h, = _U32(data, p)
                 tl, delta = h & 0x1F, h >> 5
                 if tl == TYPE_PADDING:
                     if delta == 0:
@@ -565,10 +571,10 @@ def read(path: str | os.PathLike) -> Events:
                     # libtraceevent reads it.  (Until 2026-11-29, 4 bytes
                     # too far and no delta: the rest of the page was lost.)
                     ts += delta
-                    p += 4 + int.from_bytes(data[p + 4:p + 8], "little")
+                    p += 4 + _U32(data, p + 4)[0]
                     continue
                 if tl == TYPE_TIME_EXTEND:
-                    ts += (int.from_bytes(data[p + 4:p + 8], "little") << TS_SHIFT) + delta
+                    ts += (_U32(data, p + 4)[0] << TS_SHIFT) + delta
                     p += 8
                     continue
                 if tl == TYPE_TIME_STAMP:
@@ -578,72 +584,172 @@ def read(path: str | os.PathLike) -> Events:
                     continue
                 ts += delta
                 if tl == 0:
-                    length = int.from_bytes(data[p + 4:p + 8], "little") - 4
+                    length = _U32(data, p + 4)[0] - 4
                     ev = p + 8
                 else:
                     length = tl * 4
                     ev = p + 4
                 if length < 8 or ev + length > end:
-                    problems.append(f"{where}: a record of {length} bytes at byte {p - page} "
-                                    "runs past the page's data: rest of the page skipped")
+                    found.append((ci, page, p - page, f"{where(page)}: a record of {length} bytes "
+                                                      f"at byte {p - page} runs past the page's "
+                                                      "data: rest of the page skipped"))
                     break
-                at, p = p - page, ev + ((length + 3) & ~3)
-                n_here += 1
-                eid = int.from_bytes(data[ev:ev + 2], "little")
-                k = kinds.get(eid)
-                if k is None:
-                    f = dat.formats.get(eid)
-                    name = f"{f.system}/{f.name}" if f else f"id {eid}"
-                    other[name] = other.get(name, 0) + 1
-                    continue
-                if ts >= bt.MAX_TIME:   # (as blktrace's import rules; later times build on it)
-                    problems.append(f"{where}: a {dat.formats[eid].name} record at byte {at}: "
-                                    f"time {ts} (past 2^63): the page's times are damaged, "
-                                    "rest of the page skipped")
-                    break
-                if length < k.need:
-                    problems.append(f"{where}: a {length}-byte {dat.formats[eid].name} record "
-                                    f"at byte {at}: its format's fields need {k.need}: a "
-                                    "damaged record, left out")
-                    continue
-                pid = int.from_bytes(data[ev + 4:ev + 8], "little", signed=True)
-                nr = _fld(data, ev, k.nr) if k.nr else 0
-                sector = _fld(data, ev, k.sector) & 0xFFFFFFFFFFFFFFFF
-                dev = _fld(data, ev, k.dev)
-                bad = _implausible(sector, nr, dev)
-                if bad:
-                    problems.append(f"{where}: a {dat.formats[eid].name} record at byte {at}: "
-                                    f"{bad}): a damaged record, left out")
-                    continue
-                rw = _text(data, ev, k.rwbs)
-                if k.comm is not None and pid > 0:
-                    comms.setdefault(pid, _text(data, ev, k.comm))
-                pdu = b""
-                if k.new_sector is not None:
-                    pdu = _fld(data, ev, k.new_sector).to_bytes(8, "big")
-                cols["file_offset"].append(off + page if dat.compression == "none"
-                                           or dat.version == 6 else off)
-                cols["time_ns"].append(ts)
-                cols["sector"].append(sector)
-                cols["bytes"].append(nr * 512)
-                cols["action_code"].append(k.action)
-                cols["categories"].append(rwbs_categories(rw))
-                cols["pid"].append(max(pid, 0))
-                cols["dev"].append(dev)
-                cols["cpu"].append(cpu)
-                cols["error"].append(_fld(data, ev, k.error) & 0xFFFF if k.error else 0)
-                cols["pdu"].append(pdu)
-        received[cpu] = n_here
+                if ts < bt.MAX_TIME:
+                    tss.append(ts)
+                else:   # (as blktrace's import rules; later times build on it)
+                    eid = data[ev] | data[ev + 1] << 8
+                    if eid in kinds:
+                        found.append((ci, page, p - page, f"{where(page)}: a "
+                                      f"{dat.formats[eid].name} record at byte {p - page}: time "
+                                      f"{ts} (past 2^63): the page's times are damaged, rest of "
+                                      "the page skipped"))
+                        n_damaged += 1
+                        break
+                    tss.append(min(ts, (1 << 64) - 1))   # (another kind's: not kept)
+                hdrs.append(p)
+                p = ev + ((length + 3) & ~3)
+        received[cpu] = len(hdrs) + n_damaged
+        cols = _fields(dat, kinds, data, ci, cpu, hdrs, tss, where, found, comms, other)
+        cols["file_offset"] = (off + cols.pop("page")) if by_page else \
+            np.full(len(cols["time_ns"]), off, np.int64)
+        parts.append(cols)
     for cpu, text in dat.cpustats.items():
         n = sum(int(m[1]) for m in re.finditer(r"^(?:overrun|dropped events):\s*(\d+)", text, re.M))
         if n:
             lost[cpu] = lost.get(cpu, 0) + n
-    return Events(_table(dat, cols), comms, other, lost, received, problems, dat)
+    problems = [msg for *_, msg in sorted(found, key=lambda x: x[:3])]
+    return Events(_table(dat, parts), comms, other, lost, received, problems, dat)
 
 
-def _table(dat: DatFile, cols: dict[str, list]) -> pa.Table:
+def _gather(buf: np.ndarray, pos: np.ndarray, f: Field, signed: bool | None = None) -> np.ndarray:
+    """Field f of the records whose fields start at pos, as int64 (uint64
+    for an unsigned 8-byte field).  A 4- or 8-byte field is read as
+    32-bit words of the buffer seen from the field's place modulo 4 (the
+    ring buffer's records are 4-byte aligned: one view, one gather)."""
+    sgn = f.signed if signed is None else signed
+    q = pos + f.offset
+    if f.size in (4, 8):
+        out = np.zeros(len(q), np.uint64 if f.size == 8 else np.uint32)
+        rem = q & 3
+        for r in np.nonzero(np.bincount(rem, minlength=4))[0].tolist():
+            sel = slice(None) if len(q) and (rem == r).all() else rem == r
+            words = np.frombuffer(buf, "<u4", (len(buf) - r) // 4, r)
+            idx = q[sel] >> 2
+            out[sel] = words[idx] if f.size == 4 else \
+                words[idx].astype(np.uint64) | words[idx + 1].astype(np.uint64) << np.uint64(32)
+        if f.size == 8:
+            return out.view(np.int64) if sgn else out
+        return (out.view(np.int32) if sgn else out).astype(np.int64)
+    if f.size in (1, 2):
+        v = buf[q].astype(np.int64)
+        if f.size == 2:
+            v |= buf[q + 1].astype(np.int64) << 8
+        top = 1 << (8 * f.size - 1)
+        return np.where(v >= top, v - 2 * top, v) if sgn else v
+    data = buf.tobytes()
+    return np.array([_fld(data, int(x), f) for x in pos], np.int64 if sgn else np.uint64)
+
+
+def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: int, hdrs,
+            tss, where, found: list, comms: dict[int, str],
+            other: dict[str, int]) -> dict[str, np.ndarray]:
+    """The fields of one CPU's block events (hdrs: where each event
+    record starts in `data`, whole within its page), by kind; events of
+    other kinds are counted in `other`; an event too short for its fields,
+    or with fields no kernel writes, is named in `found` and left out."""
+    buf = np.frombuffer(data, np.uint8)
+    hdr = np.frombuffer(hdrs, np.int64) if len(hdrs) else np.zeros(0, np.int64)
+    ts = np.frombuffer(tss, np.uint64) if len(hdrs) else np.zeros(0, np.uint64)
+    tl = (buf[hdr] & 0x1F).astype(np.int64)
+    ev = hdr + np.where(tl == 0, 8, 4)
+    length = np.where(tl == 0, _gather(buf, hdr, Field(4, 4, False, False)) - 4, tl * 4)
+    eid = buf[ev].astype(np.int64) | buf[ev + 1].astype(np.int64) << 8
+    block = np.isin(eid, np.array(list(kinds), np.int64))
+    ids, first, counts = np.unique(eid[~block], return_index=True, return_counts=True)
+    for e, c in sorted(zip(ids.tolist(), counts.tolist()), key=lambda x: first[ids == x[0]][0]):
+        f = dat.formats.get(e)
+        name = f"{f.system}/{f.name}" if f else f"id {e}"
+        other[name] = other.get(name, 0) + c
+    hdr, ts, ev, length, eid = hdr[block], ts[block], ev[block], length[block], eid[block]
+    n = len(ev)
+    page, at = hdr - hdr % dat.page_size, hdr % dat.page_size
+    keep = np.ones(n, bool)
+    sector, new_sector = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
+    nbytes, dev, error = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    action, cats = np.zeros(n, np.uint16), np.zeros(n, np.uint16)
+    has_pdu, has_comm = np.zeros(n, bool), np.zeros(n, bool)
+    pid = np.maximum(_gather(buf, ev, Field(4, 4, True, False)), 0) if n else np.zeros(0, np.int64)
+
+    def name(i: int) -> str:
+        return dat.formats[int(eid[i])].name
+
+    for e, k in kinds.items():
+        m = np.nonzero(eid == e)[0]
+        if not m.size:
+            continue
+        for i in m[length[m] < k.need]:
+            found.append((ci, int(page[i]), int(at[i]),
+                          f"{where(int(page[i]))}: a {length[i]}-byte {name(i)} record at byte "
+                          f"{at[i]}: its format's fields need {k.need}: a damaged record, left out"))
+            keep[i] = False
+        m = m[length[m] >= k.need]
+        pos = ev[m]
+        sec = _gather(buf, pos, k.sector, signed=False).astype(np.uint64)
+        nr = _gather(buf, pos, k.nr) if k.nr else np.zeros(len(m), np.int64)
+        d = _gather(buf, pos, k.dev)
+        bad = (nr >= 1 << 23) | (nr < 0) | ((nr != 0) & (sec >= np.uint64(bt.MAX_SECTOR)
+                                                          - nr.clip(0).astype(np.uint64))) \
+            | (d >= 1 << 32) | (d < 0)
+        for j in np.nonzero(bad)[0]:
+            i = m[j]
+            why = _implausible(int(sec[j]), int(nr[j]), int(d[j]))
+            found.append((ci, int(page[i]), int(at[i]), f"{where(int(page[i]))}: a {name(i)} "
+                                                        f"record at byte {at[i]}: {why}): a "
+                                                        "damaged record, left out"))
+            keep[i] = False
+        m, pos, sec, nr, d = m[~bad], pos[~bad], sec[~bad], nr[~bad], d[~bad]
+        sector[m], nbytes[m], dev[m], action[m] = sec, nr * 512, d, k.action
+        if k.rwbs.data_loc:
+            texts = np.array([_text(data, int(q), k.rwbs) for q in pos], object)
+        elif k.rwbs.size <= 8:      # (as one 64-bit number: unique sorts numbers faster)
+            raw = np.zeros((len(pos), 8), np.uint8)
+            raw[:, :k.rwbs.size] = buf[pos[:, None] + (k.rwbs.offset + np.arange(k.rwbs.size))]
+            texts = raw.view("<u8")[:, 0]
+        else:
+            raw = np.ascontiguousarray(buf[pos[:, None] + (k.rwbs.offset + np.arange(k.rwbs.size))])
+            texts = raw.view(f"S{k.rwbs.size}")[:, 0]
+        if len(texts):
+            keys, inverse = np.unique(texts, return_inverse=True)
+            cat = np.array([rwbs_categories(
+                t if isinstance(t, str) else
+                (int(t).to_bytes(8, "little") if isinstance(t, np.integer) else t)
+                .split(b"\0", 1)[0].decode(errors="replace")) for t in keys], np.uint16)
+            cats[m] = cat[inverse.reshape(-1)]
+        if k.error:
+            error[m] = _gather(buf, pos, k.error) & 0xFFFF
+        if k.new_sector is not None:
+            new_sector[m] = _gather(buf, pos, k.new_sector, signed=False).astype(np.uint64)
+            has_pdu[m] = True
+        if k.comm is not None:
+            has_comm[m] = True
+    # a task's name from its first event that has one (after the file's own list)
+    named = np.nonzero(has_comm & keep & (pid > 0))[0]
+    first_pid, first = np.unique(pid[named], return_index=True)
+    for q, i in zip(first_pid.tolist(), named[first].tolist()):
+        if q not in comms:
+            comms[q] = _text(data, int(ev[i]), kinds[int(eid[i])].comm)
+    return {"page": page[keep], "time_ns": ts[keep], "sector": sector[keep],
+            "bytes": nbytes[keep], "action_code": action[keep], "categories": cats[keep],
+            "pid": pid[keep], "dev": dev[keep], "cpu": np.full(int(keep.sum()), cpu, np.int64),
+            "error": error[keep], "new_sector": new_sector[keep], "has_pdu": has_pdu[keep]}
+
+
+def _table(dat: DatFile, parts: list[dict[str, np.ndarray]]) -> pa.Table:
+    if not parts:
+        return bt.SCHEMA.empty_table()
+    cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
     n = len(cols["time_ns"])
-    ts = np.array(cols["time_ns"], np.uint64)
+    ts = cols["time_ns"]
     if dat.clock == "x86-tsc":
         if not dat.tsc2nsec:
             raise TraceCmdError(f"{dat.path}: recorded with the x86-tsc clock and no TSC2NSEC "
@@ -660,28 +766,32 @@ def _table(dat: DatFile, cols: dict[str, list]) -> pa.Table:
                                 f"{len(out)} event time(s) outside [0, 2^63) ns, the first at "
                                 f"{out[0]}: a damaged option")
         ts = np.array(ts, np.uint64)
-    cats = np.array(cols["categories"], np.uint16)
-    nbytes = np.array(cols["bytes"], np.uint32)
-    acts = np.array(cols["action_code"], np.uint16)
-    rwbs = [bt.rwbs(int(c), int(b)) for c, b in zip(cats, nbytes)]
-    ops = [bt.op_name(int(c), int(b)) for c, b in zip(cats, nbytes)]
+    cats, nbytes, acts = cols["categories"], cols["bytes"].astype(np.uint32), cols["action_code"]
+    # a block_split's new sector is its pdu, big-endian, as in blktrace
+    lens = np.where(cols["has_pdu"], 8, 0)
+    pos = np.zeros(n + 1, np.int32)
+    pos[1:] = np.cumsum(lens)
+    body = cols["new_sector"][cols["has_pdu"]].astype(">u8").tobytes()
+    pdu = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(pos), pa.py_buffer(body)])
+    kind = cats.astype(np.int64) * 2 + (nbytes > 0)      # what rwbs and op depend on
     return pa.Table.from_pydict({
-        "file": pa.array([dat.path] * n).dictionary_encode(),
-        "file_offset": pa.array(cols["file_offset"], pa.uint64()),
+        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                               pa.array([dat.path])),
+        "file_offset": pa.array(cols["file_offset"].astype(np.uint64)),
         "sequence": pa.array(np.zeros(n, np.uint32)),
-        "time_ns": pa.array(ts, pa.uint64()),
-        "sector": pa.array(cols["sector"], pa.uint64()),
+        "time_ns": pa.array(ts.astype(np.uint64)),
+        "sector": pa.array(cols["sector"]),
         "bytes": pa.array(nbytes),
-        "action": pa.array([bt.ACTIONS[int(a)] for a in acts], pa.string()),
+        "action": bt._strings(acts, lambda a: bt.ACTIONS[a]),
         "action_code": pa.array(acts),
         "categories": pa.array(cats),
-        "rwbs": pa.array(rwbs, pa.string()),
-        "op": pa.array(ops, pa.string()),
-        "pid": pa.array(cols["pid"], pa.uint32()),
-        "dev": pa.array(cols["dev"], pa.uint32()),
-        "cpu": pa.array(cols["cpu"], pa.uint32()),
-        "error": pa.array(cols["error"], pa.uint16()),
-        "pdu": pa.array(cols["pdu"], pa.binary()),
+        "rwbs": bt._strings(kind, lambda k: bt.rwbs(k >> 1, k & 1)),
+        "op": bt._strings(kind, lambda k: bt.op_name(k >> 1, k & 1)),
+        "pid": pa.array(cols["pid"].astype(np.uint32)),
+        "dev": pa.array(cols["dev"].astype(np.uint32)),
+        "cpu": pa.array(cols["cpu"].astype(np.uint32)),
+        "error": pa.array(cols["error"].astype(np.uint16)),
+        "pdu": pdu,
     }, schema=bt.SCHEMA)
 
 

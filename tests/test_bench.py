@@ -56,3 +56,9 @@ def test_bench_loop_workers_runs():
     rows = [l for l in out.splitlines() if re.match(r"\| \d", l)]
     assert [r.split(" | ")[1] for r in rows] == ["plain", "traced", "traced:block"], out
     assert not list(Path("/sys/kernel/tracing/instances").glob("nestrace_lw_*"))
+
+
+def test_bench_imports_runs():
+    out = bench("imports", "--seconds", "1", "--runs", "1")
+    rows = [l for l in out.splitlines() if re.match(r"\| 1 \| [\d,]+ \|", l)]
+    assert len(rows) == 1 and int(rows[0].split(" | ")[1].replace(",", "")) > 1000, out

@@ -299,6 +299,7 @@ class Lab:
                    f"attaching the {role} loop device")
         self._step(st, "loop", dev=dev, role=role)
         _check_dio(dev, dio, flag)
+        _default_request_limit(dev)
         return dev
 
     def down(self) -> list[str]:
@@ -400,6 +401,24 @@ def _partition(disk: str, size: int) -> str:
                  f"adding partition 1 to {disk}")
         time.sleep(0.02)
     raise LabError(f"{part}: the partition did not appear")
+
+
+def _default_request_limit(dev: str) -> None:
+    """A loop device keeps the request size limit set on it (its queue's
+    max_sectors_kb) after it is detached, and the next lab given its
+    number inherited it: 8 KiB left on loop0 by a hand-made test split
+    btrfs's 16 KiB metadata reads at the host disk and made fio's 128 KiB
+    reads look sequential on a fragmented image (two CI failures,
+    2026-11-29).  Set it to a new device's: max_hw_sectors_kb, at most
+    1280 (the block layer's BLK_DEF_MAX_SECTORS_CAP)."""
+    q = Path("/sys/block") / Path(dev).name / "queue"
+    try:
+        want = min(int((q / "max_hw_sectors_kb").read_text()), 1280)
+        if int((q / "max_sectors_kb").read_text()) != want:
+            (q / "max_sectors_kb").write_text(f"{want}\n")
+    except (OSError, ValueError) as e:
+        raise LabError(f"{dev}: setting its request size limit (max_sectors_kb) to a new "
+                       f"device's: {e}") from e
 
 
 def _check_dio(dev: str, want: bool, flag: str) -> None:

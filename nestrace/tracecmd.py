@@ -666,7 +666,8 @@ def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: i
     eid = buf[ev].astype(np.int64) | buf[ev + 1].astype(np.int64) << 8
     block = np.isin(eid, np.array(list(kinds), np.int64))
     ids, first, counts = np.unique(eid[~block], return_index=True, return_counts=True)
-    for e, c in sorted(zip(ids.tolist(), counts.tolist()), key=lambda x: first[ids == x[0]][0]):
+    for i in np.argsort(first).tolist():      # (in the order they come)
+        e, c = int(ids[i]), int(counts[i])
         f = dat.formats.get(e)
         name = f"{f.system}/{f.name}" if f else f"id {e}"
         other[name] = other.get(name, 0) + c
@@ -710,21 +711,22 @@ def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: i
         m, pos, sec, nr, d = m[~bad], pos[~bad], sec[~bad], nr[~bad], d[~bad]
         sector[m], nbytes[m], dev[m], action[m] = sec, nr * 512, d, k.action
         if k.rwbs.data_loc:
-            texts = np.array([_text(data, int(q), k.rwbs) for q in pos], object)
-        elif k.rwbs.size <= 8:      # (as one 64-bit number: unique sorts numbers faster)
-            raw = np.zeros((len(pos), 8), np.uint8)
-            raw[:, :k.rwbs.size] = buf[pos[:, None] + (k.rwbs.offset + np.arange(k.rwbs.size))]
-            texts = raw.view("<u8")[:, 0]
+            keys, inverse = np.unique(np.array([_text(data, int(q), k.rwbs) for q in pos],
+                                               object), return_inverse=True)
+            names = keys.tolist()
         else:
-            raw = np.ascontiguousarray(buf[pos[:, None] + (k.rwbs.offset + np.arange(k.rwbs.size))])
-            texts = raw.view(f"S{k.rwbs.size}")[:, 0]
-        if len(texts):
-            keys, inverse = np.unique(texts, return_inverse=True)
-            cat = np.array([rwbs_categories(
-                t if isinstance(t, str) else
-                (int(t).to_bytes(8, "little") if isinstance(t, np.integer) else t)
-                .split(b"\0", 1)[0].decode(errors="replace")) for t in keys], np.uint16)
-            cats[m] = cat[inverse.reshape(-1)]
+            raw = buf[pos[:, None] + (k.rwbs.offset + np.arange(k.rwbs.size))]
+            if k.rwbs.size <= 8:    # (as one number: unique sorts numbers faster)
+                wide = np.zeros((len(pos), 8), np.uint8)
+                wide[:, :k.rwbs.size] = raw
+                keys, inverse = np.unique(wide.view("<u8")[:, 0], return_inverse=True)
+                texts = [int(t).to_bytes(8, "little") for t in keys]
+            else:
+                keys, inverse = np.unique(np.ascontiguousarray(raw).view(f"S{k.rwbs.size}")[:, 0],
+                                          return_inverse=True)
+                texts = keys.tolist()
+            names = [t.split(b"\0", 1)[0].decode(errors="replace") for t in texts]
+        cats[m] = np.array([rwbs_categories(t) for t in names], np.uint16)[inverse.reshape(-1)]
         if k.error:
             error[m] = _gather(buf, pos, k.error) & 0xFFFF
         if k.new_sector is not None:

@@ -58,8 +58,19 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
         # direct I/O all the way: each 4 KiB read is one 4 KiB read at the host disk
         assert 0.99 <= x["disk_read_x_app"] < 1.1, (cell, x)
         assert x["vdisk_sequential"] < 0.1 and x["disk_q2c_median_ns"] > 0, (cell, x)
-        # one job, one read at a time: at most ~1 request in flight below
-        assert 0 < x["vdisk_in_flight"] <= 1.1 and 0 < x["disk_in_flight"] <= 1.1, (cell, x)
+        # one job, one read at a time: at most ~1 read in flight below.  The
+        # row's aqu-sz counts every request: a `sync` anywhere on the machine
+        # (CI's other tests) puts flushes and journal writes on both disks
+        # mid-run (CI once saw 1.33 at a vdisk), counted apart here
+        for level in ("vdisk", "disk"):
+            d = s.rows("SELECT sum(d2c_ns) FILTER (WHERE op = 'read') AS r, sum(d2c_ns) AS a, "
+                       "count(*) FILTER (WHERE op <> 'read') AS others, "
+                       "(SELECT span_ns FROM depth_summary WHERE capture_id = ? AND level = ?) AS span "
+                       "FROM block_requests WHERE capture_id = ? AND level = ? AND c_ns IS NOT NULL",
+                       [x["capture_id"], level] * 2)[0]
+            got = (cell, level, x[f"{level}_in_flight"], d)
+            assert x[f"{level}_in_flight"] == pytest.approx(d["a"] / d["span"], rel=1e-9), got
+            assert 0 < d["r"] / d["span"] <= 1.1, got
         # the row's bytes are the store's
         disk = s.rows("SELECT sum(bytes)::BIGINT AS b FROM disk_io WHERE capture_id = ? "
                       "AND op = 'read'", [x["capture_id"]])[0]["b"]

@@ -40,7 +40,7 @@
 -- @column disk_seek_median_sectors BIGINT median |seek distance| at the host disk, sectors
 -- @column vdisk_q2c_median_ns DOUBLE  median Q2C at the virtual disk
 -- @column disk_q2c_median_ns DOUBLE   median Q2C at the host disk
--- @column vdisk_in_flight DOUBLE virtual-disk requests in flight on average over its busy span (iostat aqu-sz; depth_summary.avg_in_flight, summed over the level's devices)
+-- @column vdisk_in_flight DOUBLE virtual-disk requests in flight on average from its first dispatch to its last event (iostat aqu-sz: every request, the flushes and writes a `sync` anywhere makes included; depth_summary.avg_in_flight, summed over the level's devices)
 -- @column disk_in_flight DOUBLE the same at the host disk
 -- @column lost_total UBIGINT          events lost (capture_meta.lost_total)
 CREATE OR REPLACE VIEW compare_captures AS

@@ -269,6 +269,59 @@ def test_discarded_events_are_passed_over_as_trace_cmd_does(dats, tmp_path):
 
 
 @pytest.mark.root
+def test_absolute_time_stamps_are_read_as_trace_cmd_reads_them(dats, tmp_path):
+    """A writer that finds its time stamps out of step (an interrupt wrote
+    between its reads of the clock) writes the full time in a TIME_STAMP
+    record (type_len 31: the low 27 bits in the header, the rest in
+    array[0]; ring_buffer.c rb_add_timestamp).  Made here from a real file:
+    in the middle of every page an event becomes a TIME_STAMP of a time
+    before it, then a discard whose delta brings the clock back to the
+    event's time, so the events after it keep theirs only when both records
+    are read as the kernel wrote them.  (A reader that took the stamp for a
+    delta, or passed over it, would put the rest of the page elsewhere.)"""
+    files, _, _ = dats
+    src = files["v6"]
+    dat, _ = tracecmd.open_dat(src)
+    clean = tracecmd.read(src)
+    data = bytearray(src.read_bytes())
+    rows = clean.table.select(["file_offset", "time_ns"]).to_pylist()
+    stamped = 0
+    for page in sorted({r["file_offset"] for r in rows}):
+        recs = raw_records(data, page, dat.long_size)
+        ts = int.from_bytes(data[page:page + 8], "little")
+        times = []
+        for at, tl, delta, n in recs:
+            if tl == tracecmd.TYPE_TIME_EXTEND:
+                ts += (int.from_bytes(data[page + at + 4:page + at + 8], "little") << 27) + delta
+            elif tl < tracecmd.TYPE_PADDING or tl == tracecmd.TYPE_PADDING:
+                ts += delta
+            times.append(ts)
+        events = [i for i, (_, tl, _, n) in enumerate(recs) if tl < tracecmd.TYPE_PADDING and n >= 16]
+        if len(events) < 3:
+            continue
+        i = events[len(events) // 2]
+        at, _, _, n = recs[i]
+        stamp = times[i] - 1000
+        data[page + at:page + at + 8] = (((stamp & ((1 << 27) - 1)) << 5 | tracecmd.TYPE_TIME_STAMP)
+                                         .to_bytes(4, "little") + (stamp >> 27).to_bytes(4, "little"))
+        data[page + at + 8:page + at + 16] = (((1000 << 5) | tracecmd.TYPE_PADDING).to_bytes(4, "little")
+                                              + (n - 12).to_bytes(4, "little"))
+        stamped += 1
+    assert stamped > 4
+    bad = tmp_path / "stamps.dat"
+    bad.write_bytes(bytes(data))
+    r = tracecmd.read(bad)
+    assert r.problems == [] and r.other == {}
+    assert r.table.num_rows == clean.table.num_rows - stamped
+    # the clean file's times, less the events that became stamps
+    assert set(r.table.column("time_ns").to_pylist()) <= {x["time_ns"] for x in rows}
+    ours, theirs = our_events(bad), report_events(bad)
+    assert sum(theirs.values()) == r.table.num_rows
+    if ours != theirs:
+        pytest.fail(mismatch(bad, r, ours, theirs))
+
+
+@pytest.mark.root
 def test_fields_no_kernel_writes_leave_the_record_out_and_name_it(dats, tmp_path):
     """A block event whose nr_sector is 2^31 - 1 (found by fuzzing: it
     failed the whole read with numpy's OverflowError), and a page whose

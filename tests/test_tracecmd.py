@@ -234,6 +234,20 @@ def mismatch(path: Path, r, ours: Counter, theirs: Counter) -> str:
     return "\n".join(lines)
 
 
+def read_as_trace_cmd(bad: Path, data: bytes, rows: int):
+    """Write the made file, read it: no problem, `rows` block events, and
+    each the one `trace-cmd report` reads."""
+    bad.write_bytes(bytes(data))
+    r = tracecmd.read(bad)
+    assert r.problems == [] and r.other == {}
+    assert r.table.num_rows == rows
+    ours, theirs = our_events(bad), report_events(bad)
+    assert sum(theirs.values()) == r.table.num_rows
+    if ours != theirs:
+        pytest.fail(mismatch(bad, r, ours, theirs))
+    return r
+
+
 @pytest.mark.root
 def test_discarded_events_are_passed_over_as_trace_cmd_does(dats, tmp_path):
     """The kernel leaves an event it discards (a filter said no, after the
@@ -257,15 +271,7 @@ def test_discarded_events_are_passed_over_as_trace_cmd_does(dats, tmp_path):
                                              + (n - 4).to_bytes(4, "little"))
             discarded += 1
     assert discarded > 4
-    bad = tmp_path / "discards.dat"
-    bad.write_bytes(bytes(data))
-    r = tracecmd.read(bad)
-    assert r.problems == [] and r.other == {}
-    assert r.table.num_rows == clean.table.num_rows - discarded
-    ours, theirs = our_events(bad), report_events(bad)
-    assert sum(theirs.values()) == r.table.num_rows
-    if ours != theirs:
-        pytest.fail(mismatch(bad, r, ours, theirs))
+    read_as_trace_cmd(tmp_path / "discards.dat", data, clean.table.num_rows - discarded)
 
 
 @pytest.mark.root
@@ -308,17 +314,9 @@ def test_absolute_time_stamps_are_read_as_trace_cmd_reads_them(dats, tmp_path):
                                               + (n - 12).to_bytes(4, "little"))
         stamped += 1
     assert stamped > 4
-    bad = tmp_path / "stamps.dat"
-    bad.write_bytes(bytes(data))
-    r = tracecmd.read(bad)
-    assert r.problems == [] and r.other == {}
-    assert r.table.num_rows == clean.table.num_rows - stamped
+    r = read_as_trace_cmd(tmp_path / "stamps.dat", data, clean.table.num_rows - stamped)
     # the clean file's times, less the events that became stamps
     assert set(r.table.column("time_ns").to_pylist()) <= {x["time_ns"] for x in rows}
-    ours, theirs = our_events(bad), report_events(bad)
-    assert sum(theirs.values()) == r.table.num_rows
-    if ours != theirs:
-        pytest.fail(mismatch(bad, r, ours, theirs))
 
 
 @pytest.mark.root

@@ -1874,6 +1874,20 @@ def _writes_by_part(s, level, part2_sector):
         f"WHERE l.lower_level = '{level}' AND b.op = 'write' GROUP BY ALL")}
 
 
+def _tied_to_vdisk_by_cause(s, lower_level):
+    """Bytes of `lower_level` (hostfs or disk) tied 'sync' to a virtual-disk
+    request, by that request's cause: 'app' (tied to a call) or the guest
+    FS's own kind (journal, metadata: a `sync` anywhere on the machine, such
+    as the other CI run's, commits the guest's journal mid-capture)."""
+    return {r["cause"]: r["b"] for r in s.rows(
+        "WITH up AS (SELECT lower_id, CASE WHEN bool_or(upper_id IS NOT NULL) THEN 'app' "
+        "  ELSE string_agg(DISTINCT kind, ',') END AS cause FROM links "
+        "  WHERE upper_level = 'vfs' AND lower_level = 'vdisk' GROUP BY ALL) "
+        "SELECT up.cause, sum(l.bytes)::BIGINT AS b FROM links l JOIN up ON up.lower_id = l.upper_id "
+        "WHERE l.upper_level = 'vdisk' AND l.lower_level = ? AND l.kind = 'sync' GROUP BY ALL",
+        [lower_level])}
+
+
 FIO_4M_WRITES = "fio --rw=randwrite --bs=4k --direct=1 --size=16M --io_size=4M --output=/dev/null"
 # 4 MiB of O_DIRECT writes into each of two mounts, {a} and {b}, at once
 WRITES_IN_BOTH = (f"{FIO_4M_WRITES} --name=a --filename={{a}}/f & "
@@ -2034,9 +2048,16 @@ def test_another_vms_image_on_the_host_fs_is_named_and_its_writes_are_other(lab_
     got = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
         "SELECT kind, attributed AS tied, sum(bytes) AS b FROM links_summary "
         "WHERE lower_level = 'disk' AND upper_level = 'vdisk' GROUP BY ALL")}
+    # the host-disk bytes tied to a virtual-disk request: fio's 4 MiB, and
+    # the guest FS's own writes (a `sync` elsewhere on the machine, such as
+    # another CI run's, commits its journal mid-capture: 4 KiB more once in
+    # CI; 1.2-1.4 MiB of journal and metadata beside a 10 ms sync loop)
+    by = _tied_to_vdisk_by_cause(s, "disk")
+    assert by.get("app") == 4 << 20 and set(by) <= {"app", "journal", "metadata"}, (by, got)
+    assert got[("sync", True)] == sum(by.values()), (by, got)
     # (the other guest's 4 MiB are more at the disk: its 1 KiB blocks make
     # unaligned writes, which xfs pads to its own blocks)
-    assert got[("sync", True)] == 4 << 20 and got[("other", False)] >= 4 << 20, got
+    assert got[("other", False)] >= 4 << 20, got
     assert got.get(("writeback", False), 0) < 64 << 10, got
 
 
@@ -2587,7 +2608,11 @@ def test_a_reflink_snapshot_of_the_image_makes_its_copy_on_write_no_hole_punched
     kinds = {(r["kind"], r["tied"]): r["b"] for r in s.rows(
         "SELECT kind, upper_id IS NOT NULL AS tied, sum(bytes) AS b FROM links "
         "WHERE lower_level = 'hostfs' GROUP BY ALL")}
-    assert kinds == {("sync", True): 2 << 20}, kinds
+    # (and the guest FS's own journal and metadata writes, if a sync
+    # elsewhere committed them mid-capture)
+    by = _tied_to_vdisk_by_cause(s, "hostfs")
+    assert by.get("app") == 2 << 20 and set(by) <= {"app", "journal", "metadata"}, (by, kinds)
+    assert kinds == {("sync", True): sum(by.values())}, (by, kinds)
     assert_losses_counted(s)
 
 

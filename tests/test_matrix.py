@@ -61,7 +61,7 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
         # one job, one read at a time: at most ~1 read in flight below.  The
         # row's aqu-sz counts every request: a `sync` anywhere on the machine
         # (CI's other tests) puts flushes and journal writes on both disks
-        # mid-run (CI once saw 1.33 at a vdisk), counted apart here
+        # mid-run (CI once saw 1.33 at one of the two), counted apart here
         for level in ("vdisk", "disk"):
             d = s.rows("SELECT sum(d2c_ns) FILTER (WHERE op = 'read') AS r, sum(d2c_ns) AS a, "
                        "count(*) FILTER (WHERE op <> 'read') AS others, "

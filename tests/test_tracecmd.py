@@ -298,8 +298,9 @@ def test_absolute_time_stamps_are_read_as_trace_cmd_reads_them(dats, tmp_path):
         times = []
         for at, tl, delta, n in recs:
             if tl == tracecmd.TYPE_TIME_EXTEND:
-                ts += (int.from_bytes(data[page + at + 4:page + at + 8], "little") << 27) + delta
-            elif tl < tracecmd.TYPE_PADDING or tl == tracecmd.TYPE_PADDING:
+                ts += (int.from_bytes(data[page + at + 4:page + at + 8], "little")
+                       << tracecmd.TS_SHIFT) + delta
+            elif tl <= tracecmd.TYPE_PADDING:      # an event, or a discard's delta
                 ts += delta
             times.append(ts)
         events = [i for i, (_, tl, _, n) in enumerate(recs) if tl < tracecmd.TYPE_PADDING and n >= 16]
@@ -308,8 +309,9 @@ def test_absolute_time_stamps_are_read_as_trace_cmd_reads_them(dats, tmp_path):
         i = events[len(events) // 2]
         at, _, _, n = recs[i]
         stamp = times[i] - 1000
-        data[page + at:page + at + 8] = (((stamp & ((1 << 27) - 1)) << 5 | tracecmd.TYPE_TIME_STAMP)
-                                         .to_bytes(4, "little") + (stamp >> 27).to_bytes(4, "little"))
+        low, high = stamp & ((1 << tracecmd.TS_SHIFT) - 1), stamp >> tracecmd.TS_SHIFT
+        data[page + at:page + at + 8] = ((low << 5 | tracecmd.TYPE_TIME_STAMP).to_bytes(4, "little")
+                                         + high.to_bytes(4, "little"))
         data[page + at + 8:page + at + 16] = (((1000 << 5) | tracecmd.TYPE_PADDING).to_bytes(4, "little")
                                               + (n - 12).to_bytes(4, "little"))
         stamped += 1

@@ -38,7 +38,9 @@ def unrecorded(store: Path, tasks: dict) -> Counter:
 
 
 def one_run(mnt: str, image: str, tmp: Path, i: int) -> dict:
-    subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
+    from nestrace.lab import Lab
+    from nestrace.record import drop_caches
+    drop_caches(Lab(LAB).state())       # (the lab's own file systems synced, none other)
     g, h = tmp / f"g{i}", tmp / f"h{i}"
     ftrace(True)
     host = subprocess.Popen(NT + ["record", "-o", str(h), "--side", "host", "--image", image],

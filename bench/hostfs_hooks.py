@@ -30,7 +30,9 @@ def run(host: str, dio: str, tmp: Path) -> dict:
         job = ["fio", "--name=h", f"--directory={mp}", "--size=32M", "--ioengine=psync",
                "--output=/dev/null"]
         subprocess.run(job + ["--rw=write", "--bs=1M", "--direct=1"], check=True)
-        subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
+        from nestrace.lab import Lab
+        from nestrace.record import drop_caches
+        drop_caches(Lab(name).state())  # (the lab's own file systems synced, none other)
         cmd = ["sh", "-c", " ; ".join([
             " ".join(job + ["--rw=randrw", "--bs=4k", "--direct=1", "--io_size=4M"]),
             " ".join(job + ["--rw=read", "--bs=128k", "--direct=1"]),

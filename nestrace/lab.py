@@ -39,6 +39,20 @@ class LabError(RuntimeError):
     pass
 
 
+def stack_paths(st: dict) -> list[str]:
+    """A lab's file systems top down, each by a path on it: the guest FS,
+    the host FS, the one holding the host disk's file."""
+    return [st[k] for k in ("guest_mount", "host_mount", "disk_file") if st.get(k)]
+
+
+def sync_stack(st: dict) -> None:
+    """Write back a lab's own file systems, top down (the guest's writes
+    reach the image before the host FS is synced): syncfs(2) on each, not
+    sync(2), which would make every file system on the machine commit its
+    journal and flush its disk, in the middle of other stacks' captures."""
+    _run(["sync", "-f", *stack_paths(st)], "sync")
+
+
 def _sparse_file(path: Path, size: int, what: str) -> None:
     """A sparse file of `size` bytes, or LabError saying why not (a size the
     file system under it cannot hold: EFBIG on ext4 past 16 TiB)."""
@@ -258,7 +272,7 @@ class Lab:
             st.update(guest_mount=str(self.guest_mount), host_mount=str(self.host_mount),
                       vdisk=vdisk, disk=disk, image=str(image), disk_file=str(disk_file))
             self._save(st)
-            _run(["sync"], "sync")
+            sync_stack(st)
             return st
         except BaseException:
             self.down()

@@ -93,7 +93,7 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
         if stopped():
             cell.error = "interrupted"
             return cell
-        drop_caches()
+        drop_caches(st)
         cmd = [a.replace("{guest}", mount) for a in command]
         try:
             cap = record(store, discover(mount), command=cmd, cwd=mount, env=env, log=log,

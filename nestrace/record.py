@@ -1091,9 +1091,13 @@ def _check_command(prog: str, cwd: str | None, env: dict[str, str] | None) -> No
         raise RecordError(f"{prog}: command not found (the command to record)")
 
 
-def drop_caches() -> None:
-    """Write back and drop the page cache, so a recording starts cold."""
-    subprocess.run(["sync"], check=True)
+def drop_caches(st: dict) -> None:
+    """Write back the lab stack `st` (lab state) and drop the clean page
+    cache, dentries and inodes, so a recording starts cold.  Only the
+    stack's own file systems are synced (syncfs, see sync_stack): the drop
+    is machine-wide, but writes nothing."""
+    from .lab import sync_stack
+    sync_stack(st)
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
@@ -1113,7 +1117,7 @@ def record_lab(store: str | os.PathLike, fio_args: list[str], *, guest_fs: str =
         job = ["fio", "--name=nb", f"--directory={mp}", "--ioengine=psync", "--output=/dev/null",
                f"--size={layout_mib}M"]
         subprocess.run(job + ["--rw=write", "--bs=1M", "--direct=1"], check=True)
-        drop_caches()
+        drop_caches(st)
         from .stack import discover
         return record(store, discover(mp), command=job + list(fio_args))
     finally:

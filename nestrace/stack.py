@@ -722,9 +722,11 @@ class Chunk:
     stripes: list[tuple[int, int]] = field(default_factory=list)
 
 
-def btrfs_chunks(device: str) -> list[Chunk]:
-    """Chunk map of a btrfs (any number of devices), from its chunk tree."""
-    subprocess.run(["sync"], check=False)
+def btrfs_chunks(device: str, mount_point: str) -> list[Chunk]:
+    """Chunk map of a btrfs (any number of devices), from its chunk tree on
+    `device`, once the btrfs mounted at `mount_point` has committed (syncfs:
+    a sync(2) would make every file system on the machine commit and flush)."""
+    subprocess.run(["sync", "-f", mount_point], check=False)
     out = subprocess.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", device],
                          capture_output=True, text=True)
     if out.returncode:
@@ -798,7 +800,8 @@ def btrfs_layout(mount_point: str, fs_type: str
     (None, None) for any other file system."""
     if fs_type != "btrfs":
         return None, None
-    return btrfs_chunks(f"/dev/{fs_device(mount_point)}"), btrfs_devices(mount_point)
+    return (btrfs_chunks(f"/dev/{fs_device(mount_point)}", mount_point),
+            btrfs_devices(mount_point))
 
 
 def btrfs_devices(mount_point: str) -> dict[int, BlockDev]:

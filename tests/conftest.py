@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -212,9 +213,28 @@ def journal_unreadable_here(line: str) -> bool:
     return False
 
 
-def drop_caches() -> None:
-    subprocess.run(["sync"], check=True)
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+def lab_state(lab: LabHandle) -> dict:
+    from nestrace.lab import Lab
+    return Lab(lab.name).state()
+
+
+def sync_cmd(lab: LabHandle) -> str:
+    """Shell that writes back the lab's own file systems, top down.  Not
+    sync(2): beside this run, the other CI run's captures would see every
+    one of their file systems commit its journal and flush its disk."""
+    from nestrace.lab import stack_paths
+    return shlex.join(["sync", "-f", *stack_paths(lab_state(lab))])
+
+
+def sync_lab(lab: LabHandle) -> None:
+    subprocess.run(["sh", "-c", sync_cmd(lab)], check=True)
+
+
+def drop_caches(lab: LabHandle) -> None:
+    """The lab's file systems written back (syncfs), every clean page,
+    dentry and inode dropped: the next capture starts cold."""
+    from nestrace.record import drop_caches as drop
+    drop(lab_state(lab))
 
 
 def requests_without_completion(s, level: str, op: str = "read") -> int:

@@ -59,8 +59,7 @@ def test_every_block_of_a_file_is_where_the_chunk_map_says_on_the_raw_disks(tmp_
         with open(path, "wb") as fh:
             for b in range(blocks):
                 fh.write(_tag(b))
-        subprocess.run(["sync"], check=True)
-        chunks, devs = btrfs_chunks(loops[0]), btrfs_devices(str(mnt))
+        chunks, devs = btrfs_chunks(loops[0], str(mnt)), btrfs_devices(str(mnt))
         assert sorted(bd.name for bd in devs.values()) == sorted(Path(x).name for x in loops)
         copies = {"single": 1, "dup": 2, "raid0": 1, "raid1": 2, "raid10": 2, "raid5": 1,
                   "raid6": 1, "raid1c3": 3}[profile]
@@ -102,7 +101,7 @@ def test_a_host_on_two_disks_traces_both_and_ties_their_bytes_to_the_app(lab_fac
     lab = lab_factory("ext4", "btrfs", guest_dio="off", host_dio="on", host_disks=2,
                       host_profile=profile)
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
-    drop_caches()
+    drop_caches(lab)
     s = _fio_capture(lab, tmp_path, "--ioengine=psync",
                       "--size=64M", "--rw=randrw", "--bs=4k", "--direct=1",
                       "--io_size=8M", "--end_fsync=1")
@@ -241,7 +240,7 @@ def test_a_btrfs_guest_file_laid_out_before_the_capture_is_read_where_it_was_unt
     lab = lab_factory("btrfs", "xfs", guest_dio="off", host_dio="on")
     fio = ["fio", "--name=t", f"--directory={lab.mount}", "--output=/dev/null", "--size=8M"]
     subprocess.run([*fio, "--rw=write", "--bs=1M", "--end_fsync=1"], check=True)
-    drop_caches()
+    drop_caches(lab)
     job = [*fio, "--ioengine=psync", "--rw=randrw", "--bs=2k", "--io_size=2M", "--fsync=16"]
     store = tmp_path / "s"
     if how == "agent":

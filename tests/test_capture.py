@@ -17,8 +17,8 @@ import pytest
 import nestrace
 from conftest import (NESTRACE, ROOT, WITNESS, assert_in_few_short_bursts, assert_losses_counted,
                       drop_caches, kill_fio_jobs, loop_devices, our_mounts,
-                      requests_without_completion, run_cli, unexplained, until_recording,
-                      why_no_completion, witness_from_now)
+                      requests_without_completion, run_cli, sync_cmd, sync_lab, unexplained,
+                      until_recording, why_no_completion, witness_from_now)
 from nestrace._paths import agent_path
 from nestrace.record import RECORDER_ENV
 
@@ -282,7 +282,7 @@ def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_facto
         # buffered, the overlay named after the file system under it: a
         # read through the guest's page cache (the layer file's), and a
         # new file written and fsynced
-        drop_caches()
+        drop_caches(lab)
         run_cli("record", "-o", str(tmp_path / "b"), "--stack", lab.mount, "--stack",
                 str(merged), "--", "sh", "-c", f"cat {merged / 'f'} > /dev/null; "
                 f"dd if=/dev/zero of={merged / 'new'} bs=64k count=16 conv=fsync status=none")
@@ -304,7 +304,7 @@ def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_facto
                         "conv=notrunc,fsync", "status=none"], check=True)
         lower, upper = ((ov / d / "f").stat().st_ino for d in ("lower", "u0"))
         assert os.stat(merged / "f").st_ino == lower != upper
-        drop_caches()
+        drop_caches(lab)
         run_cli("record", "-o", str(tmp_path / "c"), "--stack", str(merged), "--", "sh", "-c",
                 f"cat {merged / 'f'} > /dev/null")
         c = nestrace.open(tmp_path / "c")
@@ -340,7 +340,7 @@ def fio_log_offsets(path: Path) -> list[int]:
 def record_fio(lab, store: Path, tmp_path: Path, *fio_args: str, extra=()) -> tuple:
     """Lay the file out, then record the fio job; return (session, offsets, cli result)."""
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
-    drop_caches()
+    drop_caches(lab)
     log = tmp_path / "fio.iolog"
     cmd = ["fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
            "--output=/dev/null", f"--write_iolog={log}", *fio_args]
@@ -683,7 +683,7 @@ def test_io_uring_sync_file_range_fallocate_fadvise_and_ftruncate_are_followed_d
     f = f"{lab.mount}/u"
     subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=64k", "count=1", "status=none"],
                    check=True)
-    subprocess.run(["sync"], check=True)
+    sync_lab(lab)
     s = record_python(lab, tmp_path / "s", URING_EACH_KIND, f)
     got = {r.pop("syscall"): r for r in s.rows(
         "SELECT syscall, io_id, ts_ns, end_ns, op, offset_bytes, req_bytes, bytes, falloc_mode "
@@ -864,8 +864,7 @@ def test_copy_file_range_sendfile_and_splice_are_a_read_and_a_write_followed_dow
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     subprocess.run(["dd", "if=/dev/urandom", f"of={lab.mount}/a", "bs=1M", "count=4",
                     "oflag=direct", "status=none"], check=True)
-    subprocess.run(["sync"], check=True)
-    drop_caches()
+    drop_caches(lab)
     s = record_python(lab, tmp_path / "s", COPY_EACH_WAY, lab.mount)
     ino = {n: os.stat(f"{lab.mount}/{n}").st_ino for n in "abcde"}
     MiB = 1 << 20
@@ -955,8 +954,7 @@ def uncached_file(lab, mib: int) -> str:
     path = f"{lab.mount}/f"
     subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=1M", f"count={mib}",
                     "oflag=direct", "status=none"], check=True)
-    subprocess.run(["sync"], check=True)
-    drop_caches()
+    drop_caches(lab)
     return path
 
 
@@ -2101,7 +2099,8 @@ def test_stacks_on_two_virtual_disks_are_recorded_side_by_side_a_capture_each(la
                                              "--stack", str(o)], cwd=ROOT, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             until_recording(p)
-            subprocess.run(["sh", "-c", f"echo x > {lab.mount}/h; echo y > {o}/h; sync"],
+            subprocess.run(["sh", "-c", f"echo x > {lab.mount}/h; echo y > {o}/h; "
+                            f"sync -f {lab.mount} {o}"],
                            check=True)
             p.send_signal(stop)
             out, err = p.communicate(timeout=120)
@@ -2283,9 +2282,9 @@ def test_a_guest_fstrim_punches_its_bytes_out_of_the_image_as_hostfs_discards(la
     # so the virtual-disk discards are unattributed, of kind discard
     lab = lab_factory("ext4", host_fs, guest_dio="on", host_dio="on")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
-    subprocess.run(["sync"], check=True)
+    sync_lab(lab)
     os.unlink(f"{lab.mount}/t.0.0")
-    subprocess.run(["sync"], check=True)
+    sync_lab(lab)
     store = tmp_path / "s"
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "fstrim", lab.mount)
     s = nestrace.open(store)
@@ -2335,10 +2334,10 @@ def test_a_guest_fstrim_reaches_the_host_disk_through_a_host_fs_with_online_disc
     lab = lab_factory("ext4", host_fs, guest_dio="on", host_dio="on", host_discard=True,
                       **({"guest_discard": True} if online else {}))
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
-    subprocess.run(["sync"], check=True)
+    sync_lab(lab)
     if not online:
         os.unlink(f"{lab.mount}/t.0.0")
-        subprocess.run(["sync"], check=True)
+        sync_lab(lab)
     store = tmp_path / "s"
     first = (f"rm {lab.mount}/t.0.0 && sync -f {lab.mount}" if online else f"fstrim {lab.mount}")
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
@@ -2372,7 +2371,7 @@ def record_freeing(lab_factory, tmp_path, cmd: str):
     f = f"{lab.mount}/f"
     subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=1M", "count=4", "oflag=direct",
                     "status=none"], check=True)
-    subprocess.run(["sync"], check=True)
+    sync_lab(lab)
     store = tmp_path / "s"
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
             f"{cmd.format(f=f)} && sync -f {lab.mount} && {host_commit_and_disk_idle(lab)}")
@@ -2464,7 +2463,7 @@ def test_bytes_a_file_gains_and_loses_during_the_capture_are_followed_down(lab_f
     f = f"{lab.mount}/f"
     subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=1M", "count=1", "oflag=direct",
                     "status=none"], check=True)
-    subprocess.run(["sync"], check=True)
+    sync_lab(lab)
     s = record_python(lab, tmp_path / "s", GROW_AND_CUT, f)
     calls = {r["syscall"]: r["io_id"] for r in s.rows(
         "SELECT syscall, io_id FROM vfs_io WHERE syscall IN ('pwrite64', 'ftruncate')")}
@@ -2537,16 +2536,16 @@ def test_a_clone_read_before_its_blocks_are_rewritten_is_tied_where_its_source_h
     a, b = f"{lab.mount}/A", f"{lab.mount}/B"
     subprocess.run(["dd", "if=/dev/urandom", f"of={a}", "bs=1M", "count=8", "oflag=direct",
                     "status=none"], check=True)
-    clone = f"cp --reflink=always {a} {b} && sync"
+    clone = f"cp --reflink=always {a} {b} && {sync_cmd(lab)}"
     if cloned == "before":
         subprocess.run(["sh", "-c", clone], check=True)
-    subprocess.run(["sync"], check=True)
+    sync_lab(lab)
     read_b = f"dd if={b} of=/dev/null bs=64k iflag=direct status=none"
     run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", "sh", "-c",
             (f"{clone} && " if cloned != "before" else "") + f"stat -c %i {b} > {tmp_path}/ino && "
             f"{read_b} && dd if=/dev/urandom of={b} bs=4k seek=100 count=64 conv=notrunc "
-            f"oflag=direct status=none && sync && {read_b}"
-            + (f" && rm {a} {b} && sync" if cloned == "deleted" else ""))
+            f"oflag=direct status=none && {sync_cmd(lab)} && {read_b}"
+            + (f" && rm {a} {b} && {sync_cmd(lab)}" if cloned == "deleted" else ""))
     s = nestrace.open(tmp_path / "s")
     ino = int((tmp_path / "ino").read_text())
     if cloned == "before":
@@ -2696,8 +2695,8 @@ def test_reads_of_a_compressed_image_are_tied_to_the_compressed_data_they_read(l
     lab = lab_factory("ext4", "btrfs", guest_dio="off", host_dio="on", host_compress=True)
     # compressible data (text), written back through both page caches
     subprocess.run(["sh", "-c", f"yes 'nestrace compresses this line 0123456789' "
-                    f"| head -c 64M > {lab.mount}/t && sync"], check=True)
-    drop_caches()
+                    f"| head -c 64M > {lab.mount}/t"], check=True)
+    drop_caches(lab)
     run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--",
             "fio", "--name=r", f"--filename={lab.mount}/t", "--rw=randread", "--bs=4k",
             "--direct=1", "--size=64M", "--io_size=4M", "--output=/dev/null")
@@ -2754,9 +2753,10 @@ def test_compressed_data_the_host_placed_and_moved_during_the_capture_is_found(l
     lab = lab_factory("ext4", "btrfs", guest_dio="off", host_dio="on", host_compress=True)
     f = f"{lab.mount}/t"
     subprocess.run(["sh", "-c", f"yes 'nestrace compresses this line 0123456789' "
-                    f"| head -c 32M > {f} && sync"], check=True)
-    drop_caches()
-    write = "yes '{}' | head -c 16M | dd of={} bs=1M conv=notrunc,fsync status=none && sync"
+                    f"| head -c 32M > {f}"], check=True)
+    drop_caches(lab)
+    write = ("yes '{}' | head -c 16M | dd of={} bs=1M conv=notrunc,fsync status=none && "
+             + sync_cmd(lab))
     run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--", "sh", "-c",
             write.format("a second compressible line 987654321", f)
             + f" && echo 3 > /proc/sys/vm/drop_caches && dd if={f} of=/dev/null bs=64k "
@@ -2803,8 +2803,8 @@ def test_reads_of_a_compressing_btrfs_guests_files_are_tied_to_their_compressed_
     lab = lab_factory("btrfs", "xfs", guest_compress=True)
     f = f"{lab.mount}/t"
     subprocess.run(["sh", "-c", f"yes 'nestrace compresses this line 0123456789' "
-                    f"| head -c 64M > {f} && sync"], check=True)
-    drop_caches()
+                    f"| head -c 64M > {f}"], check=True)
+    drop_caches(lab)
     cmd = ["sh", "-c", f"fio --name=r --filename={f} --rw=randread --bs=4k --direct=1 "
            f"--size=64M --io_size=4M --output=/dev/null && echo 3 > /proc/sys/vm/drop_caches "
            f"&& dd if={f} of=/dev/null bs=64k count=256 status=none"]

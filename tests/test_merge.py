@@ -145,7 +145,7 @@ def record_both_sides(lab, tmp_path: Path, guest_by: str = "record"
     from nestrace.stack import discover
     image = discover(lab.mount).image_path
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
-    drop_caches()
+    drop_caches(lab)
     gstore, hstore, log = tmp_path / "guest", tmp_path / "host", tmp_path / "fio.iolog"
     fio = ["fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
            "--output=/dev/null", f"--write_iolog={log}", *FIO_RANDREAD]

@@ -24,7 +24,7 @@ def capture(lab, tmp_path: Path, *fio_args: str, layout: bool = True, name: str 
     the fio job; return a session on the new store."""
     if layout:
         lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
-    drop_caches()
+    drop_caches(lab)
     store = tmp_path / name
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--",
             "fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",

@@ -76,11 +76,24 @@ def cluster_map(path: str, fmt: str) -> ClusterMap:
     return read(path)
 
 
-def read_file(path: str, read, error=ImageMapError) -> ClusterMap:
-    """read(fd, path) on the file at path, opened read-only; a file that
-    cannot be opened is `error`."""
+def open_noatime(path: str, flags: int = os.O_RDONLY) -> int:
+    """os.open without touching the file's access time (O_NOATIME: root's
+    by CAP_FOWNER; without it where refused, EPERM).  A read of a file
+    changed since it was last read sets its atime (relatime), and its file
+    system writes the inode back later, inside the capture: nestrace reads
+    the traced stack's directories and image headers at each snapshot."""
+    flags |= os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY)
+        return os.open(path, flags | os.O_NOATIME)
+    except PermissionError:
+        return os.open(path, flags)
+
+
+def read_file(path: str, read, error=ImageMapError) -> ClusterMap:
+    """read(fd, path) on the file at path, opened read-only (atime left
+    alone); a file that cannot be opened is `error`."""
+    try:
+        fd = open_noatime(path)
     except OSError as e:
         raise error(f"{path}: {e.strerror}") from None
     try:

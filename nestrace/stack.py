@@ -496,9 +496,10 @@ IMAGE_MAGIC = ((b"QFI\xfb\0\0\0\1", "qcow"), (b"QFI\xfb", "qcow2"), (b"KDMV", "v
 
 def image_format(path: str) -> str:
     """The disk image format of a file, from its first bytes."""
+    from .imagemap import open_noatime
     from .vdi import is_vdi
     try:
-        with open(path, "rb") as f:
+        with open(open_noatime(path), "rb") as f:
             head = f.read(72)
     except OSError as e:
         raise StackError(f"{path}: {e.strerror}") from None

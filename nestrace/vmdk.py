@@ -28,7 +28,8 @@ import re
 import struct
 from dataclasses import dataclass
 
-from .imagemap import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
+from .imagemap import (ClusterMap, ImageMapError, add_run, coalesce, open_noatime, read_exact,
+                       read_file)
 
 MAGIC = b"KDMV"
 DESCRIPTOR_MAGIC = b"# Disk DescriptorFile"
@@ -59,7 +60,7 @@ def grain_map(path: str) -> ClusterMap:
 def is_descriptor(path: str) -> bool:
     """Whether the file at `path` is a vmdk descriptor of its own."""
     try:
-        with open(path, "rb") as f:
+        with open(open_noatime(path), "rb") as f:
             return f.read(len(DESCRIPTOR_MAGIC)) == DESCRIPTOR_MAGIC
     except OSError:
         return False

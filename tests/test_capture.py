@@ -16,7 +16,7 @@ import pytest
 
 import nestrace
 from conftest import (NESTRACE, ROOT, WITNESS, assert_in_few_short_bursts, assert_losses_counted,
-                      drop_caches, kill_fio_jobs, loop_devices, our_mounts,
+                      drop_caches, kill_fio_jobs, lab_state, loop_devices, our_mounts,
                       requests_without_completion, run_cli, sync_cmd, sync_lab, unexplained,
                       until_recording, why_no_completion, witness_from_now)
 from nestrace._paths import agent_path
@@ -337,14 +337,18 @@ def test_an_idle_capture_writes_nothing_to_the_guest_fs_it_walks(lab_factory, tm
     held 3 writes and 2 flushes on the virtual disk (jbd2), 3 host-FS
     writes to the image and 5 writes and 4 flushes on the host disk, all
     nestrace's own doing.  The walks (record's and the agent's) now open
-    directories with O_NOATIME.  (Reads are allowed: a drop of the caches
+    directories with O_NOATIME, and record reads the image's header (its
+    format) and map with it too: with atime set, the host FS would log
+    the image's inode.  (Reads are allowed: a drop of the caches
     by the other CI run makes the end snapshot read directories again.)"""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     sub = Path(lab.mount) / "d"
     sub.mkdir()
     (sub / "f").write_bytes(b"x" * 4096)
-    subprocess.run(["sync", "-f", lab.mount], check=True)
-    before = {p: os.stat(p).st_atime_ns for p in (lab.mount, sub)}
+    sync_lab(lab)                   # (the image, written, is newer than its atime)
+    image = lab_state(lab)["image"]
+    before = {p: os.stat(p).st_atime_ns for p in (lab.mount, sub, image)}
+    assert os.stat(image).st_mtime_ns >= before[image]
     store = tmp_path / "s"
     if by == "record":
         run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sleep", "6")
@@ -354,7 +358,7 @@ def test_an_idle_capture_writes_nothing_to_the_guest_fs_it_walks(lab_factory, tm
                            capture_output=True, text=True, timeout=120)
         assert a.returncode == 0, a.stderr
         run_cli("import", str(tmp_path / "g"), "-o", str(store))
-    assert {p: os.stat(p).st_atime_ns for p in (lab.mount, sub)} == before
+    assert {p: os.stat(p).st_atime_ns for p in (lab.mount, sub, image)} == before
     s = nestrace.open(store)
     assert s.rows("SELECT op, count(*) AS n FROM vdisk_io WHERE op <> 'read' GROUP BY ALL") == []
     # (the image's writes are the virtual disk's; the host disk may see

@@ -296,10 +296,7 @@ def guest_files(stack: Stack, inos: set[int] | None = None,
     btrfs).  (os.walk with a stat, an lstat and an
     islink per file took 6-12 s at the end of a capture of a root file
     system of 400k files, this machine's own; this walk ~1 s.)  Directories
-    are read with O_NOATIME: their atimes, set by the walk, were written
-    back by the guest FS's journal inside the capture (an idle capture of
-    a new ext4-on-xfs lab: 3 writes and 2 flushes on the virtual disk, 5
-    writes and 4 flushes on the host disk, nestrace's own)."""
+    are read with O_NOATIME (open_noatime)."""
     out = []
     top = os.stat(stack.guest_mount).st_dev
     todo = [stack.guest_mount]

@@ -227,7 +227,8 @@ def sync_cmd(lab: LabHandle) -> str:
 
 
 def sync_lab(lab: LabHandle) -> None:
-    subprocess.run(["sh", "-c", sync_cmd(lab)], check=True)
+    from nestrace.lab import sync_stack
+    sync_stack(lab_state(lab))
 
 
 def drop_caches(lab: LabHandle) -> None:

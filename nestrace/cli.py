@@ -9,7 +9,6 @@ import csv
 import functools
 import json
 import os
-import re
 import stat
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from . import __version__
 from ._paths import AgentNotFound
 from .errors import RecordError, StoreError, StreamError
 from .imagemap import MAPPED, ImageMapError, backing_chain
-from .lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
+from .lab import LabError, parse_size
 from .stack import StackError
 
 
@@ -136,94 +135,7 @@ def cli() -> None:
     """nestrace: multi-level I/O tracing for nested storage stacks."""
 
 
-# ---- lab --------------------------------------------------------------------
-
-@cli.group()
-def lab() -> None:
-    """Build and tear down nested lab stacks on loop devices."""
-
-
-def _onoff(_ctx, _param, value: str) -> bool:
-    return value == "on"
-
-
-@lab.command("up")
-@lab_name_option
-@click.option("--guest-fs", default="ext4", show_default=True, help=f"One of {', '.join(FILESYSTEMS)}.")
-@click.option("--host-fs", default="xfs", show_default=True, help=f"One of {', '.join(FILESYSTEMS)}.")
-@click.option("--image-size", default="512M", show_default=True, help="Disk image size.")
-@click.option("--disk-size", default=None, help="Host disk size (default image + 256M).")
-@click.option("--guest-dio", type=click.Choice(["on", "off"]), default="on", show_default=True,
-              callback=_onoff, help="Virtual disk reads/writes the image with O_DIRECT "
-              "(QEMU cache=none); off = through the host page cache (cache=writeback).")
-@click.option("--host-dio", type=click.Choice(["on", "off"]), default="on", show_default=True,
-              callback=_onoff, help="The host disk bypasses the page cache of its own backing "
-              "file, so the host FS sees an uncached disk.")
-@click.option("--guest-block-size", type=int, default=None, help="Guest FS block size in bytes.")
-@click.option("--host-block-size", type=int, default=None, help="Host FS block size in bytes.")
-@click.option("--fragment-image", is_flag=True, help="Write the image in random 64 KiB pieces "
-              "(no preallocation) before the guest mkfs, so its extents are scattered.")
-@click.option("--partitions", is_flag=True, help="Put both file systems on a partition "
-              "(one per disk, 1 MiB in), as in a real VM image, not on the whole disk.")
-@click.option("--host-disks", type=int, default=1, show_default=True,
-              help="A btrfs host on this many disks (each one a loop device like the first).")
-@click.option("--host-profile", default="", help="btrfs host data profile: single, dup, raid0, "
-              "raid1, raid1c3, raid1c4, raid10, raid5, raid6 (metadata: raid1 on several "
-              "disks, dup on one); default mkfs.btrfs's.")
-@click.option("--host-discard", is_flag=True, help="Mount the host FS with online discard: "
-              "blocks of the image it frees (holes the virtual disk's discards punch) are "
-              "discarded on the host disk.")
-@click.option("--guest-discard", is_flag=True, help="Mount the guest FS with online discard: "
-              "the blocks it frees (a file deleted) are discarded on the virtual disk, which "
-              "punches them out of the image, without an fstrim.")
-@click.option("--host-compress", is_flag=True, help="A btrfs host compressing what it writes "
-              "(compress-force=zstd), the image made without preallocated extents so that "
-              "its data written through the host page cache is compressed.")
-@click.option("--guest-compress", is_flag=True, help="A btrfs guest compressing what it "
-              "writes (compress-force=zstd; Fedora's btrfs default is compress=zstd:1).")
-@user_errors
-@needs_root
-def lab_up(name, guest_fs, host_fs, image_size, disk_size, guest_dio, host_dio,
-           guest_block_size, host_block_size, fragment_image, partitions, host_disks,
-           host_profile, host_discard, guest_discard, host_compress, guest_compress) -> None:
-    """Build a nested stack; print the guest mount point."""
-    cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, image_size=parse_size(image_size),
-                    disk_size=parse_size(disk_size) if disk_size else 0,
-                    guest_dio=guest_dio, host_dio=host_dio,
-                    guest_block_size=guest_block_size, host_block_size=host_block_size,
-                    fragment_image=fragment_image, partitions=partitions,
-                    host_disks=host_disks, host_profile=host_profile,
-                    host_discard=host_discard, guest_discard=guest_discard,
-                    host_compress=host_compress, guest_compress=guest_compress, name=name)
-    st = Lab(name).up(cfg)
-    click.echo(st["guest_mount"])
-
-
-@lab.command("down")
-@lab_name_option
-@click.option("--all", "all_", is_flag=True, help="Tear down every lab.")
-@user_errors
-@needs_root
-def lab_down(name, all_) -> None:
-    """Tear a lab down (also one left half-built by a crash)."""
-    for n in (labs() if all_ else [name]):
-        for line in Lab(n).down():
-            click.echo(line, err=True)
-
-
-@lab.command("list")
-def lab_list() -> None:
-    """List labs that are up, with their guest mount points."""
-    for n in labs():
-        try:
-            st = Lab(n).state()
-        except LabError as e:
-            click.echo(f"{n}\t(state damaged: {e}; `nestrace lab down --name {n}` tears down what "
-                       "it finds)")
-            continue
-        click.echo(f"{n}\t{st.get('guest_mount', '(half built)')}\t"
-                   f"{st.get('config', {}).get('guest_fs')} on {st.get('config', {}).get('host_fs')}")
-
+# ---- options shared by record and lab run ------------------------------------
 
 # (a BPF ring buffer's size is a u32 of bytes, and a power of two: 4 GiB
 # failed to load, "Invalid argument")
@@ -258,103 +170,6 @@ def capture_options(f):
                           "not."))):
         f = opt(f)
     return f
-
-
-@lab.command("run", context_settings={"ignore_unknown_options": True})
-@click.option("-o", "--output", "store", required=True, type=click.Path(),
-              help="Store directory: one capture per stack.")
-@click.option("--guest-fs", default="ext4", show_default=True,
-              help=f"Guest file systems, comma-separated, or all ({', '.join(FILESYSTEMS)}).")
-@click.option("--host-fs", default="xfs", show_default=True,
-              help="Host file systems, comma-separated, or all.")
-@click.option("--guest-dio", default="on", show_default=True,
-              help="on, off or on,off: the virtual disk's O_DIRECT on the image (cache=none).")
-@click.option("--host-dio", default="on", show_default=True,
-              help="on, off or on,off: the host disk bypasses its backing file's page cache.")
-@click.option("--image-size", default="512M", show_default=True, help="Disk image size.")
-@click.option("--disk-size", default=None, help="Host disk size (default image + 256M).")
-@click.option("--guest-block-size", type=int, default=None, help="Guest FS block size in bytes.")
-@click.option("--host-block-size", type=int, default=None, help="Host FS block size in bytes.")
-@click.option("--fragment-image", is_flag=True, help="Scatter the image's extents first "
-              "(see lab up).")
-@click.option("--partitions", is_flag=True, help="Both file systems on a partition (see lab up).")
-@click.option("--host-disks", type=int, default=1, show_default=True,
-              help="A btrfs host on this many disks (see lab up).")
-@click.option("--host-profile", default="", help="btrfs host data profile (see lab up).")
-@click.option("--host-discard", is_flag=True, help="Host FS mounted with online discard "
-              "(see lab up).")
-@click.option("--guest-discard", is_flag=True, help="Guest FS mounted with online discard "
-              "(see lab up).")
-@click.option("--host-compress", is_flag=True, help="btrfs host compressing the image "
-              "(see lab up).")
-@click.option("--guest-compress", is_flag=True, help="btrfs guest compressing its files "
-              "(see lab up).")
-@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
-              help="Rounds of the whole matrix.")
-@click.option("--prepare", default=None, help="Shell command run on each stack before "
-              "recording, untraced (in the guest mount, also {guest}; caches are dropped after it).")
-@capture_options
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@user_errors
-@needs_root
-@needs_btf
-def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, image_size, disk_size,
-            guest_block_size, host_block_size, fragment_image, partitions, host_disks,
-            host_profile, host_discard, guest_discard, host_compress, guest_compress, repeat,
-            prepare, ringbuf_kb, flush_ms, mode, all_hooks, agent_cpus, command) -> None:
-    """Run CMD on every stack of a guest FS x host FS (x dio modes) matrix,
-    each built fresh, recorded into STORE and torn down; then print them
-    side by side.  CMD runs in the guest mount ({guest} in an argument is
-    replaced by it; NESTRACE_GUEST, NESTRACE_GUEST_FS, NESTRACE_HOST_FS,
-    NESTRACE_GUEST_DIO and NESTRACE_HOST_DIO are set).  Exit code 1 when a
-    stack failed or a workload exited non-zero."""
-    from . import matrix
-    from .session import Session
-    # (unknown options pass through to CMD, so that its own need no `--`:
-    # one before CMD is a mistyped option of ours, not a command)
-    if command[0].startswith("-"):
-        raise UserError(f"lab run has no option {command[0]} (nestrace lab run --help; "
-                        "the command to run comes after the options)")
-    onoff = ("on", "off")
-    base = LabConfig(image_size=parse_size(image_size),
-                     disk_size=parse_size(disk_size) if disk_size else 0,
-                     guest_block_size=guest_block_size, host_block_size=host_block_size,
-                     fragment_image=fragment_image, partitions=partitions,
-                     host_disks=host_disks, host_profile=host_profile,
-                     host_discard=host_discard, guest_discard=guest_discard,
-                     host_compress=host_compress, guest_compress=guest_compress)
-    todo = matrix.cells(matrix.parse_list(guest_fs, FILESYSTEMS, "--guest-fs"),
-                        matrix.parse_list(host_fs, FILESYSTEMS, "--host-fs"),
-                        [v == "on" for v in matrix.parse_list(guest_dio, onoff, "--guest-dio")],
-                        [v == "on" for v in matrix.parse_list(host_dio, onoff, "--host-dio")],
-                        base, repeat)
-    for cell in todo:
-        cell.config.validate()
-    from .record import agent_cpus as check_cpus
-    check_cpus(agent_cpus)      # a bad CPU list is refused before anything is built
-    done = matrix.run_matrix(store, todo, list(command), prepare=prepare, ringbuf_kb=ringbuf_kb,
-                             flush_ms=flush_ms, mode=mode, all_hooks=all_hooks,
-                             cpus=agent_cpus)
-    ids = [c.capture_id for c in done if c.capture_id]
-    if ids:
-        from .store import check_store
-        with Session(check_store(store)) as s:
-            matrix.render(matrix.compare(s, ids))
-            if repeat > 1:
-                stacks = s.compare_stacks()
-                mine = [any(c in ids for c in r) for r in stacks.column("capture_ids").to_pylist()]
-                matrix.render_stacks(stacks.filter(mine))
-    failed = [c for c in done if c.failed]
-    for c in failed:
-        click.echo(f"nestrace: failed: {c.label}: "
-                   f"{c.error or f'the workload exited with code {c.command_rc}'}", err=True)
-    lost = sum(c.lost for c in done)
-    if lost:
-        click.secho(f"nestrace: WARNING: {lost} events lost over the run (column lost)",
-                    err=True, fg="red")
-    click.echo(f"nestrace: {len(ids)} captures in {store} (nestrace compare {store})", err=True)
-    if failed or len(done) < len(todo):
-        sys.exit(1)
 
 
 # ---- record / seal ----------------------------------------------------------
@@ -809,188 +624,17 @@ def seal_cmd(store) -> None:
 @user_errors
 def sql_cmd(store, query, as_csv, as_json) -> None:
     """Run QUERY on STORE, or open an interactive DuckDB shell on it."""
+    from . import shell
     from .session import Session
     if as_csv and as_json:
         raise UserError("--csv and --json: give one")
     s = Session(store)
     if not query:
-        _shell(s)
+        shell.run(s)
         return
     cur = s.execute(query)
-    if cur.description is None:
-        return
-    cols = [d[0] for d in cur.description]
-    rows = cur.fetchall()
-    if as_json:
-        click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
-    elif as_csv:
-        w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(cols)
-        w.writerows(rows)
-    else:
-        click.echo(format_table(cols, rows))
-
-
-def format_table(cols: list[str], rows: list[tuple]) -> str:
-    cells = [[("" if v is None else str(v)) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
-    line = "  ".join(c.ljust(w) for c, w in zip(cols, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    for r in cells:
-        out.append("  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(r, widths)))
-    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-    return "\n".join(out)
-
-
-def _numeric(v: str) -> bool:
-    try:
-        float(v)
-        return True
-    except ValueError:
-        return False
-
-
-SHELL_HELP = """\
-.tables             the views and tables of the store
-.schema NAME        NAME's columns: type and what each means
-.mode table|csv|json   how results are printed (default table)
-.timer on|off       print each query's time
-.help               this
-.quit, .exit        leave (so does Ctrl-D)
-Anything else is SQL, run when a line ends with ;"""
-
-
-def _column_docs(s, name: str) -> dict[str, str]:
-    """What each column of a view or table means, as its module or
-    schemas/ documents it."""
-    from .schema import RECORDS, TABLES, kernel_tables
-    for m in s.modules.values():
-        for v in m.views:
-            if v.name == name:
-                docs = _column_docs(s, v.inherits) if v.inherits else {}
-                return docs | {c.name: c.doc for c in v.columns}
-    rec = kernel_tables().get(name)
-    fields = RECORDS[rec]["fields"] if rec else TABLES.get(name, {}).get("fields", [])
-    return {"capture_id": "capture"} | {f[0]: f[4 if rec else 3] for f in fields}
-
-
-def _shell_command(s, line: str, opts: dict) -> bool:
-    """Run one dot-command; False to leave the shell."""
-    cmd, _, arg = line.strip().partition(" ")
-    arg = arg.strip().rstrip(";")
-    if cmd in (".quit", ".exit", ".q"):
-        return False
-    if cmd == ".help":
-        click.echo(SHELL_HELP)
-    elif cmd in (".tables", ".views"):
-        names = [r[0] for r in s.execute(
-            "SELECT table_name FROM information_schema.tables "
-            "WHERE table_schema = 'main' AND table_name NOT LIKE '\\_%' ESCAPE '\\' "
-            "ORDER BY 1").fetchall()]
-        click.echo("\n".join(names))
-    elif cmd in (".schema", ".describe"):
-        if not arg:
-            click.echo("error: .schema NAME (see .tables)", err=True)
-            return True
-        try:
-            cols = s.execute(f"DESCRIBE {duckdb_ident(arg)}").fetchall()
-        except Exception as e:
-            click.echo(f"error: {str(e).splitlines()[0]}", err=True)
-            return True
-        docs = _column_docs(s, arg)
-        click.echo(format_table(["column", "type", "meaning"],
-                                [(c[0], c[1], docs.get(c[0], "")) for c in cols]))
-    elif cmd == ".mode":
-        if arg in ("table", "csv", "json"):
-            opts["mode"] = arg
-        else:
-            click.echo("error: .mode table, csv or json", err=True)
-    elif cmd == ".timer":
-        if arg in ("on", "off"):
-            opts["timer"] = arg == "on"
-        else:
-            click.echo("error: .timer on or off", err=True)
-    else:
-        click.echo(f"error: {line.strip()}: not a command here (.help lists them)", err=True)
-    return True
-
-
-def duckdb_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _shell_print(cur, mode: str) -> None:
-    cols = [d[0] for d in cur.description]
-    rows = cur.fetchall()
-    if mode == "csv":
-        w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(cols)
-        w.writerows(rows)
-    elif mode == "json":
-        click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
-    else:
-        click.echo(format_table(cols, rows))
-
-
-def _shell(s) -> None:
-    import time
-    if sys.stdin.isatty():     # line editing, and history kept in ~/.nestrace_history
-        try:
-            import readline
-            history = Path.home() / ".nestrace_history"
-            try:
-                readline.read_history_file(history)
-            except OSError:
-                pass
-            import atexit
-            atexit.register(lambda: _save_history(readline, history))
-        except ImportError:
-            pass
-    click.echo(f"nestrace sql on {s.store}: views {', '.join(s.views())}; end with ; and "
-               "quit with Ctrl-D (.help: the shell's commands)", err=True)
-    buf: list[str] = []
-    opts = {"mode": "table", "timer": False}
-    while True:
-        try:
-            line = input("nestrace> " if not buf else "      ...> ")
-        except EOFError:
-            click.echo("", err=True)
-            return
-        except KeyboardInterrupt:       # Ctrl-C drops the statement being typed
-            click.echo("", err=True)
-            buf = []
-            continue
-        if not buf and line.lstrip().startswith("."):
-            if not _shell_command(s, line, opts):
-                return
-            continue
-        buf.append(line)
-        if line.rstrip().endswith(";"):
-            q = "\n".join(buf)
-            buf = []
-            t = time.monotonic()
-            try:
-                cur = s.execute(q)
-                if cur.description:
-                    with s._damage_noted():     # (rows can be read only here)
-                        _shell_print(cur, opts["mode"])
-            except KeyboardInterrupt:
-                s.con.interrupt()
-                click.echo("error: interrupted", err=True)
-            except Exception as e:  # the shell keeps going on a bad query
-                click.echo(f"error: {str(e).splitlines()[0]}", err=True)
-                for note in getattr(e, "__notes__", []):   # a damaged file, named
-                    click.echo(f"  {note}", err=True)
-            if opts["timer"]:
-                click.echo(f"time: {time.monotonic() - t:.3f} s", err=True)
-
-
-def _save_history(readline, path: Path) -> None:
-    try:
-        readline.set_history_length(1000)
-        readline.write_history_file(path)
-    except OSError:
-        pass
+    if cur.description is not None:
+        shell.print_rows(cur, "json" if as_json else "csv" if as_csv else "table")
 
 
 @cli.command("report")
@@ -1183,6 +827,10 @@ class _NoPandas:
 def _allow_pandas() -> None:
     """For the commands that draw with plotly, which may use pandas."""
     sys.meta_path[:] = [f for f in sys.meta_path if f is not _NoPandas]
+
+
+# (the lab group's commands: registered on `cli` when imported)
+from . import cli_lab  # noqa: E402,F401
 
 
 def main() -> None:

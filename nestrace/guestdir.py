@@ -20,9 +20,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from .fsjournal import extents_rows, unknown_warning
-from .record import btrfs_placed_extents, device_map_rows, placed_extent_rows
+from .record import device_map_rows
+from .snapshots import btrfs_placed_extents, placed_extent_rows
 from .schema import table_schema
-from .stack import BlockDev, BtrfsFileExtent, Chunk, Stack, guests, kdev, map_extent_rows
+from .extents import BtrfsFileExtent, Chunk, map_extent_rows
+from .stack import BlockDev, Stack, guests, kdev
 from .store import LiveCapture, SealResult, StoreError, captures, init_store, seal
 from .stream import DecodeState, iter_frames
 
@@ -30,7 +32,7 @@ FORMAT = "nestrace-guest-capture"
 VERSION = 1
 # how the agent's capture may end without anything having gone wrong
 CLEAN_ENDS = ("signal", "duration", "command")
-# btrfs block-group type bits -> the profile names stack.btrfs_pieces reads
+# btrfs block-group type bits -> the profile names extents.btrfs_pieces reads
 BTRFS_PROFILES = ((1 << 3, "RAID0"), (1 << 4, "RAID1"), (1 << 5, "DUP"), (1 << 6, "RAID10"),
                   (1 << 7, "RAID5"), (1 << 8, "RAID6"), (1 << 9, "RAID1C3"),
                   (1 << 10, "RAID1C4"))

@@ -12,7 +12,8 @@ import pytest
 
 import nestrace
 from conftest import drop_caches, loop_devices, run_cli
-from nestrace.stack import btrfs_chunks, btrfs_devices, btrfs_pieces, fiemap
+from nestrace.extents import btrfs_chunks, btrfs_pieces, fiemap
+from nestrace.stack import btrfs_devices
 
 pytestmark = pytest.mark.root
 

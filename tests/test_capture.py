@@ -2879,7 +2879,7 @@ def test_compressed_extents_get_their_disk_length_and_an_unreadable_tree_is_said
     be read (BTRFS_IOC_TREE_SEARCH needs CAP_SYS_ADMIN), a warning names
     the file and its encoded extents keep no length (links leaves them
     out), rather than the snapshot failing."""
-    from nestrace import stack as st
+    from nestrace import extents as st
     lab = lab_factory("btrfs", "xfs", guest_compress=True)
     f = f"{lab.mount}/t"
     subprocess.run(["sh", "-c", f"yes 'compressible' | head -c 4M > {f} && sync"], check=True)

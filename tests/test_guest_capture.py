@@ -295,7 +295,7 @@ def test_the_agent_and_record_take_the_same_first_files_in_the_same_order(lab_fa
     ~1 s more system time) and goes into a subdirectory where it meets it:
     here it took fewer than the 2000 top-level files (ext4 lists a
     directory in hash order) and more of d0's 3000."""
-    from nestrace.record import MAX_GUEST_FILES, guest_files
+    from nestrace.snapshots import MAX_GUEST_FILES, guest_files
     from nestrace.stack import guest_side
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     top = Path(lab.mount)
@@ -459,7 +459,7 @@ def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab
     read through the overlay is found at the virtual disk where its
     extents say.  An overlay with layers on two file systems is refused
     by name; the base named again after its overlay is no error."""
-    from nestrace.record import snapshot_extents
+    from nestrace.snapshots import snapshot_extents
     from nestrace.stack import guest_side
     from test_capture import assert_overlay_and_base_traced, fio_log_offsets, two_overlays
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")

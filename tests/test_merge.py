@@ -186,7 +186,7 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
         # the agent's own snapshot of the guest file system is what
         # record's Python takes (the file is only read meanwhile)
         # and where its journal is, as record's Python finds it
-        from nestrace.record import snapshot_extents, stack_journal_rows
+        from nestrace.snapshots import snapshot_extents, stack_journal_rows
         from nestrace.stack import guest_side
         cols = ["phase", "role", "path", "dev", "ino", "logical_bytes", "physical_bytes",
                 "length_bytes", "flags", "physical_dev"]

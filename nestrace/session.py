@@ -6,7 +6,6 @@ import contextlib
 import os
 import re
 import sys
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa

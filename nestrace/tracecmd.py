@@ -33,7 +33,6 @@ import struct
 import zlib
 from array import array
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa

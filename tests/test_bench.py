@@ -23,8 +23,10 @@ def bench(name: str, *args: str) -> str:
 
 def test_bench_correlate_runs():
     out = bench("correlate", "--sizes", "200000")
-    rows = [l for l in out.splitlines() if re.match(r"\| \d", l)]
+    rows = [l for l in out.splitlines() if re.match(r"\| \d+ \| \d+[MG]B \|", l)]
     assert len(rows) == 2, out        # the size, with 6 GB and held to 256 MB
+    floor = [l.split(" | ") for l in out.splitlines() if re.match(r"\| \d+ \| [\d.]+ \|", l)]
+    assert len(floor) == 1 and float(floor[0][5]) > 0, out   # and its floor
 
 
 def test_bench_render_runs():

@@ -135,6 +135,7 @@ class Session:
     def __init__(self, store: str | os.PathLike | None, *, memory_limit: str | None = None,
                  late_modules: bool = True):
         self.store = check_store(store) if store is not None else None
+        self._cached: set[str] = set()     # views cache() made tables of
         self.con = duckdb.connect()
         _quiet(self.con)
         _plan(self.con)
@@ -237,6 +238,7 @@ class Session:
         even on three rows.  cache_links=False queries the plain views."""
         s = cls.__new__(cls)
         s.store = None
+        s._cached = set()
         s.con = duckdb.connect()
         _quiet(s.con)
         _plan(s.con)
@@ -344,10 +346,14 @@ class Session:
     def cache(self, views: list[str]) -> None:
         """Compute these views once for this session: each becomes a table,
         and the view reads it, so every view built on it reuses the rows.
-        Give them in dependency order (lower first)."""
+        Give them in dependency order (lower first); one cached already is
+        left as it is."""
         for v in views:
+            if v in self._cached:   # (report.build runs once per capture in `html`)
+                continue
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cache_{v} AS SELECT * FROM {v}")
             self.con.execute(f"CREATE OR REPLACE VIEW {v} AS SELECT * FROM temp._cache_{v}")
+            self._cached.add(v)
 
     # ---- metrics: each returns an Arrow table, optionally for one capture ----
     def _view(self, name: str, capture_id: str | None) -> pa.Table:

@@ -2764,9 +2764,12 @@ def test_reads_of_a_compressed_image_are_tied_to_the_compressed_data_they_read(l
     # The host's readahead of the image (a buffered loop) runs past a read
     # into the next extent, whose compressed data it reads with no vdisk
     # request behind it: 'readahead', 4 KiB in six runs here, 40 KiB in
-    # one CI run (2026-11-27).  None of it may be 'other'.
-    ahead = by.get(("readahead", False), 0)
-    assert tied >= 0.95 * total and tied + ahead >= 0.99 * total, by
+    # one CI run (2026-11-27).  btrfs reads tree blocks it no longer has
+    # cached (the checksum tree's, say) with REQ_META: 'metadata', 64 KiB
+    # in one CI run (2026-12-01), none in the runs before.  None of it may
+    # be 'other'.
+    explained = sum(by.get((k, False), 0) for k in ("readahead", "metadata"))
+    assert tied >= 0.95 * total and tied + explained >= 0.99 * total, by
     # the compression shows: fewer bytes read from the host disk than the
     # guest read from its virtual disk
     amp = {r["level"]: r["b"] for r in s.rows(

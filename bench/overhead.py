@@ -1,7 +1,9 @@
 """Overhead benchmark (see bench/overhead).  Prints a Markdown table of IOPS
 per mode, the ratios (b)/(a) and (c)/(a) from the same run, the events
 per second nestrace captured with the lost count, and the machine's CPU
-time per I/O in each mode.
+time per I/O in each mode; then (e), the same hooks attached with every
+program returning at once (the agent's --empty-programs): the floor
+under (b) that the tracepoints alone set.
 
 The trace output of (b) and (c) goes to --out-dir (default /dev/shm), off
 the disk under test: the lab's disk image lives on the root disk, and a
@@ -82,6 +84,34 @@ def run_nestrace(mount, depth, runtime, tmp, out_dir: Path) -> dict:
     shutil.rmtree(store)
     return {**fio_result(out), "events": m["records_total"], "lost": m["lost_total"],
             "events_per_s": m["records_total"] / max(m["secs"], 1e-9), "wall_s": wall}
+
+
+def run_empty(mount, depth, runtime, tmp) -> dict:
+    """(e): the agent as `record` starts it (the same hooks, filters and
+    CPUs), but with --empty-programs: each program returns at once, and
+    nothing is recorded.  What the tracepoint hits alone cost: a floor
+    for any capture of this design, which must attach these hooks."""
+    sys.path.insert(0, str(ROOT))
+    from nestrace.record import agent_args, agent_cpus, side_families
+    from nestrace.stack import discover
+    stack = discover(mount)
+    pin = agent_cpus("auto")
+    args = agent_args(stack, None, "auto", side_families(stack)) + [
+        "--empty-programs", "-o", "/dev/null"]
+    out = tmp / "fio.json"
+    agent = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
+    try:
+        line = agent.stderr.readline()      # "nestrace-agent: tracing (...)": all attached
+        if "tracing" not in line:
+            raise RuntimeError(f"nestrace-agent --empty-programs: {line}{agent.stderr.read()}")
+        sh(*fio_cmd(mount, depth, runtime, out))
+    finally:
+        agent.send_signal(2)
+        rest = agent.communicate(timeout=60)[1]
+    if agent.returncode:
+        raise RuntimeError(f"nestrace-agent --empty-programs exited {agent.returncode}: {rest}")
+    return fio_result(out)
 
 
 def run_ftrace(mount, depth, runtime, tmp, out_dir: Path, devs: list[str]) -> dict:
@@ -177,13 +207,27 @@ def print_iops_tables(results: dict, depths: list[int]) -> None:
     print("|---|---|---|---|---|")
     for depth in depths:
         rs = {m: results[(depth, m)] for m in "abc"}
-        cells = []
-        for m in "bc":
-            q = [x["iops"] / a["iops"] for x, a in zip(rs[m], rs["a"])]
-            cells.append(f"{statistics.median(q):.3f} [{min(q):.3f}, {max(q):.3f}]")
+        cells = [per_round(rs[m], rs["a"]) for m in "bc"]
         steal = " / ".join(f"{statistics.median(r['steal_pct'] for r in rs[m]):.1f}" for m in "abc")
         cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[m]):.1f}" for m in "abc")
         print(f"| {depth} | {cells[0]} | {cells[1]} | {cpu} | {steal} |")
+    # (e): the hooks alone, every program returning at once.  What part of
+    # (b)'s loss any capture on these tracepoints pays before recording.
+    print("\n| iodepth | (e) hooks only IOPS | (e)/(a) | (e)/(a) per round: median [min, max] "
+          "| CPU µs per I/O a / e / b (median) | (b)'s loss beyond (e)'s |")
+    print("|---|---|---|---|---|---|")
+    for depth in depths:
+        rs = {m: results[(depth, m)] for m in "abe"}
+        med = {m: statistics.median(r["iops"] for r in rs[m]) for m in "abe"}
+        cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[m]):.1f}" for m in "aeb")
+        print(f"| {depth} | {med['e']:.0f} | {med['e'] / med['a']:.3f} | {per_round(rs['e'], rs['a'])} "
+              f"| {cpu} | {(med['e'] - med['b']) / med['a']:.3f} |")
+
+
+def per_round(runs: list[dict], plain: list[dict]) -> str:
+    """The median [min, max] of each round's IOPS over that round's (a)."""
+    q = [x["iops"] / a["iops"] for x, a in zip(runs, plain)]
+    return f"{statistics.median(q):.3f} [{min(q):.3f}, {max(q):.3f}]"
 
 
 def main() -> int:
@@ -219,11 +263,12 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as t:
             tmp = Path(t)
             for depth in [int(d) for d in args.depths.split(",")]:
-                modes = [("a", run_plain), ("b", run_nestrace), ("c", run_ftrace)]
+                modes = [("a", run_plain), ("b", run_nestrace), ("c", run_ftrace),
+                         ("e", run_empty)]
                 for rnd in range(args.rounds):
                     # rotate the order, so that no mode always follows another
-                    for mode, fn in modes[rnd % 3:] + modes[:rnd % 3]:
-                        extra = {"a": (), "b": (out_dir,), "c": (out_dir, devs)}[mode]
+                    for mode, fn in modes[rnd % 4:] + modes[:rnd % 4]:
+                        extra = {"a": (), "b": (out_dir,), "c": (out_dir, devs), "e": ()}[mode]
                         t0 = cpu_times()
                         r = fn(mount, depth, args.runtime, tmp, *extra)
                         r["steal_pct"] = round(steal_pct(t0, cpu_times()), 1)

@@ -36,6 +36,7 @@ def test_bench_render_runs():
 def test_bench_overhead_runs():
     out = bench("overhead", "--rounds", "1", "--runtime", "2", "--depths", "1", "--no-bpf-stats")
     assert "| 1 | " in out and "(b)/(a)" in out
+    assert re.search(r"^\| 1 \| \d+ \| [\d.]+ \| [\d.]+ \[", out, re.M), out   # (e)'s row
 
 
 def test_bench_shapes_runs():
@@ -64,3 +65,64 @@ def test_bench_imports_runs():
     out = bench("imports", "--seconds", "1", "--runs", "1")
     rows = [l for l in out.splitlines() if re.match(r"\| 1 \| [\d,]+ \|", l)]
     assert len(rows) == 1 and int(rows[0].split(" | ")[1].replace(",", "")) > 1000, out
+
+
+def prog_ids(pid: int) -> set[int]:
+    """The BPF programs a process holds open, by id (their fds' fdinfo)."""
+    ids = set()
+    for fd in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            info = fd.read_text()
+        except OSError:
+            continue
+        ids |= {int(m) for m in re.findall(r"^prog_id:\s+(\d+)", info, re.M)}
+    return ids
+
+
+def test_agent_empty_programs_attach_every_hook_and_record_nothing(lab_factory, tmp_path):
+    """bench/overhead's (e): `nestrace-agent --empty-programs` attaches
+    the hooks `record` attaches, each program a few instructions long,
+    and records nothing while fio writes through the stack; the same
+    agent without it records the writes at every level."""
+    import json
+    import signal
+    from nestrace.record import agent_args, side_families
+    from nestrace.stack import discover
+    from nestrace.stream import iter_frames
+    lab = lab_factory("ext4", "xfs")
+    stack = discover(lab.mount)
+    fio = ["fio", "--name=e", f"--directory={lab.mount}", "--rw=randwrite", "--bs=4k",
+           "--direct=1", "--size=8M", "--output=/dev/null"]
+    seen = {}
+    for empty in (True, False):
+        out = tmp_path / f"{empty}.ntr"
+        agent = subprocess.Popen(agent_args(stack, None, "auto", side_families(stack))
+                                 + (["--empty-programs"] if empty else []) + ["-o", str(out)],
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            assert "tracing" in agent.stderr.readline()
+            progs = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], check=True,
+                                              capture_output=True, text=True).stdout)
+            ours = prog_ids(agent.pid)      # (another test's agent may run beside)
+            subprocess.run(fio, check=True)
+        finally:
+            agent.send_signal(signal.SIGINT)
+            err = agent.communicate(timeout=60)[1]
+        assert agent.returncode == 0, err
+        with open(out, "rb") as f:
+            frames = list(iter_frames(f, str(out)))
+        start = next(fr.meta for fr in frames if fr.meta and fr.meta["type"] == "start")
+        rows: dict[str, int] = {}
+        for fr in frames:
+            if fr.batch is not None:
+                rows[fr.table] = rows.get(fr.table, 0) + fr.batch.num_rows
+        sizes = {p["name"]: p["bytes_xlated"] for p in progs
+                 if p.get("name") == "block_rq_issue_btf" and p["id"] in ours}
+        seen[empty] = (sorted(h for h, m in start["hooks"].items() if m != "skipped"), rows,
+                       sizes)
+    hooks, rows, sizes = seen[True]
+    assert hooks == seen[False][0] and "block_rq_complete" in hooks and "sys_enter" in hooks
+    assert not {t: n for t, n in rows.items() if t in ("block_events", "vfs_events", "hostfs_events")}, rows
+    assert seen[False][1].get("block_events", 0) >= 2 * 2048 and \
+        seen[False][1].get("vfs_events", 0) >= 2048, seen[False][1]
+    assert sizes["block_rq_issue_btf"] <= 64 < seen[False][2]["block_rq_issue_btf"], sizes

@@ -73,6 +73,7 @@ static struct env {
 	int nguests;			/* ... its file systems (--guest, again) */
 	const char *guest_dir;		/* ... its directory */
 	bool cpus_all;			/* ... the agent not pinned (--agent-cpus all) */
+	bool empty_programs;		/* every program returns at once (--empty-programs) */
 	char **cmd;			/* ... the command it traces */
 	int ndevs, ninos;
 	struct { __u32 dev; __u32 roles; } devs[NT_MAX_DEVS];
@@ -112,7 +113,7 @@ static const char doc[] =
 "      guest.store` wherever nestrace is installed)\n";
 
 enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
-       OPT_GUEST_DIR, OPT_CPUS, OPT_STATUS, OPT_CGROUP };
+       OPT_GUEST_DIR, OPT_CPUS, OPT_STATUS, OPT_CGROUP, OPT_EMPTY };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -133,6 +134,7 @@ static const struct argp_option opts[] = {
 	{ "flush-ms", OPT_FLUSH, "MS", 0, "Flush batches at least this often (default 200)" },
 	{ "status-ms", OPT_STATUS, "MS", 0, "Print a status line on stderr this often: records taken in so far per family and per traced disk, and events lost (default 0: none)" },
 	{ "mode", OPT_MODE, "MODE", 0, "auto (probe), tp_btf or raw_tp" },
+	{ "empty-programs", OPT_EMPTY, NULL, 0, "Attach every program, each returning at once: nothing is recorded (what the hooks alone cost; bench/overhead's floor)" },
 	{ "die-with-parent", OPT_DIE, NULL, 0, "Exit when the parent process dies" },
 	{ "verbose", 'v', NULL, 0, "Show libbpf debug output" },
 	{},
@@ -193,6 +195,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case 'p': env.target_tgid = strtoul(arg, NULL, 10); break;
 	case OPT_CGROUP: env.cgroup = arg; break;
+	case OPT_EMPTY: env.empty_programs = true; break;
 	case 'f': env.families = arg; break;
 	case 'o': env.output = arg; break;
 	case 'd': env.duration_s = strtol(arg, NULL, 10); break;
@@ -734,6 +737,7 @@ static void filters__rodata(volatile __u32 *use_maps, volatile __u32 *ndevs, __u
 	{								\
 		struct fam##_bpf *s = p;				\
 		s->rodata->wakeup_bytes = env.wakeup_bytes;		\
+		s->rodata->empty_programs = env.empty_programs;		\
 		s->rodata->stage_limit = stage__limit();		\
 		filters__rodata(&s->rodata->filter_maps,		\
 				&s->rodata->fast_ndevs,			\

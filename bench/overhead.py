@@ -102,9 +102,13 @@ def run_empty(mount, depth, runtime, tmp) -> dict:
     agent = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                              preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
     try:
-        line = agent.stderr.readline()      # "nestrace-agent: tracing (...)": all attached
-        if "tracing" not in line:
-            raise RuntimeError(f"nestrace-agent --empty-programs: {line}{agent.stderr.read()}")
+        said = []
+        for line in agent.stderr:       # until "nestrace-agent: tracing (...)": all attached
+            said.append(line)
+            if line.startswith("nestrace-agent: tracing"):
+                break
+        else:
+            raise RuntimeError(f"nestrace-agent --empty-programs: {''.join(said)}")
         sh(*fio_cmd(mount, depth, runtime, out))
     finally:
         agent.send_signal(2)

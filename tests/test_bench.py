@@ -100,7 +100,12 @@ def test_agent_empty_programs_attach_every_hook_and_record_nothing(lab_factory, 
                                  + (["--empty-programs"] if empty else []) + ["-o", str(out)],
                                  stderr=subprocess.PIPE, text=True)
         try:
-            assert "tracing" in agent.stderr.readline()
+            line = ""
+            for line in agent.stderr:    # up to the line that says all is attached
+                if line.startswith("nestrace-agent: tracing"):
+                    break
+            assert line.startswith("nestrace-agent: tracing"), line
+            assert ("empty programs: nothing is recorded" in line) == empty, line
             progs = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], check=True,
                                               capture_output=True, text=True).stdout)
             ours = prog_ids(agent.pid)      # (another test's agent may run beside)

@@ -1676,8 +1676,9 @@ int main(int argc, char **argv)
 		  (unsigned long long)attach_ns, (unsigned long long)ends_ns,
 		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
 		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
-	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB)\n",
-		nloaded, (unsigned long long)env.ringbuf_bytes >> 10);
+	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB%s)\n",
+		nloaded, (unsigned long long)env.ringbuf_bytes >> 10,
+		env.empty_programs ? "; empty programs: nothing is recorded" : "");
 	if (env.cmd && command__start())
 		exiting = 1, exit_reason = "command failed to start";
 

@@ -25,7 +25,7 @@ static __always_inline struct nt_block_event *block__reserve(__u32 dev)
  * and an empty comm: a completion runs in whatever task the interrupt
  * found, and skipping the two helpers there is a tenth of a block event. */
 static __always_inline int block__submit(struct nt_block_event *e, __u32 dev,
-					 __u16 action, __u32 opf)
+					 __u16 action, __u32 opf, const bool btf)
 {
 	e->dev = dev;
 	e->action = action;
@@ -37,7 +37,7 @@ static __always_inline int block__submit(struct nt_block_event *e, __u32 dev,
 		__builtin_memset(e->comm, 0, sizeof(e->comm));
 	} else {
 		e->pid = task__tgid();
-		bpf_get_current_comm(e->comm, sizeof(e->comm));
+		task__comm(e->comm, btf);
 	}
 	record__submit(e);
 	return 0;
@@ -56,7 +56,7 @@ static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, c
 	e->bio_id = (__u64)bio;
 	e->aux_sector = aux;
 	e->error = 0;
-	return block__submit(e, dev, action, RD1(btf, bio, bi_opf));
+	return block__submit(e, dev, action, RD1(btf, bio, bi_opf), btf);
 }
 
 static __always_inline int rq__emit(struct request *rq, __u16 action,
@@ -74,7 +74,7 @@ static __always_inline int rq__emit(struct request *rq, __u16 action,
 	e->bio_id = (__u64)RD1(btf, rq, bio);
 	e->aux_sector = 0;
 	e->error = error;
-	return block__submit(e, dev, action, RD1(btf, rq, cmd_flags));
+	return block__submit(e, dev, action, RD1(btf, rq, cmd_flags), btf);
 }
 
 NT_TWIN(block_bio_queue) { return bio__emit(ARG(0, struct bio *), A_Q, 0, btf); }

@@ -43,7 +43,7 @@ static __always_inline int access__emit(struct inode *inode, __s64 offset,
 	e->iocb_flags = flags;
 	e->source = source;
 	e->op = op;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	task__comm(e->comm, btf);
 	record__submit(e);
 	return 0;
 }
@@ -177,7 +177,7 @@ static __always_inline int cache__emit(struct inode *inode, __u64 index,
 	e->event = event;
 	e->_pad0 = 0;
 	e->_pad1 = 0;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	task__comm(e->comm, btf);
 	record__submit(e);
 	return 0;
 }

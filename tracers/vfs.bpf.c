@@ -273,28 +273,62 @@ static __always_inline void records__lost(__u64 n)
 	}
 }
 
-/* If f's file system is traced: its dev, ino, f_flags and f_pos into s. */
-static __always_inline bool file__traced(struct vfs_start *s, struct file *f)
+/* Two fields of the object at p, at byte offsets oa and ob (CO-RE: known
+ * at load, so the verifier keeps one branch), into a (8 bytes) and b (nb
+ * bytes): one probe read when both lie in 64 bytes, else one each.  A
+ * probe read is a helper call of ~40-50 ns, and the file an fd names
+ * needs several. */
+static __always_inline void read__two(const void *p, __u32 oa, void *a, __u32 ob, void *b, __u32 nb)
 {
-	struct inode *inode;
+	__u64 w[8] = {};
+	__u32 lo = oa < ob ? oa : ob;
+	__u32 hi = oa + 8 > ob + nb ? oa + 8 : ob + nb;
+
+	if (hi - lo <= sizeof(w)) {
+		bpf_probe_read_kernel(w, hi - lo, p + lo);
+		__builtin_memcpy(a, (void *)w + (oa - lo), 8);
+		if (nb == 8)
+			__builtin_memcpy(b, (void *)w + (ob - lo), 8);
+		else
+			__builtin_memcpy(b, (void *)w + (ob - lo), 4);
+	} else {
+		bpf_probe_read_kernel(a, 8, p + oa);
+		bpf_probe_read_kernel(b, nb, p + ob);
+	}
+}
+
+/* If f's file system is traced: its dev, ino, f_flags and (pos: for the
+ * calls that may use it; the others give an offset) f_pos into s.  Four
+ * probe reads (file: inode and flags; inode: super block and number; the
+ * super block's dev), five with f_pos. */
+static __always_inline bool file__traced(struct vfs_start *s, struct file *f, const bool pos)
+{
+	struct inode *inode = NULL;
+	struct super_block *sb = NULL;
+	__u64 ino = 0;
 
 	if (!f)
 		return false;
-	inode = BPF_CORE_READ(f, f_inode);
-	s->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	read__two(f, bpf_core_field_offset(f->f_inode), &inode,
+		  bpf_core_field_offset(f->f_flags), &s->f_flags, sizeof(s->f_flags));
+	if (!inode)
+		return false;
+	read__two(inode, bpf_core_field_offset(inode->i_sb), &sb,
+		  bpf_core_field_offset(inode->i_ino), &ino, sizeof(ino));
+	s->dev = BPF_CORE_READ(sb, s_dev);
 	if (!dev__has(s->dev, NT_ROLE_VFS)) {
 		counters__filtered();
 		return false;
 	}
-	s->ino = BPF_CORE_READ(inode, i_ino);
-	s->f_flags = BPF_CORE_READ(f, f_flags);
-	s->offset = BPF_CORE_READ(f, f_pos);
+	s->ino = ino;
+	if (pos)
+		s->offset = BPF_CORE_READ(f, f_pos);
 	return true;
 }
 
-static __always_inline bool vfs__file(struct vfs_start *s, const bool btf)
+static __always_inline bool vfs__file(struct vfs_start *s, const bool pos, const bool btf)
 {
-	return file__traced(s, task__file(s->fd, btf));
+	return file__traced(s, task__file(s->fd, btf), pos);
 }
 
 struct mapped_ctx {
@@ -311,7 +345,7 @@ static long mapped__vma(struct task_struct *task, struct vm_area_struct *vma, vo
 	struct mapped_ctx *c = data;
 	__u64 start = BPF_CORE_READ(vma, vm_start), end = BPF_CORE_READ(vma, vm_end);
 
-	if (!file__traced(c->s, BPF_CORE_READ(vma, vm_file)))
+	if (!file__traced(c->s, BPF_CORE_READ(vma, vm_file), false))
 		return 0;
 	/* (vm_pgoff in 4 KiB pages: x86-64's, and arm64's as Debian builds it) */
 	c->s->offset = (c->addr - start) + (BPF_CORE_READ(vma, vm_pgoff) << 12);
@@ -408,7 +442,8 @@ static __always_inline long aio__submit_one(__u64 i, struct aio_submit_ctx *c, c
 	default: return 0;				/* poll, noop */
 	}
 	a.s.fd = cb.aio_fildes;
-	if (!vfs__file(&a.s, btf))
+	a.s.offset = -1;	/* an iocb has its offset (-1 kept as given: EINVAL) */
+	if (!vfs__file(&a.s, false, btf))
 		return 0;
 	a.s.ts = c->ts;
 	async__range(&a.s, a.s.syscall >= SC_AIO_PREADV ? ASYNC_RWV :
@@ -447,7 +482,7 @@ static __always_inline void aio__submit(struct pt_regs *regs, const bool btf)
 
 /* One record.  comm NULL: the current task's (it is the caller's own). */
 static __always_inline void vfs__emit(const struct vfs_start *s, __u64 now, __s64 ret, __u32 tid,
-				      __u32 tgid, const char *comm)
+				      __u32 tgid, const char *comm, const bool btf)
 {
 	struct nt_vfs_event *e = RESERVE_DIRECT(vfs_event, VFS_EVENT, s->ts);	/* may be preempted */
 
@@ -468,7 +503,7 @@ static __always_inline void vfs__emit(const struct vfs_start *s, __u64 now, __s6
 	if (comm)
 		__builtin_memcpy(e->comm, comm, sizeof(e->comm));
 	else
-		bpf_get_current_comm(e->comm, sizeof(e->comm));
+		task__comm(e->comm, btf);
 	record__submit_direct(e);
 }
 
@@ -479,7 +514,7 @@ struct aio_reap_ctx {
 };
 
 /* The i-th reaped event: a record, if nestrace saw its iocb submitted. */
-static long aio_reap_one(__u64 i, void *ctx)
+static __always_inline long aio__reap_one(__u64 i, void *ctx, const bool btf)
 {
 	struct aio_reap_ctx *c = ctx;
 	struct aio_key k = { .tgid = c->tgid };
@@ -492,13 +527,16 @@ static long aio_reap_one(__u64 i, void *ctx)
 	a = bpf_map_lookup_elem(&aio_inflight, &k);
 	if (!a)
 		return 0;	/* not a traced file, or submitted before the capture */
-	vfs__emit(&a->s, c->now, ev.res, a->tid, c->tgid, NULL);
+	vfs__emit(&a->s, c->now, ev.res, a->tid, c->tgid, NULL, btf);
 	bpf_map_delete_elem(&aio_inflight, &k);
 	return 0;
 }
 
+static long aio_reap_btf(__u64 i, void *c) { return aio__reap_one(i, c, true); }
+static long aio_reap_raw(__u64 i, void *c) { return aio__reap_one(i, c, false); }
+
 /* io_getevents returned n events at the user address events. */
-static __always_inline void aio__reap(struct io_event *events, long n, __u64 now)
+static __always_inline void aio__reap(struct io_event *events, long n, __u64 now, const bool btf)
 {
 	struct aio_reap_ctx c = { .events = events, .now = now, .tgid = task__tgid() };
 
@@ -508,7 +546,7 @@ static __always_inline void aio__reap(struct io_event *events, long n, __u64 now
 		records__lost(n - NT_MAX_AIO_BATCH);
 		n = NT_MAX_AIO_BATCH;
 	}
-	bpf_loop(n, aio_reap_one, &c, 0);
+	bpf_loop(n, btf ? aio_reap_btf : aio_reap_raw, &c, 0);
 }
 
 /* The calls that read one file and write another (copy__enter). */
@@ -544,8 +582,8 @@ static __always_inline int copy__enter(struct pt_regs *regs, __u16 code, const b
 		off_in = (void *)SC_ARG(btf, regs, 3);
 		len = SC_ARG(btf, regs, 4);
 	}
-	in_traced = vfs__file(&in, btf);
-	out_traced = vfs__file(&out, btf);
+	in_traced = vfs__file(&in, true, btf);
+	out_traced = vfs__file(&out, true, btf);
 	if (!in_traced && !out_traced)
 		return 0;
 	in.ts = out.ts = bpf_ktime_get_ns();
@@ -574,14 +612,15 @@ static __always_inline int copy__enter(struct pt_regs *regs, __u16 code, const b
 }
 
 /* Its exit: a record per traced side, both with the call's return. */
-static __always_inline void copy__exit(struct vfs_start *s, __u64 now, long ret, __u32 tid)
+static __always_inline void copy__exit(struct vfs_start *s, __u64 now, long ret, __u32 tid,
+				       const bool btf)
 {
 	struct vfs_start *o = bpf_map_lookup_elem(&out_starts, &tid);
 
 	if (s->dev)
-		vfs__emit(s, now, ret, tid, task__tgid(), NULL);
+		vfs__emit(s, now, ret, tid, task__tgid(), NULL, btf);
 	if (o && o->syscall == s->syscall + 1) {
-		vfs__emit(o, now, ret, tid, task__tgid(), NULL);
+		vfs__emit(o, now, ret, tid, task__tgid(), NULL, btf);
 		o->syscall = 0;
 	}
 }
@@ -615,7 +654,7 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 		s.fd = -1;
 	} else {
 		s.fd = SC_ARG(btf, regs, 1);
-		if (!vfs__file(&s, btf))
+		if (!vfs__file(&s, code != SC_PREAD64 && code != SC_PWRITE64, btf))
 			return 0;
 	}
 	s.ts = bpf_ktime_get_ns();
@@ -701,7 +740,7 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 	 * start-map update and lookup less per call) */
 	if (code == SC_IO_GETEVENTS) {
 		if (task__followed())
-			aio__reap((void *)SC_ARG(btf, regs, 4), ret, bpf_ktime_get_ns());
+			aio__reap((void *)SC_ARG(btf, regs, 4), ret, bpf_ktime_get_ns(), btf);
 		return 0;
 	}
 	tid = (__u32)bpf_get_current_pid_tgid();
@@ -714,9 +753,9 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 	}
 	now = bpf_ktime_get_ns();
 	if (code__copies(s->syscall))
-		copy__exit(s, now, ret, tid);
+		copy__exit(s, now, ret, tid, btf);
 	else
-		vfs__emit(s, now, ret, tid, task__tgid(), NULL);
+		vfs__emit(s, now, ret, tid, task__tgid(), NULL, btf);
 	s->syscall = 0;
 	return 0;
 }
@@ -823,8 +862,8 @@ static __always_inline int uring__splice(struct io_kiocb *req, const bool btf)
 	flags = BPF_CORE_READ(sp, flags);
 	in.s.fd = BPF_CORE_READ(sp, splice_fd_in);
 	out.s.fd = RD1(btf, req, cqe.fd);
-	in_traced = file__traced(&in.s, uring__file(req, in.s.fd, flags & (1U << 31), btf));
-	out_traced = file__traced(&out.s, uring__file(req, out.s.fd, RD1(btf, req, flags) & 1, btf));
+	in_traced = file__traced(&in.s, uring__file(req, in.s.fd, flags & (1U << 31), btf), true);
+	out_traced = file__traced(&out.s, uring__file(req, out.s.fd, RD1(btf, req, flags) & 1, btf), true);
 	if (!in_traced && !out_traced)
 		return 0;
 	ts = bpf_ktime_get_ns();
@@ -888,7 +927,7 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 	a.s.fd = RD1(btf, req, cqe.fd);
 	/* REQ_F_FIXED_FILE = IOSQE_FIXED_FILE */
 	f = uring__file(req, a.s.fd, RD1(btf, req, flags) & 1, btf);
-	if (!file__traced(&a.s, f))
+	if (!file__traced(&a.s, f, true))
 		return 0;
 	a.s.ts = bpf_ktime_get_ns();
 	a.s.iov_count = 1;
@@ -939,12 +978,12 @@ static __always_inline int uring__complete(void *req, struct io_uring_cqe *cqe, 
 	now = bpf_ktime_get_ns();
 	res = RD1(btf, cqe, res);
 	if (a->s.syscall != SC_URING_SPLICE_IN || a->s.dev)
-		vfs__emit(&a->s, now, res, a->tid, a->tgid, a->comm);
+		vfs__emit(&a->s, now, res, a->tid, a->tgid, a->comm, btf);
 	if (a->s.syscall == SC_URING_SPLICE_IN) {
 		struct aio_start *o = bpf_map_lookup_elem(&uring_splice_out, &key);
 
 		if (o) {
-			vfs__emit(&o->s, now, res, o->tid, o->tgid, o->comm);
+			vfs__emit(&o->s, now, res, o->tid, o->tgid, o->comm, btf);
 			bpf_map_delete_elem(&uring_splice_out, &key);
 		}
 	}

@@ -283,54 +283,25 @@ static __always_inline void records__lost(__u64 n)
 	}
 }
 
-/* Two fields of the object at p, at byte offsets oa and ob (CO-RE: known
- * at load, so the verifier keeps one branch), into a (8 bytes) and b (nb
- * bytes): one probe read when both lie in 64 bytes, else one each.  A
- * probe read is a helper call of ~40-50 ns, and the file an fd names
- * needs several. */
-static __always_inline void read__two(const void *p, __u32 oa, void *a, __u32 ob, void *b, __u32 nb)
-{
-	__u64 w[8] = {};
-	__u32 lo = oa < ob ? oa : ob;
-	__u32 hi = oa + 8 > ob + nb ? oa + 8 : ob + nb;
-
-	if (hi - lo <= sizeof(w)) {
-		bpf_probe_read_kernel(w, hi - lo, p + lo);
-		__builtin_memcpy(a, (void *)w + (oa - lo), 8);
-		if (nb == 8)
-			__builtin_memcpy(b, (void *)w + (ob - lo), 8);
-		else
-			__builtin_memcpy(b, (void *)w + (ob - lo), 4);
-	} else {
-		bpf_probe_read_kernel(a, 8, p + oa);
-		bpf_probe_read_kernel(b, nb, p + ob);
-	}
-}
-
 /* If f's file system is traced: its dev, ino, f_flags and (pos: for the
- * calls that may use it; the others give an offset) f_pos into s.  Four
- * probe reads (file: inode and flags; inode: super block and number; the
- * super block's dev), five with f_pos. */
+ * calls that may use it; the others give an offset) f_pos into s.  (One
+ * probe read per pair of nearby fields, tried 2026-12-01, saved ~70 ns
+ * per I/O and took 64 bytes more of the stack, past what Linux 6.1's
+ * verifier allows a program and its bpf_loop callback together.) */
 static __always_inline bool file__traced(struct vfs_start *s, struct file *f, const bool pos)
 {
-	struct inode *inode = NULL;
-	struct super_block *sb = NULL;
-	__u64 ino = 0;
+	struct inode *inode;
 
 	if (!f)
 		return false;
-	read__two(f, bpf_core_field_offset(f->f_inode), &inode,
-		  bpf_core_field_offset(f->f_flags), &s->f_flags, sizeof(s->f_flags));
-	if (!inode)
-		return false;
-	read__two(inode, bpf_core_field_offset(inode->i_sb), &sb,
-		  bpf_core_field_offset(inode->i_ino), &ino, sizeof(ino));
-	s->dev = BPF_CORE_READ(sb, s_dev);
+	inode = BPF_CORE_READ(f, f_inode);
+	s->dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	if (!dev__has(s->dev, NT_ROLE_VFS)) {
 		counters__filtered();
 		return false;
 	}
-	s->ino = ino;
+	s->ino = BPF_CORE_READ(inode, i_ino);
+	s->f_flags = BPF_CORE_READ(f, f_flags);
 	if (pos)
 		s->offset = BPF_CORE_READ(f, f_pos);
 	return true;

@@ -14,6 +14,7 @@ from nestrace.schema import RECORDS
 from nestrace.store import LIVE, LiveCapture, init_store
 
 from conftest import ROOT
+from test_luks import create_luks
 from test_seal import block_batch
 
 FUZZER = [sys.executable, str(ROOT / "tests" / "fuzzer.py")]
@@ -42,9 +43,11 @@ def test_damaged_images_maps_are_read_or_named(tmp_path, fmt):
     if not shutil.which("qemu-img"):
         pytest.fail("no qemu-img (Debian package qemu-utils; ci/setup installs it)")
     img = tmp_path / f"d.{fmt}"
-    opts = {"vmdk": ["-o", "subformat=monolithicSparse"],
-            "luks": ["--object", "secret,id=s0,data=x", "-o", "key-secret=s0"]}.get(fmt, [])
-    subprocess.run(["qemu-img", "create", "-q", "-f", fmt, *opts, str(img), "64M"], check=True)
+    if fmt == "luks":
+        create_luks(img, "64M")
+    else:
+        opts = {"vmdk": ["-o", "subformat=monolithicSparse"]}.get(fmt, [])
+        subprocess.run(["qemu-img", "create", "-q", "-f", fmt, *opts, str(img), "64M"], check=True)
     if fmt != "luks":   # (clusters allocated here and there: tables with entries)
         for off in (0, 1 << 20, 5 << 20, 33 << 20, 63 << 20):
             subprocess.run(["qemu-io", "-f", fmt, "-c", f"write -P 0x5a {off} 64k", str(img)],

@@ -23,24 +23,31 @@ def luks_io(path, *cmds: str) -> None:
                    capture_output=True)
 
 
-@pytest.fixture(scope="module")
-def luks_bytes(tmp_path_factory) -> bytes:
-    """A 16 MiB LUKS image as QEMU creates it, once.  QEMU calibrates its
-    key derivation on the CPU time its first 2^15 iterations take, and
-    fails ("Unable to get accurate CPU usage") when that measures 0 ms:
-    on this VM they often take under a millisecond.  It failed about one
-    creation in ten at iter-time 250 ms until 2026-11-25, and 8 to 16 in
-    20 on 2026-11-26 (each failure in a few ms), when CI once failed all
-    8 tries: a failed creation is tried again, up to 200 times."""
-    img = tmp_path_factory.mktemp("luks") / "d.luks"
+def create_luks(img, size: str) -> None:
+    """A LUKS image as QEMU creates it.  QEMU calibrates its key
+    derivation on the CPU time its first 2^15 iterations take, and fails
+    ("Unable to get accurate CPU usage") when that measures 0 ms: on this
+    VM they often take under a millisecond.  It failed about one creation
+    in ten at iter-time 250 ms until 2026-11-25, and 8 to 16 in 20 on
+    2026-11-26 (each failure in a few ms), when CI once failed all 8 tries
+    (and test_fuzz's one try failed in CI on 2026-12-01): a failed
+    creation is tried again, up to 200 times."""
     for _ in range(200):
         r = subprocess.run(["qemu-img", "create", "-q", "-f", "luks", *SECRET, "-o",
-                            "key-secret=s0,iter-time=250", str(img), "16M"],
+                            "key-secret=s0,iter-time=250", str(img), size],
                            capture_output=True, text=True)
         if r.returncode == 0:
-            return img.read_bytes()
+            return
         assert "Unable to get accurate CPU usage" in r.stderr, r.stderr
     pytest.fail(f"qemu-img could not create a LUKS image in 200 tries: {r.stderr}")
+
+
+@pytest.fixture(scope="module")
+def luks_bytes(tmp_path_factory) -> bytes:
+    """A 16 MiB LUKS image as QEMU creates it, once."""
+    img = tmp_path_factory.mktemp("luks") / "d.luks"
+    create_luks(img, "16M")
+    return img.read_bytes()
 
 
 def changed_sectors(a: bytes, b: bytes) -> set[int]:

@@ -79,6 +79,18 @@ def our_mounts() -> set[str]:
             if _owned(line.split()[1].replace("\\040", " "))}
 
 
+def prog_ids(pid: int) -> set[int]:
+    """The BPF programs a process holds open, by id (their fds' fdinfo)."""
+    ids = set()
+    for fd in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            info = fd.read_text()
+        except OSError:
+            continue
+        ids |= {int(m) for m in re.findall(r"^prog_id:\s+(\d+)", info, re.M)}
+    return ids
+
+
 def until_recording(proc: subprocess.Popen) -> None:
     """Read a `nestrace record` run without CMD (text stderr piped) until it
     says it is tracing (record.RECORDING); an AssertionError with what it

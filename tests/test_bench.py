@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, prog_ids
 
 pytestmark = pytest.mark.root
 
@@ -65,18 +65,6 @@ def test_bench_imports_runs():
     out = bench("imports", "--seconds", "1", "--runs", "1")
     rows = [l for l in out.splitlines() if re.match(r"\| 1 \| [\d,]+ \|", l)]
     assert len(rows) == 1 and int(rows[0].split(" | ")[1].replace(",", "")) > 1000, out
-
-
-def prog_ids(pid: int) -> set[int]:
-    """The BPF programs a process holds open, by id (their fds' fdinfo)."""
-    ids = set()
-    for fd in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            info = fd.read_text()
-        except OSError:
-            continue
-        ids |= {int(m) for m in re.findall(r"^prog_id:\s+(\d+)", info, re.M)}
-    return ids
 
 
 def test_agent_empty_programs_attach_every_hook_and_record_nothing(lab_factory, tmp_path):

@@ -16,7 +16,7 @@ import pytest
 
 import nestrace
 from conftest import (NESTRACE, ROOT, WITNESS, assert_in_few_short_bursts, assert_losses_counted,
-                      drop_caches, kill_fio_jobs, lab_state, loop_devices, our_mounts,
+                      drop_caches, kill_fio_jobs, lab_state, loop_devices, our_mounts, prog_ids,
                       requests_without_completion, run_cli, sync_cmd, sync_lab, unexplained,
                       until_recording, why_no_completion, witness_from_now)
 from nestrace._paths import agent_path
@@ -582,6 +582,50 @@ def test_libaio_reads_at_queue_depth_16_are_seen_at_all_four_levels(lab_factory,
     assert 2 <= in_flight <= 16, in_flight
     assert s.rows("SELECT fraction FROM links_to_vfs ORDER BY level") == [
         {"fraction": 1.0}, {"fraction": 1.0}]
+
+
+def kernel_has_kfunc(name: str) -> bool:
+    out = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"],
+                         check=True, capture_output=True, text=True).stdout
+    return f"FUNC '{name}' " in out
+
+
+@pytest.mark.parametrize("mode", ["tp_btf", "raw_tp"])
+def test_open_files_fields_are_plain_loads_where_the_kernel_has_bpf_rdonly_cast(lab_factory, mode):
+    """The syscall programs read the open file behind an fd (its inode,
+    device, flags, position) through bpf_rdonly_cast, a load each, where
+    the kernel has that kfunc (Linux 6.2+) and the programs are tp_btf;
+    elsewhere a probe read each, the cast's path dead code the verifier
+    removed.  Which one the kernel kept shows in the loaded program's line
+    info.  (The libaio test above checks the rows both ways give.)"""
+    from nestrace.record import agent_args, side_families
+    from nestrace.stack import discover
+    lab = lab_factory("ext4", "xfs")
+    stack = discover(lab.mount)
+    agent = subprocess.Popen(agent_args(stack, None, mode, side_families(stack))
+                             + ["-o", "/dev/null"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        for line in agent.stderr:
+            if line.startswith("nestrace-agent: tracing"):
+                break
+        assert line.startswith("nestrace-agent: tracing"), line
+        ours = prog_ids(agent.pid)
+        progs = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], check=True,
+                                          capture_output=True, text=True).stdout)
+        name = {"tp_btf": "sys_enter_btf", "raw_tp": "sys_enter_raw"}[mode]
+        ids = [p["id"] for p in progs if p["id"] in ours and p.get("name") == name]
+        assert len(ids) == 1, [(p["id"], p.get("name")) for p in progs if p["id"] in ours]
+        xlated = subprocess.run(["bpftool", "prog", "dump", "xlated", "id", str(ids[0])],
+                                check=True, capture_output=True, text=True).stdout
+    finally:
+        agent.send_signal(signal.SIGINT)
+        err = agent.communicate(timeout=60)[1]
+    assert agent.returncode == 0, err
+    # (the probe reads' path stays in both: msync's and madvise's mapped file)
+    assert "inode = BPF_CORE_READ(f, f_inode);" in xlated
+    cast = "inode = rf->f_inode;" in xlated
+    assert cast == (mode == "tp_btf" and kernel_has_kfunc("bpf_rdonly_cast")), mode
 
 
 def test_io_uring_reads_are_seen_at_all_four_levels(lab_factory, tmp_path):

@@ -750,8 +750,14 @@ static void filters__rodata(volatile __u32 *use_maps, volatile __u32 *ndevs, __u
 		fam##__extra_rodata(s);					\
 	}
 
+static struct btf *vmlinux_btf;
+
 static void vfs__extra_rodata(struct vfs_bpf *s)
 {
+	/* the open file's fields by plain loads where the kernel has the
+	 * kfunc that allows it (Linux 6.2+), a probe read each elsewhere */
+	s->rodata->have_rdonly_cast = vmlinux_btf &&
+		btf__find_by_name_kind(vmlinux_btf, "bpf_rdonly_cast", BTF_KIND_FUNC) > 0;
 	s->rodata->target_tgid = env.target_tgid;
 	s->rodata->target_cgroup = env.cgroup_fd >= 0;
 	for (int i = 0; i < env.ndevs; i++)	/* sync(2) is recorded on the first vfs device */
@@ -804,7 +810,6 @@ static struct hook {
 } hooks[MAX_HOOKS];
 static int nhooks;
 
-static struct btf *vmlinux_btf;
 static struct btf *module_btfs[64];
 static int nmodule_btfs;
 

@@ -301,35 +301,24 @@ const volatile bool have_rdonly_cast = false;
 static __always_inline bool file__traced(struct vfs_start *s, struct file *f, const bool pos,
 					 const bool btf)
 {
+	/* plain loads through the cast, or a probe read each (RDn) */
+	const bool cast = btf && have_rdonly_cast;
 	struct inode *inode;
 
 	if (!f)
 		return false;
-	if (btf && have_rdonly_cast) {
-		struct file *rf = bpf_rdonly_cast(f, bpf_core_type_id_kernel(struct file));
-
-		inode = rf->f_inode;
-		s->dev = inode->i_sb->s_dev;
-		if (!dev__has(s->dev, NT_ROLE_VFS)) {
-			counters__filtered();
-			return false;
-		}
-		s->ino = inode->i_ino;
-		s->f_flags = rf->f_flags;
-		if (pos)
-			s->offset = rf->f_pos;
-		return true;
-	}
-	inode = BPF_CORE_READ(f, f_inode);
-	s->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	if (cast)
+		f = bpf_rdonly_cast(f, bpf_core_type_id_kernel(struct file));
+	inode = RD1(cast, f, f_inode);
+	s->dev = RD2(cast, inode, i_sb, s_dev);
 	if (!dev__has(s->dev, NT_ROLE_VFS)) {
 		counters__filtered();
 		return false;
 	}
-	s->ino = BPF_CORE_READ(inode, i_ino);
-	s->f_flags = BPF_CORE_READ(f, f_flags);
+	s->ino = RD1(cast, inode, i_ino);
+	s->f_flags = RD1(cast, f, f_flags);
 	if (pos)
-		s->offset = BPF_CORE_READ(f, f_pos);
+		s->offset = RD1(cast, f, f_pos);
 	return true;
 }
 

@@ -91,13 +91,34 @@ def run_empty(mount, depth, runtime, tmp) -> dict:
     CPUs), but with --empty-programs: each program returns at once, and
     nothing is recorded.  What the tracepoint hits alone cost: a floor
     for any capture of this design, which must attach these hooks."""
+    return run_agent_alone(mount, depth, runtime, tmp, "--empty-programs", Path("/dev/null"))
+
+
+def run_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
+    """(f): the agent as `record` starts it, with --floor-records: each
+    program filters as (b)'s does, then writes its record's header alone
+    (one clock read, no field), and the vfs level one header per call
+    without resolving its file.  The records' bytes go through the agent
+    to --out-dir as (b)'s do.  No hit does more work than in (b) and no
+    I/O gets more records: the floor of any capture that writes a record
+    per event on these hooks."""
+    out = out_dir / f"nestrace-bench-floor-{time.monotonic_ns()}.ntr"
+    try:
+        return run_agent_alone(mount, depth, runtime, tmp, "--floor-records", out)
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def run_agent_alone(mount, depth, runtime, tmp, flag: str, stream: Path, then: str = "") -> dict:
+    """fio under the agent alone, started as `record` starts it (hooks,
+    filters, CPU pinning) with `flag`, its stream written to `stream`;
+    `then`, a shell command run after fio while the agent still runs."""
     sys.path.insert(0, str(ROOT))
     from nestrace.record import agent_args, agent_cpus, side_families
     from nestrace.stack import discover
     stack = discover(mount)
     pin = agent_cpus("auto")
-    args = agent_args(stack, None, "auto", side_families(stack)) + [
-        "--empty-programs", "-o", "/dev/null"]
+    args = agent_args(stack, None, "auto", side_families(stack)) + [flag, "-o", str(stream)]
     out = tmp / "fio.json"
     agent = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                              preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
@@ -108,13 +129,15 @@ def run_empty(mount, depth, runtime, tmp) -> dict:
             if line.startswith("nestrace-agent: tracing"):
                 break
         else:
-            raise RuntimeError(f"nestrace-agent --empty-programs: {''.join(said)}")
-        sh(*fio_cmd(mount, depth, runtime, out))
+            raise RuntimeError(f"nestrace-agent {flag}: {''.join(said)}")
+        cmd = fio_cmd(mount, depth, runtime, out)
+        cmd[-1] += then
+        sh(*cmd)
     finally:
         agent.send_signal(2)
         rest = agent.communicate(timeout=60)[1]
     if agent.returncode:
-        raise RuntimeError(f"nestrace-agent --empty-programs exited {agent.returncode}: {rest}")
+        raise RuntimeError(f"nestrace-agent {flag} exited {agent.returncode}: {rest}")
     return fio_result(out)
 
 
@@ -157,26 +180,34 @@ def program_families() -> dict[str, str]:
     return out
 
 
-def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path) -> dict:
-    """One more (b) run with kernel.bpf_stats_enabled=1, outside the timed
-    rounds (the kernel then reads the clock twice around every program
-    run): the CPU time nestrace's programs spent, per family, per I/O.
-    bpftool reads the counters while fio's last I/Os are still traced."""
+def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path, floor: bool = False) -> dict:
+    """One more (b) run (with `floor`, (f)) with kernel.bpf_stats_enabled=1,
+    outside the timed rounds (the kernel then reads the clock twice around
+    every program run): the CPU time nestrace's programs spent, per family,
+    per I/O.  bpftool reads the counters while fio's last I/Os are still
+    traced."""
     knob = Path("/proc/sys/kernel/bpf_stats_enabled")
     old = knob.read_text().strip()
     out, snap = tmp / "fio.json", tmp / "progs.json"
     store = out_dir / f"nestrace-bench-store-{time.monotonic_ns()}"
-    cmd = fio_cmd(mount, depth, runtime, out)
-    cmd[-1] += f" && bpftool prog show -j > {snap}"
+    then = f" && bpftool prog show -j > {snap}"
     knob.write_text("1\n")
     try:
-        r = subprocess.run(NT + ["record", "-o", str(store), "--stack", mount, "--", *cmd],
-                           capture_output=True, text=True, cwd=ROOT)
+        if floor:
+            run_agent_alone(mount, depth, runtime, tmp, "--floor-records", store, then)
+        else:
+            cmd = fio_cmd(mount, depth, runtime, out)
+            cmd[-1] += then
+            r = subprocess.run(NT + ["record", "-o", str(store), "--stack", mount, "--", *cmd],
+                               capture_output=True, text=True, cwd=ROOT)
+            if r.returncode:
+                raise RuntimeError(r.stderr)
     finally:
         knob.write_text(old + "\n")
-        shutil.rmtree(store, ignore_errors=True)
-    if r.returncode:
-        raise RuntimeError(r.stderr)
+        if store.is_dir():
+            shutil.rmtree(store, ignore_errors=True)
+        else:
+            store.unlink(missing_ok=True)
     fams = program_families()
     ios = json.loads(out.read_text())["jobs"][0]["write"]["total_ios"]
     cost: dict[str, list[int]] = {}
@@ -217,15 +248,19 @@ def print_iops_tables(results: dict, depths: list[int]) -> None:
         print(f"| {depth} | {cells[0]} | {cells[1]} | {cpu} | {steal} |")
     # (e): the hooks alone, every program returning at once.  What part of
     # (b)'s loss any capture on these tracepoints pays before recording.
-    print("\n| iodepth | (e) hooks only IOPS | (e)/(a) | (e)/(a) per round: median [min, max] "
-          "| CPU µs per I/O a / e / b (median) | (b)'s loss beyond (e)'s |")
-    print("|---|---|---|---|---|---|")
+    # (f): the same hooks, each hit filtered and recorded as a header
+    # alone: what part any capture with a record per event pays.
+    print("\n| iodepth | mode | IOPS | /(a) | /(a) per round: median [min, max] "
+          "| CPU µs per I/O a / this / b (median) | (b)'s loss beyond this one's |")
+    print("|---|---|---|---|---|---|---|")
     for depth in depths:
-        rs = {m: results[(depth, m)] for m in "abe"}
-        med = {m: statistics.median(r["iops"] for r in rs[m]) for m in "abe"}
-        cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[m]):.1f}" for m in "aeb")
-        print(f"| {depth} | {med['e']:.0f} | {med['e'] / med['a']:.3f} | {per_round(rs['e'], rs['a'])} "
-              f"| {cpu} | {(med['e'] - med['b']) / med['a']:.3f} |")
+        for m, name in (("e", "(e) hooks only"), ("f", "(f) floor records")):
+            rs = {k: results[(depth, k)] for k in ("a", "b", m)}
+            med = {k: statistics.median(r["iops"] for r in rs[k]) for k in rs}
+            cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[k]):.1f}"
+                             for k in ("a", m, "b"))
+            print(f"| {depth} | {name} | {med[m]:.0f} | {med[m] / med['a']:.3f} "
+                  f"| {per_round(rs[m], rs['a'])} | {cpu} | {(med[m] - med['b']) / med['a']:.3f} |")
 
 
 def per_round(runs: list[dict], plain: list[dict]) -> str:
@@ -268,20 +303,23 @@ def main() -> int:
             tmp = Path(t)
             for depth in [int(d) for d in args.depths.split(",")]:
                 modes = [("a", run_plain), ("b", run_nestrace), ("c", run_ftrace),
-                         ("e", run_empty)]
+                         ("e", run_empty), ("f", run_floor)]
                 for rnd in range(args.rounds):
                     # rotate the order, so that no mode always follows another
-                    for mode, fn in modes[rnd % 4:] + modes[:rnd % 4]:
-                        extra = {"a": (), "b": (out_dir,), "c": (out_dir, devs), "e": ()}[mode]
+                    k = rnd % len(modes)
+                    for mode, fn in modes[k:] + modes[:k]:
+                        extra = {"a": (), "b": (out_dir,), "c": (out_dir, devs), "e": (),
+                                 "f": (out_dir,)}[mode]
                         t0 = cpu_times()
                         r = fn(mount, depth, args.runtime, tmp, *extra)
                         r["steal_pct"] = round(steal_pct(t0, cpu_times()), 1)
                         results.setdefault((depth, mode), []).append(r)
                         print(f"depth {depth} round {rnd} mode {mode}: {r}", file=sys.stderr)
                 if args.bpf_stats:
-                    r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir)
-                    results[(depth, "stats")] = r
-                    print(f"depth {depth} bpf stats: {r}", file=sys.stderr)
+                    for key, floor in (("stats", False), ("stats_f", True)):
+                        r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir, floor)
+                        results[(depth, key)] = r
+                        print(f"depth {depth} bpf {key}: {r}", file=sys.stderr)
     finally:
         subprocess.run(NT + ["lab", "down", "--name", lab], capture_output=True, cwd=ROOT)
         os.close(lat)
@@ -294,17 +332,22 @@ def main() -> int:
     if args.bpf_stats:
         # kernel.bpf_stats_enabled adds two clock reads to every run: an
         # upper bound on what the programs cost in the rounds above.
-        print("\nBPF programs' own CPU time in one extra (b) run with kernel.bpf_stats_enabled=1 "
-              "(upper bound: the stats add two clock reads per run)\n")
-        print("| iodepth | family | runs per I/O | ns per run | ns per I/O |")
-        print("|---|---|---|---|---|")
+        print("\nBPF programs' own CPU time in one extra (b) run and one extra (f) run with "
+              "kernel.bpf_stats_enabled=1 (upper bounds: the stats add two clock reads per run)\n")
+        print("| iodepth | family | runs per I/O | ns per run | ns per I/O "
+              "| (f) runs per I/O | (f) ns per run | (f) ns per I/O |")
+        print("|---|---|---|---|---|---|---|---|")
         for depth in depths:
             fams = results[(depth, "stats")]["families"]
-            for f, c in fams.items():
-                print(f"| {depth} | {f} | {c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | "
-                      f"{c['ns_per_io']:.0f} |")
-            total = sum(c["ns_per_io"] for c in fams.values())
-            print(f"| {depth} | all | | | {total:.0f} |")
+            floor = results[(depth, "stats_f")]["families"]
+            for f in sorted(set(fams) | set(floor)):
+                cells = []
+                for c in (fams.get(f), floor.get(f)):
+                    cells.append(f"{c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | {c['ns_per_io']:.0f}"
+                                 if c else " | | ")
+                print(f"| {depth} | {f} | {cells[0]} | {cells[1]} |")
+            total = [sum(c["ns_per_io"] for c in x.values()) for x in (fams, floor)]
+            print(f"| {depth} | all | | | {total[0]:.0f} | | | {total[1]:.0f} |")
     return 0
 
 

@@ -36,7 +36,16 @@ def test_bench_render_runs():
 def test_bench_overhead_runs():
     out = bench("overhead", "--rounds", "1", "--runtime", "2", "--depths", "1", "--no-bpf-stats")
     assert "| 1 | " in out and "(b)/(a)" in out
-    assert re.search(r"^\| 1 \| \d+ \| [\d.]+ \| [\d.]+ \[", out, re.M), out   # (e)'s row
+    for mode in ("(e) hooks only", "(f) floor records"):    # their rows
+        assert re.search(rf"^\| 1 \| {re.escape(mode)} \| \d+ \| [\d.]+ \| [\d.]+ \[", out, re.M), out
+
+
+def test_bench_overhead_measures_the_programs_of_a_capture_and_of_the_floor():
+    out = bench("overhead", "--rounds", "0", "--runtime", "2", "--depths", "1")
+    total = re.search(r"^\| 1 \| all \| \| \| (\d+) \| \| \| (\d+) \|$", out, re.M)
+    assert total and int(total[1]) > 0 and int(total[2]) > 0, out   # (b)'s ns per I/O, (f)'s
+    block = re.search(r"^\| 1 \| block \| ([\d.]+) \| \d+ \| \d+ \| ([\d.]+) \|", out, re.M)
+    assert block and float(block[1]) >= 8 and float(block[2]) >= 8, out    # Q G D C, two disks
 
 
 def test_bench_shapes_runs():
@@ -67,55 +76,97 @@ def test_bench_imports_runs():
     assert len(rows) == 1 and int(rows[0].split(" | ")[1].replace(",", "")) > 1000, out
 
 
+def agent_alone(stack, flags: list[str], out: Path, mount: str) -> dict:
+    """Run the agent as `record` starts it (with `flags`) around fio's 2048
+    4 KiB O_DIRECT writes on `mount`: its tracing line, the hooks attached,
+    the rows per table of its stream, the size of its block_rq_issue_btf
+    program, and its block records."""
+    import json
+    import signal
+    import pyarrow as pa
+    from nestrace.record import agent_args, side_families
+    from nestrace.stream import iter_frames
+    fio = ["fio", "--name=e", f"--directory={mount}", "--rw=randwrite", "--bs=4k",
+           "--direct=1", "--size=8M", "--output=/dev/null"]
+    agent = subprocess.Popen(agent_args(stack, None, "auto", side_families(stack))
+                             + flags + ["-o", str(out)], stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        for line in agent.stderr:    # up to the line that says all is attached
+            if line.startswith("nestrace-agent: tracing"):
+                break
+        assert line.startswith("nestrace-agent: tracing"), line
+        progs = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], check=True,
+                                          capture_output=True, text=True).stdout)
+        ours = prog_ids(agent.pid)      # (another test's agent may run beside)
+        subprocess.run(fio, check=True)
+    finally:
+        agent.send_signal(signal.SIGINT)
+        err = agent.communicate(timeout=60)[1]
+    assert agent.returncode == 0, err
+    with open(out, "rb") as f:
+        frames = list(iter_frames(f, str(out)))
+    start = next(fr.meta for fr in frames if fr.meta and fr.meta["type"] == "start")
+    rows: dict[str, int] = {}
+    block = []
+    for fr in frames:
+        if fr.batch is not None:
+            rows[fr.table] = rows.get(fr.table, 0) + fr.batch.num_rows
+            if fr.table == "block_events":
+                block.append(fr.batch)
+    size = next(p["bytes_xlated"] for p in progs
+                if p.get("name") == "block_rq_issue_btf" and p["id"] in ours)
+    return {"line": line, "hooks": sorted(h for h, m in start["hooks"].items() if m != "skipped"),
+            "rows": rows, "size": size,
+            "block": pa.Table.from_batches(block) if block else None}
+
+
 def test_agent_empty_programs_attach_every_hook_and_record_nothing(lab_factory, tmp_path):
     """bench/overhead's (e): `nestrace-agent --empty-programs` attaches
     the hooks `record` attaches, each program a few instructions long,
     and records nothing while fio writes through the stack; the same
     agent without it records the writes at every level."""
-    import json
-    import signal
-    from nestrace.record import agent_args, side_families
     from nestrace.stack import discover
-    from nestrace.stream import iter_frames
     lab = lab_factory("ext4", "xfs")
     stack = discover(lab.mount)
-    fio = ["fio", "--name=e", f"--directory={lab.mount}", "--rw=randwrite", "--bs=4k",
-           "--direct=1", "--size=8M", "--output=/dev/null"]
-    seen = {}
-    for empty in (True, False):
-        out = tmp_path / f"{empty}.ntr"
-        agent = subprocess.Popen(agent_args(stack, None, "auto", side_families(stack))
-                                 + (["--empty-programs"] if empty else []) + ["-o", str(out)],
-                                 stderr=subprocess.PIPE, text=True)
-        try:
-            line = ""
-            for line in agent.stderr:    # up to the line that says all is attached
-                if line.startswith("nestrace-agent: tracing"):
-                    break
-            assert line.startswith("nestrace-agent: tracing"), line
-            assert ("empty programs: nothing is recorded" in line) == empty, line
-            progs = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], check=True,
-                                              capture_output=True, text=True).stdout)
-            ours = prog_ids(agent.pid)      # (another test's agent may run beside)
-            subprocess.run(fio, check=True)
-        finally:
-            agent.send_signal(signal.SIGINT)
-            err = agent.communicate(timeout=60)[1]
-        assert agent.returncode == 0, err
-        with open(out, "rb") as f:
-            frames = list(iter_frames(f, str(out)))
-        start = next(fr.meta for fr in frames if fr.meta and fr.meta["type"] == "start")
-        rows: dict[str, int] = {}
-        for fr in frames:
-            if fr.batch is not None:
-                rows[fr.table] = rows.get(fr.table, 0) + fr.batch.num_rows
-        sizes = {p["name"]: p["bytes_xlated"] for p in progs
-                 if p.get("name") == "block_rq_issue_btf" and p["id"] in ours}
-        seen[empty] = (sorted(h for h, m in start["hooks"].items() if m != "skipped"), rows,
-                       sizes)
-    hooks, rows, sizes = seen[True]
-    assert hooks == seen[False][0] and "block_rq_complete" in hooks and "sys_enter" in hooks
+    empty = agent_alone(stack, ["--empty-programs"], tmp_path / "e.ntr", lab.mount)
+    full = agent_alone(stack, [], tmp_path / "b.ntr", lab.mount)
+    assert "empty programs: nothing is recorded" in empty["line"], empty["line"]
+    assert "empty programs" not in full["line"], full["line"]
+    assert empty["hooks"] == full["hooks"] and "block_rq_complete" in full["hooks"] \
+        and "sys_enter" in full["hooks"]
+    rows = empty["rows"]
     assert not {t: n for t, n in rows.items() if t in ("block_events", "vfs_events", "hostfs_events")}, rows
-    assert seen[False][1].get("block_events", 0) >= 2 * 2048 and \
-        seen[False][1].get("vfs_events", 0) >= 2048, seen[False][1]
-    assert sizes["block_rq_issue_btf"] <= 64 < seen[False][2]["block_rq_issue_btf"], sizes
+    assert full["rows"].get("block_events", 0) >= 2 * 2048 and \
+        full["rows"].get("vfs_events", 0) >= 2048, full["rows"]
+    assert empty["size"] <= 64 < full["size"], (empty["size"], full["size"])
+
+
+def test_agent_floor_records_filter_and_record_headers_alone(lab_factory, tmp_path):
+    """bench/overhead's (f): `nestrace-agent --floor-records` attaches the
+    hooks `record` attaches and records what a capture records, each
+    record its header alone: programs larger than empty ones (they
+    filter and reserve) and smaller than a capture's, as many block,
+    host-FS and vfs records as fio's writes make, and no block record
+    carrying a request's or bio's address (a capture's always do)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from nestrace.stack import discover
+    lab = lab_factory("ext4", "xfs")
+    stack = discover(lab.mount)
+    full = agent_alone(stack, [], tmp_path / "b.ntr", lab.mount)     # (fio lays its file out)
+    floor = agent_alone(stack, ["--floor-records"], tmp_path / "f.ntr", lab.mount)
+    empty = agent_alone(stack, ["--empty-programs"], tmp_path / "e.ntr", lab.mount)
+    assert "floor records: headers alone" in floor["line"], floor["line"]
+    assert floor["hooks"] == full["hooks"]
+    assert empty["size"] < floor["size"] < full["size"], (empty["size"], floor["size"], full["size"])
+    rows = floor["rows"]
+    assert rows.get("block_events", 0) >= 2 * 2048 and rows.get("hostfs_events", 0) >= 2048, rows
+    # the vfs level filters by file as a capture does: fio's 2048 pwrite64s
+    # and the few other calls on its file, no more than the capture saw
+    assert 2048 <= rows.get("vfs_events", 0) <= full["rows"]["vfs_events"], (rows, full["rows"])
+    kernel = pa.scalar(0xffff000000000000, pa.uint64())
+    for name, t in (("floor", floor["block"]), ("full", full["block"])):
+        ptr = pc.or_(pc.greater_equal(t["rq_id"], kernel), pc.greater_equal(t["bio_id"], kernel))
+        seen = pc.sum(pc.cast(ptr, "int64")).as_py() or 0
+        assert (seen == 0) if name == "floor" else (seen == t.num_rows), (name, seen, t.num_rows)

@@ -74,6 +74,7 @@ static struct env {
 	const char *guest_dir;		/* ... its directory */
 	bool cpus_all;			/* ... the agent not pinned (--agent-cpus all) */
 	bool empty_programs;		/* every program returns at once (--empty-programs) */
+	bool floor_records;		/* headers alone, after each filter (--floor-records) */
 	char **cmd;			/* ... the command it traces */
 	int ndevs, ninos;
 	struct { __u32 dev; __u32 roles; } devs[NT_MAX_DEVS];
@@ -113,7 +114,7 @@ static const char doc[] =
 "      guest.store` wherever nestrace is installed)\n";
 
 enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
-       OPT_GUEST_DIR, OPT_CPUS, OPT_STATUS, OPT_CGROUP, OPT_EMPTY };
+       OPT_GUEST_DIR, OPT_CPUS, OPT_STATUS, OPT_CGROUP, OPT_EMPTY, OPT_FLOOR };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -134,7 +135,8 @@ static const struct argp_option opts[] = {
 	{ "flush-ms", OPT_FLUSH, "MS", 0, "Flush batches at least this often (default 200)" },
 	{ "status-ms", OPT_STATUS, "MS", 0, "Print a status line on stderr this often: records taken in so far per family and per traced disk, and events lost (default 0: none)" },
 	{ "mode", OPT_MODE, "MODE", 0, "auto (probe), tp_btf or raw_tp" },
-	{ "empty-programs", OPT_EMPTY, NULL, 0, "Attach every program, each returning at once: nothing is recorded (what the hooks alone cost; bench/overhead's floor)" },
+	{ "empty-programs", OPT_EMPTY, NULL, 0, "Attach every program, each returning at once: nothing is recorded (what the hooks alone cost; bench/overhead's (e))" },
+	{ "floor-records", OPT_FLOOR, NULL, 0, "Each program filters as it does, then records its record's header alone: what a record per event costs at the least (bench/overhead's (f)); the records are no capture's" },
 	{ "die-with-parent", OPT_DIE, NULL, 0, "Exit when the parent process dies" },
 	{ "verbose", 'v', NULL, 0, "Show libbpf debug output" },
 	{},
@@ -196,6 +198,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case 'p': env.target_tgid = strtoul(arg, NULL, 10); break;
 	case OPT_CGROUP: env.cgroup = arg; break;
 	case OPT_EMPTY: env.empty_programs = true; break;
+	case OPT_FLOOR: env.floor_records = true; break;
 	case 'f': env.families = arg; break;
 	case 'o': env.output = arg; break;
 	case 'd': env.duration_s = strtol(arg, NULL, 10); break;
@@ -738,6 +741,7 @@ static void filters__rodata(volatile __u32 *use_maps, volatile __u32 *ndevs, __u
 		struct fam##_bpf *s = p;				\
 		s->rodata->wakeup_bytes = env.wakeup_bytes;		\
 		s->rodata->empty_programs = env.empty_programs;		\
+		s->rodata->floor_records = env.floor_records;		\
 		s->rodata->stage_limit = stage__limit();		\
 		filters__rodata(&s->rodata->filter_maps,		\
 				&s->rodata->fast_ndevs,			\
@@ -1683,7 +1687,8 @@ int main(int argc, char **argv)
 		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
 	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB%s)\n",
 		nloaded, (unsigned long long)env.ringbuf_bytes >> 10,
-		env.empty_programs ? "; empty programs: nothing is recorded" : "");
+		env.empty_programs ? "; empty programs: nothing is recorded" :
+		env.floor_records ? "; floor records: headers alone, no capture's" : "");
 	if (env.cmd && command__start())
 		exiting = 1, exit_reason = "command failed to start";
 

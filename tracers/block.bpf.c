@@ -51,6 +51,7 @@ static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, c
 
 	if (!e)
 		return 0;
+	FLOOR_SUBMIT(e);
 	e->sector = RD1(btf, bio, bi_iter.bi_sector);
 	e->nr_sectors = RD1(btf, bio, bi_iter.bi_size) >> 9;
 	e->rq_id = 0;
@@ -68,6 +69,7 @@ static __always_inline int rq__emit(struct request *rq, __u16 action,
 
 	if (!e)
 		return 0;
+	FLOOR_SUBMIT(e);
 	e->sector = RD1(btf, rq, __sector);
 	/* like the kernel's own trace: completion reports the bytes done */
 	e->nr_sectors = (action == A_C ? nr_bytes : RD1(btf, rq, __data_len)) >> 9;

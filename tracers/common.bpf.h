@@ -41,6 +41,24 @@
  * the hooks alone cost, for bench/overhead's floor.  Nothing is recorded. */
 const volatile __u32 empty_programs = 0;
 
+/* Every program filters as it does, then writes its record's header alone
+ * (kind, version, cpu, seq and the one clock read) and no field (the
+ * agent's --floor-records, bench/overhead's (f)).  Each hit does no more
+ * work than a capture's, and each I/O gets no more records: the floor of
+ * any capture that writes a record per event.  The records are no
+ * capture's: their fields hold whatever the stage held. */
+const volatile __u32 floor_records = 0;
+
+/* After a reserve that succeeded: in --floor-records, hand the record
+ * over with its header alone and leave the program. */
+#define FLOOR_SUBMIT(e)							\
+	do {								\
+		if (floor_records) {					\
+			record__submit(e);				\
+			return 0;					\
+		}							\
+	} while (0)
+
 /* Wake the agent only once this many bytes wait in the ring buffer; the
  * agent polls on a timer anyway.  A wake-up per record costs 40-70 % of
  * IOPS on a small VM. */

@@ -34,6 +34,7 @@ static __always_inline int access__emit(struct inode *inode, __s64 offset,
 	e = RESERVE(hostfs_event, HOSTFS_EVENT, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
+	FLOOR_SUBMIT(e);
 	e->ino = ino;
 	e->offset_bytes = offset;
 	e->bytes = bytes;
@@ -167,6 +168,7 @@ static __always_inline int cache__emit(struct inode *inode, __u64 index,
 	e = RESERVE(pagecache_event, PAGECACHE_EVENT, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
+	FLOOR_SUBMIT(e);
 	e->ino = ino;
 	e->index = index;
 	e->nr_pages = nr_pages;
@@ -290,6 +292,7 @@ static __always_inline int map__emit_z(struct inode *inode, __u64 file_off,
 	e = RESERVE(mapping_event, MAPPING_EVENT, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
+	FLOOR_SUBMIT(e);
 	e->ino = ino;
 	e->file_offset_bytes = file_off;
 	e->disk_bytes = disk;

@@ -638,6 +638,8 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	/* io_submit: all done here; io_getevents: all at exit */
 	if (!code || code == SC_IO_GETEVENTS)
 		return 0;
+	if (floor_records)	/* a header at exit (vfs__exit) */
+		return 0;
 	if (!task__followed())
 		return 0;
 	if (code == SC_IO_SUBMIT) {
@@ -729,6 +731,34 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	return 0;
 }
 
+/* --floor-records: a header for a call on a traced file, its file
+ * resolved and filtered as at entry (no start kept, no field); for an
+ * io_getevents that reaped any, one header for the call (a capture writes
+ * one per iocb reaped); none for the rarer calls (copies, msync, madvise,
+ * sync). */
+static __always_inline int vfs__floor(struct pt_regs *regs, __u16 code, long ret, const bool btf)
+{
+	struct vfs_start s = {};
+	struct nt_vfs_event *e;
+
+	if (!task__followed())
+		return 0;
+	if (code == SC_IO_GETEVENTS) {
+		if (ret <= 0)
+			return 0;
+	} else {
+		if (code__copies(code) || code == SC_MSYNC || code == SC_MADVISE || code == SC_SYNC)
+			return 0;
+		s.fd = SC_ARG(btf, regs, 1);
+		if (!vfs__file(&s, false, btf))
+			return 0;
+	}
+	e = RESERVE_DIRECT(vfs_event, VFS_EVENT, bpf_ktime_get_ns());
+	if (e)
+		record__submit_direct(e);
+	return 0;
+}
+
 static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool btf)
 {
 	__u16 code = syscall__code(regs__syscall_nr(regs, btf));
@@ -738,6 +768,8 @@ static __always_inline int vfs__exit(struct pt_regs *regs, long ret, const bool 
 
 	if (!code || code == SC_IO_SUBMIT)	/* io_submit: all done at entry */
 		return 0;
+	if (floor_records)
+		return vfs__floor(regs, code, ret, btf);
 	/* io_getevents(ctx, min_nr, nr, events, ...): the events are where
 	 * its fourth argument points, still in the registers at exit, and
 	 * each one's start is its iocb's: no start of the call is kept (a
@@ -995,10 +1027,15 @@ static __always_inline int uring__complete(void *req, struct io_uring_cqe *cqe, 
 	return 0;
 }
 
-NT_TWIN(io_uring_submit_req) { return uring__submit(ARG(0, struct io_kiocb *), btf); }
+/* (--floor-records: io_uring's hooks return at once; bench/overhead's fio
+ * uses psync and libaio) */
+NT_TWIN(io_uring_submit_req)
+{
+	return floor_records ? 0 : uring__submit(ARG(0, struct io_kiocb *), btf);
+}
 NT_TWIN(io_uring_complete)
 {
-	return uring__complete(ARG(1, void *), ARG(2, struct io_uring_cqe *), btf);
+	return floor_records ? 0 : uring__complete(ARG(1, void *), ARG(2, struct io_uring_cqe *), btf);
 }
 
 NT_TWIN(sys_enter) { return vfs__enter(ARG(0, struct pt_regs *), (long)ctx[1], btf); }

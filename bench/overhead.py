@@ -79,10 +79,13 @@ def run_nestrace(mount, depth, runtime, tmp, out_dir: Path) -> dict:
         raise RuntimeError(r.stderr)
     import nestrace
     s = nestrace.open(store)
-    m = s.rows("SELECT records_total, lost_total, (end_ns - start_ns) / 1e9 AS secs FROM capture_meta")[0]
+    m = s.rows("SELECT records_total, lost_total, completions_missed, "
+               "(SELECT coalesce(sum(ringbuf_drops), 0) FROM lost_events) AS ringbuf_drops, "
+               "(end_ns - start_ns) / 1e9 AS secs FROM capture_meta")[0]
     s.close()
     shutil.rmtree(store)
     return {**fio_result(out), "events": m["records_total"], "lost": m["lost_total"],
+            "drops": m["ringbuf_drops"], "missed_c": m["completions_missed"] or 0,
             "events_per_s": m["records_total"] / max(m["secs"], 1e-9), "wall_s": wall}
 
 
@@ -226,15 +229,17 @@ def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path, floor: bool = False
 
 def print_iops_tables(results: dict, depths: list[int]) -> None:
     print("| iodepth | (a) none IOPS | (b) nestrace IOPS | (c) ftrace blk IOPS | (b)/(a) | (c)/(a) "
-          "| nestrace events/s | nestrace lost |")
+          "| nestrace events/s | nestrace lost (ring-buffer drops / completions missed) |")
     print("|---|---|---|---|---|---|---|---|")
     for depth in depths:
         med = {m: statistics.median(r["iops"] for r in results[(depth, m)]) for m in "abc"}
         b = results[(depth, "b")]
         evs = statistics.median(r["events_per_s"] for r in b)
         lost = sum(r["lost"] for r in b)
+        drops, missed = sum(r["drops"] for r in b), sum(r["missed_c"] for r in b)
         print(f"| {depth} | {med['a']:.0f} | {med['b']:.0f} | {med['c']:.0f} | "
-              f"{med['b'] / med['a']:.3f} | {med['c'] / med['a']:.3f} | {evs:.0f} | {lost} |")
+              f"{med['b'] / med['a']:.3f} | {med['c'] / med['a']:.3f} | {evs:.0f} "
+              f"| {lost} ({drops} / {missed}) |")
     # The host is noisy: each round's own ratios show how far one run is
     # from the medians above.
     print("\n| iodepth | (b)/(a) per round: median [min, max] | (c)/(a) per round: median [min, max] "

@@ -38,7 +38,7 @@
 
 /* Every program returns at once (the agent's --empty-programs; the
  * verifier drops the rest of each, the constant known at load): what
- * the hooks alone cost, for bench/overhead's floor.  Nothing is recorded. */
+ * the hooks alone cost, for bench/overhead's (e).  Nothing is recorded. */
 const volatile __u32 empty_programs = 0;
 
 /* Every program filters as it does, then writes its record's header alone

@@ -100,8 +100,9 @@ def run_empty(mount, depth, runtime, tmp) -> dict:
 def run_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
     """(f): the agent as `record` starts it, with --floor-records: each
     program filters as (b)'s does, then writes its record's header alone
-    (one clock read, no field), and the vfs level one header per call
-    without resolving its file.  The records' bytes go through the agent
+    (one clock read, no field), and the vfs level one header per call on
+    a traced file, its file resolved and filtered at exit (an io_getevents
+    that reaped any: one per call).  The records' bytes go through the agent
     to --out-dir as (b)'s do.  No hit does more work than in (b) and no
     I/O gets more records: the floor of any capture that writes a record
     per event on these hooks."""

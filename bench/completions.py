@@ -38,8 +38,8 @@ def unrecorded(store: Path, tasks: dict) -> Counter:
 
 
 def one_run(mnt: str, image: str, tmp: Path, i: int) -> dict:
-    from nestrace.lab import Lab
-    from nestrace.record import drop_caches
+    from nestrace.capture.lab import Lab
+    from nestrace.capture.record import drop_caches
     drop_caches(Lab(LAB).state())       # (the lab's own file systems synced, none other)
     g, h = tmp / f"g{i}", tmp / f"h{i}"
     ftrace(True)
@@ -89,7 +89,7 @@ def main() -> int:
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
     try:
         sys.path.insert(0, str(ROOT))
-        from nestrace.stack import discover
+        from nestrace.capture.stack import discover
         image = discover(mnt).image_path
         subprocess.run(["fio", "--name=t", f"--directory={mnt}", "--rw=write", "--bs=1M",
                         "--direct=1", "--size=64M", "--output=/dev/null"], check=True)

@@ -113,7 +113,7 @@ def main() -> int:
     ap.add_argument("--no-floor", action="store_true",
                     help="leave out the floor (start-up, one scan, the pairing sorts)")
     args = ap.parse_args()
-    from nestrace.synth import replicate
+    from nestrace.store.synth import replicate
     import nestrace
     rows, floors = [], []
     with tempfile.TemporaryDirectory(dir="/var/tmp") as t:

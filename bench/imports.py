@@ -13,7 +13,7 @@ EVENTS = ("block_bio_queue", "block_getrq", "block_rq_insert", "block_rq_issue",
           "block_rq_complete")
 READ = """
 import resource, sys, time
-from nestrace import tracecmd
+from nestrace.importers import tracecmd
 t = time.perf_counter()
 r = tracecmd.read(sys.argv[1])
 print(r.table.num_rows, time.perf_counter() - t,
@@ -67,7 +67,7 @@ def main() -> int:
         dat = record(Path(t), args.seconds)
         mib = dat.stat().st_size / (1 << 20)
         print(f"trace-cmd extract of {args.seconds} s of fio 4k random reads on a loop device "
-              f"({mib:.1f} MiB, v7 zstd), read by nestrace.tracecmd.read:\n")
+              f"({mib:.1f} MiB, v7 zstd), read by nestrace.importers.tracecmd.read:\n")
         print("| run | block events | lost | read s | peak RSS GB |")
         print("|---|---|---|---|---|")
         for i in range(args.runs):

@@ -73,7 +73,7 @@ def main() -> int:
     rows = []
     try:
         sys.path.insert(0, str(ROOT))
-        from nestrace.stack import discover
+        from nestrace.capture.stack import discover
         st = discover(mount)
         queues = {"disk": st.disk.name, "vdisk": st.vdisk.name}   # (loop N: workqueue loopN)
         for level, q in queues.items():
@@ -96,8 +96,8 @@ def main() -> int:
                     subprocess.run(NT + ["record", "-o", str(Path(t) / f"s{i}"), "--stack", mount,
                                          "--", *fio], check=True, capture_output=True, cwd=ROOT)
                 else:   # (the CLI has no switch for families: the API's)
-                    code = ("import sys; from nestrace.record import record; "
-                            "from nestrace.stack import discover; "
+                    code = ("import sys; from nestrace.capture.record import record; "
+                            "from nestrace.capture.stack import discover; "
                             "record(sys.argv[1], discover(sys.argv[2]), command=sys.argv[4:], "
                             "families=sys.argv[3], log=lambda m: None)")
                     subprocess.run([sys.executable, "-c", code, str(Path(t) / f"s{i}"), mount,

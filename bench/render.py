@@ -20,7 +20,7 @@ def main() -> int:
     import subprocess
     import nestrace
     from correlate import NT, source_capture, timed
-    from nestrace.synth import replicate
+    from nestrace.store.synth import replicate
     with tempfile.TemporaryDirectory(dir="/var/tmp") as t:
         tmp = Path(t)
         src = source_capture(tmp, "direct")

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from nestrace.session import Session  # noqa: E402
+from nestrace.query.session import Session  # noqa: E402
 from rows import (DISK, HOSTFS, VDISK, capture_meta, device_map, extents,  # noqa: E402
                   request, vfs)
 

@@ -4,7 +4,7 @@
     s = nestrace.open("demo.store")
     s.query("SELECT * FROM disk_io LIMIT 10")      # -> pyarrow.Table
 """
-__version__ = "0.1.0"
+from nestrace._version import __version__
 
 __all__ = ["Session", "open", "__version__"]
 
@@ -14,6 +14,6 @@ def __getattr__(name: str):
     # which `nestrace lab up` and the CLI's other commands that need
     # neither would pay on every run)
     if name in ("Session", "open"):
-        from . import session
+        from nestrace.query import session
         return getattr(session, name)
     raise AttributeError(f"module 'nestrace' has no attribute {name!r}")

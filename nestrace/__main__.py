@@ -1,3 +1,3 @@
-from .cli import main
+from nestrace.cli import main
 
 main()

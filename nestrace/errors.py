@@ -34,3 +34,8 @@ def json_object(data: bytes) -> tuple[dict | None, str]:
         return None, f"offset {e.start}: not UTF-8"
     except json.JSONDecodeError as e:
         return None, f"offset {len(text[:e.pos].encode())}: not JSON: {e.msg}"
+
+
+class StackError(ValueError):
+    """A stack nestrace cannot trace or map, named by its mount, device or
+    file."""

@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # What this run of the tests owns: its pytest base directory and the labs'
-# directories (nestrace.lab's roots, which NESTRACE_LAB_STATE and
+# directories (nestrace.capture.lab's roots, which NESTRACE_LAB_STATE and
 # NESTRACE_LAB_DATA move).  The loop devices reading files under them and
 # the mounts on them are its own; ci/test runs two runs at once, each with
 # roots of its own, and neither counts the other's devices as its leaks.
@@ -55,7 +55,7 @@ def _own_basetemp(tmp_path_factory):
 
 
 def _owned(path: str) -> bool:
-    from nestrace import lab
+    from nestrace.capture import lab
     p = Path(path.removesuffix(" (deleted)"))
     return any(p.is_relative_to(r) for r in (lab.STATE_ROOT, lab.DATA_ROOT, *_OWN_ROOTS))
 
@@ -95,7 +95,7 @@ def until_recording(proc: subprocess.Popen) -> None:
     """Read a `nestrace record` run without CMD (text stderr piped) until it
     says it is tracing (record.RECORDING); an AssertionError with what it
     said if it ends first."""
-    from nestrace.record import RECORDING
+    from nestrace.capture.record import RECORDING
     said = []
     for line in proc.stderr:
         if line.rstrip("\n") == RECORDING:
@@ -226,7 +226,7 @@ def journal_unreadable_here(line: str) -> bool:
 
 
 def lab_state(lab: LabHandle) -> dict:
-    from nestrace.lab import Lab
+    from nestrace.capture.lab import Lab
     return Lab(lab.name).state()
 
 
@@ -234,19 +234,19 @@ def sync_cmd(lab: LabHandle) -> str:
     """Shell that writes back the lab's own file systems, top down.  Not
     sync(2): beside this run, the other CI run's captures would see every
     one of their file systems commit its journal and flush its disk."""
-    from nestrace.lab import stack_paths
+    from nestrace.capture.lab import stack_paths
     return shlex.join(["sync", "-f", *stack_paths(lab_state(lab))])
 
 
 def sync_lab(lab: LabHandle) -> None:
-    from nestrace.lab import sync_stack
+    from nestrace.capture.lab import sync_stack
     sync_stack(lab_state(lab))
 
 
 def drop_caches(lab: LabHandle) -> None:
     """The lab's file systems written back (syncfs), every clean page,
     dentry and inode dropped: the next capture starts cold."""
-    from nestrace.record import drop_caches as drop
+    from nestrace.capture.record import drop_caches as drop
     drop(lab_state(lab))
 
 

@@ -7,9 +7,9 @@ message) fails the test that runs it instead of killing pytest.  Prints
 one line per finding, the last mutant kept at BASE + ".mutant"; exit 1
 when there is any.
 
-KIND: ipc (a live capture's Arrow IPC stream: nestrace.store.read_ipc_tolerant),
-image:FMT (an image's map: nestrace.imagemap.cluster_map), dat (a
-trace-cmd trace.dat: nestrace.tracecmd.read)."""
+KIND: ipc (a live capture's Arrow IPC stream: nestrace.store.files.read_ipc_tolerant),
+image:FMT (an image's map: nestrace.images.chain.cluster_map), dat (a
+trace-cmd trace.dat: nestrace.importers.tracecmd.read)."""
 from __future__ import annotations
 
 import os
@@ -53,7 +53,7 @@ def reader(kind: str):
     """(read(path) -> list of problem strings, the reader's own error type)"""
     if kind == "ipc":
         from nestrace.schema import record_schema
-        from nestrace.store import read_ipc_tolerant
+        from nestrace.store.files import read_ipc_tolerant
         schema = record_schema("block_event")
 
         def read(p):
@@ -61,11 +61,12 @@ def reader(kind: str):
             return [problem] if problem else []
         return read, ()
     if kind.startswith("image:"):
-        from nestrace.imagemap import ImageMapError, cluster_map
+        from nestrace.images.base import ImageMapError
+        from nestrace.images.chain import cluster_map
         fmt = kind.split(":", 1)[1]
         return (lambda p: cluster_map(p, fmt) and []), (ImageMapError,)
     if kind == "dat":
-        from nestrace import tracecmd
+        from nestrace.importers import tracecmd
         return (lambda p: tracecmd.read(p).problems), (tracecmd.TraceCmdError,)
     raise SystemExit(f"fuzzer: unknown kind {kind}")
 

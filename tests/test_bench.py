@@ -84,8 +84,8 @@ def agent_alone(stack, flags: list[str], out: Path, mount: str) -> dict:
     import json
     import signal
     import pyarrow as pa
-    from nestrace.record import agent_args, side_families
-    from nestrace.stream import iter_frames
+    from nestrace.capture.record import agent_args, side_families
+    from nestrace.store.stream import iter_frames
     fio = ["fio", "--name=e", f"--directory={mount}", "--rw=randwrite", "--bs=4k",
            "--direct=1", "--size=8M", "--output=/dev/null"]
     agent = subprocess.Popen(agent_args(stack, None, "auto", side_families(stack))
@@ -126,7 +126,7 @@ def test_agent_empty_programs_attach_every_hook_and_record_nothing(lab_factory, 
     the hooks `record` attaches, each program a few instructions long,
     and records nothing while fio writes through the stack; the same
     agent without it records the writes at every level."""
-    from nestrace.stack import discover
+    from nestrace.capture.stack import discover
     lab = lab_factory("ext4", "xfs")
     stack = discover(lab.mount)
     empty = agent_alone(stack, ["--empty-programs"], tmp_path / "e.ntr", lab.mount)
@@ -151,7 +151,7 @@ def test_agent_floor_records_filter_and_record_headers_alone(lab_factory, tmp_pa
     carrying a request's or bio's address (a capture's always do)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from nestrace.stack import discover
+    from nestrace.capture.stack import discover
     lab = lab_factory("ext4", "xfs")
     stack = discover(lab.mount)
     full = agent_alone(stack, [], tmp_path / "b.ntr", lab.mount)     # (fio lays its file out)

@@ -19,7 +19,7 @@ import pytest
 
 import nestrace
 from conftest import assert_losses_counted, run_cli
-from nestrace import blktrace
+from nestrace.importers import blktrace
 
 pytestmark = pytest.mark.root
 

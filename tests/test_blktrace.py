@@ -1,4 +1,4 @@
-"""blktrace's binary format (nestrace.blktrace): hand-built records, and bad
+"""blktrace's binary format (nestrace.importers.blktrace): hand-built records, and bad
 input named by file and byte offset with no good record lost."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from nestrace import blktrace
+from nestrace.importers import blktrace
 
 TC_WRITE, TC_SYNC, TC_FLUSH, TC_FUA, TC_AHEAD = 0x2, 0x8, 0x4, 0x8000, 0x800
 
@@ -174,7 +174,7 @@ def test_import_counts_records_missing_by_sequence_number(tmp_path):
 
 
 def test_import_of_a_file_that_is_not_blktrace_names_it(tmp_path):
-    from nestrace.store import StoreError
+    from nestrace.store.files import StoreError
     f = tmp_path / "notes.txt"
     f.write_text("not a trace at all, just some words" * 3)
     with pytest.raises(StoreError, match=f"{f}: byte 0: bad magic"):
@@ -182,7 +182,7 @@ def test_import_of_a_file_that_is_not_blktrace_names_it(tmp_path):
 
 
 def test_import_refuses_a_vdisk_the_files_do_not_have(tmp_path):
-    from nestrace.store import StoreError
+    from nestrace.store.files import StoreError
     f = tmp_path / "vda.blktrace.0"
     f.write_bytes(rec(1, TC_WRITE, 8, 4096, 1))
     with pytest.raises(StoreError, match=r"^7:5: no request events of this device in .* \(it has 7:1\)"):

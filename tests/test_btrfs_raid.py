@@ -12,8 +12,8 @@ import pytest
 
 import nestrace
 from conftest import drop_caches, loop_devices, run_cli
-from nestrace.extents import btrfs_chunks, btrfs_pieces, fiemap
-from nestrace.stack import btrfs_devices
+from nestrace.capture.extents import btrfs_chunks, btrfs_pieces, fiemap
+from nestrace.capture.stack import btrfs_devices
 
 pytestmark = pytest.mark.root
 

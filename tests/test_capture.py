@@ -20,7 +20,7 @@ from conftest import (NESTRACE, ROOT, WITNESS, assert_in_few_short_bursts, asser
                       requests_without_completion, run_cli, sync_cmd, sync_lab, unexplained,
                       until_recording, why_no_completion, witness_from_now)
 from nestrace._paths import agent_path
-from nestrace.record import RECORDER_ENV
+from nestrace.capture.record import RECORDER_ENV
 
 pytestmark = pytest.mark.root
 
@@ -598,8 +598,8 @@ def test_open_files_fields_are_plain_loads_where_the_kernel_has_bpf_rdonly_cast(
     elsewhere a probe read each, the cast's path dead code the verifier
     removed.  Which one the kernel kept shows in the loaded program's line
     info.  (The libaio test above checks the rows both ways give.)"""
-    from nestrace.record import agent_args, side_families
-    from nestrace.stack import discover
+    from nestrace.capture.record import agent_args, side_families
+    from nestrace.capture.stack import discover
     lab = lab_factory("ext4", "xfs")
     stack = discover(lab.mount)
     agent = subprocess.Popen(agent_args(stack, None, mode, side_families(stack))
@@ -1205,8 +1205,8 @@ def test_an_agent_that_cannot_start_leaves_no_live_capture(lab_factory, tmp_path
     before anything starts; through the API the agent refuses it, and
     record leaves no live capture for `seal` to find."""
     from nestrace.errors import RecordError
-    from nestrace.record import record
-    from nestrace.stack import discover
+    from nestrace.capture.record import record
+    from nestrace.capture.stack import discover
     lab = lab_factory("ext4", "xfs")
     r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--duration", "1",
                 "--ringbuf-kb", str(1 << 22), check=False)
@@ -1234,8 +1234,8 @@ def test_tiny_ring_buffer_counts_losses_and_warns(lab_factory, tmp_path):
 
 
 def test_status_lines_count_what_the_store_holds_while_recording(lab_factory, tmp_path):
-    from nestrace.record import record
-    from nestrace.stack import discover
+    from nestrace.capture.record import record
+    from nestrace.capture.stack import discover
     lab = lab_factory("ext4", "xfs")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
     msgs: list[str] = []
@@ -1534,7 +1534,7 @@ def test_attaching_to_a_running_workload_counts_no_loss_while_attaching(lab_fact
     kernel ran no program for."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
-    from nestrace.stack import discover
+    from nestrace.capture.stack import discover
     stat = Path(f"/sys/block/{discover(lab.mount).vdisk.name}/stat")
     job = subprocess.Popen(["fio", "--name=t", f"--directory={lab.mount}", "--rw=randread",
                             "--bs=4k", "--direct=1", "--size=32M", "--ioengine=libaio",
@@ -1711,9 +1711,9 @@ def test_explicit_devices_give_the_same_stack_as_discovery(lab_factory, tmp_path
 def test_more_devices_than_the_constant_filter_holds_use_the_filter_maps(lab_factory, tmp_path):
     """With more than NT_FAST_FILTER devices the programs filter through the
     hash maps: the traced disks are still seen, the decoys never."""
-    from nestrace.record import agent_args
-    from nestrace.stack import discover
-    from nestrace.stream import iter_frames
+    from nestrace.capture.record import agent_args
+    from nestrace.capture.stack import discover
+    from nestrace.store.stream import iter_frames
     import pyarrow as pa
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=16M")
@@ -1758,10 +1758,10 @@ def test_agent_arrow_streams_equal_the_decoded_frame_stream(lab_factory, tmp_pat
     Python decoder of its frame stream agree on every record of a real
     capture, task names that are not UTF-8 included."""
     import pyarrow as pa
-    from nestrace.record import agent_args
-    from nestrace.stack import discover
-    from nestrace.store import read_ipc_tolerant
-    from nestrace.stream import iter_frames
+    from nestrace.capture.record import agent_args
+    from nestrace.capture.stack import discover
+    from nestrace.store.files import read_ipc_tolerant
+    from nestrace.store.stream import iter_frames
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="off")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=16M")
     st = discover(lab.mount)
@@ -1933,7 +1933,7 @@ def test_file_systems_on_partitions_trace_through_to_the_whole_disks(lab_factory
     partition carry the whole disk's dev like its requests, and the offset
     maps add each partition's start, so every fio read is followed to a
     vdisk and a disk request at the right place."""
-    from nestrace.lab import PART_START
+    from nestrace.capture.lab import PART_START
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on", partitions=True)
     src = {l.split()[1]: l.split()[0] for l in Path("/proc/mounts").read_text().splitlines()}
     assert src[lab.mount].endswith("p1")
@@ -2967,7 +2967,7 @@ def test_compressed_extents_get_their_disk_length_and_an_unreadable_tree_is_said
     be read (BTRFS_IOC_TREE_SEARCH needs CAP_SYS_ADMIN), a warning names
     the file and its encoded extents keep no length (links leaves them
     out), rather than the snapshot failing."""
-    from nestrace import extents as st
+    from nestrace.capture import extents as st
     lab = lab_factory("btrfs", "xfs", guest_compress=True)
     f = f"{lab.mount}/t"
     subprocess.run(["sh", "-c", f"yes 'compressible' | head -c 4M > {f} && sync"], check=True)

@@ -43,7 +43,7 @@ def test_report_on_a_file_says_a_store_is_a_directory(tmp_path):
 
 @pytest.mark.parametrize("cmd", [["export"], ["plot", "--kind", "sizes"], ["html"]])
 def test_an_output_that_cannot_be_a_file_is_refused_before_any_work(tmp_path, cmd):
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     init_store(tmp_path / "s")
     d = tmp_path / "out"
     d.mkdir()
@@ -57,7 +57,7 @@ def test_an_output_that_cannot_be_a_file_is_refused_before_any_work(tmp_path, cm
 
 
 def test_commands_that_show_a_capture_say_the_store_holds_none(tmp_path):
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     s = str(tmp_path / "s")
     init_store(s)
     cmds = [["summary", s], ["report", s], ["compare", s, "--json"], ["follow", s, "vfs"],
@@ -74,7 +74,7 @@ def test_commands_that_show_a_capture_say_the_store_holds_none(tmp_path):
 
 
 def test_csv_and_json_together_are_refused(tmp_path):
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     init_store(tmp_path / "s")
     for cmd in (["sql", str(tmp_path / "s"), "SELECT 1"], ["compare", str(tmp_path / "s")]):
         line = one_error_line(run_cli(*cmd, "--csv", "--json", check=False))
@@ -87,14 +87,14 @@ def test_sql_on_a_missing_store(tmp_path):
 
 
 def test_sql_bad_query_is_one_line(tmp_path):
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     init_store(tmp_path / "s")
     line = one_error_line(run_cli("sql", str(tmp_path / "s"), "SELECT nope FROM vfs_io", check=False))
     assert "nope" in line
 
 
 def test_sql_on_empty_store_answers_from_the_views(tmp_path):
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     init_store(tmp_path / "s")
     r = run_cli("sql", str(tmp_path / "s"), "SELECT count(*) AS n FROM disk_io", "--json")
     assert '"n": 0' in r.stdout
@@ -104,7 +104,7 @@ def test_a_session_on_a_store_with_missing_tables_keeps_their_types_and_needs_no
     """Tables a store lacks are empty SQL views of the declared types (an
     empty Arrow table registered instead costs every command ~0.4 s: DuckDB
     imports pandas for it)."""
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     init_store(tmp_path / "s")
     code = ("import sys, nestrace; s = nestrace.open(sys.argv[1]); "
             "print(s.rows('SELECT typeof(ino) AS t, count(*) AS n FROM vfs_events GROUP BY 1'), "
@@ -119,7 +119,7 @@ def test_a_query_reading_links_on_a_store_not_correlated_computes_it_once_first(
     """links re-planned at each use made one query on the demo's store
     take 5 s; a session computes it (and what it reads) into tables the
     first time a query names it or a view built on it, and not before."""
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     init_store(tmp_path / "s")
     s = nestrace.open(tmp_path / "s")
     cached = "SELECT table_name AS t FROM duckdb_tables() WHERE temporary ORDER BY 1"
@@ -307,7 +307,7 @@ def test_no_privileges_is_refused(tmp_path, nothing_left):
 
 
 def test_every_cli_command_is_documented_in_the_readme():
-    from nestrace.cli import cli
+    from nestrace.cli.main import cli
     readme = (ROOT / "README.md").read_text()
     names = []
     for name, cmd in cli.commands.items():
@@ -323,7 +323,7 @@ def test_every_cli_command_is_documented_in_the_readme():
 
 
 def test_sql_csv_and_interactive_shell(tmp_path):
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     init_store(tmp_path / "s")
     # bytes as written: Unix line ends, so that $(nestrace sql ... --csv | tail -1)
     # is the value and nothing more
@@ -340,7 +340,7 @@ def test_sql_csv_and_interactive_shell(tmp_path):
 def test_the_shell_has_dot_commands(tmp_path):
     """The DuckDB shell's habits: .tables, .schema with what each column
     means, .mode, .timer, .quit; an unknown one is an error, not SQL."""
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     init_store(tmp_path / "s")
     script = (".tables\n.schema disk_io\n.schema nope\n.mode csv\nSELECT 1 AS x, 'a' AS y;\n"
               ".mode json\n.timer on\nSELECT 2 AS z;\n.mode xml\n.bogus\n.quit\nSELECT 3 AS never;\n")
@@ -369,7 +369,7 @@ LOC:   19482340   20311562   10000000   Local timer interrupts
 
 
 def test_quiet_cpus_are_those_the_disk_interrupts_spare():
-    from nestrace.record import quiet_cpus
+    from nestrace.capture.record import quiet_cpus
     # virtio-blk on CPU 1, NVMe on CPU 2; the network and timers do not count
     assert quiet_cpus(INTERRUPTS, {0, 1, 2}) == {0}
     assert quiet_cpus(INTERRUPTS, {1, 2}) is None       # both take disk interrupts
@@ -379,8 +379,8 @@ def test_quiet_cpus_are_those_the_disk_interrupts_spare():
 
 
 def test_status_lines_become_rates_per_level():
-    from nestrace.record import StatusLines
-    from nestrace.stack import BlockDev, Stack
+    from nestrace.capture.record import StatusLines
+    from nestrace.capture.stack import BlockDev, Stack
     disk = BlockDev("loop0", 7, 0, 1 << 21, 512)
     st = Stack(vdisk=BlockDev("loop1", 7, 1, 1 << 20, 512), disk=disk,
                more_disks=[BlockDev("loop2", 7, 2, 1 << 21, 512)])
@@ -412,7 +412,7 @@ def test_an_overlays_layers_are_read_from_mountinfo_with_its_escapes():
     as octal (\\040); lower layers are joined by colons, one in a name
     escaped by a backslash, itself shown as \\134 (as this kernel showed
     `mount -o 'lowerdir=/a b:/c\\:d'`: lowerdir=/a\\040b:/c\\134:d)."""
-    from nestrace.stack import Mount, overlay_dirs
+    from nestrace.capture.stack import Mount, overlay_dirs
     m = Mount("/c", 0, 40, "overlay", "overlay",
               r"rw,lowerdir=/a\040b/l1:/c\134:d/l2:/e\134\134f,upperdir=/u\054v,workdir=/w,"
               r"uuid=on")
@@ -424,7 +424,7 @@ def test_an_overlays_layers_are_read_from_mountinfo_with_its_escapes():
 # of the command took)
 LIGHT = """
 import sys
-from nestrace.cli import cli
+from nestrace.cli.main import cli
 try:
     cli.main(sys.argv[1:], prog_name="nestrace", standalone_mode=False)
 finally:
@@ -444,7 +444,7 @@ def test_commands_that_query_nothing_import_neither_duckdb_nor_pyarrow(args, tmp
 
 MAIN = """
 import sys
-from nestrace.cli import main
+from nestrace.cli.main import main
 sys.argv[0] = "nestrace"
 try:
     main()
@@ -459,7 +459,7 @@ def test_a_command_that_builds_arrow_tables_does_not_import_pandas(tmp_path):
     ~0.4 s of the start-up of record, import, merge...  The command line
     says pandas is not there; plot and html, which draw with plotly, may
     still import it, and so may a program that imports nestrace."""
-    from nestrace import blktrace
+    from nestrace.importers import blktrace
     f = tmp_path / "vda.blktrace.0"
     f.write_bytes(b"".join(
         blktrace.HEADER.pack(blktrace.MAGIC | 7, 0, t, 2048, 4096, (0x1 << 16) | a, 123,

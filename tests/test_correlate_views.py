@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from nestrace.session import Session
+from nestrace.query.session import Session
 from rows import (CAP, DISK, GUEST, HOSTFS, VDISK, blk, capture_meta, device_map, extents,
                   hostfs, pagecache, request, vfs)
 
@@ -550,7 +550,7 @@ def test_requests_outside_the_guest_file_systems_partition_are_classified_by_the
                         82: ("readahead", 8192), 90: ("discard", 65536),
                         0: ("other", 4096), 6: ("writeback", 4096)}
     # report --json counts the requests wholly outside the partition
-    from nestrace.report import build
+    from nestrace.report.document import build
     dm = [r | ({"part_start_bytes": 1 * MiB, "size_sectors": 64 * MiB // 512}
                if r["level"] == "vfs" else {}) for r in device_map()]
     s = Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
@@ -601,7 +601,7 @@ def test_two_guest_file_systems_of_one_virtual_disk_each_map_through_their_own_p
         {"mib": 83, "kind": "sync", "bytes": 1024, "dev": g2},
         {"mib": 85, "kind": "writeback", "bytes": 4096, "dev": None}]
     assert s.rows("SELECT hop, partial_writes FROM rmw_summary WHERE hop = 'guest'") == []
-    from nestrace.report import build
+    from nestrace.report.document import build
     assert build(s, CAP)["partitions"] == [
         {"level": "vdisk", "fs_level": "vfs", "part_start_bytes": lo * MiB, "part_bytes": n * MiB,
          "outside_requests": 2, "outside_bytes": 8192} for lo, n in ((1, 64), (81, 16))]
@@ -883,7 +883,7 @@ def test_the_report_gives_a_levels_phases_over_all_its_devices():
     (the report keyed phases_stats' rows by level and phase, and the
     second device's overwrote the first's: one disk's numbers, either),
     and the JSON lists phases in btt's order at every run."""
-    from nestrace.report import build
+    from nestrace.report.document import build
     dm = device_map()
     dm.append(dict(dm[-1], dev=DISK + 2, name="loop2"))
     ev = (request(10, 20, 30, DISK, 0, 4096, rq=1, bio=1)
@@ -1089,7 +1089,7 @@ def test_a_write_inside_a_long_fsync_is_bound_after_a_shorter_one_ends():
 
 
 def test_cached_intermediates_give_the_same_numbers():
-    from nestrace.session import LINKS_CACHE
+    from nestrace.query.session import LINKS_CACHE
     t = direct_read_stack()
     t["block_events"] += request(2000, 2010, 2500, VDISK, 4 * MiB + 512, 512, rq=3, bio=13, op=1)
     t["block_events"] += request(2100, 2110, 2300, DISK, 104 * MiB, 4096, rq=4, bio=14)
@@ -1154,7 +1154,7 @@ def _keys(obj, prefix=""):
 def test_every_report_json_key_is_documented():
     import re
     from pathlib import Path
-    from nestrace.report import build
+    from nestrace.report.document import build
     t = direct_read_stack()
     t["block_events"] += request(2000, 2010, 2500, VDISK, 4 * MiB + 512, 512, rq=3, bio=13, op=1)
     # (the guest FS on a partition: the report's partitions row)
@@ -1536,7 +1536,7 @@ def test_latency_breakdown_has_no_parts_for_a_call_whose_request_was_not_seen_to
     # the report's table says how many it left out
     from rich.console import Console
 
-    from nestrace.report import build, render
+    from nestrace.report.document import build, render
     s.store = None
     rep = build(s, "c1")
     assert [(r["calls"], r["calls_unended"]) for r in rep["latency"]] == [(1, 1)]
@@ -1545,7 +1545,7 @@ def test_latency_breakdown_has_no_parts_for_a_call_whose_request_was_not_seen_to
     assert "Calls left out, a request they caused not seen to end (a lost completion): 1" \
         in " ".join(con.export_text().split())
     # and follow says it does not know where that call's time went
-    from nestrace import follow
+    from nestrace.report import follow
     io_id = s.rows("SELECT io_id FROM latency_breakdown WHERE NOT ended")[0]["io_id"]
     tree = s.follow_io("vfs", io_id, "c1")
     con = Console(record=True, width=200)
@@ -1554,7 +1554,7 @@ def test_latency_breakdown_has_no_parts_for_a_call_whose_request_was_not_seen_to
 
 
 def test_report_says_where_an_app_ios_time_goes_by_class_in_size_order():
-    from nestrace.report import build
+    from nestrace.report.document import build
     t = direct_read_stack()
     # calls served from the page cache, one per class, in no order (the
     # class names sort otherwise as strings: "read 64K" before "read 4K")
@@ -1978,7 +1978,8 @@ def test_discard_summary_follows_discards_and_write_zeroes_down_to_the_host_disk
 
 
 def test_the_report_and_its_html_tables_list_discards_only_where_there_are_some():
-    from nestrace import plots, report
+    from nestrace.report import plots
+    from nestrace.report import document as report
     rep = report.build(session(**punched_holes_discarded_on_the_host_disk()))
     assert [(r["level"], r["requests"]) for r in rep["discard"]] == [
         ("vdisk", 3), ("hostfs", 3), ("disk", 5)]
@@ -2132,7 +2133,7 @@ def test_follow_io_goes_from_a_read_call_to_every_level_below_and_back_up():
     # the session method and the CLI's helper give the same rows
     assert s.follow_io("disk", ids["disk"]).to_pylist() == \
         s.rows("SELECT * FROM follow_io(?, 'disk', ?)", [cid, ids["disk"]])
-    from nestrace.follow import follow
+    from nestrace.report.follow import follow
     assert follow(s, "vfs")[1:] == ("the slowest vfs read or write", s.follow_io("vfs", ids["vfs"]))
     with pytest.raises(ValueError, match="no vdisk I/O with io_id 12345"):
         follow(s, "vdisk", 12345)

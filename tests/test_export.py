@@ -10,8 +10,8 @@ import pytest
 
 import nestrace
 from conftest import run_cli
-from nestrace import export
-from nestrace.session import Session
+from nestrace.report import export
+from nestrace.query.session import Session
 from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
 from test_cli import one_error_line
 
@@ -96,7 +96,7 @@ def test_window_keeps_the_ios_that_overlap_it_and_their_links():
 
 
 def test_export_errors_are_one_line(tmp_path):
-    from nestrace.store import init_store
+    from nestrace.store.files import init_store
     init_store(tmp_path / "s")
     line = one_error_line(run_cli("export", str(tmp_path / "s"), "-o", str(tmp_path / "t.json"),
                                   check=False))

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from nestrace.imagemap import MAPPED
+from nestrace.images.base import MAPPED
 from nestrace.schema import RECORDS
-from nestrace.store import LIVE, LiveCapture, init_store
+from nestrace.store.files import LIVE, LiveCapture, init_store
 
 from conftest import ROOT
 from test_luks import create_luks

@@ -16,7 +16,7 @@ import pytest
 import nestrace
 from conftest import assert_losses_counted, kill_fio_jobs, run_cli
 from nestrace._paths import agent_path
-from nestrace.record import quiet_cpus
+from nestrace.capture.record import quiet_cpus
 
 pytestmark = pytest.mark.root
 
@@ -194,7 +194,7 @@ def test_a_store_on_the_traced_stack_is_named_where_its_writes_are_seen(lab_fact
     """nestrace's own writes to a store (or a guest capture directory) on
     the stack it traces are traced too: `record` and the agent alone say
     so, at which level, and the capture's settings keep it."""
-    from nestrace.stack import discover, traced_at
+    from nestrace.capture.stack import discover, traced_at
     lab = lab_factory("ext4", "xfs")
     st = discover(lab.mount)
     host = str(Path(st.image_path).parent)
@@ -295,8 +295,8 @@ def test_the_agent_and_record_take_the_same_first_files_in_the_same_order(lab_fa
     ~1 s more system time) and goes into a subdirectory where it meets it:
     here it took fewer than the 2000 top-level files (ext4 lists a
     directory in hash order) and more of d0's 3000."""
-    from nestrace.snapshots import MAX_GUEST_FILES, guest_files
-    from nestrace.stack import guest_side
+    from nestrace.capture.snapshots import MAX_GUEST_FILES, guest_files
+    from nestrace.capture.stack import guest_side
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     top = Path(lab.mount)
     for d, n in ((top, 2000), (top / "d0", 3000)):
@@ -330,7 +330,7 @@ def test_the_stores_own_writes_on_a_traced_disk_are_their_own_class(lab_factory,
     links, not write-back or journal, and the report glosses the class."""
     lab = lab_factory("ext4", "xfs", guest_dio="off")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
-    from nestrace.stack import discover
+    from nestrace.capture.stack import discover
     store = Path(discover(lab.mount).image_path).parent / "s"
     run_cli("record", "-o", str(store), "--stack", lab.mount, "--", "sh", "-c",
             f"fio --name=t --directory={lab.mount} --rw=randread --bs=4k --direct=1 --size=64M "
@@ -385,9 +385,9 @@ def test_the_agent_alone_finds_the_journal_where_record_does(case, tmp_path):
     record's fsjournal finds with those tools, and `nestrace import` stores
     them as record does (role fs_journal, on the whole disk).  A journal
     the agent could not read is a warning naming the device, and no rows."""
-    from nestrace.fsjournal import journal_extents
-    from nestrace.lab import PART_START, _partition, write_mbr
-    from nestrace.stack import kdev_of, mount_of
+    from nestrace.capture.fsjournal import journal_extents
+    from nestrace.capture.lab import PART_START, _partition, write_mbr
+    from nestrace.capture.stack import kdev_of, mount_of
     mkfs, mib, part = JOURNAL_CASES[case]
     img, mnt = tmp_path / "fs.img", tmp_path / "m"
     subprocess.run(["truncate", "-s", f"{mib}M", str(img)], check=True)
@@ -459,8 +459,8 @@ def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab
     read through the overlay is found at the virtual disk where its
     extents say.  An overlay with layers on two file systems is refused
     by name; the base named again after its overlay is no error."""
-    from nestrace.snapshots import snapshot_extents
-    from nestrace.stack import guest_side
+    from nestrace.capture.snapshots import snapshot_extents
+    from nestrace.capture.stack import guest_side
     from test_capture import assert_overlay_and_base_traced, fio_log_offsets, two_overlays
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     with two_overlays(lab, tmp_path) as (ov, merged, other, _):

@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from nestrace.imagemap import cluster_map
-from nestrace.luks import LuksError, header_map
-from nestrace.stack import image_format
+from nestrace.images.chain import cluster_map
+from nestrace.images.luks import LuksError, header_map
+from nestrace.images.chain import image_format
 from test_qcow2 import _qemu_img, patch_file  # noqa: F401  (_qemu_img: fixture)
 
 KiB, MiB = 1 << 10, 1 << 20

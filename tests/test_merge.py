@@ -17,9 +17,9 @@ import nestrace
 from conftest import (assert_losses_counted, drop_caches, host_side_recording,
                       journal_unreadable_here, run_cli)
 from nestrace._paths import agent_path
-from nestrace.merge import MergeError, estimate_offset
-from nestrace.session import Session
-from nestrace.store import write_parquet_file
+from nestrace.importers.merge import MergeError, estimate_offset
+from nestrace.query.session import Session
+from nestrace.store.files import write_parquet_file
 from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
 from test_capture import FIO_RANDREAD, TRACE_THROUGH, TRACE_THROUGH_MAPPED, fio_log_offsets
 import test_qcow2
@@ -142,7 +142,7 @@ def record_both_sides(lab, tmp_path: Path, guest_by: str = "record"
     Python), made a store by `nestrace import`.  Returns the stores, fio's
     offsets, and what the host side and the guest side (record, or
     import) printed."""
-    from nestrace.stack import discover
+    from nestrace.capture.stack import discover
     image = discover(lab.mount).image_path
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
     drop_caches(lab)
@@ -186,8 +186,8 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
         # the agent's own snapshot of the guest file system is what
         # record's Python takes (the file is only read meanwhile)
         # and where its journal is, as record's Python finds it
-        from nestrace.snapshots import snapshot_extents, stack_journal_rows
-        from nestrace.stack import guest_side
+        from nestrace.capture.snapshots import snapshot_extents, stack_journal_rows
+        from nestrace.capture.stack import guest_side
         cols = ["phase", "role", "path", "dev", "ino", "logical_bytes", "physical_bytes",
                 "length_bytes", "flags", "physical_dev"]
         py = snapshot_extents(guest_side(lab.mount), "x", "start")[0].select(cols).to_pylist()
@@ -362,7 +362,7 @@ def test_a_host_device_numbered_as_a_guest_one_is_renumbered_everywhere(lab_fact
     device, in every column that names it: the image's extents on the host
     disk (extent_maps.physical_dev) too, or no virtual-disk request would
     reach the host disk (all 4096 were kind other there)."""
-    from nestrace.stack import discover
+    from nestrace.capture.stack import discover
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     st = discover(lab.mount)
     gstore, hstore, offsets, _, _ = record_both_sides(lab, tmp_path)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from nestrace import plots
-from nestrace.session import Session
+from nestrace.report import plots
+from nestrace.query.session import Session
 from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
 
 MiB = 1 << 20

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from nestrace.imagemap import backing_chain, chain_extents, cluster_map
-from nestrace.qcow import QcowError, table_map
-from nestrace.stack import image_format
+from nestrace.images.chain import backing_chain, chain_extents, cluster_map
+from nestrace.images.qcow import QcowError, table_map
+from nestrace.images.chain import image_format
 from test_qcow2 import (_qemu_img, coalesced, patch_file, qemu_chain_map,  # noqa: F401
                         qemu_io, qemu_map)
 

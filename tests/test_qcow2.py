@@ -9,8 +9,9 @@ import subprocess
 
 import pytest
 
-from nestrace.imagemap import ImageMapError, backing_chain, chain_extents
-from nestrace.qcow2 import Qcow2Error, cluster_map
+from nestrace.images.base import ImageMapError
+from nestrace.images.chain import backing_chain, chain_extents
+from nestrace.images.qcow2 import Qcow2Error, cluster_map
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -10,14 +10,14 @@ import pytest
 
 import nestrace
 from conftest import ROOT, run_cli
-from nestrace.synth import replicate
+from nestrace.store.synth import replicate
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 MEASURE = """
 import resource, sys
-from nestrace.report import correlate, build
-from nestrace.session import Session
+from nestrace.report.document import correlate, build
+from nestrace.query.session import Session
 n = correlate(sys.argv[1], memory_limit="6GB")
 with Session(sys.argv[1]) as s:
     rep = build(s)

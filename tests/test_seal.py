@@ -12,7 +12,7 @@ import pytest
 
 import nestrace
 from nestrace.schema import RECORDS, record_schema
-from nestrace.store import (LIVE, LiveCapture, damage_of, init_store, read_ipc_tolerant, recorder_of,
+from nestrace.store.files import (LIVE, LiveCapture, damage_of, init_store, read_ipc_tolerant, recorder_of,
                             writing)
 
 from conftest import NESTRACE, ROOT, run_cli
@@ -347,7 +347,7 @@ def test_seal_leaves_a_capture_its_recorder_still_holds(tmp_path):
     store = init_store(tmp_path / "s")
     holder = subprocess.Popen(
         NESTRACE[:1] + ["-c", "import sys, time; from pathlib import Path\n"
-                        "from nestrace.store import LiveCapture\n"
+                        "from nestrace.store.files import LiveCapture\n"
                         "LiveCapture(Path(sys.argv[1]), 'c1', recording=True)\n"
                         "print('ready', flush=True); time.sleep(600)", str(store)],
         cwd=ROOT, text=True, stdout=subprocess.PIPE)

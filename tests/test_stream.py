@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nestrace.schema import RECORDS, STREAM_MAGIC, record_dtype
-from nestrace.stream import FRAME, iter_frames, DecodeState
+from nestrace.store.stream import FRAME, iter_frames, DecodeState
 
 
 def block_records(n: int, start_seq: int = 1) -> bytes:

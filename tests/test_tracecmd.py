@@ -1,4 +1,4 @@
-"""trace-cmd's trace.dat (nestrace.tracecmd): real files, recorded here from
+"""trace-cmd's trace.dat (nestrace.importers.tracecmd): real files, recorded here from
 the kernel's block tracepoints and written by trace-cmd itself in its
 three layouts (version 7 zstd-compressed, its default; version 7
 uncompressed; version 6), read event for event as `trace-cmd report`
@@ -17,7 +17,7 @@ import pytest
 
 import nestrace
 from conftest import loop_devices, run_cli
-from nestrace import tracecmd
+from nestrace.importers import tracecmd
 
 TRACING = Path("/sys/kernel/tracing")
 EVENTS = ("block_bio_queue", "block_bio_backmerge", "block_bio_frontmerge", "block_getrq",
@@ -445,7 +445,7 @@ def test_bad_files_name_the_file_and_the_offset(dats, tmp_path):
 READ_UNDER_2G = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
-from nestrace import tracecmd
+from nestrace.importers import tracecmd
 try:
     tracecmd.read(sys.argv[1])
 except tracecmd.TraceCmdError as e:
@@ -454,7 +454,7 @@ except tracecmd.TraceCmdError as e:
 
 
 def test_rwbs_letters_become_blktrace_categories():
-    from nestrace import blktrace as bt
+    from nestrace.importers import blktrace as bt
     for rwbs, cats in [("R", 0), ("RA", bt.TC_AHEAD), ("WS", bt.TC_WRITE | bt.TC_SYNC),
                        ("FWFS", bt.TC_FLUSH | bt.TC_WRITE | bt.TC_FUA | bt.TC_SYNC),
                        ("F", bt.TC_FLUSH), ("FF", bt.TC_FLUSH), ("D", bt.TC_DISCARD),

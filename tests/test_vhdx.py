@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from nestrace.imagemap import cluster_map
-from nestrace.stack import image_format
-from nestrace.vhdx import REGIONS_AT, VhdxError, bat_map, crc32c
+from nestrace.images.chain import cluster_map
+from nestrace.images.chain import image_format
+from nestrace.images.vhdx import REGIONS_AT, VhdxError, bat_map, crc32c
 from test_qcow2 import _qemu_img, patch_file, qemu_io  # noqa: F401  (_qemu_img: fixture)
 
 KiB, MiB = 1 << 10, 1 << 20

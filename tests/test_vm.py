@@ -20,7 +20,7 @@ import test_qcow2
 import test_vhdx
 import test_vmdk
 import nestrace
-from nestrace.vhdx import bat_map
+from nestrace.images.vhdx import bat_map
 from conftest import ROOT, assert_losses_counted, host_side_recording, loop_devices, run_cli
 from test_capture import TRACE_THROUGH, TRACE_THROUGH_VIA, fio_log_offsets
 

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from nestrace.imagemap import cluster_map
-from nestrace.vmdk import VmdkError, grain_map
-from nestrace.imagemap import backing_chain, chain_extents
+from nestrace.images.chain import cluster_map
+from nestrace.images.vmdk import VmdkError, grain_map
+from nestrace.images.chain import backing_chain, chain_extents
 from test_qcow2 import (_qemu_img, coalesced, patch_file, qemu_chain_map,  # noqa: F401
                         qemu_io, qemu_map)
 

@@ -1301,7 +1301,7 @@ static int guests__put(const struct guest_stack *g)
 }
 
 /* The file system of one --guest; an overlay's base first, unless traced
- * already (as nestrace/stack.py add_overlay). */
+ * already (as nestrace/capture/stack.py add_overlay). */
 static int guests__add(const char *mount)
 {
 	static struct guest_stack g, base;
@@ -1402,7 +1402,7 @@ static int gcap__begin(void)
 	return gcap__facts(-2);
 }
 
-/* As `record --agent-cpus auto` (nestrace/record.py quiet_cpus): the
+/* As `record --agent-cpus auto` (nestrace/capture/record.py quiet_cpus): the
  * CPUs of `allowed` that take under 1 % of the block devices' interrupts
  * (virtio-blk queues, NVMe queues, AHCI), from /proc/interrupts; false
  * when there is no such split. */

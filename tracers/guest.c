@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* The agent's guest capture without Python: what `nestrace record --side
- * guest` finds and snapshots in Python (nestrace/stack.py, record.py),
+ * guest` finds and snapshots in Python (nestrace/capture/stack.py, record.py),
  * done here for a guest that has only this binary. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -224,7 +224,7 @@ static bool mount__of(const char *real, struct mount_of *m)
 /* ---- overlays (a container's root) -------------------------------------- */
 
 /* An overlay's layer directories, from its super options as mountinfo
- * shows them (as nestrace/stack.py overlay_dirs): upperdir, workdir, and
+ * shows them (as nestrace/capture/stack.py overlay_dirs): upperdir, workdir, and
  * the lower ones (lowerdir, lowerdir+, datadir+).  mountinfo shows each
  * value as given with a space, comma or backslash octal-escaped (\040);
  * lower ones are joined by colons, a backslash escaping the character
@@ -447,7 +447,7 @@ const char *guest__traced_at(const struct guest_stack *gs, int ng, const char *p
 /* Call fn(mount point, partition, arg) once per partition of the disk
  * of gs[0..ng) other than theirs that has a file system mounted (its
  * first mount point): their requests are on the traced disk, their files
- * are not traced (as nestrace/stack.py untraced_mounts). */
+ * are not traced (as nestrace/capture/stack.py untraced_mounts). */
 static void untraced__each(const struct guest_stack *gs, int ng,
 			   void (*fn)(const char *mp, const char *part, void *arg), void *arg)
 {
@@ -772,7 +772,7 @@ static char *path__join(const char *dir, const char *name)
  * /proc, /sys, ...) nor a btrfs subvolume (a device of its own), and no
  * lost+found.  Depth first, a directory's files before its
  * subdirectories, in directory order, as guest_files in
- * nestrace/record.py.  Only directories are stat'ed: a file's type and
+ * nestrace/capture/record.py.  Only directories are stat'ed: a file's type and
  * inode come from its directory entry (d_ino is st_ino on ext2/3/4, xfs,
  * btrfs and an overlay on one file system).  (With nftw, which stats
  * every file, `--guest / -- cat` on this machine's root file system of
@@ -966,7 +966,7 @@ bool touched__has(__u64 ino)
 
 /* ---- where the journal is ---------------------------------------------- */
 
-/* As nestrace/fsjournal.py, without dumpe2fs, debugfs or xfs_db: read from
+/* As nestrace/capture/fsjournal.py, without dumpe2fs, debugfs or xfs_db: read from
  * the file system's own device.  ext3/ext4: the superblock's journal
  * inode, its inode from the inode table, its blocks (extent tree, or
  * direct and indirect blocks; the indirect blocks themselves left out).

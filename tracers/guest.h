@@ -63,7 +63,7 @@ int guest__journal(const struct guest_stack *g, FILE *f);
 /* The highest level of the stack gs[0..n) (file systems of one disk)
  * that sees writes to `path` (the capture directory): "vfs" on one of the
  * file systems, "vdisk" on another file system of their disk, NULL when
- * neither (as nestrace/stack.py traced_at). */
+ * neither (as nestrace/capture/stack.py traced_at). */
 const char *guest__traced_at(const struct guest_stack *gs, int n, const char *path);
 /* Warn (stderr) about each other file system mounted from a partition of
  * the disk of gs[0..n): its requests are on the traced disk, its files

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* GENERATED from schemas/records.toml by nestrace.schemagen: do not edit. */
+/* GENERATED from schemas/records.toml by nestrace.schema.gen: do not edit. */
 /* Arrow IPC stream messages for the agent's --arrow-dir output.  Each
  * batch: the template with row count, body length, one FieldNode
  * {length, null_count} per column and one Buffer {offset, length} per

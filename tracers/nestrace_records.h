@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* GENERATED from schemas/records.toml by nestrace.schemagen: do not edit. */
+/* GENERATED from schemas/records.toml by nestrace.schema.gen: do not edit. */
 #ifndef NESTRACE_RECORDS_H
 #define NESTRACE_RECORDS_H
 

@@ -1,12 +1,12 @@
 -- Module hostfs.sources: GENERATED from schemas/records.toml by
--- nestrace.schemagen: do not edit.
+-- nestrace.schema.gen: do not edit.
 
 -- The host-FS tracepoint a hostfs_event comes from, and the host file
 -- systems whose image accesses it reports.
 -- One row per (hook, host file system it is the access source for);
 -- fs_type '*' stands for any file system without rows of its own.
 -- `nestrace record` attaches no access hook unused for the stack's host
--- FS by the same table (nestrace.record.unused_hooks).
+-- FS by the same table (nestrace.capture.record.unused_hooks).
 CREATE OR REPLACE VIEW _hostfs_sources AS
 SELECT * FROM (VALUES
   (1, 'xfs_file_buffered_read', 'xfs'),

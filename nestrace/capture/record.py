@@ -1,0 +1,826 @@
+"""Record a capture of a nested stack: run the agent, stream its records
+into the store, snapshot extent maps at start and end, seal."""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from nestrace._paths import agent_path
+from nestrace.errors import RecordError
+from nestrace.schema import ENUMS, table_schema
+from nestrace.capture.snapshots import (btrfs_placed_rows, neighbor_images, neighbor_rows, snapshot_extents,
+                        stack_journal_rows, store_extents)
+from nestrace.capture.stack import Stack, guests, kdev_str, traced_at, untraced_mounts
+from nestrace.store.files import LiveCapture, SealResult, StoreError, init_store, seal
+from nestrace.store.stream import DecodeState, StreamError, iter_frames
+
+def new_capture_id() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
+    """The levels this machine sees of the stack (all four, or one side's two)."""
+    def row(level, dev, name, size=0, bd=None, fs="", bs=0, part=0):
+        return {"capture_id": capture_id, "level": level, "dev": dev, "name": name,
+                "size_sectors": size,
+                "backing_dev": bd.backing_kdev if bd else 0,
+                "backing_ino": bd.backing_ino if bd else 0,
+                "backing_path": bd.backing_file if bd else "",
+                "backing_offset_bytes": bd.backing_offset_bytes if bd else 0,
+                "dio": bd.dio if bd else False,
+                # a loop device reads its backing file as a raw image
+                "backing_format": "raw" if bd and level == "vdisk" else None,
+                "fs_type": fs, "block_size_bytes": bs, "part_start_bytes": part,
+                "machine": machine}
+    v = stack.vdisk
+    rows = []
+    if stack.has_guest:
+        # a guest's loop device is the lab's virtual disk: its backing file
+        # is the image only when this kernel also sees the host side
+        vb = v if v.is_loop and stack.has_host else None
+        # (an overlay: the file system of its layers as its backing_dev)
+        rows += [row("vfs", g.guest_kdev, g.guest_mount,
+                     g.guest_part_size_bytes // 512, fs=g.guest_fs,
+                     bs=g.guest_block_bytes, part=g.guest_part_start_bytes)
+                 | ({"backing_dev": g.guest_base_kdev} if g.guest_base_kdev else {})
+                 for g in guests(stack)]
+        rows += [row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
+    if stack.has_host:
+        rows += [row("hostfs", stack.host_kdev, stack.host_mount,
+                     stack.host_part_size_bytes // 512, fs=stack.host_fs,
+                     bs=stack.host_block_bytes, part=stack.host_part_start_bytes),
+                 *(row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None,
+                       bs=d.logical_block_bytes) for d in stack.disks)]
+    return rows
+
+
+def side_families(stack: Stack) -> str:
+    """The BPF program families a side needs."""
+    # (the guest's page cache and mappings are hostfs-family hooks too)
+    return {"both": "vfs,block,hostfs", "guest": "vfs,block,hostfs",
+            "host": "block,hostfs"}[stack.side]
+
+
+def access_hooks() -> tuple[str, ...]:
+    """Every hook of a host FS's accesses to the image (the hostfs_source
+    enum in schemas/)."""
+    return tuple(hook for _, hook, _ in ENUMS["hostfs_source"]["values"])
+
+
+def unused_hooks(host_fs: str) -> tuple[str, ...]:
+    """Access hooks whose events hostfs_io never uses for this host FS, so
+    they are not attached (iomap_dio_rw_begin alone fires on every direct
+    I/O of every file system on the machine, about 3 times per guest I/O).
+    One table decides for both: the hostfs_source enum in schemas/, which
+    the view reads as _hostfs_sources.  A file system without a hook list
+    of its own gets the "*" list."""
+    values = ENUMS["hostfs_source"]["values"]
+    named = {fs for _, _, fss in values for fs in fss if fs != "*"}
+    fs = host_fs if host_fs in named else "*"
+    return tuple(hook for _, hook, fss in values if fs not in fss)
+
+
+# interrupt lines of block devices in /proc/interrupts: virtio-blk queues
+# (virtioN-req.M), NVMe queues, AHCI
+_BLOCK_IRQ = re.compile(r"virtio\d+-req|\bnvme\d+q\d+|\bahci")
+
+
+def quiet_cpus(interrupts: str, cpus: set[int]) -> set[int] | None:
+    """CPUs of `cpus` that take (almost) no block-device interrupts, from
+    the text of /proc/interrupts; None when there is no such split (one
+    CPU, no block interrupts seen, or every CPU takes them)."""
+    lines = interrupts.splitlines()
+    if not lines:
+        return None
+    cols = [int(c[3:]) for c in lines[0].split() if c.startswith("CPU")]
+    per_cpu = dict.fromkeys(cols, 0)
+    for line in lines[1:]:
+        if not _BLOCK_IRQ.search(line):
+            continue
+        counts = line.split(":", 1)[1].split()[:len(cols)]
+        for cpu, n in zip(cols, counts):
+            if n.isdigit():
+                per_cpu[cpu] += int(n)
+    total = sum(per_cpu.get(c, 0) for c in cpus)
+    if len(cpus) < 2 or total == 0:
+        return None
+    quiet = {c for c in cpus if per_cpu.get(c, 0) <= total // 100}   # under 1 % of them
+    return quiet if quiet and quiet != cpus else None
+
+
+def parse_cpus(spec: str) -> set[int]:
+    """'0,2-3' -> {0, 2, 3}."""
+    out: set[int] = set()
+    try:
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise RecordError(f"--agent-cpus: {spec!r} is not a CPU list like 0,2-3") from None
+    return out
+
+
+def agent_cpus(spec: str) -> set[int] | None:
+    """Where the agent may run: `all` (anywhere), a CPU list, or `auto`: the
+    CPUs that take no block-device interrupts, when there are such.  On a
+    small VM one CPU takes the disk's interrupts and runs the completions;
+    the agent's work there is taken from the workload's I/O path."""
+    allowed = os.sched_getaffinity(0)
+    if spec == "all":
+        return None
+    if spec == "auto":
+        try:
+            return quiet_cpus(Path("/proc/interrupts").read_text(), allowed)
+        except OSError:
+            return None
+    cpus = parse_cpus(spec)
+    if not cpus <= allowed:
+        raise RecordError(f"--agent-cpus {spec}: CPUs {sorted(cpus - allowed)} are not online "
+                          f"(online: {sorted(allowed)})")
+    return cpus
+
+
+def cgroup_dir(path: str) -> str:
+    """record --cgroup: the real path of a cgroup v2 directory (the BPF
+    helper that tells whether a task is under a cgroup knows the v2
+    hierarchy only; on a machine with both, v2 is the `cgroup2` mount,
+    /sys/fs/cgroup/unified on a hybrid one)."""
+    from nestrace.capture.stack import mount_containing, mounts
+    rp = os.path.realpath(path)
+    if not os.path.isdir(rp):
+        raise RecordError(f"--cgroup {path}: no such directory")
+    m = mount_containing(rp)
+    if m is None or m.fs_type != "cgroup2":
+        v2 = [x.mount_point for x in mounts() if x.fs_type == "cgroup2"]
+        raise RecordError(f"--cgroup {path}: not a cgroup v2 directory (it is on "
+                          f"{m.fs_type if m else 'no mount'}); " +
+                          (f"cgroup2 is mounted at {', '.join(v2)}" if v2 else
+                           "no cgroup2 file system is mounted"))
+    return rp
+
+
+def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
+               flush_ms: int | None = None, all_hooks: bool = False,
+               arrow_dir: Path | None = None, pid: int | None = None,
+               status_ms: int = 0, cgroup: str | None = None) -> list[str]:
+    args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families]
+    if stack.has_guest:
+        args += [a for g in guests(stack) for a in ("--dev", f"{kdev_str(g.guest_kdev)}=vfs,cache,map")]
+        args += ["--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
+    if stack.has_host:
+        args += [a for d in stack.disks for a in ("--dev", f"{kdev_str(d.kdev)}=block")]
+        args += [a for ino in [stack.image_ino, *(b["ino"] for b in stack.backing_files)]
+                 for a in ("--ino", f"{kdev_str(stack.host_kdev)}:{ino}=file,cache,map")]
+    # (a guest side has no image: none of the image-access hooks)
+    skip = () if all_hooks and stack.has_host else \
+        unused_hooks(stack.host_fs) if stack.has_host else access_hooks()
+    if skip:
+        args += ["--skip-hooks", ",".join(skip)]
+    if ringbuf_kb:
+        args += ["--ringbuf-kb", str(ringbuf_kb)]
+    if flush_ms:
+        args += ["--flush-ms", str(flush_ms)]
+    if arrow_dir:
+        args += ["--arrow-dir", str(arrow_dir)]
+    if pid:
+        args += ["--pid", str(pid)]
+    if cgroup:
+        args += ["--cgroup", cgroup]
+    if status_ms:
+        args += ["--status-ms", str(status_ms)]
+    return args
+
+
+_STATUS = re.compile(r"nestrace-agent: status ms=(\d+) records=(\d+) drops=(-?\d+) "
+                     r"vfs=(\d+):(\d+) hostfs=(\d+) cache=(\d+) blk=(\S*)$")
+
+
+def _rate(n: float) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else f"{n:.0f}"
+
+
+class StatusLines:
+    """The agent's status lines (cumulative counts since the start) as
+    rates per level since the line before (page cache: only when there
+    were page-cache events):
+    `nestrace: 12.0 s | vfs 10.2k/s 40.0 MiB/s | vdisk ... | hostfs 10.2k ev/s
+    | disk ... | lost 0`.  Block counts are dispatches (D) and their bytes;
+    vfs, completed calls and the bytes they returned; hostfs, raw host-FS
+    events (a buffered access may be several).  The agent prints a line
+    right after a flush (--flush-ms), so a line comes at most that much
+    later than asked for, with the counts as of the time on it."""
+
+    def __init__(self, stack: Stack):
+        self.levels = (["vfs", "vdisk"] if stack.has_guest else []) + \
+                      (["hostfs", "disk"] if stack.has_host else [])
+        self.level_of = {kdev_str(d.kdev): "disk" for d in stack.disks}
+        if stack.has_guest:
+            self.level_of[kdev_str(stack.vdisk.kdev)] = "vdisk"
+        # counts of the last line (zero before the first)
+        self.last = {"ms": 0, "vfs": (0, 0), "vdisk": (0, 0), "hostfs": (0, 0), "disk": (0, 0),
+                     "cache": (0, 0)}
+
+    def parse(self, line: str) -> dict | None:
+        """An agent status line's counts since the start: ms, records,
+        drops (-1: unread), and per level (count, bytes); None for other
+        lines."""
+        m = _STATUS.search(line)
+        if not m:
+            return None
+        cur = {"ms": int(m[1]), "records": int(m[2]), "drops": int(m[3]),
+               "vfs": (int(m[4]), int(m[5])), "hostfs": (int(m[6]), 0), "cache": (int(m[7]), 0),
+               "vdisk": (0, 0), "disk": (0, 0)}
+        for part in filter(None, m[8].split(",")):
+            maj, mi, n, b = part.split(":")
+            lvl = self.level_of.get(f"{maj}:{mi}")
+            if lvl:
+                cur[lvl] = (cur[lvl][0] + int(n), cur[lvl][1] + int(b))
+        return cur
+
+    def text(self, line: str) -> str | None:
+        """The human line for an agent status line; None for other
+        lines."""
+        cur = self.parse(line)
+        if cur is None:
+            return None
+        dt = max(cur["ms"] - self.last["ms"], 1) / 1000
+        parts = [f"nestrace: {cur['ms'] / 1000:.1f} s"]
+        for lvl in self.levels:
+            n = (cur[lvl][0] - self.last[lvl][0]) / dt
+            if lvl == "hostfs":
+                parts.append(f"hostfs {_rate(n)} ev/s")
+            else:
+                mib = (cur[lvl][1] - self.last[lvl][1]) / dt / (1 << 20)
+                parts.append(f"{lvl} {_rate(n)}/s {mib:.1f} MiB/s")
+        cache = (cur["cache"][0] - self.last["cache"][0]) / dt
+        if cache:
+            parts.append(f"page cache {_rate(cache)} ev/s")
+        drops = cur["drops"]
+        parts.append("lost ?" if drops < 0 else f"LOST {drops}" if drops else "lost 0")
+        self.last = cur
+        return " | ".join(parts)
+
+
+@dataclass
+class Capture:
+    store: Path
+    capture_id: str
+    seal: SealResult | None = None
+    agent_stderr: list[str] = field(default_factory=list)
+    stream_problems: list[str] = field(default_factory=list)
+    command_rc: int | None = None
+    # the agent's last status line (record(status=...)): counts since the
+    # start, as StatusLines.parse gives them
+    status_last: dict | None = None
+    max_size_reached: bool = False
+
+
+@contextlib.contextmanager
+def _signal(signum: int, handler):
+    """`handler` for `signum` meanwhile (where Python lets us: in the main
+    thread)."""
+    try:
+        prev = signal.signal(signum, handler)
+    except ValueError:                       # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signum, prev)
+
+
+def _run_workload(command: list[str], cwd: str | None = None,
+                  env: dict[str, str] | None = None) -> int:
+    """Run the traced command; the capture ends when it does.  A SIGTERM
+    to nestrace is passed on to it, and after a Ctrl-C (which the terminal
+    sends it too) it has 5 s to exit before it is killed.  Its exit code,
+    128 + N for signal N.  The handlers only note the signal (an exception
+    raised inside Popen.wait can leave its lock taken: see record), and a
+    handler that was in place, a caller's noting one, still hears it."""
+    child = subprocess.Popen(command, cwd=cwd, env=env)
+    pending: list[int] = []
+    handlers = {}
+
+    def note(signum, frame):
+        pending.append(signum)
+        prev = handlers[signum]
+        if callable(prev) and prev is not signal.default_int_handler:
+            prev(signum, frame)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handlers[signum] = signal.getsignal(signum)
+    interrupted_at = None
+    with _signal(signal.SIGTERM, note), _signal(signal.SIGINT, note):
+        while True:
+            while pending:
+                signum = pending.pop(0)
+                if signum == signal.SIGTERM and child.returncode is None:
+                    os.kill(child.pid, signum)
+                elif signum == signal.SIGINT and interrupted_at is None:
+                    interrupted_at = time.monotonic()
+            if interrupted_at is not None and time.monotonic() - interrupted_at > 5:
+                child.kill()
+            try:
+                rc = child.wait(0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+    return 128 - rc if rc < 0 else rc
+
+
+# the line `record` logs once tracing, when it records until stopped (no
+# CMD, no --duration): what a caller waits for before starting its load
+RECORDING = "nestrace: recording; Ctrl-C to stop (or SIGTERM)"
+
+
+# the SIGINTs and SIGTERMs a disk's recorder of record_disks got outside
+# _wait_for_stop (recorder_signals)
+_stops: list[int] = []
+
+
+def recorder_signals() -> None:
+    """For a disk's recorder of record_disks: a SIGINT or SIGTERM before
+    it traces, or after it was told to stop, is noted, not raised as a
+    KeyboardInterrupt: it stops at once once tracing, and always seals its
+    capture.  (The parent-death signal comes once per thread of a killed
+    `record` that the recorder is handed on to as it dies: twice or more.
+    The second, landing while the recorder sealed, left its capture
+    unsealed.)"""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda signum, frame: _stops.append(signum))
+
+
+def _wait_for_stop(duration: float | None, running, log) -> None:
+    """Until SIGINT or SIGTERM, `duration` seconds, or running() is false.
+    SIGINT too, even when started with it ignored (a shell's background
+    job): like blktrace and perf record, Ctrl-C or kill -INT always ends
+    the recording.  The handlers only note the signal (no lock: not an
+    Event, whose lock the handler could find taken by the very code it
+    interrupted).  An exception raised inside Popen.poll(), between its
+    taking the Popen's wait lock and the try that gives it back, left the
+    lock taken, and the wait for the agent after it hung for good (seen
+    once in CI: the agent exited at once and stayed a zombie)."""
+    stopped: list[int] = []
+    with _signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum)), \
+            _signal(signal.SIGINT, lambda signum, frame: stopped.append(signum)):
+        if not duration:
+            log(RECORDING)
+        end = time.monotonic() + duration if duration else None
+        while not stopped and not _stops and running():
+            left = end - time.monotonic() if end is not None else 0.2
+            if left <= 0:
+                break
+            time.sleep(min(left, 0.2))
+
+
+def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = None,
+           command: list[str] | None = None, ringbuf_kb: int | None = None,
+           flush_ms: int | None = None, all_hooks: bool = False,
+           mode: str = "auto", families: str | None = None, cpus: str = "auto",
+           pid: int | None = None, cgroup: str | None = None, cwd: str | None = None,
+           env: dict[str, str] | None = None, status: float = 0, max_bytes: int | None = None,
+           workload=None,
+           log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
+    """Trace `stack` while `command` runs (or for `duration` seconds, or
+    until SIGINT), into a new capture of `store`.  `pid`: the vfs level
+    sees only that process (its threads included); `cgroup`: only the
+    tasks of that cgroup v2 directory and of those below it (with `pid`:
+    that process, while it is in the cgroup); the lower levels see every
+    I/O on the stack.  `cwd`, `env`: the command's.  `status`: log
+    a line of rates per level this often, in seconds (0: none; see
+    StatusLines).  `max_bytes`: stop tracing once the live record files
+    hold this many bytes (checked every 0.2 s); a command goes on to its
+    end.  `workload`: one disk's recorder of record_disks, which runs the
+    command: a stream of JSON lines from it, the command's at the start,
+    its exit status's once the recorder is stopped."""
+    if pid is not None and not Path(f"/proc/{pid}").is_dir():
+        raise RecordError(f"--pid {pid}: no such process")
+    if cgroup is not None:
+        if not stack.has_guest:
+            raise RecordError("--cgroup chooses whose calls the vfs level records: a host "
+                              "side has no vfs level")
+        cgroup = cgroup_dir(cgroup)
+    if command:
+        _check_command(command[0], cwd, env)
+    pin = agent_cpus(cpus)
+    if pin and cpus == "auto":
+        log(f"nestrace: agent on CPU {','.join(map(str, sorted(pin)))}, away from the disk "
+            "interrupts (--agent-cpus all: anywhere)")
+    store_p = init_store(store)
+    store_level = traced_at(stack, str(store_p))
+    if store_level:
+        log(f"nestrace: warning: the store {store_p} is on the traced stack: nestrace's own "
+            f"writes to it (the agent's batches, comm nestrace-agent) are traced "
+            f"{ {'vfs': 'at every level', 'vdisk': 'from the virtual disk down'}.get(store_level, 'at the host disk')}"
+            "; a store off the stack (another disk, a tmpfs) leaves them out")
+    others = untraced_mounts(stack)
+    if others:
+        log(f"nestrace: warning: the virtual disk {stack.vdisk.name} also holds "
+            + ", ".join(f"{mp} ({part})" for mp, part in others)
+            + f", not traced: {'its' if len(others) == 1 else 'their'} requests are in "
+            f"vdisk_io, unattributed (links kind "
+            f"'other', or 'metadata', 'readahead' by their flags); give --stack for "
+            f"{'it' if len(others) == 1 else 'each'} too to trace {'it' if len(others) == 1 else 'them'} as well")
+    cid = new_capture_id()
+    live = LiveCapture(store_p, cid, recording=True)
+    try:
+        cap = Capture(store_p, cid)
+        machine = socket.gethostname()
+        start_extents, start_truncated = snapshot_extents(stack, cid, "start")
+        settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
+                    "pid": pid, "cgroup": cgroup, "store_traced_at": store_level,
+                    "max_size_bytes": max_bytes,
+                    "start_snapshot_truncated": start_truncated}
+        live.update_facts(machine=machine, kernel=platform.release(),
+                          start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+                          command=" ".join(command or []) if workload is None
+                          else _workload_line(workload).get("command", ""),
+                          stack=stack.to_json(),
+                          settings=settings)
+        live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
+                                                             schema=table_schema("device_map")))
+        live.write_table("extent_maps", start_extents)
+        live.write_table("extent_maps", pa.Table.from_pylist(
+            stack_journal_rows(stack, cid, log), schema=table_schema("extent_maps")))
+        neighbors = neighbor_images(stack)
+        if neighbors:
+            log(f"nestrace: the host FS also holds {len(neighbors)} other virtual disk image(s) "
+                f"in use ({', '.join(neighbors[:3])}{', ...' if len(neighbors) > 3 else ''}): "
+                "host-disk writes into them are classed other")
+            live.write_table("extent_maps", pa.Table.from_pylist(
+                neighbor_rows(stack, neighbors, "start", cid), schema=table_schema("extent_maps")))
+
+        # The agent writes the record tables into the live directory itself
+        # (Arrow IPC, one batch per flush); its stdout carries the start and
+        # end metadata.  No Python touches a record while the workload runs.
+        args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms, all_hooks,
+                          arrow_dir=live.dir, pid=pid, status_ms=round(status * 1000),
+                          cgroup=cgroup)
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=(live.lock_fd,),   # it holds the capture's lock too
+                                preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
+        started = threading.Event()
+        state = DecodeState("agent stream")
+        reader_error: list[BaseException] = []
+
+        def read_stream() -> None:
+            try:
+                for fr in iter_frames(proc.stdout, "agent stream", state):
+                    if fr.meta is not None:
+                        kind = fr.meta.get("type")
+                        if kind == "start":
+                            live.update_facts(agent_start=fr.meta, start_ns=fr.meta["start_ns"])
+                            started.set()
+                        elif kind == "end":
+                            if fr.meta.get("reason") not in ("signal", "duration"):
+                                state.problems.append(StreamError(
+                                    "agent stream", fr.offset, "the agent stopped early: "
+                                    f"{fr.meta.get('reason')}; the capture ends there"))
+                            live.update_facts(agent_end=fr.meta, end_ns=fr.meta["end_ns"])
+                        continue
+                    state.problems.append(StreamError(
+                        "agent stream", fr.offset, f"unexpected {fr.table} records on the "
+                        "metadata stream (records go to the live directory); not stored"))
+            except BaseException as e:  # surfaced by the main thread
+                reader_error.append(e)
+            finally:
+                started.set()
+
+        lines = StatusLines(stack)
+
+        def read_stderr() -> None:
+            for line in proc.stderr:
+                text = line.decode(errors="replace").rstrip()
+                shown = lines.text(text)
+                if shown is not None:        # (not kept: one a second over a long run)
+                    cap.status_last = lines.last
+                    log(shown)
+                    continue
+                cap.agent_stderr.append(text)
+                if "WARNING" in text or "failed" in text or "cannot" in text:
+                    log(text)
+
+        threads = [threading.Thread(target=read_stream, daemon=True),
+                   threading.Thread(target=read_stderr, daemon=True)]
+        for t in threads:
+            t.start()
+        started.wait(60)
+        reached: list[int] = []
+        if max_bytes:
+            def watch_size() -> None:
+                while proc.poll() is None:
+                    n = live_bytes(live.dir)
+                    if n >= max_bytes:
+                        reached.append(n)
+                        log(f"nestrace: the capture reached --max-size {max_bytes / (1 << 20):.1f} MiB "
+                            f"({n / (1 << 20):.1f} MiB of records): tracing stopped"
+                            + ("; the workload goes on" if command else ""))
+                        proc.send_signal(signal.SIGINT)
+                        return
+                    time.sleep(0.2)
+            threads.append(threading.Thread(target=watch_size, daemon=True))
+            threads[-1].start()
+        no_workload: list[OSError] = []
+        if proc.poll() is not None and not reader_error:
+            threads[1].join(5)
+            live.close()
+            shutil.rmtree(live.dir, ignore_errors=True)   # (nothing was recorded)
+            try:
+                live.dir.parent.rmdir()
+            except OSError:
+                pass
+            raise RecordError("the agent exited before tracing: " +
+                              (" | ".join(cap.agent_stderr[-3:]) or f"exit code {proc.returncode}"))
+        try:
+            if command:
+                try:
+                    cap.command_rc = _run_workload(command, cwd, env)
+                except OSError as e:    # (it never ran: nothing worth keeping)
+                    no_workload.append(e)
+            else:
+                _wait_for_stop(duration, lambda: proc.poll() is None, log)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for t in threads:
+                t.join(60)
+        if no_workload:
+            try:
+                live.close()
+            finally:
+                shutil.rmtree(live.dir, ignore_errors=True)
+            raise RecordError(f"{command[0]}: could not start: {no_workload[0].strerror or no_workload[0]}"
+                              " (nothing recorded)")
+        keep = (f"the capture's live batches are kept in {live.dir}: make room, then run "
+                f"`nestrace seal {store_p}`")
+        if reader_error:
+            try:
+                live.close()
+            except StoreError:
+                pass                      # the reader's error says it first
+            if isinstance(reader_error[0], StoreError):
+                raise RecordError("; ".join([str(reader_error[0])] +
+                                            [str(p) for p in state.problems] + [keep]))
+            raise RecordError(f"reading the agent stream failed: {reader_error[0]}")
+        cap.stream_problems = [str(p) for p in state.problems]
+        try:
+            try:
+                rc = cap.command_rc if workload is None else _workload_line(workload).get("exit")
+                if rc is not None:
+                    live.update_facts(command_exit=rc)
+                if reached:
+                    cap.max_size_reached = True
+                    live.update_facts(settings=settings | {"max_size_reached": True})
+                # files read or written by system calls, and by memory (page
+                # faults and dirtied pages of mapped files: page-cache events)
+                touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
+                end, _ = snapshot_extents(stack, cid, "end", touched)
+                live.write_table("extent_maps", end)
+                if neighbors:
+                    live.write_table("extent_maps", pa.Table.from_pylist(
+                        neighbor_rows(stack, neighbors, "end", cid),
+                        schema=table_schema("extent_maps")))
+                guest_paths = {(r["dev"], r["ino"]): r["path"]
+                               for r in end.select(["role", "dev", "ino", "path"]).to_pylist()
+                               if r["role"] == "guest_file"}
+                live.write_table("extent_maps", pa.Table.from_pylist(
+                    btrfs_placed_rows(stack, cid, live, guest_paths),
+                    schema=table_schema("extent_maps")))
+                if store_level in ("vdisk", "disk"):    # (on the guest FS: guest files, tied at vfs)
+                    live.write_table("extent_maps", pa.Table.from_pylist(
+                        store_extents(live.dir, cid), schema=table_schema("extent_maps")))
+            finally:
+                live.close()
+            cap.seal = seal(store_p, cid)
+        except StoreError as e:
+            raise RecordError("; ".join([str(e)] + cap.stream_problems + [keep])) from None
+        return cap
+    finally:
+        live.release()
+
+
+def _die_with_parent() -> None:
+    """(preexec) SIGINT this child when its parent dies: a recorder whose
+    `record` was killed stops and seals its capture."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)   # PR_SET_PDEATHSIG
+
+
+# set for the `nestrace record` of one disk that record_disks runs; its
+# stdin gives the workload record_disks runs, in JSON lines: the command,
+# then once over its exit status (no line: there was none, or record_disks
+# is gone)
+RECORDER_ENV = "NESTRACE_DISK_RECORDER"
+
+
+def _workload_line(stream) -> dict:
+    """The next line of record_disks' workload stream ({} at its end, or
+    for a line that does not parse: the capture names no command or exit
+    status)."""
+    try:
+        got = json.loads(stream.readline() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+@dataclass
+class DiskRecorder:
+    """One `nestrace record` of one virtual disk's stack, run by
+    record_disks."""
+    name: str
+    proc: subprocess.Popen
+    ready: threading.Event = field(default_factory=threading.Event)
+    err: list[str] = field(default_factory=list)
+    out: list[str] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+
+def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
+                 options: list[str], *, duration: float | None = None,
+                 command: list[str] | None = None, cwd: str | None = None,
+                 env: dict[str, str] | None = None,
+                 log=lambda msg: print(msg, file=sys.stderr),
+                 out=lambda msg: print(msg)) -> int | None:
+    """Record the stacks of several virtual disks (a VM's vda and vdb, two
+    VMs), each as a capture of its own in `store`, side by side: one
+    `nestrace record` per disk (groups: its name and the options that name
+    its stack, --stack or --image; `options`: the other options of each),
+    started first, then `command` run once (or `duration` seconds, or
+    until SIGINT or SIGTERM), then each stopped and sealed.  Each capture is a whole stack: the host
+    disk they share is in each, and each calls the host-disk writes into
+    the other images `other` (record names them: neighbor_image).  Each
+    recorder's lines are logged with its disk's name; its summary is given
+    to `out` at the end.  The command's exit code (None without one)."""
+    if command:
+        _check_command(command[0], cwd, env)
+    rec: list[DiskRecorder] = []
+
+    def stop_all() -> None:
+        for r in rec:
+            if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGINT)
+        for r in rec:
+            try:
+                r.proc.wait(600)     # (it seals its capture first)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                r.proc.wait()
+            for t in r.threads:
+                t.join(60)
+
+    def follow(r: DiskRecorder) -> None:
+        for line in r.proc.stderr:
+            text = line.decode(errors="replace").rstrip()
+            if text == RECORDING:
+                r.ready.set()
+                continue
+            r.err.append(text)
+            log(f"[{r.name}] {text}")
+
+    def failed(r: DiskRecorder) -> RecordError:
+        return RecordError(f"recording {r.name} failed (exit code {r.proc.returncode}): "
+                           + (" | ".join(r.err[-3:]) or "no message"))
+
+    def tell(r: DiskRecorder, fact: dict | None) -> None:
+        """A line of the workload stream to r (None: its end)."""
+        try:
+            if fact is not None:
+                r.proc.stdin.write((json.dumps(fact) + "\n").encode())
+                r.proc.stdin.flush()
+            else:
+                r.proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass                        # (gone: it says why on its stderr)
+
+    rc = None
+    try:
+        for name, which in groups:
+            argv = [sys.executable, "-m", "nestrace", "record", "-o", str(store), *which,
+                    *options]
+            # (a session of its own: a Ctrl-C at the terminal reaches the
+            # command, and record stops the recorders after it)
+            r = DiskRecorder(name, subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, preexec_fn=_die_with_parent,
+                env={**os.environ, RECORDER_ENV: "1"}))
+            tell(r, {"command": " ".join(command or [])})
+            rec.append(r)
+            r.threads = [threading.Thread(target=follow, args=(r,), daemon=True),
+                         threading.Thread(target=lambda r=r: r.out.extend(
+                             line.decode(errors="replace").rstrip() for line in r.proc.stdout),
+                             daemon=True)]
+            for t in r.threads:
+                t.start()
+        deadline = time.monotonic() + 120
+        while not all(r.ready.is_set() for r in rec):
+            for r in rec:
+                if r.proc.poll() is not None and not r.ready.is_set():
+                    r.threads[0].join(5)
+                    raise failed(r)
+            if time.monotonic() > deadline:
+                raise RecordError("the recorders of " + ", ".join(r.name for r in rec
+                                                                  if not r.ready.is_set())
+                                  + " did not start tracing within 120 s")
+            time.sleep(0.05)
+        log(f"nestrace: tracing {len(rec)} virtual disks, a capture each: "
+            + ", ".join(r.name for r in rec))
+        if command:
+            rc = _run_workload(command, cwd, env)
+            for r in rec:
+                tell(r, {"exit": rc})
+        else:
+            # (until the last ends: one may stop early, at its --max-size)
+            _wait_for_stop(duration, lambda: any(r.proc.poll() is None for r in rec), log)
+    finally:
+        for r in rec:
+            tell(r, None)
+        stop_all()
+    for r in rec:
+        for line in r.out:
+            out(line)
+    bad = [r for r in rec if r.proc.returncode]
+    if bad:
+        raise failed(bad[0])
+    return rc
+
+
+def live_bytes(d: Path) -> int:
+    """Bytes of record files in a live capture directory so far."""
+    n = 0
+    with os.scandir(d) as it:
+        for e in it:
+            if e.name.endswith(".arrows"):
+                try:
+                    n += e.stat().st_size
+                except FileNotFoundError:
+                    pass
+    return n
+
+
+def _check_command(prog: str, cwd: str | None, env: dict[str, str] | None) -> None:
+    """RecordError, before anything is traced or written, for a workload
+    that cannot be started: no such program, or not executable."""
+    if "/" in prog:
+        path = Path(cwd or ".") / prog
+        if not path.is_file():
+            raise RecordError(f"{prog}: no such file (the command to record)")
+        if not os.access(path, os.X_OK):
+            raise RecordError(f"{prog}: not executable (the command to record)")
+    elif shutil.which(prog, path=(env or os.environ).get("PATH", os.defpath)) is None:
+        raise RecordError(f"{prog}: command not found (the command to record)")
+
+
+def drop_caches(st: dict) -> None:
+    """Write back the lab stack `st` (lab state) and drop the clean page
+    cache, dentries and inodes, so a recording starts cold.  Only the
+    stack's own file systems are synced (syncfs, see sync_stack): the drop
+    is machine-wide, but writes nothing."""
+    from nestrace.capture.lab import sync_stack
+    sync_stack(st)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def record_lab(store: str | os.PathLike, fio_args: list[str], *, guest_fs: str = "ext4",
+               host_fs: str = "xfs", layout_mib: int = 64, name: str = "notebook",
+               **lab_opts) -> Capture:
+    """Build a lab stack, lay out a file, record one fio job on it, tear the
+    stack down (also on failure).  For notebooks and quick experiments."""
+    from nestrace.capture.lab import Lab, LabConfig
+    lab = Lab(name)
+    if lab.state().get("made"):
+        lab.down()
+    cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, name=name, **lab_opts)
+    st = lab.up(cfg)
+    try:
+        mp = st["guest_mount"]
+        job = ["fio", "--name=nb", f"--directory={mp}", "--ioengine=psync", "--output=/dev/null",
+               f"--size={layout_mib}M"]
+        subprocess.run(job + ["--rw=write", "--bs=1M", "--direct=1"], check=True)
+        drop_caches(st)
+        from nestrace.capture.stack import discover
+        return record(store, discover(mp), command=job + list(fio_args))
+    finally:
+        lab.down()

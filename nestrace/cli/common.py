@@ -1,0 +1,171 @@
+"""What every nestrace command shares: the group, the one-line errors, the
+options and checks used by several commands.
+
+Every error the user can cause ends as one line `nestrace: error: ...` and
+exit code 2, with nothing left mounted or attached.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from nestrace._version import __version__
+from nestrace._paths import AgentNotFound
+from nestrace.errors import RecordError, StoreError, StreamError
+from nestrace.capture.lab import LabError
+from nestrace.capture.stack import StackError
+
+
+class UserError(click.ClickException):
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"nestrace: error: {self.message}", err=True)
+
+
+# the four levels, top down (follow, plot --level)
+LEVEL_NAMES = ("vfs", "vdisk", "hostfs", "disk")
+
+
+def user_errors(fn):
+    """Decorator: turn the library's expected errors into one-line exit 2."""
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except (LabError, StackError, StoreError, StreamError, RecordError,
+                AgentNotFound, FileNotFoundError, PermissionError) as e:
+            raise UserError(str(e)) from None
+        except Exception as e:
+            # (a DuckDB error comes only from a command that imported it:
+            # the others do not pay its import)
+            duckdb = sys.modules.get("duckdb")
+            if duckdb is None or not isinstance(e, duckdb.Error):
+                raise
+            from nestrace.store.files import DAMAGE_NOTE, STORE_FILE_PATTERN, damage_of
+            # (DuckDB quotes a damaged file's bytes as they are)
+            msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e).splitlines()[0])
+            # a store's damaged Parquet file: named with the byte range that
+            # does not read (DuckDB names the file for some damage, never
+            # the offset; for a damaged footer or page often neither)
+            named = STORE_FILE_PATTERN.search(msg)
+            store = Path(named.group(1)).parents[2] if named else \
+                Path(kw["store"]) if kw.get("store") and Path(kw["store"]).is_dir() else None
+            # (a session's query has named it already: not read again)
+            noted = [n for n in getattr(e, "__notes__", []) if n.startswith(DAMAGE_NOTE)]
+            damage = noted[0].removeprefix(DAMAGE_NOTE) if noted else \
+                damage_of(store, e) if store else None
+            if damage:
+                msg = (f"{DAMAGE_NOTE}{damage} (DuckDB: {msg}); `nestrace verify "
+                       f"{store}` checks every file")
+            elif named:
+                msg += f" (`nestrace verify {store}` checks every page)"
+            raise UserError(msg) from None
+    return wrapper
+
+
+def store_with_captures(store: str) -> Path:
+    """A store that holds a sealed capture (what a command that shows one
+    needs), else one error line: the same for every such command."""
+    from nestrace.store.files import captures, check_store, live_captures, recorder_of
+    p = check_store(store)
+    if not captures(p):
+        recording, unsealed = [], []
+        for cid in live_captures(p):
+            try:
+                pid = recorder_of(p, cid, wait=0)
+            except StoreError:          # its recorder gone, its agent still writing
+                pid = 0
+            (recording if pid is not None else unsealed).append(
+                f"{cid} (nestrace pid {pid})" if pid else cid)
+        raise UserError(f"{store}: the store holds no capture" + "".join(
+            [f" (being recorded: {', '.join(recording)})" if recording else "",
+             f" (unsealed: {', '.join(unsealed)}; `nestrace seal {store}`)" if unsealed else ""]))
+    return p
+
+
+def output_file(output: str, suffixes: tuple[str, ...] = ()) -> Path:
+    """The file a command writes, refused before any work when it cannot be
+    one (export wrote 190 MB to /tmp.tmp for `-o /tmp`, then a traceback)."""
+    p = Path(output)
+    if p.is_dir():
+        raise UserError(f"{output}: is a directory (give the file to write)")
+    if not p.parent.is_dir():
+        raise UserError(f"{output}: no such directory {p.parent}")
+    if suffixes and p.suffix not in suffixes:
+        raise UserError(f"{output}: write {' or '.join(suffixes)}")
+    return p
+
+
+def needs_root(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        if os.geteuid() != 0:
+            raise UserError("this command needs root (BPF, loop devices, mounts)")
+        return fn(*a, **kw)
+    return wrapper
+
+
+def needs_btf(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        btf = os.environ.get("NESTRACE_BTF", "/sys/kernel/btf/vmlinux")
+        if not Path(btf).exists():
+            raise UserError(f"{btf}: no kernel BTF; nestrace's CO-RE tracers need a kernel "
+                            "built with CONFIG_DEBUG_INFO_BTF=y")
+        return fn(*a, **kw)
+    return wrapper
+
+
+def lab_name_option(fn):
+    return click.option("--name", default="default", show_default=True,
+                        help="Lab name (several labs can be up at once).")(fn)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nestrace")
+def cli() -> None:
+    """nestrace: multi-level I/O tracing for nested storage stacks."""
+
+
+# ---- options shared by record and lab run ------------------------------------
+
+# (a BPF ring buffer's size is a u32 of bytes, and a power of two: 4 GiB
+# failed to load, "Invalid argument")
+RINGBUF_KB_MAX = 1 << 21
+
+
+def _ringbuf_kb(ctx, param, v):
+    """(the agent's rule, said before it starts; 0 was taken for the default)"""
+    if v is not None and (v < 4 or v & (v - 1)):
+        raise click.BadParameter(f"{v}: not a power of two >= 4")
+    if v is not None and v > RINGBUF_KB_MAX:
+        raise click.BadParameter(f"{v}: more than {RINGBUF_KB_MAX} (2 GiB, the largest BPF ring "
+                                 "buffer the kernel makes)")
+    return v
+
+
+def capture_options(f):
+    """The options of a capture, shared by record and lab run."""
+    for opt in reversed((
+        click.option("--ringbuf-kb", type=int, default=None, callback=_ringbuf_kb,
+                     help="BPF ring buffer size in KiB, a power of two >= 4 (default 16384)."),
+        click.option("--flush-ms", type=click.IntRange(1, 60000), default=None,
+                     help="How often staged records reach the store, at most (default 200)."),
+        click.option("--mode", type=click.Choice(["auto", "tp_btf", "raw_tp"]), default="auto",
+                     show_default=True, help="Tracepoint program type (auto probes)."),
+        click.option("--all-hooks", is_flag=True,
+                     help="Also attach the host-FS access hooks hostfs_io ignores for this "
+                          "host FS (for comparing hooks; costs CPU per I/O)."),
+        click.option("--agent-cpus", default="auto", show_default=True,
+                     help="CPUs the agent runs on: a list (0,2-3), 'all', or 'auto': those "
+                          "that take no block-device interrupts, if some CPUs do and others "
+                          "not."))):
+        f = opt(f)
+    return f
+
+

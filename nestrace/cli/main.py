@@ -1,0 +1,694 @@
+"""nestrace command line: a thin wrapper over the library.
+
+Every error the user can cause ends as one line `nestrace: error: ...` and
+exit code 2, with nothing left mounted or attached.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import click
+
+from nestrace.capture.lab import LabError, parse_size
+from nestrace.capture.stack import StackError
+from nestrace.cli.common import (LEVEL_NAMES, UserError, capture_options, cli, needs_btf, needs_root, output_file, store_with_captures,
+                                 user_errors)
+from nestrace.images.base import MAPPED, ImageMapError
+from nestrace.images.chain import backing_chain
+
+
+# ---- record / seal ----------------------------------------------------------
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("-o", "--output", "store", required=True, type=click.Path(), help="Store directory.")
+@click.option("--stack", "mount", type=click.Path(), multiple=True,
+              help="Guest mount point: discover the stack.  Again for another file system on "
+                   "another partition of the same virtual disk (a VM's / and /home): all are "
+                   "traced.  On another virtual disk (a VM's vdb, another VM): each disk's "
+                   "stack is recorded as a capture of its own, side by side.")
+@click.option("--vdisk", type=click.Path(),
+              help="Virtual disk device (with --stack, overrides; without it, the guest FS "
+                   "is the one mounted from this device).")
+@click.option("--image", type=click.Path(), multiple=True,
+              help="Disk image file (with --stack, overrides).  With --side host, again for "
+                   "another image (a VM's second disk, another VM): each is recorded as a "
+                   "capture of its own, side by side.")
+@click.option("--disk", type=click.Path(), help="Host disk device (with --stack, overrides).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds to record (without CMD).")
+@click.option("--max-size", default=None, metavar="SIZE",
+              help="Stop tracing once the capture's live record files hold SIZE (e.g. 512M, "
+                   "4G; checked every 0.2 s); CMD goes on to its end.")
+@capture_options
+@click.option("--pid", type=int, default=None,
+              help="vfs level: only this process (and its threads); lower levels: all I/O.")
+@click.option("--cgroup", type=click.Path(), default=None,
+              help="vfs level: only the tasks of this cgroup v2 directory (a container's, a "
+                   "service's, a VM's scope) and of the cgroups below it; lower levels: all "
+                   "I/O.")
+@click.option("--status", type=click.FloatRange(0), default=None,
+              help="Print a line of rates per level (calls or dispatches/s, MiB/s) and events "
+                   "lost this often, in seconds; 0: never.  Default: every second when there is "
+                   "no CMD and stderr is a terminal, else never.")
+@click.option("--side", type=click.Choice(["both", "guest", "host"]), default="both",
+              show_default=True,
+              help="both: all four levels on this kernel (the lab).  In a VM: guest (vfs and "
+                   "vdisk: --stack MOUNT [--vdisk DEV]) in the guest, host (hostfs and disk: "
+                   "--image FILE [--disk DEV]) on the host; then `nestrace merge`.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@user_errors
+@needs_root
+@needs_btf
+def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flush_ms, mode,
+           all_hooks, agent_cpus, pid, cgroup, status, side, command) -> None:
+    """Trace a nested stack while CMD runs (or for --duration, or until
+    Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
+    from nestrace.capture import record as rec
+    from nestrace.capture.stack import add_guest, block_dev_of_path, discover, from_devices, mount_of
+    workload = None
+    if os.environ.get(rec.RECORDER_ENV):     # (one disk's, of record_disks)
+        sys.stdout, sys.stderr = _Orphanable(sys.stdout), _Orphanable(sys.stderr)
+        workload = sys.stdin
+        rec.recorder_signals()
+    mount, more = (mount[0], mount[1:]) if mount else (None, ())
+    images, image = image, (image[0] if image else None)
+    if status is None:
+        status = 1.0 if not command and sys.stderr.isatty() else 0
+    if duration is not None and command:    # (it was ignored)
+        raise UserError("--duration is for recording without CMD: with CMD the recording "
+                        "ends when CMD does")
+    max_bytes = None
+    if max_size is not None:
+        try:
+            max_bytes = parse_size(max_size)
+        except LabError as e:
+            raise UserError(f"--max-size: {e}") from None
+        if max_bytes <= 0:
+            raise UserError(f"--max-size {max_size}: give a size above 0")
+    if cgroup is not None and side == "host":
+        raise UserError("--cgroup chooses whose calls the vfs level records: a host side has "
+                        "no vfs level")
+    if len(images) > 1 and side != "host":
+        raise UserError("--image again is for --side host (the host's side of several "
+                        "images): with --stack, --image names the one stack's image")
+    groups = _disk_groups(side, mount, more) if more and side != "host" else \
+        _image_groups(images, disk) if len(images) > 1 else []
+    if len(groups) > 1:
+        if side != "host" and (vdisk or image or disk):
+            raise UserError("--vdisk, --image and --disk name the devices of one stack: with "
+                            "--stack on several virtual disks, give none of them")
+        # (options as given: each disk's recorder takes them)
+        opts = [*(("--max-size", max_size) if max_size else ()),
+                *(("--ringbuf-kb", str(ringbuf_kb)) if ringbuf_kb is not None else ()),
+                *(("--flush-ms", str(flush_ms)) if flush_ms is not None else ()),
+                "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
+                "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
+                *(("--cgroup", cgroup) if cgroup is not None else ()),
+                "--status", str(status), "--side", side]
+        rc = rec.record_disks(store, groups, opts, duration=duration,
+                              command=list(command) or None, log=lambda m: click.echo(m, err=True),
+                              out=click.echo)
+        if rc:
+            click.echo(f"nestrace: the workload exited with code {rc}", err=True)
+            sys.exit(rc)
+        return
+    if side != "both":
+        stack = _side_stack(side, mount, vdisk, image, disk)
+    elif not mount and not vdisk:
+        raise UserError("--stack MOUNTPOINT is required (the guest file system), "
+                        "or --vdisk DEV with it mounted")
+    elif vdisk or image or disk:
+        if not mount:   # the guest file system: the one mounted from the virtual disk
+            from nestrace.capture.stack import mounts_on
+            on = mounts_on(block_dev_of_path(vdisk))
+            if len({(m.major, m.minor) for m in on}) != 1:   # (one file system, maybe bound twice)
+                raise UserError(f"--vdisk {vdisk}: " + (
+                    "no file system of it is mounted" if not on else
+                    "file systems of it are mounted at " + ", ".join(sorted({m.mount_point for m in on}))
+                ) + ": give --stack MOUNTPOINT (the guest file system)")
+            mount = on[0].mount_point
+        gm = mount_of(mount)
+        vd = block_dev_of_path(vdisk) if vdisk else None
+        if vd is None:
+            from nestrace.capture.stack import block_dev
+            vd = block_dev(gm.major, gm.minor)
+        if not (image or vd.is_loop):
+            raise UserError(f"{vd.name} is not a loop device: give --image")
+        stack = from_devices(gm, vd, image, disk)
+    else:
+        stack = discover(mount)
+    for mp in more:
+        add_guest(stack, mp)
+    cap = rec.record(store, stack, duration=duration, command=list(command) or None,
+                     ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
+                     all_hooks=all_hooks, cpus=agent_cpus, pid=pid, cgroup=cgroup,
+                     status=status, max_bytes=max_bytes, workload=workload)
+    _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
+    if cap.command_rc:
+        click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)
+        sys.exit(cap.command_rc)
+
+
+class _Orphanable:
+    """A disk's recorder's stdout or stderr: a pipe to the `record` that
+    runs it.  Once that one is gone (killed: the recorder is told to stop
+    then), what is written is dropped, not raised as a BrokenPipeError
+    that would end the recorder before it seals its capture."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, text: str) -> int:
+        try:
+            return self._f.write(text)
+        except (BrokenPipeError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def _disk_groups(side: str, first: str, more) -> list[tuple[str, list[str]]]:
+    """The --stack mount points grouped by the virtual disk they are on
+    (in the order given), each group checked as one stack now, before
+    anything is traced: (disk name, its recorder's --stack options)."""
+    from nestrace.capture.stack import add_guest, discover, guest_side, mount_block_dev, mount_of
+    groups: dict[int, tuple[str, list[str]]] = {}
+    for mp in (first, *more):
+        try:
+            bd = mount_block_dev(mount_of(mp))
+        except (OSError, StackError):
+            return []       # (said as for one stack, below)
+        groups.setdefault(bd.kdev, (bd.name, []))[1].append(mp)
+    if len(groups) > 1:
+        for _, mps in groups.values():
+            stack = discover(mps[0]) if side == "both" else guest_side(mps[0])
+            for mp in mps[1:]:
+                add_guest(stack, mp)
+    return [(name, [a for mp in mps for a in ("--stack", mp)]) for name, mps in groups.values()]
+
+
+def _image_groups(images, disk) -> list[tuple[str, list[str]]]:
+    """`--side host --image A --image B`: each image checked as the host's
+    side of one stack now, before anything is traced: (image file name,
+    its recorder's options)."""
+    from nestrace.capture.stack import host_side
+    seen: dict[str, str] = {}
+    for image in images:
+        real = os.path.realpath(image)
+        if real in seen:
+            raise UserError(f"--image {image}: given twice (as {seen[real]})")
+        seen[real] = image
+        host_side(image, disk)
+    return [(Path(image).name, ["--image", image, *(("--disk", disk) if disk else ())])
+            for image in images]
+
+
+def _side_stack(side: str, mount, vdisk, image, disk):
+    """One side of a VM's stack, from the options that side takes."""
+    from nestrace.capture.stack import guest_side, host_side
+    usage, foreign, foreign_names, needed, what = {
+        "guest": ("--stack MOUNT [--vdisk DEV]", (image, disk), "--image or --disk", mount,
+                  "--stack MOUNTPOINT (the guest file system)"),
+        "host": ("--image FILE [--disk DEV]", (mount, vdisk), "--stack or --vdisk", image,
+                 "--image FILE (the VM's disk image)")}[side]
+    if any(foreign):
+        raise UserError(f"--side {side} traces the {side}'s side: give {usage}, not {foreign_names}")
+    if not needed:
+        raise UserError(f"--side {side} needs {what}")
+    if side == "guest":
+        return guest_side(mount, vdisk)
+    stack = host_side(image, disk)
+    if stack.image_format in MAPPED:
+        try:
+            chain = backing_chain(stack.image_path, stack.image_format)
+        except ImageMapError as e:
+            click.secho(f"nestrace: warning: {e}: the host's levels are recorded, but `merge` "
+                        "cannot map guest offsets into this image", err=True, fg="yellow")
+            return stack
+        traced = {b["path"] for b in stack.backing_files}
+        for layer in chain[1:]:
+            if layer.path not in traced:
+                what = "extent" if layer.extent else "backing"
+                click.secho(f"nestrace: warning: {image}'s {what} file {layer.path} is not on "
+                            f"{stack.host_mount}: guest reads that go to it are not traced",
+                            err=True, fg="yellow")
+    return stack
+
+
+def _report_capture(store: Path, capture_id: str, result, stream_problems=()) -> None:
+    from nestrace.report.summary import level_summary, format_summary
+    for p in list(stream_problems) + list(result.problems):
+        click.echo(f"nestrace: error: {p}", err=True)
+    click.echo(f"capture {capture_id}: {result.records} records -> {store}")
+    summary = level_summary(store, capture_id)
+    summary.pop("captures", None)   # (the line above names it)
+    click.echo(format_summary(summary))
+    missed = result.completions_unseen
+    if result.lost_total > missed:
+        click.secho(f"nestrace: WARNING: {result.lost_total} EVENTS LOST in capture {capture_id} "
+                    "(see the lost_events table and capture_meta.hook_misses); raise --ringbuf-kb "
+                    "or narrow the filters "
+                    "(Linux AIO: iocbs beyond 65536 per io_submit or io_getevents count here too)",
+                    err=True, fg="red", bold=True)
+    if missed:
+        click.secho(f"nestrace: WARNING: {missed} block request completions in capture {capture_id} "
+                    "happened without a record: the kernel ran no program for them and counted "
+                    "no miss (capture_meta.completions_missed; they are in the lost total)",
+                    err=True, fg="red", bold=True)
+
+
+def kdev_arg(spec: str) -> int:
+    """A device as the kernel's dev_t (major << 20 | minor): MAJ:MIN or a
+    block device path."""
+    if ":" in spec and not spec.startswith("/"):
+        try:
+            major, minor = (int(x) for x in spec.split(":"))
+        except ValueError:
+            raise UserError(f"{spec}: not MAJ:MIN") from None
+        return (major << 20) | minor
+    st = os.stat(spec)
+    if not stat.S_ISBLK(st.st_mode):
+        raise UserError(f"{spec}: not a block device (give MAJ:MIN for a device not on this machine)")
+    return (os.major(st.st_rdev) << 20) | os.minor(st.st_rdev)
+
+
+@cli.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Store directory (created, or an existing store).")
+@click.option("--vdisk", "vdisks", multiple=True, metavar="DEV",
+              help="A device at the virtual-disk level (MAJ:MIN or /dev path); the others are disk.")
+@click.option("--capture-id", default=None, help="Default: blktrace-<first file name>.")
+@click.option("--machine", default="", help="Machine the trace was recorded on.")
+@user_errors
+def import_cmd(files, output, vdisks, capture_id, machine) -> None:
+    """Import block traces as a capture of block events: blktrace binary
+    files (blktrace's DEV.blktrace.N, or the ftrace blk tracer's trace_pipe
+    in bin mode), or one trace-cmd trace.dat (versions 6 and 7) with the
+    block tracepoints in it.  block_requests, phases, seeks, sizes and the
+    report work on it.  Or one directory the agent wrote alone in a guest
+    (`nestrace-agent --guest MOUNT --guest-capture DIR -- CMD`): a guest
+    capture like `record --side guest` makes, for `merge`."""
+    from nestrace.importers.blktrace import import_files
+    from nestrace.importers.guestdir import GuestDirError, import_guest_dir, is_guest_dir
+    from nestrace.importers.tracecmd import TraceCmdError, import_file, is_dat
+    if any(is_guest_dir(f) for f in files):
+        if len(files) > 1:
+            raise UserError(f"{next(f for f in files if is_guest_dir(f))} is a guest capture "
+                            "directory: import it on its own")
+        if vdisks or machine:
+            raise UserError("--vdisk and --machine are for block traces: a guest capture "
+                            "directory names its disk and machine itself")
+        try:
+            r = import_guest_dir(files[0], output, capture_id)
+        except GuestDirError as e:
+            raise UserError(str(e)) from None
+        for p in r.problems:
+            click.secho(f"nestrace: warning: {p}", err=True, fg="red", bold=True)
+        _report_capture(Path(output), r.capture_id, r.seal)
+        return
+    for f in files:
+        if not Path(f).exists():
+            raise UserError(f"{f}: no such file")
+        if not Path(f).is_file():
+            raise UserError(f"{f}: not a regular file, nor a guest capture directory "
+                            "(no guest.json)")
+    levels = {kdev_arg(v): "vdisk" for v in vdisks}
+    dat = [f for f in files if is_dat(f)]
+    if dat and len(files) > 1:
+        raise UserError(f"{dat[0]} is a trace-cmd file: import it on its own")
+    source = "tracecmd" if dat else "blktrace"
+    cid = capture_id or f"{source}-" + Path(files[0]).name.split(".")[0]
+    try:
+        r = import_file(dat[0], output, levels, cid, machine) if dat else \
+            import_files(list(files), output, levels, cid, machine)
+    except TraceCmdError as e:
+        raise UserError(str(e)) from None
+    for p in r["problems"]:
+        click.secho(f"nestrace: warning: {p}", err=True, fg="red", bold=True)
+    skipped = ", ".join(f"{n} {a}" for a, n in sorted(r["not_imported"].items()))
+    click.echo(f"capture {cid}: {r['block_events']} block events of {r['records']} records "
+               f"({', '.join(f'{d}={lv}' for d, lv in r['devices'].items())})"
+               + (f"; not request events, left out: {skipped}" if skipped else ""))
+    if dat:
+        if r["lost"]:
+            click.secho(f"nestrace: warning: the kernel lost {r['lost']} events while tracing "
+                        "(ring buffer overruns and drops, per CPU in lost_events)",
+                        err=True, fg="red", bold=True)
+    elif r["lost"]:
+        click.secho(f"nestrace: warning: {r['lost']} records missing by blktrace's sequence numbers",
+                    err=True, fg="red", bold=True)
+    elif not r["sequence_numbers"]:
+        click.echo("note: the records carry no sequence numbers (the ftrace blk tracer's do not): "
+                   "losses cannot be counted", err=True)
+
+
+@cli.command("merge")
+@click.argument("guest_store", type=click.Path())
+@click.argument("host_store", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Store directory for the merged capture (created, or an existing store).")
+@click.option("--guest-capture", default=None, help="Capture id in GUEST_STORE (if it has several).")
+@click.option("--host-capture", default=None, help="Capture id in HOST_STORE (if it has several).")
+@click.option("--image-offset", type=int, default=0, show_default=True,
+              help="Byte offset of the virtual disk's first sector in the image file (raw: 0).")
+@click.option("--offset-ns", type=int, default=None,
+              help="Host clock minus guest clock, if known; default: estimated from the I/Os.")
+@user_errors
+def merge_cmd(guest_store, host_store, output, guest_capture, host_capture, image_offset,
+              offset_ns) -> None:
+    """Merge a guest capture (record --side guest) and a host capture
+    (record --side host) of one VM into one four-level capture, with the
+    host's times moved onto the guest's clock by an estimated offset."""
+    from nestrace.importers.merge import MergeError, merge
+    try:
+        r = merge(guest_store, host_store, output, guest_capture=guest_capture,
+                  host_capture=host_capture, image_offset=image_offset, offset_ns=offset_ns)
+    except MergeError as e:
+        raise UserError(str(e)) from None
+    if r.offset:
+        click.echo(f"clock: {r.offset.describe()}")
+    else:
+        click.echo(f"clock: host clock - guest clock = {r.offset_ns} ns (given)")
+    for old, new in r.remapped.items():
+        click.echo(f"host device {old >> 20}:{old & 0xFFFFF} is {new >> 20}:{new & 0xFFFFF} in the "
+                   "merged capture (the guest has a device of that number)")
+    if r.before_guest:
+        n = ", ".join(f"{v} {k}" for k, v in sorted(r.before_guest.items()))
+        click.echo(f"left out host events from before the guest's clock started (before the VM "
+                   f"booted; the host store keeps them): {n}")
+    click.echo(f"capture {r.capture_id}: {r.records} records -> {output}")
+
+
+@cli.command("export")
+@click.argument("store", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), help="FILE.json")
+@click.option("--capture", default=None, help="Capture id (default: the latest).")
+@click.option("--window", default=None, metavar="FROM:TO",
+              help="Only I/Os in this span, seconds from the capture's start (e.g. 2:2.5).")
+@user_errors
+def export_cmd(store, output, capture, window) -> None:
+    """A Chrome/Perfetto JSON timeline: a process per level, a slice per I/O,
+    a flow arrow per cross-level link (open in ui.perfetto.dev)."""
+    from nestrace.report.export import ExportError, export
+    output_file(output)
+    span = None
+    if window:
+        try:
+            a, b = (float(x) for x in window.split(":"))
+        except ValueError:
+            raise UserError(f"--window {window!r}: not FROM:TO in seconds") from None
+        if b <= a:
+            raise UserError(f"--window {window!r}: TO must be after FROM")
+        span = (a, b)
+    store_with_captures(store)
+    try:
+        info = export(store, output, capture, span)
+    except ExportError as e:
+        raise UserError(f"{store}: {e}") from None
+    click.echo(f"{output}: {info['slices']} I/Os, {info['flows']} links, {info['counters']} "
+               f"in-flight counter values (capture {info['capture_id']})")
+
+
+@cli.command("verify")
+@click.argument("store", type=click.Path())
+@user_errors
+def verify_cmd(store) -> None:
+    """Read back every Parquet file of STORE, checking page checksums: a
+    damaged file is named with the byte range, row group and column."""
+    from nestrace.store.files import verify
+    files, unsealed = verify(store)
+    bad = [f for f in files if f.problem]
+    for f in bad:
+        click.secho(f"damaged: {f.problem}", fg="red", bold=True)
+    crc = sum(1 for f in files if f.checksummed and not f.problem)
+    plain = [f for f in files if not f.checksummed and not f.problem]
+    click.echo(f"{len(files)} files, {sum(f.rows for f in files)} rows: {crc} with page checksums "
+               f"verified, {len(plain)} read back without checksums"
+               + (f" (written by DuckDB or an older nestrace: {', '.join(sorted({f.path.parent.parent.name for f in plain}))})"
+                  if plain else ""))
+    for cid in unsealed:
+        click.echo(f"capture {cid} is not sealed: nestrace seal {store}")
+    if bad:
+        raise UserError(f"{store}: {len(bad)} damaged file{'s' if len(bad) > 1 else ''}")
+
+
+@cli.command("seal")
+@click.argument("store", type=click.Path())
+@user_errors
+def seal_cmd(store) -> None:
+    """Seal captures left unsealed by a crash into Parquet."""
+    from nestrace.store.files import check_store, live_captures, recorder_of, seal
+    p = check_store(store)
+    pending = live_captures(p)
+    if not pending:
+        click.echo(f"{p}: nothing to seal")
+    for cid in pending:
+        pid = recorder_of(p, cid)
+        if pid is not None:
+            click.echo(f"capture {cid} is being recorded (nestrace pid {pid}): left to it")
+            continue
+        r = seal(p, cid)
+        _report_capture(p, cid, r)
+
+
+# ---- query ------------------------------------------------------------------
+
+@cli.command("sql")
+@click.argument("store", type=click.Path())
+@click.argument("query", required=False)
+@click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output (one array of objects).")
+@user_errors
+def sql_cmd(store, query, as_csv, as_json) -> None:
+    """Run QUERY on STORE, or open an interactive DuckDB shell on it."""
+    from nestrace.cli import shell
+    from nestrace.query.session import Session
+    if as_csv and as_json:
+        raise UserError("--csv and --json: give one")
+    s = Session(store)
+    if not query:
+        shell.run(s)
+        return
+    cur = s.execute(query)
+    if cur.description is not None:
+        shell.print_rows(cur, "json" if as_json else "csv" if as_csv else "table")
+
+
+@cli.command("report")
+@click.argument("store", type=click.Path())
+@click.option("--capture", default=None, help="Capture id (default: the newest).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (keys: docs/report.md).")
+@click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB.")
+@user_errors
+def report_cmd(store, capture, as_json, memory_limit) -> None:
+    """Per-level and cross-level report: sizes, seeks, phases, amplification,
+    attribution, read-modify-write, readahead, sync, lost events."""
+    from nestrace.report.document import build, render
+    from nestrace.query.session import Session
+    # (the report uses no late module: on a store not yet correlated,
+    # binding follow_io would plan links once more for nothing)
+    with Session(store_with_captures(store), memory_limit=memory_limit, late_modules=False) as s:
+        try:
+            rep = build(s, capture)
+        except ValueError as e:
+            raise UserError(f"{store}: {e}") from None
+        # (the text names the others a store holds, as summary does)
+        held = len(s.captures())
+    if as_json:
+        click.echo(json.dumps(rep, indent=1, default=str))
+    else:
+        render(rep, captures=held)
+
+
+@cli.command("follow")
+@click.argument("store", type=click.Path())
+@click.argument("level", type=click.Choice(LEVEL_NAMES))
+@click.argument("io_id", type=int, required=False)
+@click.option("--capture", default=None, help="Capture id (default: the newest).")
+@click.option("--json", "as_json", is_flag=True, help="The follow_io rows as JSON.")
+@user_errors
+def follow_cmd(store, level, io_id, capture, as_json) -> None:
+    """One I/O followed down and up the stack: the requests it caused at
+    each lower level and the events above that caused it (the follow_io
+    macro over links), with their times.  IO_ID is the io_id column of the
+    level's view; without it, the level's slowest read or write."""
+    from nestrace.report.follow import breakdown, follow, render
+    from nestrace.query.session import Session
+    with Session(store_with_captures(store)) as s:
+        try:
+            cid, what, rows = follow(s, level, io_id, capture)
+        except ValueError as e:
+            raise UserError(f"{store}: {e}") from None
+        split = None if as_json else breakdown(s, cid, rows)
+    if as_json:
+        click.echo(json.dumps(rows.to_pylist(), indent=1, default=str))
+    else:
+        render(cid, what, rows, split)
+
+
+@cli.command("compare")
+@click.argument("store", type=click.Path())
+@click.option("--capture", "capture_ids", multiple=True, help="Only these captures (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="The compare_captures rows as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="The compare_captures rows as CSV.")
+@click.option("--by-stack", is_flag=True, help="One row per stack over its rounds (lab run "
+              "--repeat): medians and the throughput's spread (the compare_stacks view).")
+@user_errors
+def compare_cmd(store, capture_ids, as_json, as_csv, by_stack) -> None:
+    """A store's captures side by side: stack, workload, throughput,
+    latency, amplification to the host disk, sequentiality (the
+    compare_captures view; `nestrace lab run` makes such stores)."""
+    from nestrace.capture import matrix
+    from nestrace.query.session import Session
+    if by_stack and capture_ids:
+        raise UserError("--by-stack takes every capture of the store: no --capture")
+    if as_csv and as_json:
+        raise UserError("--csv and --json: give one")
+    with Session(store_with_captures(store)) as s:
+        rows = s.compare_stacks() if by_stack else matrix.compare(s, list(capture_ids) or None)
+    missing = sorted(set(capture_ids) - set(rows.column("capture_id").to_pylist())) \
+        if capture_ids else []
+    if missing:
+        raise UserError(f"{store}: no capture {', '.join(missing)}")
+    if as_json:
+        click.echo(json.dumps(rows.to_pylist(), default=str, indent=1))
+    elif as_csv:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(rows.column_names)
+        w.writerows(tuple(" ".join(v) if isinstance(v, list) else v for v in r.values())
+                    for r in rows.to_pylist())
+    elif by_stack:
+        matrix.render_stacks(rows)
+    else:
+        matrix.render(rows)
+
+
+@cli.command("correlate")
+@click.argument("store", type=click.Path())
+@click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB.")
+@user_errors
+def correlate_cmd(store, memory_limit) -> None:
+    """Materialize the cross-level links (and block_requests, rmw) into the store (idempotent)."""
+    from nestrace.report.document import correlate
+
+    def progress(view: str, rows: int, seconds: float) -> None:
+        click.echo(f"nestrace: {view}: {rows:,} rows stored in {seconds:.1f} s", err=True)
+    # (on a terminal: at 10 M events the three take ~10 s)
+    for cid, n in correlate(store, memory_limit, progress if sys.stderr.isatty() else None).items():
+        click.echo(f"capture {cid}: {n} links")
+
+
+@cli.command("plot")
+@click.argument("store", type=click.Path())
+@click.option("--kind", default="seek-cdf", show_default=True,
+              help="seek-cdf, latency, phases, amplification, sizes, offsets, throughput, depth or compare.")
+@click.option("--level", default="disk", show_default=True,
+              type=click.Choice(LEVEL_NAMES), help="Level for seek-cdf.")
+@click.option("--capture", "capture_id", default=None,
+              help="Only this capture (default: every capture of the store, side by side).")
+@click.option("-o", "--output", required=True, type=click.Path(), help="FILE.html or FILE.png")
+@user_errors
+def plot_cmd(store, kind, level, capture_id, output) -> None:
+    """Draw one figure of a store to HTML (self-contained) or PNG."""
+    _allow_pandas()
+    from nestrace.report import plots
+    from nestrace.query.session import Session
+    if kind not in plots.KINDS:
+        raise UserError(f"unknown --kind {kind!r} (choose from {', '.join(plots.KINDS)})")
+    output_file(output, (".html", ".png"))
+    s = Session(store_with_captures(store))
+    if capture_id is not None:
+        if kind == "compare":
+            raise UserError("--capture: the compare figure puts every capture side by side")
+        if capture_id not in s.captures():
+            raise UserError(f"{store}: no capture {capture_id!r} "
+                            f"(have: {', '.join(s.captures()) or 'none'})")
+    fig = plots.seek_cdf(s, level=level, capture_id=capture_id) if kind == "seek-cdf" else \
+        plots.compare_bars(s) if kind == "compare" else plots.KINDS[kind](s, capture_id=capture_id)
+    if output.endswith(".html"):
+        fig.write_html(output, include_plotlyjs=True)
+    else:   # .png
+        try:
+            fig.write_image(output, width=1200, height=700)
+        except Exception as e:  # kaleido missing, or no Chromium to drive
+            raise UserError(f"{output}: PNG export needs kaleido and a Chromium it can start "
+                            f"(apt-get install chromium): {str(e).splitlines()[0]}") from None
+    click.echo(output)
+
+
+@cli.command("html")
+@click.argument("stores", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), help="report.html")
+@user_errors
+def html_cmd(stores, output) -> None:
+    """One self-contained HTML page (no network needed): the report's
+    tables and every figure for each STORE, seek CDFs overlaid."""
+    _allow_pandas()
+    from nestrace.report import plots
+    from nestrace.query.session import Session
+    output_file(output)
+    plots.html_report([Session(store_with_captures(s)) for s in stores], output)
+    click.echo(output)
+
+
+@cli.command("summary")
+@click.argument("store", type=click.Path())
+@click.option("--capture", default=None, help="Capture id (default: the newest).")
+@user_errors
+def summary_cmd(store, capture) -> None:
+    """Per-level summary of a capture: requests, bytes, lost events."""
+    from nestrace.report.summary import format_summary, level_summary
+    p = store_with_captures(store)
+    try:
+        click.echo(format_summary(level_summary(p, capture)))
+    except ValueError as e:
+        raise UserError(f"{store}: {e}") from None
+
+
+class _NoPandas:
+    """An import finder that says pandas is not installed.  pyarrow (26)
+    imports pandas, if it can, at the first array it builds (to tell a
+    pandas Series from a list): ~0.4 s of every command's start-up that
+    builds one (record, import, merge, ...), and no command but plot and
+    html has any use for pandas.  Only the command line installs it; a
+    program or notebook that imports nestrace gets pandas as usual."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r} (nestrace's command line "
+                                      "does without it)", name=name)
+        return None
+
+
+def _allow_pandas() -> None:
+    """For the commands that draw with plotly, which may use pandas."""
+    sys.meta_path[:] = [f for f in sys.meta_path if f is not _NoPandas]
+
+
+def main() -> None:
+    import faulthandler
+    import signal
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas)
+    # `kill -USR1 PID` prints every thread's Python stack to stderr (a
+    # recording that will not stop says where it waits)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    cli(prog_name="nestrace")
+
+
+if __name__ == "__main__":
+    main()

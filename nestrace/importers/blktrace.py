@@ -1,0 +1,512 @@
+"""blktrace's binary format, read into Arrow.
+
+The records are `struct blk_io_trace` (48 bytes, host byte order, magic
+0x65617400 | version 7) each followed by `pdu_len` bytes of payload.  Two
+producers write them:
+
+- blktrace itself, one file per CPU (`DEV.blktrace.N`), what blkparse and
+  btt read;
+- the kernel's ftrace `blk` tracer with `options/bin` = 1 and
+  `options/context-info` = 0, read from `trace_pipe` (on kernels where
+  blktrace's relay files are not readable, as on the machine nestrace is
+  developed on).
+
+`read(*paths)` returns one row per record, in file order.  A record that
+is not whole (bad magic, an unknown version, a payload cut short) stops
+the read with a BlktraceError naming the file and the record's byte
+offset; the good records before it ride on the error (`.good`).
+`read_tolerant` names each damaged stretch and resumes at the next whole
+record, so no good record is lost.
+
+`import_files` writes the records into a store as block_events (CLI
+`nestrace import`), with request and bio ids given the way btt pairs
+events, so that block_requests, phases, seek distances, sizes and the
+report work on traces recorded elsewhere.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+MAGIC = 0x65617400
+VERSION = 7
+HEADER = struct.Struct("=IIQQIIIIIHH")
+assert HEADER.size == 48
+DTYPE = np.dtype([("magic", "=u4"), ("sequence", "=u4"), ("time", "=u8"), ("sector", "=u8"),
+                  ("bytes", "=u4"), ("action", "=u4"), ("pid", "=u4"), ("device", "=u4"),
+                  ("cpu", "=u4"), ("error", "=u2"), ("pdu_len", "=u2")])
+assert DTYPE.itemsize == HEADER.size
+_MAGIC_PDU = struct.Struct("=I42xH")        # magic and pdu_len of a header
+
+# __BLK_TA_* (the action's low 16 bits) -> blkparse's letter
+ACTIONS = {1: "Q", 2: "M", 3: "F", 4: "G", 5: "S", 6: "R", 7: "D", 8: "C", 9: "P", 10: "U",
+           11: "T", 12: "I", 13: "X", 14: "B", 15: "A", 16: "abort", 17: "drv_data"}
+TA_CGROUP = 0x100      # __BLK_TA_CGROUP: a cgroup id leads the payload
+
+# BLK_TC_* categories (the action's high 16 bits)
+TC_WRITE, TC_FLUSH, TC_SYNC = 0x2, 0x4, 0x8
+TC_AHEAD, TC_META, TC_DISCARD, TC_FUA = 0x800, 0x1000, 0x2000, 0x8000
+
+SCHEMA = pa.schema([
+    ("file", pa.dictionary(pa.int32(), pa.string())),
+    ("file_offset", pa.uint64()),
+    ("sequence", pa.uint32()),
+    ("time_ns", pa.uint64()),
+    ("sector", pa.uint64()),
+    ("bytes", pa.uint32()),
+    ("action", pa.string()),
+    ("action_code", pa.uint16()),
+    ("categories", pa.uint16()),
+    ("rwbs", pa.string()),
+    ("op", pa.string()),
+    ("pid", pa.uint32()),
+    ("dev", pa.uint32()),
+    ("cpu", pa.uint32()),
+    ("error", pa.uint16()),
+    ("pdu", pa.binary()),
+])
+"""One row per record.  file, file_offset: where the record starts.
+time_ns: as the producer wrote it (blktrace: ktime_get(); the ftrace blk
+tracer: its trace_clock).  action: blkparse's letter (Q M F G S R D C P U
+T I X B A).  categories: the BLK_TC_* bits.  rwbs: blkparse's flags (F
+for a preflush, R/W/D/N, F for FUA, A readahead, S sync, M meta).  op:
+read, write, flush, discard or other, as nestrace's views name it.  dev:
+the kernel's dev_t (major << 20 | minor), as nestrace stores it.  pdu: the
+payload (X: the split sector, A: the remap), without a cgroup id."""
+
+
+class BlktraceError(ValueError):
+    """A record that is not whole; `.good` holds the records before it."""
+
+    def __init__(self, msg: str, good: pa.Table):
+        super().__init__(msg)
+        self.good = good
+
+
+def rwbs(categories: int, nbytes: int) -> str:
+    """blkparse's RWBS string for a record's categories."""
+    s = "F" if categories & TC_FLUSH else ""
+    if categories & TC_DISCARD:
+        s += "D"
+    elif categories & TC_WRITE:
+        s += "W"
+    else:
+        s += "R" if nbytes else "N"
+    if categories & TC_FUA:
+        s += "F"
+    if categories & TC_AHEAD:
+        s += "A"
+    if categories & TC_SYNC:
+        s += "S"
+    if categories & TC_META:
+        s += "M"
+    return s
+
+
+def op_name(categories: int, nbytes: int) -> str:
+    if categories & TC_DISCARD:
+        return "discard"
+    if categories & TC_WRITE:
+        return "write"
+    if categories & TC_FLUSH and not nbytes:
+        return "flush"
+    return "read" if nbytes else "other"
+
+
+def _problem(path: Path, data, off: int) -> str | None:
+    """Why the record at off is not whole, or None."""
+    end = len(data)
+    if end - off < HEADER.size:
+        return f"{path}: byte {off}: record cut short ({end - off} of {HEADER.size} header bytes)"
+    magic, pdu_len = _MAGIC_PDU.unpack_from(data, off)
+    if magic & 0xFFFFFF00 != MAGIC:
+        return f"{path}: byte {off}: bad magic 0x{magic:08x} (not a blktrace record)"
+    if magic & 0xFF != VERSION:
+        return f"{path}: byte {off}: blktrace version {magic & 0xFF} (this reader knows {VERSION})"
+    if off + HEADER.size + pdu_len > end:
+        return (f"{path}: byte {off}: payload cut short "
+                f"({end - off - HEADER.size} of {pdu_len} bytes)")
+    return None
+
+
+def _resync(data, off: int) -> int | None:
+    """The next offset after off where a whole record starts."""
+    pat = struct.pack("=I", MAGIC | VERSION)
+    at = data.find(pat, off + 1)
+    while at != -1 and _problem(Path(), data, at):
+        at = data.find(pat, at + 1)
+    return None if at == -1 else at
+
+
+# the most CPUs a kernel numbers (CONFIG_NR_CPUS is at most 8192): a
+# record from a higher one is damage (nestrace's sort keys take 16 bits)
+MAX_CPUS = 1 << 16
+# a time past 2^63 ns (292 years) is damage too (the phases are signed),
+# and data past 2^54 sectors (2^63 bytes: no device is larger)
+MAX_TIME, MAX_SECTOR = 1 << 63, 1 << 54
+
+
+def _headers(buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
+    """The headers of the records at offs, as DTYPE rows."""
+    h = np.empty(len(offs), dtype=DTYPE)
+    lanes = np.arange(HEADER.size)
+    for i in range(0, len(offs), 1 << 18):
+        h[i:i + (1 << 18)] = buf[offs[i:i + (1 << 18), None] + lanes].view(DTYPE).ravel()
+    return h
+
+
+def _implausible(path: Path, data: bytes, offs: np.ndarray) -> list[tuple[int, str]]:
+    """(offset, problem) of the whole records whose fields no kernel writes."""
+    if not len(offs):
+        return []
+    h = _headers(np.frombuffer(data, dtype=np.uint8), offs)
+    cpu, t, sec, nb = h["cpu"], h["time"], h["sector"], h["bytes"]
+    far = (nb > 0) & (sec >= np.uint64(MAX_SECTOR) - (nb >> 9).astype(np.uint64))
+    out = []
+    for j in np.flatnonzero((cpu >= MAX_CPUS) | (t >= MAX_TIME) | far):
+        what = (f"cpu {int(cpu[j])} (no kernel numbers CPUs past {MAX_CPUS - 1}"
+                if cpu[j] >= MAX_CPUS else f"time {int(t[j])} ns (past 2^63"
+                if t[j] >= MAX_TIME else
+                f"{int(nb[j])} bytes at sector {int(sec[j])} (past 2^54 sectors, 2^63 bytes")
+        out.append((int(offs[j]), f"{path}: byte {int(offs[j])}: {what}: a damaged record)"))
+    return out
+
+
+def _walk(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[str]]:
+    """The byte offsets of path's whole and plausible records, and the
+    problems met, in file order (without resync, the first one ends the
+    file)."""
+    offs, problems = _walk_whole(path, data, resync)
+    bad = _implausible(path, data, offs)
+    if not bad:
+        return offs, [p for _, p in problems]
+    if not resync:      # the first bad record ends the file: before any problem the walk met
+        return offs[offs < bad[0][0]], [bad[0][1]]
+    drop = np.array([o for o, _ in bad], np.int64)
+    return offs[~np.isin(offs, drop)], [p for _, p in sorted(problems + bad)]
+
+
+def _walk_whole(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """The byte offsets of path's whole records, and (offset, problem) of
+    the damage met (without resync, the first one ends the file)."""
+    offs, problems = array("q"), []
+    off, end, want = 0, len(data), MAGIC | VERSION
+    unpack, size = _MAGIC_PDU.unpack_from, HEADER.size
+    while off < end:
+        if end - off >= size:
+            magic, pdu_len = unpack(data, off)
+            if magic == want and off + size + pdu_len <= end:
+                offs.append(off)
+                off += size + pdu_len
+                continue
+        problem = _problem(path, data, off)
+        nxt = _resync(data, off) if resync else None
+        problems.append((off, problem + ("" if nxt is None else f"; resumed at byte {nxt}")))
+        if nxt is None:
+            break
+        off = nxt
+    return np.frombuffer(offs, dtype=np.int64) if offs else np.zeros(0, np.int64), problems
+
+
+def _strings(values: np.ndarray, name) -> pa.Array:
+    """A string column from small integer keys, naming each distinct key once."""
+    keys, inverse = np.unique(values, return_inverse=True)
+    d = pa.array([name(int(k)) for k in keys], pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32)), d).cast(pa.string())
+
+
+def _table(path: Path, data: bytes, offs: np.ndarray) -> pa.Table:
+    """The records at offs, as columns (no Python work per record)."""
+    n = len(offs)
+    if not n:
+        return SCHEMA.empty_table()
+    buf = np.frombuffer(data, dtype=np.uint8)
+    h = _headers(buf, offs)
+    code, cats, nbytes = h["action"] & 0xFFFF, (h["action"] >> 16).astype(np.uint16), h["bytes"]
+    cgroup = (code & TA_CGROUP) != 0
+    code = (code & ~np.uint32(TA_CGROUP)).astype(np.uint16)
+    # payloads, without the cgroup id that leads them when TA_CGROUP is set
+    starts = offs + HEADER.size + np.where(cgroup, 8, 0)
+    lens = np.maximum(h["pdu_len"].astype(np.int64) - np.where(cgroup, 8, 0), 0)
+    ends = np.cumsum(lens)
+    pos = np.zeros(n + 1, np.int32)
+    pos[1:] = ends
+    total = int(ends[-1])
+    if total:
+        body = buf[np.repeat(starts - pos[:-1], lens) + np.arange(total)]
+    else:
+        body = np.zeros(0, np.uint8)
+    pdu = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(pos), pa.py_buffer(body)])
+    kind = cats.astype(np.int64) * 2 + (nbytes > 0)      # what rwbs and op depend on
+    cols = {
+        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([str(path)])),
+        "file_offset": pa.array(offs.astype(np.uint64)), "sequence": pa.array(h["sequence"]),
+        "time_ns": pa.array(h["time"]), "sector": pa.array(h["sector"]), "bytes": pa.array(nbytes),
+        "action": _strings(code, lambda c: ACTIONS.get(c, f"0x{c:x}")),
+        "action_code": pa.array(code), "categories": pa.array(cats),
+        "rwbs": _strings(kind, lambda k: rwbs(k >> 1, k & 1)),
+        "op": _strings(kind, lambda k: op_name(k >> 1, k & 1)),
+        "pid": pa.array(h["pid"]), "dev": pa.array(h["device"]), "cpu": pa.array(h["cpu"]),
+        "error": pa.array(h["error"]), "pdu": pdu,
+    }
+    return pa.Table.from_pydict(cols, schema=SCHEMA)
+
+
+def _concat(parts: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+
+
+def _read(paths, resync: bool) -> tuple[list[pa.Table], list[str]]:
+    parts, problems = [], []
+    for p in map(Path, paths):
+        data = p.read_bytes()
+        offs, pr = _walk(p, data, resync)
+        parts.append(_table(p, data, offs))
+        problems += pr
+        if pr and not resync:
+            break
+    return parts, problems
+
+
+def read(*paths: str | os.PathLike) -> pa.Table:
+    """The records of blktrace binary files (or a saved trace_pipe of the
+    ftrace blk tracer in bin mode), file after file.  The first record
+    that is not whole raises BlktraceError (the records before it on
+    `.good`)."""
+    parts, problems = _read(paths, resync=False)
+    if problems:
+        raise BlktraceError(problems[0], _concat(parts))
+    return _concat(parts)
+
+
+def read_tolerant(*paths: str | os.PathLike) -> tuple[pa.Table, list[str]]:
+    """Like read, but past damage: a record that is not whole is named (file
+    and byte offset) in the problems returned, and reading resumes at the
+    next whole record, so that no good record is lost."""
+    parts, problems = _read(paths, resync=True)
+    return _concat(parts), problems
+
+
+# ---- import into a store ------------------------------------------------------
+
+# blktrace's letter -> nestrace's block_events action
+NT_ACTIONS = {"Q": 1, "M": 2, "F": 3, "G": 4, "I": 5, "D": 6, "C": 7, "X": 8, "R": 10}
+TC_NOTIFY = 0x400
+TN_PROCESS = 0          # notify record: pdu = the task's comm
+
+
+# nestrace's req_op per op name, and its flag bits per BLK_TC_* category
+NT_OPS = {"read": 0, "write": 1, "flush": 2, "discard": 3}
+NT_FLAGS = ((TC_SYNC, 1), (TC_META, 2), (TC_FUA, 8), (TC_FLUSH, 16), (TC_AHEAD, 32))
+
+
+def dev_name(dev: int) -> str:
+    return f"{dev >> 20}:{dev & 0xFFFFF}"
+
+
+def _bio_ids(a: np.ndarray, k: np.ndarray, sec: np.ndarray, dev: np.ndarray,
+             aux: np.ndarray) -> np.ndarray:
+    """Bio ids by (dev, sector) stream, for events with time ranks k: Q and
+    X start one (2k + 1) at their sector; each X also puts the bio it cut
+    from (the id its own sector had just before it) on at the remainder's
+    sector, as a start right after it (2k + 2) that stands for that id."""
+    m = len(a)
+    xs = np.flatnonzero((a == 8) & (aux > sec))
+    pos = np.concatenate([2 * k, 2 * k[xs] + 1])
+    s_sec = np.concatenate([sec, aux[xs]])
+    s_dev = np.concatenate([dev, dev[xs]])
+    start = np.concatenate([np.isin(a, (1, 8)), np.ones(len(xs), bool)])
+    g = np.lexsort((pos, s_sec, s_dev))
+    new = np.ones(len(g), bool)
+    new[1:] = (s_dev[g][1:] != s_dev[g][:-1]) | (s_sec[g][1:] != s_sec[g][:-1])
+    gid = np.cumsum(new) - 1
+    base = gid * (2 * m + 3)
+    # the last start at or before each row of its stream (position + 1; 0:
+    # none), by a running maximum that a stream's own base keeps inside it
+    last = np.maximum.accumulate(np.where(start[g], base + pos[g] + 1, base)) - base
+    at = np.zeros(len(g), np.int64)
+    at[g] = last
+    before = np.zeros(len(g), np.int64)       # the same, just before the row
+    before[g[1:]] = np.where(new[1:], 0, last[:-1])
+    # a remainder's start stands for the id its X's sector had before the X
+    stands = np.arange(2 * m + 3, dtype=np.int64)
+    stands[2 * k[xs] + 2] = before[xs]
+    ids = at[:m]
+    while True:
+        nxt = stands[ids]
+        if np.array_equal(nxt, ids):
+            break
+        ids = nxt
+    return np.where(np.isin(a, (1, 2, 3, 4, 5, 6, 8)), ids, 0).astype(np.uint64)
+
+
+def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.Table, dict]:
+    """blktrace records as nestrace block_events rows (without capture_id),
+    in time order, and counts of what was left out.
+
+    blktrace has no request or bio addresses; they are given the way btt
+    pairs events, by device and sector in time order: a Q starts a bio,
+    the G, M/F, I and D at its sector carry it; an X starts the piece it
+    cut off at its sector, and the bio it was cut from goes on at the
+    remainder's sector (the kernel's split: the piece is a new bio, the
+    remainder keeps the old one); an I or D starts a
+    request at its sector unless one is open there, and the C at that
+    sector closes it.  A requeued request (R, then I and D again) keeps
+    its id.  comms: pid -> task name, beside blktrace's notify records."""
+    from nestrace.schema import record_schema
+    schema = record_schema("block_event")
+    col = {c: t.column(c).to_numpy() for c in ("action_code", "categories", "time_ns", "sector",
+                                               "bytes", "pid", "dev", "cpu", "error")}
+    notify = (col["categories"] & TC_NOTIFY) != 0
+    lut = np.zeros(1 << 16, np.uint16)
+    for letter, a in NT_ACTIONS.items():
+        lut[next(c for c, x in ACTIONS.items() if x == letter)] = a
+    nt = np.where(notify, 0, lut[col["action_code"]])
+    keep = nt > 0
+    left = col["action_code"][~keep & ~notify]
+    skipped = {ACTIONS.get(int(c), f"0x{int(c):x}"): int(k)
+               for c, k in zip(*np.unique(left, return_counts=True))}
+    pdu = t.column("pdu")
+    comms = dict(comms or {}) | {
+        int(col["pid"][i]): pdu[int(i)].as_py().split(b"\0", 1)[0].decode(errors="replace")
+        for i in np.flatnonzero(notify & (col["action_code"] == TN_PROCESS))}
+    rows = np.flatnonzero(keep)
+    m = len(rows)
+    a, ts, sec, dev, cpu = (nt[rows], col["time_ns"][rows], col["sector"][rows],
+                            col["dev"][rows], col["cpu"][rows])
+    order = np.lexsort((rows, ts))                  # time order, file order within a tie
+    k = np.empty(m, np.int64)
+    k[order] = np.arange(m)
+    # streams: (dev, sector) in time order
+    g = np.lexsort((k, sec, dev))
+    new = np.ones(m, bool)
+    new[1:] = (dev[g][1:] != dev[g][:-1]) | (sec[g][1:] != sec[g][:-1])
+    gid = np.cumsum(new) - 1
+    ag = a[g]
+    # a stream's requests end at each C: the Cs before an event number it
+    is_c = (ag == 7).astype(np.int64)
+    before = np.cumsum(is_c) - is_c
+    seg = before - before[np.flatnonzero(new)][gid]
+    rq_g = (gid + 1) * (int(seg.max(initial=0)) + 1) + seg + 1
+    rq = np.zeros(m, np.uint64)
+    rq[g] = np.where(np.isin(ag, (5, 6, 7, 10)), rq_g, 0)
+    # X carries the sector where the bio was split (big-endian, in its payload)
+    aux = np.zeros(m, np.uint64)
+    for i in np.flatnonzero(a == 8):
+        b = pdu[int(rows[i])].as_py()
+        if len(b) >= 8:
+            aux[i] = int.from_bytes(b[:8], "big")
+    bio = _bio_ids(a, k, sec, dev, aux)
+    # per-CPU sequence numbers in time order
+    c = np.lexsort((k, cpu))
+    first = np.ones(m, bool)
+    first[1:] = cpu[c][1:] != cpu[c][:-1]
+    idx = np.arange(m)
+    seq = np.empty(m, np.uint64)
+    seq[c] = idx - np.maximum.accumulate(np.where(first, idx, 0)) + 1
+    cats, nbytes = col["categories"][rows], col["bytes"][rows]
+    # req_op by op_name, once per distinct (categories, has bytes)
+    kinds, inverse = np.unique(cats.astype(np.int64) * 2 + (nbytes > 0), return_inverse=True)
+    op = np.array([NT_OPS.get(op_name(int(k) >> 1, int(k) & 1), 0) for k in kinds],
+                  np.uint16)[inverse] if m else np.zeros(0, np.uint16)
+    flags = np.zeros(m, np.uint16)
+    for tc, f in NT_FLAGS:
+        flags |= np.where(cats & tc != 0, f, 0).astype(np.uint16)
+    pids = col["pid"][rows]
+    out = {"kind": np.full(m, 2, np.uint16), "version": np.ones(m, np.uint16), "cpu": cpu,
+           "seq": seq, "ts_ns": ts, "sector": sec, "rq_id": rq, "bio_id": bio,
+           "aux_sector": aux, "dev": dev, "nr_sectors": (nbytes >> 9).astype(np.uint32),
+           "pid": pids, "error": col["error"][rows].astype(np.int32), "action": a,
+           "req_op": op, "req_flags": flags}
+    arrays = {n: pa.array(v[order]) for n, v in out.items()}
+    arrays["comm"] = _strings(pids[order], lambda p: comms.get(p, ""))
+    return pa.Table.from_pydict(arrays, schema=schema), skipped
+
+
+def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
+                 levels: dict[int, str], capture_id: str, machine: str = "") -> dict:
+    """Write blktrace files as capture `capture_id` of `store`: block_events,
+    a device_map naming each device's level (`levels`: dev -> vdisk or
+    disk; devices not named are disk), capture_meta, and empty tables for
+    the levels blktrace does not see.  Damaged records are skipped, named
+    in the result's problems (reading resumes at the next whole record).
+    Returns what was imported."""
+    t, problems = read_tolerant(*paths)
+    ev, skipped = block_events(t)
+    # relay blktrace numbers each device's records per CPU from 1 (the ftrace
+    # blk tracer writes 0): a number missing is a record lost
+    per: dict[tuple[int, int], list[int]] = {}
+    for d, c, n in zip(t.column("dev").to_pylist(), t.column("cpu").to_pylist(),
+                       t.column("sequence").to_pylist()):
+        if n:
+            x = per.setdefault((d, c), [0, 0])
+            x[0], x[1] = x[0] + 1, max(x[1], n)
+    by_cpu: dict[int, list[int]] = {}
+    for (_, c), (cnt, mx) in per.items():
+        x = by_cpu.setdefault(c, [0, 0])
+        x[0], x[1] = x[0] + cnt, x[1] + mx
+    lost = [{"capture_id": capture_id, "cpu": c, "emitted": mx, "received": cnt,
+             "ringbuf_drops": 0, "seq_gaps": mx - cnt} for c, (cnt, mx) in sorted(by_cpu.items())]
+    r = write_import(ev, skipped, problems, paths, store, levels, capture_id, machine,
+                     source="blktrace", clock="blktrace", lost=lost, records=t.num_rows,
+                     extra={"sequence_numbers": bool(per)})
+    return r | {"sequence_numbers": bool(per)}
+
+
+def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
+                 levels: dict[int, str], capture_id: str, machine: str, *, source: str,
+                 clock: str, lost: list[dict], records: int, kernel: str = "unknown",
+                 extra: dict | None = None) -> dict:
+    """Write imported block events (block_events rows) as a capture: the
+    device map (`levels`: dev -> vdisk or disk, else disk), the lost
+    events per CPU (lost_events rows), capture_meta, and empty tables for
+    what the source does not see."""
+    import json
+
+    from nestrace._version import __version__
+    from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
+    from nestrace.store.files import StoreError, _with_capture, _write_parquet, captures, init_store, writing
+
+    if not ev.num_rows:
+        raise StoreError(problems[0] if problems else
+                         f"{', '.join(map(str, paths))}: no block request events to import")
+    devs = sorted(set(ev.column("dev").to_pylist()))
+    unknown = sorted(set(levels) - set(devs))
+    if unknown:
+        raise StoreError(f"{', '.join(dev_name(d) for d in unknown)}: no request events of this "
+                         f"device in {', '.join(map(str, paths))} (it has "
+                         f"{', '.join(dev_name(d) for d in devs)})")
+    p = init_store(store)
+    with writing(p, f"nestrace import {capture_id}"):
+        if capture_id in captures(p):
+            raise StoreError(f"{p}: already holds a capture {capture_id!r}")
+        for table, rec in kernel_tables().items():
+            out = ev if table == "block_events" else record_schema(rec).empty_table()
+            _write_parquet(p, table, capture_id, _with_capture(out, capture_id))
+        dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
+               "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
+        _write_parquet(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
+        _write_parquet(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
+        _write_parquet(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
+        ts = ev.column("ts_ns").to_pylist()
+        meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
+                "clock": clock,
+                "start_ns": min(ts), "end_ns": max(ts), "start_wall": "",
+                "command": "nestrace import " + " ".join(map(str, paths)), "hooks_json": "{}",
+                "stack_json": json.dumps({"source": source, "files": [str(x) for x in paths],
+                                          "levels": {dev_name(d["dev"]): d["level"] for d in dm},
+                                          "not_imported": skipped, **(extra or {})}),
+                "lost_total": sum(r["seq_gaps"] for r in lost), "records_total": ev.num_rows,
+                "tool_version": __version__,
+                "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
+        _write_parquet(p, "capture_meta", capture_id,
+                       pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+    return {"capture_id": capture_id, "problems": problems, "records": records,
+            "block_events": ev.num_rows,
+            "devices": {dev_name(d["dev"]): d["level"] for d in dm}, "not_imported": skipped,
+            "lost": meta["lost_total"]}

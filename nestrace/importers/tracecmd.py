@@ -1,0 +1,826 @@
+"""trace-cmd's trace.dat files (versions 6 and 7), read for their block
+events.
+
+A trace.dat holds the kernel's ftrace ring buffer pages as recorded
+(`trace-cmd record`, or `trace-cmd extract` after enabling events by
+hand), with the format file of every event, so each event's fields are
+found by name and offset, not by a layout built in here.  Version 7
+files may compress their sections and the ring buffer data (zlib or
+zstd, in chunks).
+
+`read(path)` walks every CPU's pages and keeps the block layer's request
+events (block_bio_queue, the bio merges, block_getrq, block_split,
+block_rq_insert, block_rq_issue, block_rq_requeue, block_rq_complete) as
+rows of nestrace.importers.blktrace's SCHEMA, so that the same pairing (ftrace's
+block events carry no request address either: btt's rule by device and
+sector) and the same import write them into a store.  Events of other
+kinds are counted by name.  Events the kernel lost are counted per CPU:
+the ring buffer's own count at each page that lost some, and the
+overruns and dropped events of trace-cmd's per-CPU statistics.
+
+Damage (a file cut short, a page whose records run past its end, an
+unknown record type) stops the read with a TraceCmdError naming the
+file and the byte offset, except inside a CPU's data, where a damaged
+page is named in `problems` and the next page is read, and a block event
+with fields no kernel writes is named and left out: no good event is
+lost.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+import zlib
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from nestrace.importers import blktrace as bt
+
+MAGIC = b"\x17\x08\x44tracing"
+
+# ring buffer event header types (type_len)
+TYPE_PADDING, TYPE_TIME_EXTEND, TYPE_TIME_STAMP = 29, 30, 31
+TS_SHIFT = 27
+MISSED_EVENTS, MISSED_STORED = 1 << 31, 1 << 30
+COMMIT_MASK = (1 << 27) - 1
+_U32 = struct.Struct("<I").unpack_from
+
+# v7 section ids and options
+SEC_OPTIONS, SEC_HEADER_INFO, SEC_FTRACE_EVENTS, SEC_EVENT_FORMATS = 0, 16, 17, 18
+SEC_CMDLINES = 21
+OPT_DONE, OPT_CPUSTAT, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME, OPT_OFFSET = 0, 2, 3, 4, 5, 7
+OPT_TSC2NSEC = 14
+OPT_SECTIONS = {16: "header_info", 17: "ftrace_events", 18: "event_formats", 21: "cmdlines"}
+
+# block events -> blktrace's action codes (nestrace.importers.blktrace.ACTIONS)
+BLOCK_ACTIONS = {"block_bio_queue": 1, "block_bio_backmerge": 2, "block_bio_frontmerge": 3,
+                 "block_getrq": 4, "block_rq_requeue": 6, "block_rq_issue": 7,
+                 "block_rq_complete": 8, "block_rq_insert": 12, "block_split": 13}
+
+
+class TraceCmdError(ValueError):
+    pass
+
+
+@dataclass
+class Field:
+    offset: int
+    size: int
+    signed: bool
+    data_loc: bool
+
+
+@dataclass
+class EventFormat:
+    system: str
+    name: str
+    id: int
+    fields: dict[str, Field]
+    where: str = ""          # the file and offset of its text, for messages
+
+
+@dataclass
+class DatFile:
+    path: str
+    version: int
+    little_endian: bool
+    long_size: int
+    page_size: int
+    compression: str = "none"
+    formats: dict[int, EventFormat] = field(default_factory=dict)
+    header_page: str = ""
+    cmdlines: dict[int, str] = field(default_factory=dict)
+    clock: str = "local"
+    uname: str = ""
+    offset_ns: int = 0
+    tsc2nsec: tuple[int, int, int] | None = None
+    clock_where: str = ""    # where the OFFSET or TSC2NSEC option is, for messages
+    cpus: list[tuple[int, int, int]] = field(default_factory=list)   # (cpu, offset, size)
+    cpustats: dict[int, str] = field(default_factory=dict)
+
+
+_FIELD = re.compile(r"field:(?P<decl>[^;]*);\s*offset:(?P<off>\d+);\s*size:(?P<size>\d+);"
+                    r"(?:\s*signed:(?P<signed>\d+);)?")
+
+
+def parse_format(text: str) -> EventFormat:
+    """One ftrace event format file (events/<system>/<event>/format)."""
+    name = re.search(r"^name:\s*(\S+)", text, re.M)
+    eid = re.search(r"^ID:\s*(\d+)", text, re.M)
+    if not name or not eid:
+        raise ValueError("no name: or ID: line")
+    fields = {}
+    for m in _FIELD.finditer(text):
+        decl = m["decl"].strip()
+        words = re.sub(r"\[.*?\]", "", decl).split()
+        if not words:
+            raise ValueError(f"a field with no name at character {m.start()} of the format")
+        fname = words[-1]
+        fields[fname] = Field(int(m["off"]), int(m["size"]), m["signed"] == "1",
+                              decl.startswith("__data_loc") or decl.startswith("__rel_loc"))
+    return EventFormat("", name[1], int(eid[1]), fields)
+
+
+class _Buf:
+    """Bounds-checked reads from one file's bytes (or a section of them,
+    `base` being where the section's bytes start, for the messages)."""
+
+    def __init__(self, path: str, data, endian: str = "<", base: int | None = None):
+        self.path, self.data, self.e, self.base = path, data, endian, base
+
+    def where(self, off: int) -> str:
+        if self.base is None:
+            return f"{self.path}: offset {off}"
+        return f"{self.path}: section at offset {self.base}, byte {off} of its data"
+
+    def need(self, off: int, n: int, what: str) -> None:
+        if off < 0 or off + n > len(self.data):
+            raise TraceCmdError(f"{self.where(off)}: {what}: {n} bytes needed, the "
+                                f"{'file' if self.base is None else 'section'} ends at "
+                                f"{len(self.data)}")
+
+    def u(self, off: int, size: int, what: str) -> int:
+        self.need(off, size, what)
+        return int.from_bytes(self.data[off:off + size], "little" if self.e == "<" else "big")
+
+    def cstr(self, off: int, what: str) -> tuple[str, int]:
+        end = bytes(self.data[off:off + 4096]).find(b"\0") if off < len(self.data) else -1
+        if end < 0:
+            raise TraceCmdError(f"{self.where(off)}: {what}: no terminating NUL")
+        return bytes(self.data[off:off + end]).decode(errors="replace"), off + end + 1
+
+
+def _decompress(algo: str, blob: bytes, usize: int, where: str) -> bytes:
+    """One compressed chunk, streamed and stopped one byte past `usize`: a
+    damaged size or a damaged stream is never allocated up front nor let
+    grow without bound."""
+    try:
+        if algo == "zlib":
+            out = zlib.decompressobj().decompress(blob, usize + 1)
+        elif algo == "zstd":
+            import zstandard
+            try:
+                with zstandard.ZstdDecompressor().stream_reader(blob) as r:
+                    parts, got = [], 0
+                    while got <= usize:
+                        part = r.read(min(1 << 20, usize + 1 - got))
+                        if not part:
+                            break
+                        parts.append(part)
+                        got += len(part)
+                out = b"".join(parts)
+            except zstandard.ZstdError as e:    # (not a ValueError)
+                raise ValueError(str(e)) from None
+        else:
+            raise TraceCmdError(f"{where}: compression {algo!r} is not read (zlib, zstd are)")
+    except (zlib.error, ValueError) as e:
+        if isinstance(e, TraceCmdError):
+            raise
+        raise TraceCmdError(f"{where}: {algo} data does not decompress: {e}") from None
+    except ImportError:
+        raise TraceCmdError(f"{where}: zstd data needs the zstandard module "
+                            "(pip install zstandard; ci/setup installs it)") from None
+    if len(out) > usize:
+        raise TraceCmdError(f"{where}: decompresses past the {usize} bytes expected")
+    if len(out) < usize:
+        raise TraceCmdError(f"{where}: {len(out)} bytes decompressed, {usize} expected")
+    return out
+
+
+def _formats_block(b: _Buf, off: int, dat: DatFile) -> int:
+    """Event formats: systems, each with its events' format files."""
+    nsys = b.u(off, 4, "count of event systems")
+    off += 4
+    for _ in range(nsys):
+        system, off = b.cstr(off, "event system name")
+        nev = b.u(off, 4, f"count of {system} events")
+        off += 4
+        for _ in range(nev):
+            size = b.u(off, 8, "size of an event format")
+            b.need(off + 8, size, f"{system} event format")
+            text = bytes(b.data[off + 8:off + 8 + size]).decode(errors="replace")
+            try:
+                fmt = parse_format(text)
+            except ValueError as e:
+                raise TraceCmdError(f"{b.where(off + 8)}: a {system} event format: {e}") from None
+            fmt.system, fmt.where = system, b.where(off + 8)
+            dat.formats[fmt.id] = fmt
+            off += 8 + size
+    return off
+
+
+def _header_info(b: _Buf, off: int, dat: DatFile) -> int:
+    for tag in ("header_page", "header_event"):
+        name, off = b.cstr(off, "header info tag")
+        if name != tag:
+            raise TraceCmdError(f"{b.where(off)}: {tag!r} expected, found {name!r}")
+        size = b.u(off, 8, f"size of {tag}")
+        b.need(off + 8, size, tag)
+        if tag == "header_page":
+            dat.header_page = bytes(b.data[off + 8:off + 8 + size]).decode(errors="replace")
+        off += 8 + size
+    return off
+
+
+def _ftrace_events(b: _Buf, off: int) -> int:
+    n = b.u(off, 4, "count of ftrace event formats")
+    off += 4
+    for _ in range(n):
+        off += 8 + b.u(off, 8, "size of an ftrace event format")
+    return off
+
+
+def _cmdlines(text: str) -> dict[int, str]:
+    out = {}
+    for line in text.splitlines():
+        pid, _, comm = line.strip().partition(" ")
+        if pid.isdigit():
+            out[int(pid)] = comm
+    return out
+
+
+def _option(dat: DatFile, b: _Buf, oid: int, off: int, size: int, sections: dict) -> None:
+    e = b.e
+    data = bytes(b.data[off:off + size])
+    if oid == OPT_BUFFER:
+        ob = _Buf(dat.path, data, e)
+        _sec = ob.u(0, 8, "BUFFER option")
+        name, p = ob.cstr(8, "BUFFER instance name")
+        if name:            # an instance other than the top one: not read
+            return
+        dat.clock, p = ob.cstr(p, "BUFFER clock")
+        p += 4                                   # page size
+        n = ob.u(p, 4, "BUFFER cpu count")
+        p += 4
+        dat.cpus = []
+        for _ in range(n):
+            dat.cpus.append((ob.u(p, 4, "cpu"), ob.u(p + 4, 8, "cpu data offset"),
+                             ob.u(p + 12, 8, "cpu data size")))
+            p += 20
+    elif oid == OPT_CPUSTAT:
+        text = data.split(b"\0", 1)[0].decode(errors="replace")
+        m = re.search(r"^CPU:\s*(\d+)", text, re.M)
+        dat.cpustats[int(m[1]) if m else len(dat.cpustats)] = text
+    elif oid == OPT_TRACECLOCK:
+        text = data.split(b"\0", 1)[0].decode(errors="replace")
+        m = re.search(r"\[(\S+)\]", text)
+        if m:
+            dat.clock = m[1]
+    elif oid == OPT_UNAME:
+        dat.uname = data.split(b"\0", 1)[0].decode(errors="replace")
+    elif oid == OPT_OFFSET:
+        text = data.split(b"\0", 1)[0].decode(errors="replace").strip()
+        try:
+            dat.offset_ns = int(text or 0)
+        except ValueError:
+            raise TraceCmdError(f"{b.where(off)}: OFFSET option {text[:40]!r} is not a "
+                                "number of nanoseconds") from None
+        dat.clock_where = b.where(off)
+    elif oid == OPT_TSC2NSEC and size >= 16:
+        dat.tsc2nsec = struct.unpack(e + "IIq", data[:16])
+        dat.clock_where = b.where(off)
+    elif oid in OPT_SECTIONS and size >= 8:
+        sections[oid] = int.from_bytes(data[:8], "little" if e == "<" else "big")
+
+
+def _section(dat: DatFile, b: _Buf, off: int, expect: int) -> _Buf:
+    """A v7 section's data (decompressed), from its header at `off`."""
+    sid = b.u(off, 2, "section id")
+    flags = b.u(off + 2, 2, "section flags")
+    size = b.u(off + 8, 8, "section size")
+    if sid != expect:
+        raise TraceCmdError(f"{b.where(off)}: section {expect} expected, found {sid}")
+    start = off + 16
+    b.need(start, size, f"section {sid}")
+    if flags & 1:
+        csize, usize = b.u(start, 4, "compressed size"), b.u(start + 4, 4, "uncompressed size")
+        b.need(start + 8, csize, f"section {sid} compressed data")
+        data = _decompress(dat.compression, bytes(b.data[start + 8:start + 8 + csize]), usize,
+                           b.where(start))
+        return _Buf(dat.path, data, b.e, base=off)
+    return _Buf(dat.path, memoryview(b.data)[start:start + size], b.e, base=off)
+
+
+def _options_v7(dat: DatFile, b: _Buf, off: int) -> dict[int, int]:
+    sections: dict[int, int] = {}
+    seen = set()
+    while off:
+        if off in seen:
+            raise TraceCmdError(f"{b.where(off)}: options sections form a loop")
+        seen.add(off)
+        s = _section(dat, b, off, SEC_OPTIONS)
+        p, nxt = 0, 0
+        while True:
+            oid, size = s.u(p, 2, "option id"), s.u(p + 2, 4, "option size")
+            s.need(p + 6, size, f"option {oid}")
+            if oid == OPT_DONE:
+                nxt = s.u(p + 6, 8, "next options offset") if size >= 8 else 0
+                break
+            _option(dat, s, oid, p + 6, size, sections)
+            p += 6 + size
+        off = nxt
+    return sections
+
+
+def open_dat(path: str | os.PathLike) -> tuple[DatFile, _Buf]:
+    """Parse a trace.dat's metadata (not its events)."""
+    path = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TraceCmdError(f"{path}: {e.strerror}") from None
+    if not data.startswith(MAGIC):
+        raise TraceCmdError(f"{path}: offset 0: not a trace-cmd file (no \\x17\\x08\\x44tracing)")
+    b = _Buf(path, data)
+    ver, off = b.cstr(len(MAGIC), "version")
+    if ver not in ("6", "7"):
+        raise TraceCmdError(f"{path}: offset {len(MAGIC)}: trace-cmd file version {ver!r} "
+                            "(6 and 7 are read)")
+    b.need(off, 6, "endianness, long size and page size")
+    endian = "<" if data[off] == 0 else ">"
+    b.e = endian
+    dat = DatFile(path=path, version=int(ver), little_endian=endian == "<",
+                  long_size=data[off + 1], page_size=b.u(off + 2, 4, "page size"))
+    if endian != "<":
+        raise TraceCmdError(f"{path}: offset {off}: a big-endian trace (only little-endian is read)")
+    off += 6
+    if dat.version == 6:
+        off = _header_info(b, off, dat)
+        off = _ftrace_events(b, off)
+        off = _formats_block(b, off, dat)
+        off += 4 + b.u(off, 4, "kallsyms size")
+        off += 4 + b.u(off, 4, "printk formats size")
+        size = b.u(off, 8, "cmdlines size")
+        b.need(off + 8, size, "cmdlines")
+        dat.cmdlines = _cmdlines(data[off + 8:off + 8 + size].decode(errors="replace"))
+        off += 8 + size
+        ncpu = b.u(off, 4, "cpu count")
+        off += 4
+        while True:
+            b.need(off, 10, "options/flyrecord tag")
+            tag = data[off:off + 10]
+            off += 10
+            if tag == b"options  \0":
+                sections: dict[int, int] = {}
+                while True:
+                    oid = b.u(off, 2, "option id")
+                    off += 2
+                    if oid == OPT_DONE:
+                        break
+                    size = b.u(off, 4, "option size")
+                    b.need(off + 4, size, f"option {oid}")
+                    _option(dat, b, oid, off + 4, size, sections)
+                    off += 4 + size
+            elif tag == b"flyrecord\0":
+                dat.cpus = [(c, b.u(off + 16 * c, 8, "cpu data offset"),
+                             b.u(off + 16 * c + 8, 8, "cpu data size")) for c in range(ncpu)]
+                break
+            elif tag == b"latency  \0":
+                raise TraceCmdError(f"{path}: offset {off - 10}: a latency trace (text), "
+                                    "not recorded events")
+            else:
+                raise TraceCmdError(f"{path}: offset {off - 10}: options or flyrecord expected, "
+                                    f"found {tag!r}")
+        return dat, b
+    dat.compression, off = b.cstr(off, "compression name")
+    _cver, off = b.cstr(off, "compression version")
+    sections = _options_v7(dat, b, b.u(off, 8, "options offset"))
+    if SEC_HEADER_INFO in sections:
+        _header_info(_section(dat, b, sections[SEC_HEADER_INFO], SEC_HEADER_INFO), 0, dat)
+    if SEC_EVENT_FORMATS not in sections:
+        raise TraceCmdError(f"{path}: no event formats section: the events cannot be decoded")
+    _formats_block(_section(dat, b, sections[SEC_EVENT_FORMATS], SEC_EVENT_FORMATS), 0, dat)
+    if SEC_CMDLINES in sections:
+        s = _section(dat, b, sections[SEC_CMDLINES], SEC_CMDLINES)
+        size = s.u(0, 8, "cmdlines size")
+        dat.cmdlines = _cmdlines(bytes(s.data[8:8 + size]).decode(errors="replace"))
+    return dat, b
+
+
+def _page_layout(dat: DatFile) -> tuple[int, int]:
+    """(offset, size) of the page header's commit field, from header_page."""
+    m = re.search(r"field:\s*local_t\s+commit;\s*offset:(\d+);\s*size:(\d+);", dat.header_page)
+    return (int(m[1]), int(m[2])) if m else (8, dat.long_size)
+
+
+def _cpu_data(dat: DatFile, b: _Buf, cpu: int, off: int, size: int) -> bytes:
+    if dat.version == 7 and dat.compression != "none" and size:
+        n = b.u(off, 4, f"cpu {cpu} chunk count")
+        p, out = off + 4, []
+        for _ in range(n):
+            where = f"{dat.path}: offset {p} (a chunk of cpu {cpu}'s data)"
+            csize, usize = b.u(p, 4, "chunk size"), b.u(p + 4, 4, "chunk uncompressed size")
+            b.need(p + 8, csize, f"cpu {cpu} chunk")
+            out.append(_decompress(dat.compression, bytes(b.data[p + 8:p + 8 + csize]), usize,
+                                   where))
+            p += 8 + csize
+        return b"".join(out)
+    b.need(off, size, f"cpu {cpu}'s data")
+    return bytes(b.data[off:off + size])
+
+
+@dataclass
+class _Block:
+    """Field offsets of one block event kind."""
+    action: int
+    dev: Field
+    sector: Field
+    nr: Field
+    rwbs: Field
+    comm: Field | None
+    error: Field | None
+    new_sector: Field | None
+    need: int = 0            # the bytes a record holds its fields in
+
+
+def _block_kinds(dat: DatFile) -> dict[int, _Block]:
+    out = {}
+    for eid, f in dat.formats.items():
+        a = BLOCK_ACTIONS.get(f.name) if f.system == "block" else None
+        if a is None:
+            continue
+        fl = f.fields
+        need = ("dev", "sector", "rwbs")
+        if any(k not in fl for k in need) or ("nr_sector" not in fl and a != 13):
+            raise TraceCmdError(f"{f.where or dat.path}: event format block/{f.name} lacks "
+                                f"one of dev, sector, nr_sector, rwbs")
+        k = _Block(a, fl["dev"], fl["sector"], fl.get("nr_sector"), fl["rwbs"],
+                   fl.get("comm"), fl.get("error"), fl.get("new_sector"))
+        # (a __data_loc field's 4-byte place: its text may lie anywhere in the record)
+        k.need = max(x.offset + (4 if x.data_loc else x.size)
+                     for x in (k.dev, k.sector, k.nr, k.rwbs, k.comm, k.error, k.new_sector)
+                     if x is not None)
+        out[eid] = k
+    return out
+
+
+def rwbs_categories(s: str) -> int:
+    """blktrace's BLK_TC_* bits for an ftrace rwbs string (blk_fill_rwbs:
+    F for a preflush, the op R W D N or F for a flush, E after a secure
+    erase's D, then F FUA, A readahead, S sync, M meta)."""
+    cats, i = 0, 0
+    if len(s) > 1 and s[0] == "F" and s[1] in "RWDNF":
+        cats, i = bt.TC_FLUSH, 1
+    op = s[i] if i < len(s) else "N"
+    cats |= {"W": bt.TC_WRITE, "D": bt.TC_DISCARD, "F": bt.TC_FLUSH}.get(op, 0)
+    i += 1
+    if op == "D" and i < len(s) and s[i] == "E":
+        i += 1
+    for c in s[i:]:
+        cats |= {"F": bt.TC_FUA, "A": bt.TC_AHEAD, "S": bt.TC_SYNC, "M": bt.TC_META}.get(c, 0)
+    return cats
+
+
+def _implausible(sector: int, nr: int, dev: int) -> str:
+    """What in a block event no kernel writes ("": nothing): data past
+    2^54 sectors, as blktrace's import rules; a request of 2^23 sectors
+    or more (a bio's size is 32 bits of bytes), a device number past 32
+    bits."""
+    if not 0 <= nr < 1 << 23:
+        return f"nr_sector {nr} (a request holds under 4 GiB"
+    if nr and sector >= bt.MAX_SECTOR - nr:
+        return f"{nr} sectors at sector {sector} (past 2^54 sectors, 2^63 bytes"
+    if not 0 <= dev < 1 << 32:
+        return f"dev {dev} (past 32 bits"
+    return ""
+
+
+def _fld(data: bytes, p: int, f: Field) -> int:
+    return int.from_bytes(data[p + f.offset:p + f.offset + f.size], "little", signed=f.signed)
+
+
+def _text(data: bytes, p: int, f: Field) -> str:
+    if f.data_loc:
+        loc = _fld(data, p, Field(f.offset, 4, False, False))
+        o, n = loc & 0xFFFF, loc >> 16
+        raw = data[p + o:p + o + n]
+    else:
+        raw = data[p + f.offset:p + f.offset + f.size]
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
+@dataclass
+class Events:
+    table: pa.Table                  # rows of nestrace.importers.blktrace.SCHEMA
+    comms: dict[int, str]
+    other: dict[str, int]            # events of other kinds, by system/name
+    lost: dict[int, int]             # cpu -> events the kernel lost
+    received: dict[int, int]         # cpu -> events read
+    problems: list[str]
+    dat: DatFile
+
+
+def read(path: str | os.PathLike) -> Events:
+    """The block request events of a trace.dat, in file order per CPU.
+    A walk in Python reads only the record headers (and each event's id,
+    to keep the block events); numpy reads the fields of those at once."""
+    dat, b = open_dat(path)
+    kinds = _block_kinds(dat)
+    commit_off, commit_size = _page_layout(dat)
+    data_off = commit_off + commit_size
+    ps = dat.page_size
+    comms = dict(dat.cmdlines)
+    other: dict[str, int] = {}
+    lost: dict[int, int] = {}
+    received: dict[int, int] = {}
+    found: list[tuple[int, int, int, str]] = []      # (cpu index, page, byte, problem)
+    parts: list[dict[str, np.ndarray]] = []
+    by_page = dat.compression == "none" or dat.version == 6
+    for ci, (cpu, off, size) in enumerate(dat.cpus):
+        data = _cpu_data(dat, b, cpu, off, size)
+
+        def where(page: int, cpu=cpu, off=off) -> str:
+            return (f"{dat.path}: cpu {cpu}, page at byte {page} of its data"
+                    + (f" (file offset {off + page})" if by_page else ""))
+
+        hdrs, tss = array("q"), array("Q")     # each event record: its header, its time
+        n_damaged = 0                           # (read, and left out with their page's rest)
+        for page in range(0, len(data) - data_off + 1, ps):
+            ts = int.from_bytes(data[page:page + 8], "little")
+            commit = int.from_bytes(data[page + commit_off:page + commit_off + commit_size], "little")
+            used = commit & COMMIT_MASK
+            if commit & MISSED_EVENTS:
+                missed = 1
+                if commit & MISSED_STORED:
+                    at = page + data_off + used
+                    missed = int.from_bytes(data[at:at + dat.long_size], "little") or 1
+                lost[cpu] = lost.get(cpu, 0) + missed
+            if data_off + used > ps:
+                found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
+                                           f"({ps} bytes): page skipped"))
+                continue
+            p, end = page + data_off, page + data_off + used
+            while p < end:
+                if p + 4 > end:
+                    found.append((ci, page, p - page, f"{where(page)}: a record header cut at "
+                                                      f"byte {p - page}: rest of the page skipped"))
+                    break
+                h, = _U32(data, p)
+                tl, delta = h & 0x1F, h >> 5
+                if tl == TYPE_PADDING:
+                    if delta == 0:
+                        break
+                    # a discarded event (the kernel's rb_event_discard): its
+                    # array[0] is its length less its 4-byte header, and its
+                    # delta stands (the next event's is from its time), as
+                    # libtraceevent reads it.  (Until 2026-11-29, 4 bytes
+                    # too far and no delta: the rest of the page was lost.)
+                    ts += delta
+                    p += 4 + _U32(data, p + 4)[0]
+                    continue
+                if tl == TYPE_TIME_EXTEND:
+                    ts += (_U32(data, p + 4)[0] << TS_SHIFT) + delta
+                    p += 8
+                    continue
+                if tl == TYPE_TIME_STAMP:
+                    abs_ts = (int.from_bytes(data[p + 4:p + 8], "little") << TS_SHIFT) | delta
+                    ts = (ts & ~((1 << 59) - 1)) | abs_ts
+                    p += 8
+                    continue
+                ts += delta
+                if tl == 0:
+                    length = _U32(data, p + 4)[0] - 4
+                    ev = p + 8
+                else:
+                    length = tl * 4
+                    ev = p + 4
+                if length < 8 or ev + length > end:
+                    found.append((ci, page, p - page, f"{where(page)}: a record of {length} bytes "
+                                                      f"at byte {p - page} runs past the page's "
+                                                      "data: rest of the page skipped"))
+                    break
+                if ts < bt.MAX_TIME:
+                    tss.append(ts)
+                else:   # (as blktrace's import rules; later times build on it)
+                    eid = data[ev] | data[ev + 1] << 8
+                    if eid in kinds:
+                        found.append((ci, page, p - page, f"{where(page)}: a "
+                                      f"{dat.formats[eid].name} record at byte {p - page}: time "
+                                      f"{ts} (past 2^63): the page's times are damaged, rest of "
+                                      "the page skipped"))
+                        n_damaged += 1
+                        break
+                    tss.append(min(ts, (1 << 64) - 1))   # (another kind's: not kept)
+                hdrs.append(p)
+                p = ev + ((length + 3) & ~3)
+        received[cpu] = len(hdrs) + n_damaged
+        cols = _fields(dat, kinds, data, ci, cpu, hdrs, tss, where, found, comms, other)
+        cols["file_offset"] = (off + cols.pop("page")) if by_page else \
+            np.full(len(cols["time_ns"]), off, np.int64)
+        parts.append(cols)
+    for cpu, text in dat.cpustats.items():
+        n = sum(int(m[1]) for m in re.finditer(r"^(?:overrun|dropped events):\s*(\d+)", text, re.M))
+        if n:
+            lost[cpu] = lost.get(cpu, 0) + n
+    problems = [msg for *_, msg in sorted(found, key=lambda x: x[:3])]
+    return Events(_table(dat, parts), comms, other, lost, received, problems, dat)
+
+
+def _gather(buf: np.ndarray, pos: np.ndarray, f: Field, signed: bool | None = None) -> np.ndarray:
+    """Field f of the records whose fields start at pos, as int64 (uint64
+    for an unsigned 8-byte field).  A 4- or 8-byte field is read as
+    32-bit words of the buffer seen from the field's place modulo 4 (the
+    ring buffer's records are 4-byte aligned: one view, one gather)."""
+    sgn = f.signed if signed is None else signed
+    q = pos + f.offset
+    if f.size in (4, 8):
+        out = np.zeros(len(q), np.uint64 if f.size == 8 else np.uint32)
+        rem = q & 3
+        for r in np.nonzero(np.bincount(rem, minlength=4))[0].tolist():
+            sel = slice(None) if len(q) and (rem == r).all() else rem == r
+            words = np.frombuffer(buf, "<u4", (len(buf) - r) // 4, r)
+            idx = q[sel] >> 2
+            out[sel] = words[idx] if f.size == 4 else \
+                words[idx].astype(np.uint64) | words[idx + 1].astype(np.uint64) << np.uint64(32)
+        if f.size == 8:
+            return out.view(np.int64) if sgn else out
+        return (out.view(np.int32) if sgn else out).astype(np.int64)
+    if f.size in (1, 2):
+        v = buf[q].astype(np.int64)
+        if f.size == 2:
+            v |= buf[q + 1].astype(np.int64) << 8
+        top = 1 << (8 * f.size - 1)
+        return np.where(v >= top, v - 2 * top, v) if sgn else v
+    data = buf.tobytes()
+    return np.array([_fld(data, int(x), f) for x in pos], np.int64 if sgn else np.uint64)
+
+
+def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: int, hdrs,
+            tss, where, found: list, comms: dict[int, str],
+            other: dict[str, int]) -> dict[str, np.ndarray]:
+    """The fields of one CPU's block events (hdrs: where each event
+    record starts in `data`, whole within its page), by kind; events of
+    other kinds are counted in `other`; an event too short for its fields,
+    or with fields no kernel writes, is named in `found` and left out."""
+    buf = np.frombuffer(data, np.uint8)
+    hdr = np.frombuffer(hdrs, np.int64) if len(hdrs) else np.zeros(0, np.int64)
+    ts = np.frombuffer(tss, np.uint64) if len(hdrs) else np.zeros(0, np.uint64)
+    tl = (buf[hdr] & 0x1F).astype(np.int64)
+    ev = hdr + np.where(tl == 0, 8, 4)
+    length = np.where(tl == 0, _gather(buf, hdr, Field(4, 4, False, False)) - 4, tl * 4)
+    eid = buf[ev].astype(np.int64) | buf[ev + 1].astype(np.int64) << 8
+    block = np.isin(eid, np.array(list(kinds), np.int64))
+    ids, first, counts = np.unique(eid[~block], return_index=True, return_counts=True)
+    for i in np.argsort(first).tolist():      # (in the order they come)
+        e, c = int(ids[i]), int(counts[i])
+        f = dat.formats.get(e)
+        name = f"{f.system}/{f.name}" if f else f"id {e}"
+        other[name] = other.get(name, 0) + c
+    hdr, ts, ev, length, eid = hdr[block], ts[block], ev[block], length[block], eid[block]
+    n = len(ev)
+    page, at = hdr - hdr % dat.page_size, hdr % dat.page_size
+    keep = np.ones(n, bool)
+    sector, new_sector = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
+    nbytes, dev, error = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    action, cats = np.zeros(n, np.uint16), np.zeros(n, np.uint16)
+    has_pdu, has_comm = np.zeros(n, bool), np.zeros(n, bool)
+    pid = np.maximum(_gather(buf, ev, Field(4, 4, True, False)), 0) if n else np.zeros(0, np.int64)
+
+    def name(i: int) -> str:
+        return dat.formats[int(eid[i])].name
+
+    for e, k in kinds.items():
+        m = np.nonzero(eid == e)[0]
+        if not m.size:
+            continue
+        for i in m[length[m] < k.need]:
+            found.append((ci, int(page[i]), int(at[i]),
+                          f"{where(int(page[i]))}: a {length[i]}-byte {name(i)} record at byte "
+                          f"{at[i]}: its format's fields need {k.need}: a damaged record, left out"))
+            keep[i] = False
+        m = m[length[m] >= k.need]
+        pos = ev[m]
+        sec = _gather(buf, pos, k.sector, signed=False).astype(np.uint64)
+        nr = _gather(buf, pos, k.nr) if k.nr else np.zeros(len(m), np.int64)
+        d = _gather(buf, pos, k.dev)
+        bad = (nr >= 1 << 23) | (nr < 0) | ((nr != 0) & (sec >= np.uint64(bt.MAX_SECTOR)
+                                                          - nr.clip(0).astype(np.uint64))) \
+            | (d >= 1 << 32) | (d < 0)
+        for j in np.nonzero(bad)[0]:
+            i = m[j]
+            why = _implausible(int(sec[j]), int(nr[j]), int(d[j]))
+            found.append((ci, int(page[i]), int(at[i]), f"{where(int(page[i]))}: a {name(i)} "
+                                                        f"record at byte {at[i]}: {why}): a "
+                                                        "damaged record, left out"))
+            keep[i] = False
+        m, pos, sec, nr, d = m[~bad], pos[~bad], sec[~bad], nr[~bad], d[~bad]
+        sector[m], nbytes[m], dev[m], action[m] = sec, nr * 512, d, k.action
+        if k.rwbs.data_loc:
+            keys, inverse = np.unique(np.array([_text(data, int(q), k.rwbs) for q in pos],
+                                               object), return_inverse=True)
+            names = keys.tolist()
+        else:
+            raw = buf[pos[:, None] + (k.rwbs.offset + np.arange(k.rwbs.size))]
+            if k.rwbs.size <= 8:    # (as one number: unique sorts numbers faster)
+                wide = np.zeros((len(pos), 8), np.uint8)
+                wide[:, :k.rwbs.size] = raw
+                keys, inverse = np.unique(wide.view("<u8")[:, 0], return_inverse=True)
+                texts = [int(t).to_bytes(8, "little") for t in keys]
+            else:
+                keys, inverse = np.unique(np.ascontiguousarray(raw).view(f"S{k.rwbs.size}")[:, 0],
+                                          return_inverse=True)
+                texts = keys.tolist()
+            names = [t.split(b"\0", 1)[0].decode(errors="replace") for t in texts]
+        cats[m] = np.array([rwbs_categories(t) for t in names], np.uint16)[inverse.reshape(-1)]
+        if k.error:
+            error[m] = _gather(buf, pos, k.error) & 0xFFFF
+        if k.new_sector is not None:
+            new_sector[m] = _gather(buf, pos, k.new_sector, signed=False).astype(np.uint64)
+            has_pdu[m] = True
+        if k.comm is not None:
+            has_comm[m] = True
+    # a task's name from its first event that has one (after the file's own list)
+    named = np.nonzero(has_comm & keep & (pid > 0))[0]
+    first_pid, first = np.unique(pid[named], return_index=True)
+    for q, i in zip(first_pid.tolist(), named[first].tolist()):
+        if q not in comms:
+            comms[q] = _text(data, int(ev[i]), kinds[int(eid[i])].comm)
+    return {"page": page[keep], "time_ns": ts[keep], "sector": sector[keep],
+            "bytes": nbytes[keep], "action_code": action[keep], "categories": cats[keep],
+            "pid": pid[keep], "dev": dev[keep], "cpu": np.full(int(keep.sum()), cpu, np.int64),
+            "error": error[keep], "new_sector": new_sector[keep], "has_pdu": has_pdu[keep]}
+
+
+def _table(dat: DatFile, parts: list[dict[str, np.ndarray]]) -> pa.Table:
+    if not parts:
+        return bt.SCHEMA.empty_table()
+    cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
+    n = len(cols["time_ns"])
+    ts = cols["time_ns"]
+    if dat.clock == "x86-tsc":
+        if not dat.tsc2nsec:
+            raise TraceCmdError(f"{dat.path}: recorded with the x86-tsc clock and no TSC2NSEC "
+                                "option: its times cannot be made nanoseconds")
+        mult, shift, toff = dat.tsc2nsec
+        ts = ((ts.astype(object) * mult) >> shift) + toff
+    if dat.offset_ns:
+        ts = ts.astype(object) + dat.offset_ns
+    if ts.dtype == object:      # (Python integers: none wrapped round)
+        out = [int(t) for t in ts if not 0 <= t < bt.MAX_TIME]
+        if out:
+            raise TraceCmdError(f"{dat.clock_where or dat.path}: the clock conversion "
+                                f"(TSC2NSEC {dat.tsc2nsec}, OFFSET {dat.offset_ns}) puts "
+                                f"{len(out)} event time(s) outside [0, 2^63) ns, the first at "
+                                f"{out[0]}: a damaged option")
+        ts = np.array(ts, np.uint64)
+    cats, nbytes, acts = cols["categories"], cols["bytes"].astype(np.uint32), cols["action_code"]
+    # a block_split's new sector is its pdu, big-endian, as in blktrace
+    lens = np.where(cols["has_pdu"], 8, 0)
+    pos = np.zeros(n + 1, np.int32)
+    pos[1:] = np.cumsum(lens)
+    body = cols["new_sector"][cols["has_pdu"]].astype(">u8").tobytes()
+    pdu = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(pos), pa.py_buffer(body)])
+    kind = cats.astype(np.int64) * 2 + (nbytes > 0)      # what rwbs and op depend on
+    return pa.Table.from_pydict({
+        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                               pa.array([dat.path])),
+        "file_offset": pa.array(cols["file_offset"].astype(np.uint64)),
+        "sequence": pa.array(np.zeros(n, np.uint32)),
+        "time_ns": pa.array(ts.astype(np.uint64)),
+        "sector": pa.array(cols["sector"]),
+        "bytes": pa.array(nbytes),
+        "action": bt._strings(acts, lambda a: bt.ACTIONS[a]),
+        "action_code": pa.array(acts),
+        "categories": pa.array(cats),
+        "rwbs": bt._strings(kind, lambda k: bt.rwbs(k >> 1, k & 1)),
+        "op": bt._strings(kind, lambda k: bt.op_name(k >> 1, k & 1)),
+        "pid": pa.array(cols["pid"].astype(np.uint32)),
+        "dev": pa.array(cols["dev"].astype(np.uint32)),
+        "cpu": pa.array(cols["cpu"].astype(np.uint32)),
+        "error": pa.array(cols["error"].astype(np.uint16)),
+        "pdu": pdu,
+    }, schema=bt.SCHEMA)
+
+
+def is_dat(path: str | os.PathLike) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def import_file(path: str | os.PathLike, store: str | os.PathLike, levels: dict[int, str],
+                capture_id: str, machine: str = "") -> dict:
+    """Write a trace.dat's block events as capture `capture_id` of `store`
+    (like nestrace.importers.blktrace.import_files)."""
+    r = read(path)
+    ev, skipped = bt.block_events(r.table, r.comms)
+    skipped = skipped | r.other
+    cpus = sorted(set(r.received) | set(r.lost))
+    lost = [{"capture_id": capture_id, "cpu": c,
+             "emitted": r.received.get(c, 0) + r.lost.get(c, 0), "received": r.received.get(c, 0),
+             "ringbuf_drops": r.lost.get(c, 0), "seq_gaps": r.lost.get(c, 0)} for c in cpus]
+    uname = r.dat.uname.split()
+    out = bt.write_import(ev, skipped, r.problems, [path], store, levels, capture_id,
+                          machine or (uname[1] if len(uname) > 1 else ""),
+                          source="trace-cmd", clock=f"ftrace {r.dat.clock}", lost=lost,
+                          records=sum(r.received.values()),
+                          kernel=uname[2] if len(uname) > 2 else "unknown",
+                          extra={"trace_cmd_version": r.dat.version,
+                                 "compression": r.dat.compression})
+    return out

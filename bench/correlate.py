@@ -113,8 +113,8 @@ def main() -> int:
     ap.add_argument("--no-floor", action="store_true",
                     help="leave out the floor (start-up, one scan, the pairing sorts)")
     args = ap.parse_args()
-    from nestrace.store.synth import replicate
     import nestrace
+    from nestrace.store.synth import replicate
     rows, floors = [], []
     with tempfile.TemporaryDirectory(dir="/var/tmp") as t:
         tmp = Path(t)

@@ -46,7 +46,7 @@ def run(host: str, dio: str, tmp: Path) -> dict:
     img = "(SELECT backing_ino FROM device_map WHERE level = 'vdisk')"
     hdev = "(SELECT dev FROM device_map WHERE level = 'hostfs')"
     out = {}
-    for r in s.rows(f"SELECT source, count(*) AS n FROM hostfs_events GROUP BY ALL"):
+    for r in s.rows("SELECT source, count(*) AS n FROM hostfs_events GROUP BY ALL"):
         out["access: " + ACCESS[r["source"]]] = r["n"]
     for r in s.rows(f"SELECT event, count(*) AS n FROM pagecache_events WHERE ino = {img} "
                     f"AND dev = {hdev} GROUP BY ALL"):

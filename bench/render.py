@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,7 +15,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=10_000_000)
     args = ap.parse_args()
-    import subprocess
     import nestrace
     from correlate import NT, source_capture, timed
     from nestrace.store.synth import replicate

@@ -9,9 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from rows import DISK, HOSTFS, VDISK, capture_meta, device_map, extents, request, vfs  # noqa: E402
+
 from nestrace.query.session import Session  # noqa: E402
-from rows import (DISK, HOSTFS, VDISK, capture_meta, device_map, extents,  # noqa: E402
-                  request, vfs)
 
 MiB = 1 << 20
 

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, prog_ids
 
 pytestmark = pytest.mark.root
@@ -83,7 +82,9 @@ def agent_alone(stack, flags: list[str], out: Path, mount: str) -> dict:
     program, and its block records."""
     import json
     import signal
+
     import pyarrow as pa
+
     from nestrace.capture.record import agent_args, side_families
     from nestrace.store.stream import iter_frames
     fio = ["fio", "--name=e", f"--directory={mount}", "--rw=randwrite", "--bs=4k",
@@ -151,6 +152,7 @@ def test_agent_floor_records_filter_and_record_headers_alone(lab_factory, tmp_pa
     carrying a request's or bio's address (a capture's always do)."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
     from nestrace.capture.stack import discover
     lab = lab_factory("ext4", "xfs")
     stack = discover(lab.mount)

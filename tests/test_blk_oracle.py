@@ -16,9 +16,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import assert_losses_counted, run_cli
 
 import nestrace
-from conftest import assert_losses_counted, run_cli
 from nestrace.importers import blktrace
 
 pytestmark = pytest.mark.root

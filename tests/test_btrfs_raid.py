@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import drop_caches, loop_devices, run_cli
 
 import nestrace
-from conftest import drop_caches, loop_devices, run_cli
 from nestrace.capture.extents import btrfs_chunks, btrfs_pieces, fiemap
 from nestrace.capture.stack import btrfs_devices
 

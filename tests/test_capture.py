@@ -13,12 +13,29 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import (
+    NESTRACE,
+    ROOT,
+    WITNESS,
+    assert_in_few_short_bursts,
+    assert_losses_counted,
+    drop_caches,
+    kill_fio_jobs,
+    lab_state,
+    loop_devices,
+    our_mounts,
+    prog_ids,
+    requests_without_completion,
+    run_cli,
+    sync_cmd,
+    sync_lab,
+    unexplained,
+    until_recording,
+    why_no_completion,
+    witness_from_now,
+)
 
 import nestrace
-from conftest import (NESTRACE, ROOT, WITNESS, assert_in_few_short_bursts, assert_losses_counted,
-                      drop_caches, kill_fio_jobs, lab_state, loop_devices, our_mounts, prog_ids,
-                      requests_without_completion, run_cli, sync_cmd, sync_lab, unexplained,
-                      until_recording, why_no_completion, witness_from_now)
 from nestrace._paths import agent_path
 from nestrace.capture.record import RECORDER_ENV
 
@@ -1204,9 +1221,9 @@ def test_an_agent_that_cannot_start_leaves_no_live_capture(lab_factory, tmp_path
     """A ring buffer the kernel will not make (4 GiB): the CLI refuses it
     before anything starts; through the API the agent refuses it, and
     record leaves no live capture for `seal` to find."""
-    from nestrace.errors import RecordError
     from nestrace.capture.record import record
     from nestrace.capture.stack import discover
+    from nestrace.errors import RecordError
     lab = lab_factory("ext4", "xfs")
     r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--duration", "1",
                 "--ringbuf-kb", str(1 << 22), check=False)
@@ -1711,10 +1728,11 @@ def test_explicit_devices_give_the_same_stack_as_discovery(lab_factory, tmp_path
 def test_more_devices_than_the_constant_filter_holds_use_the_filter_maps(lab_factory, tmp_path):
     """With more than NT_FAST_FILTER devices the programs filter through the
     hash maps: the traced disks are still seen, the decoys never."""
+    import pyarrow as pa
+
     from nestrace.capture.record import agent_args
     from nestrace.capture.stack import discover
     from nestrace.store.stream import iter_frames
-    import pyarrow as pa
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=16M")
     st = discover(lab.mount)
@@ -1758,6 +1776,7 @@ def test_agent_arrow_streams_equal_the_decoded_frame_stream(lab_factory, tmp_pat
     Python decoder of its frame stream agree on every record of a real
     capture, task names that are not UTF-8 included."""
     import pyarrow as pa
+
     from nestrace.capture.record import agent_args
     from nestrace.capture.stack import discover
     from nestrace.store.files import read_ipc_tolerant

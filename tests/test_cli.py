@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import NESTRACE, ROOT, loop_devices, our_mounts, run_cli
 
 import nestrace
-
-from conftest import NESTRACE, ROOT, loop_devices, our_mounts, run_cli
 from nestrace._paths import agent_path
 
 

@@ -4,10 +4,23 @@ from __future__ import annotations
 import re
 
 import pytest
+from rows import (
+    CAP,
+    DISK,
+    GUEST,
+    HOSTFS,
+    VDISK,
+    blk,
+    capture_meta,
+    device_map,
+    extents,
+    hostfs,
+    pagecache,
+    request,
+    vfs,
+)
 
 from nestrace.query.session import Session
-from rows import (CAP, DISK, GUEST, HOSTFS, VDISK, blk, capture_meta, device_map, extents,
-                  hostfs, pagecache, request, vfs)
 
 MiB = 1 << 20
 
@@ -1154,6 +1167,7 @@ def _keys(obj, prefix=""):
 def test_every_report_json_key_is_documented():
     import re
     from pathlib import Path
+
     from nestrace.report.document import build
     t = direct_read_stack()
     t["block_events"] += request(2000, 2010, 2500, VDISK, 4 * MiB + 512, 512, rq=3, bio=13, op=1)
@@ -1978,8 +1992,8 @@ def test_discard_summary_follows_discards_and_write_zeroes_down_to_the_host_disk
 
 
 def test_the_report_and_its_html_tables_list_discards_only_where_there_are_some():
-    from nestrace.report import plots
     from nestrace.report import document as report
+    from nestrace.report import plots
     rep = report.build(session(**punched_holes_discarded_on_the_host_disk()))
     assert [(r["level"], r["requests"]) for r in rep["discard"]] == [
         ("vdisk", 3), ("hostfs", 3), ("disk", 5)]

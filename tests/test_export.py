@@ -7,13 +7,13 @@ import json
 from collections import Counter, defaultdict
 
 import pytest
-
-import nestrace
 from conftest import run_cli
-from nestrace.report import export
-from nestrace.query.session import Session
 from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
 from test_cli import one_error_line
+
+import nestrace
+from nestrace.query.session import Session
+from nestrace.report import export
 
 MiB = 1 << 20
 

@@ -8,14 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
+from test_luks import create_luks
+from test_seal import block_batch
 
 from nestrace.images.base import MAPPED
 from nestrace.schema import RECORDS
 from nestrace.store.files import LIVE, LiveCapture, init_store
-
-from conftest import ROOT
-from test_luks import create_luks
-from test_seal import block_batch
 
 FUZZER = [sys.executable, str(ROOT / "tests" / "fuzzer.py")]
 

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import assert_losses_counted, kill_fio_jobs, run_cli
 
 import nestrace
-from conftest import assert_losses_counted, kill_fio_jobs, run_cli
 from nestrace._paths import agent_path
 from nestrace.capture.record import quiet_cpus
 
@@ -459,9 +459,14 @@ def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab
     read through the overlay is found at the virtual disk where its
     extents say.  An overlay with layers on two file systems is refused
     by name; the base named again after its overlay is no error."""
+    from test_capture import (
+        assert_overlay_and_base_traced,
+        fio_log_offsets,
+        two_overlays,
+    )
+
     from nestrace.capture.snapshots import snapshot_extents
     from nestrace.capture.stack import guest_side
-    from test_capture import assert_overlay_and_base_traced, fio_log_offsets, two_overlays
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     with two_overlays(lab, tmp_path) as (ov, merged, other, _):
         log, gdir = tmp_path / "fio.iolog", tmp_path / "g"

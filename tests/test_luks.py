@@ -5,11 +5,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
-from nestrace.images.chain import cluster_map
-from nestrace.images.luks import LuksError, header_map
-from nestrace.images.chain import image_format
 from test_qcow2 import _qemu_img, patch_file  # noqa: F401  (_qemu_img: fixture)
+
+from nestrace.images.chain import cluster_map, image_format
+from nestrace.images.luks import LuksError, header_map
 
 KiB, MiB = 1 << 10, 1 << 20
 SECRET = ["--object", "secret,id=s0,data=nestrace"]

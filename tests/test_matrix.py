@@ -9,9 +9,16 @@ import subprocess
 import time
 
 import pytest
+from conftest import (
+    NESTRACE,
+    ROOT,
+    assert_losses_counted,
+    loop_devices,
+    our_mounts,
+    run_cli,
+)
 
 import nestrace
-from conftest import NESTRACE, ROOT, assert_losses_counted, loop_devices, our_mounts, run_cli
 
 MiB = 1 << 20
 LAYOUT = "fio --name=j --directory={guest} --rw=write --bs=1M --size=32M --direct=1 --output=/dev/null"

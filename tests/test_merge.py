@@ -12,17 +12,27 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import test_qcow2
+from conftest import (
+    assert_losses_counted,
+    drop_caches,
+    host_side_recording,
+    journal_unreadable_here,
+    run_cli,
+)
+from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
+from test_capture import (
+    FIO_RANDREAD,
+    TRACE_THROUGH,
+    TRACE_THROUGH_MAPPED,
+    fio_log_offsets,
+)
 
 import nestrace
-from conftest import (assert_losses_counted, drop_caches, host_side_recording,
-                      journal_unreadable_here, run_cli)
 from nestrace._paths import agent_path
 from nestrace.importers.merge import MergeError, estimate_offset
 from nestrace.query.session import Session
 from nestrace.store.files import write_parquet_file
-from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
-from test_capture import FIO_RANDREAD, TRACE_THROUGH, TRACE_THROUGH_MAPPED, fio_log_offsets
-import test_qcow2
 
 MiB = 1 << 20
 O = 5_000_000_000

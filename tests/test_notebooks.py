@@ -11,10 +11,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import ROOT, run_cli
 from nbclient import NotebookClient
 
 import nestrace
-from conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.root
 

@@ -7,11 +7,10 @@ import struct
 import subprocess
 
 import pytest
-
-from nestrace.images.chain import cluster_map
-from nestrace.images.parallels import ParallelsError, bat_map
-from nestrace.images.chain import image_format
 from test_qcow2 import _qemu_img, patch_file, qemu_io, qemu_map  # noqa: F401  (_qemu_img: fixture)
+
+from nestrace.images.chain import cluster_map, image_format
+from nestrace.images.parallels import ParallelsError, bat_map
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import NESTRACE, ROOT, assert_losses_counted, drop_caches, run_cli
 
 import nestrace
-from conftest import NESTRACE, ROOT, assert_losses_counted, drop_caches, run_cli
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

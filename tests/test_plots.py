@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 import pytest
-
-from nestrace.report import plots
-from nestrace.query.session import Session
 from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
+
+from nestrace.query.session import Session
+from nestrace.report import plots
 
 MiB = 1 << 20
 

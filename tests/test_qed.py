@@ -6,12 +6,22 @@ import struct
 import subprocess
 
 import pytest
+from test_qcow2 import (  # noqa: F401
+    _qemu_img,
+    coalesced,
+    patch_file,
+    qemu_chain_map,
+    qemu_io,
+    qemu_map,
+)
 
-from nestrace.images.chain import backing_chain, chain_extents, cluster_map
+from nestrace.images.chain import (
+    backing_chain,
+    chain_extents,
+    cluster_map,
+    image_format,
+)
 from nestrace.images.qed import QedError, table_map
-from nestrace.images.chain import image_format
-from test_qcow2 import (_qemu_img, coalesced, patch_file, qemu_chain_map,  # noqa: F401
-                        qemu_io, qemu_map)
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT, run_cli
 
 import nestrace
-from conftest import ROOT, run_cli
 from nestrace.store.synth import replicate
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nestrace.schema import gen as schemagen
 from nestrace.schema import RECORDS
+from nestrace.schema import gen as schemagen
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "tracers" / "build"
@@ -90,8 +90,9 @@ def test_the_agents_arrow_schema_message_is_the_record_schema(name):
     """tracers/nestrace_arrow.h carries these bytes: pyarrow must read them
     back as exactly the schema Python stores, docs and units included."""
     import pyarrow as pa
-    from nestrace.schema.arrowipc import schema_message
+
     from nestrace.schema import record_schema
+    from nestrace.schema.arrowipc import schema_message
     want = record_schema(name)
     cols = [(f.name, "string" if f.type == pa.string() else str(f.type),
              {k.decode(): v.decode() for k, v in f.metadata.items()}) for f in want]
@@ -103,7 +104,9 @@ def test_a_batch_built_from_the_template_reads_back():
     """Fill the RecordBatch template the way the agent does (row count,
     body length, nodes, buffers) and read the stream with pyarrow."""
     import struct
+
     import pyarrow as pa
+
     from nestrace.schema.arrowipc import batch_template, schema_message
     cols = [("a", "uint64", {"doc": "x"}), ("b", "int32", {"doc": "y", "unit": "ns"}),
             ("c", "string", {"doc": "z"})]

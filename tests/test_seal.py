@@ -9,13 +9,19 @@ import time
 import duckdb
 import pyarrow as pa
 import pytest
+from conftest import NESTRACE, ROOT, run_cli
 
 import nestrace
 from nestrace.schema import RECORDS, record_schema
-from nestrace.store.files import (LIVE, LiveCapture, damage_of, init_store, read_ipc_tolerant, recorder_of,
-                            writing)
-
-from conftest import NESTRACE, ROOT, run_cli
+from nestrace.store.files import (
+    LIVE,
+    LiveCapture,
+    damage_of,
+    init_store,
+    read_ipc_tolerant,
+    recorder_of,
+    writing,
+)
 
 BATCH = 100
 

@@ -6,10 +6,9 @@ import json
 import struct
 
 import numpy as np
-import pytest
 
 from nestrace.schema import RECORDS, STREAM_MAGIC, record_dtype
-from nestrace.store.stream import FRAME, iter_frames, DecodeState
+from nestrace.store.stream import FRAME, DecodeState, iter_frames
 
 
 def block_records(n: int, start_seq: int = 1) -> bytes:

@@ -14,9 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import loop_devices, run_cli
 
 import nestrace
-from conftest import loop_devices, run_cli
 from nestrace.importers import tracecmd
 
 TRACING = Path("/sys/kernel/tracing")

@@ -9,11 +9,10 @@ import struct
 import subprocess
 
 import pytest
-
-from nestrace.images.chain import cluster_map
-from nestrace.images.chain import image_format
-from nestrace.images.vhdx import REGIONS_AT, VhdxError, bat_map, crc32c
 from test_qcow2 import _qemu_img, patch_file, qemu_io  # noqa: F401  (_qemu_img: fixture)
+
+from nestrace.images.chain import cluster_map, image_format
+from nestrace.images.vhdx import REGIONS_AT, VhdxError, bat_map, crc32c
 
 KiB, MiB = 1 << 10, 1 << 20
 

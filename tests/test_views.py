@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from rows import DISK, blk, capture_meta, device_map, hostfs, vfs
 
 from nestrace.query import sqlmod
 from nestrace.query.session import Session
-from rows import CAP, DISK, VDISK, blk, capture_meta, device_map, hostfs, vfs
 
 
 def session(**tables) -> Session:
@@ -126,7 +126,6 @@ def test_requeued_request_completes_once_and_a_lost_completion_is_not_borrowed()
 
 
 def test_vdisk_and_disk_views_split_by_device_level():
-    from rows import GUEST
     dm = device_map()
     dm[1]["dev"] = (7 << 20) | 5      # a distinct virtual disk
     ev = [blk("D", 1, dev=(7 << 20) | 5, rq=1), blk("C", 2, dev=(7 << 20) | 5, rq=1),
@@ -158,6 +157,7 @@ def test_vfs_io_names_every_syscall_code_the_record_declares():
     for the hints, must name each as declared, and vfs_io give the two
     sides of a copy the ops read and write."""
     import re
+
     from nestrace.schema import RECORDS
     doc = next(f[4] for f in RECORDS["vfs_event"]["fields"] if f[0] == "syscall")
     declared = {int(n): name for n, name in re.findall(r"\b(\d+) ([a-z_0-9]+)", doc)}

@@ -12,17 +12,23 @@ import signal
 import subprocess
 import time
 
+import guestvm
 import pyarrow as pa
 import pytest
-
-import guestvm
 import test_qcow2
 import test_vhdx
 import test_vmdk
+from conftest import (
+    ROOT,
+    assert_losses_counted,
+    host_side_recording,
+    loop_devices,
+    run_cli,
+)
+from test_capture import TRACE_THROUGH, TRACE_THROUGH_VIA, fio_log_offsets
+
 import nestrace
 from nestrace.images.vhdx import bat_map
-from conftest import ROOT, assert_losses_counted, host_side_recording, loop_devices, run_cli
-from test_capture import TRACE_THROUGH, TRACE_THROUGH_VIA, fio_log_offsets
 
 pytestmark = pytest.mark.root
 

@@ -7,12 +7,17 @@ import struct
 import subprocess
 
 import pytest
+from test_qcow2 import (  # noqa: F401
+    _qemu_img,
+    coalesced,
+    patch_file,
+    qemu_chain_map,
+    qemu_io,
+    qemu_map,
+)
 
-from nestrace.images.chain import cluster_map
+from nestrace.images.chain import backing_chain, chain_extents, cluster_map
 from nestrace.images.vmdk import VmdkError, grain_map
-from nestrace.images.chain import backing_chain, chain_extents
-from test_qcow2 import (_qemu_img, coalesced, patch_file, qemu_chain_map,  # noqa: F401
-                        qemu_io, qemu_map)
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -8,11 +8,10 @@ import struct
 import subprocess
 
 import pytest
-
-from nestrace.images.chain import cluster_map
-from nestrace.images.chain import image_format
-from nestrace.images.vpc import VpcError, bat_map, checksum
 from test_qcow2 import _qemu_img, qemu_io, qemu_map  # noqa: F401  (_qemu_img: fixture)
+
+from nestrace.images.chain import cluster_map, image_format
+from nestrace.images.vpc import VpcError, bat_map, checksum
 
 KiB, MiB = 1 << 10, 1 << 20
 

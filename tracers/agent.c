@@ -46,7 +46,6 @@
 #include "block.skel.h"
 #include "hostfs.skel.h"
 
-#define NT_AGENT_VERSION "0.1.0"
 #define MAX_KIND 8
 #define BATCH_BYTES (1 << 20)
 #define MAX_HOOKS 64
@@ -96,7 +95,7 @@ static int nguests;				/* an overlay's base before it */
 static cpu_set_t cpus_before;		/* the command runs where the agent could */
 static char cpus_json[256] = "null";	/* where the agent was pinned, for guest.json */
 
-const char *argp_program_version = "nestrace-agent " NT_AGENT_VERSION;
+const char *argp_program_version = "nestrace-agent " NT_AGENT_VERSION " build " NT_BUILD_ID;
 static const char doc[] =
 "nestrace-agent: stream nestrace BPF records for a nested storage stack.\n"
 "\n"

@@ -11,8 +11,13 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from nestrace.capture.stack import BlockDev, StackError, btrfs_devices, file_id, fs_device
-
+from nestrace.capture.stack import (
+    BlockDev,
+    StackError,
+    btrfs_devices,
+    file_id,
+    fs_device,
+)
 
 # ---- FIEMAP ----------------------------------------------------------------
 

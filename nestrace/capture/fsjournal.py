@@ -18,7 +18,6 @@ import subprocess
 
 from nestrace.capture.stack import Mount, mount_block_dev, mount_of
 
-
 # "(lo-hi):ph-ph_end" or "(lo):ph", a run of blocks in debugfs' stat output
 _RUN = re.compile(r"\((\d+)(?:-(\d+))?\):(\d+)(?:-(\d+))?")
 

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nestrace.errors import json_object
 from nestrace.capture.stack import mounts
+from nestrace.errors import json_object
 
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 BTRFS_PROFILES = ("single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6")

@@ -22,13 +22,20 @@ from pathlib import Path
 import pyarrow as pa
 
 from nestrace._paths import agent_path
+from nestrace.capture.snapshots import (
+    btrfs_placed_rows,
+    neighbor_images,
+    neighbor_rows,
+    snapshot_extents,
+    stack_journal_rows,
+    store_extents,
+)
+from nestrace.capture.stack import Stack, guests, kdev_str, traced_at, untraced_mounts
 from nestrace.errors import RecordError
 from nestrace.schema import ENUMS, table_schema
-from nestrace.capture.snapshots import (btrfs_placed_rows, neighbor_images, neighbor_rows, snapshot_extents,
-                        stack_journal_rows, store_extents)
-from nestrace.capture.stack import Stack, guests, kdev_str, traced_at, untraced_mounts
 from nestrace.store.files import LiveCapture, SealResult, StoreError, init_store, seal
 from nestrace.store.stream import DecodeState, StreamError, iter_frames
+
 
 def new_capture_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)

@@ -14,12 +14,24 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nestrace.capture.extents import (
+    FIEMAP_EXTENT_ENCODED,
+    BtrfsFileExtent,
+    btrfs_layout,
+    extent_rows,
+    map_extent_rows,
+)
 from nestrace.capture.fsjournal import JournalError, journal_rows, unknown_warning
+from nestrace.capture.stack import (
+    Stack,
+    StackError,
+    file_id,
+    guests,
+    mount_block_dev,
+    mount_containing,
+)
 from nestrace.images.base import MAPPED, open_noatime
 from nestrace.schema import table_schema
-from nestrace.capture.extents import (FIEMAP_EXTENT_ENCODED, BtrfsFileExtent, btrfs_layout, extent_rows,
-                      map_extent_rows)
-from nestrace.capture.stack import Stack, StackError, file_id, guests, mount_block_dev, mount_containing
 from nestrace.store.files import LiveCapture
 
 # files the start snapshot takes at most, the first found: which files a

@@ -17,8 +17,6 @@ from nestrace.errors import StackError
 from nestrace.images.chain import image_format
 
 
-
-
 def kdev(major: int, minor: int) -> int:
     """Kernel-internal dev_t (MKDEV), as the tracepoints report it."""
     return (major << 20) | minor

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import click
 
+from nestrace._paths import AgentMismatch, AgentNotFound
 from nestrace._version import __version__
-from nestrace._paths import AgentNotFound
-from nestrace.errors import RecordError, StoreError, StreamError
 from nestrace.capture.lab import LabError
 from nestrace.capture.stack import StackError
+from nestrace.errors import RecordError, StoreError, StreamError
 
 
 class UserError(click.ClickException):
@@ -25,6 +25,20 @@ class UserError(click.ClickException):
 
     def show(self, file=None) -> None:
         click.echo(f"nestrace: error: {self.message}", err=True)
+
+
+def _print_version(ctx: click.Context) -> None:
+    """`nestrace --version`: the package and the agent it drives (its build
+    id, and where it is: the one binary to copy into a guest)."""
+    from nestrace import _paths
+    click.echo(f"nestrace {__version__}")
+    want = _paths.expected_build_id()
+    try:
+        path = _paths.agent_path()
+        click.echo(f"agent build {want} ({path})")
+    except (AgentNotFound, AgentMismatch) as e:
+        click.echo(f"agent build {want}: {e}")
+    ctx.exit()
 
 
 # the four levels, top down (follow, plot --level)
@@ -38,7 +52,7 @@ def user_errors(fn):
         try:
             return fn(*a, **kw)
         except (LabError, StackError, StoreError, StreamError, RecordError,
-                AgentNotFound, FileNotFoundError, PermissionError) as e:
+                AgentNotFound, AgentMismatch, FileNotFoundError, PermissionError) as e:
             raise UserError(str(e)) from None
         except Exception as e:
             # (a DuckDB error comes only from a command that imported it:
@@ -127,7 +141,9 @@ def lab_name_option(fn):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="nestrace")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _p, v: _print_version(ctx) if v else None,
+              help="The package's version and its agent's build, then exit.")
 def cli() -> None:
     """nestrace: multi-level I/O tracing for nested storage stacks."""
 

@@ -6,8 +6,16 @@ import sys
 
 import click
 
-from nestrace.cli.common import UserError, capture_options, cli, lab_name_option, needs_btf, needs_root, user_errors
 from nestrace.capture.lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
+from nestrace.cli.common import (
+    UserError,
+    capture_options,
+    cli,
+    lab_name_option,
+    needs_btf,
+    needs_root,
+    user_errors,
+)
 
 
 @cli.group()

@@ -16,11 +16,19 @@ import click
 
 from nestrace.capture.lab import LabError, parse_size
 from nestrace.capture.stack import StackError
-from nestrace.cli.common import (LEVEL_NAMES, UserError, capture_options, cli, needs_btf, needs_root, output_file, store_with_captures,
-                                 user_errors)
+from nestrace.cli.common import (
+    LEVEL_NAMES,
+    UserError,
+    capture_options,
+    cli,
+    needs_btf,
+    needs_root,
+    output_file,
+    store_with_captures,
+    user_errors,
+)
 from nestrace.images.base import MAPPED, ImageMapError
 from nestrace.images.chain import backing_chain
-
 
 # ---- record / seal ----------------------------------------------------------
 
@@ -69,7 +77,13 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     """Trace a nested stack while CMD runs (or for --duration, or until
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from nestrace.capture import record as rec
-    from nestrace.capture.stack import add_guest, block_dev_of_path, discover, from_devices, mount_of
+    from nestrace.capture.stack import (
+        add_guest,
+        block_dev_of_path,
+        discover,
+        from_devices,
+        mount_of,
+    )
     workload = None
     if os.environ.get(rec.RECORDER_ENV):     # (one disk's, of record_disks)
         sys.stdout, sys.stderr = _Orphanable(sys.stdout), _Orphanable(sys.stderr)
@@ -183,7 +197,13 @@ def _disk_groups(side: str, first: str, more) -> list[tuple[str, list[str]]]:
     """The --stack mount points grouped by the virtual disk they are on
     (in the order given), each group checked as one stack now, before
     anything is traced: (disk name, its recorder's --stack options)."""
-    from nestrace.capture.stack import add_guest, discover, guest_side, mount_block_dev, mount_of
+    from nestrace.capture.stack import (
+        add_guest,
+        discover,
+        guest_side,
+        mount_block_dev,
+        mount_of,
+    )
     groups: dict[int, tuple[str, list[str]]] = {}
     for mp in (first, *more):
         try:
@@ -248,7 +268,7 @@ def _side_stack(side: str, mount, vdisk, image, disk):
 
 
 def _report_capture(store: Path, capture_id: str, result, stream_problems=()) -> None:
-    from nestrace.report.summary import level_summary, format_summary
+    from nestrace.report.summary import format_summary, level_summary
     for p in list(stream_problems) + list(result.problems):
         click.echo(f"nestrace: error: {p}", err=True)
     click.echo(f"capture {capture_id}: {result.records} records -> {store}")
@@ -302,7 +322,11 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
     (`nestrace-agent --guest MOUNT --guest-capture DIR -- CMD`): a guest
     capture like `record --side guest` makes, for `merge`."""
     from nestrace.importers.blktrace import import_files
-    from nestrace.importers.guestdir import GuestDirError, import_guest_dir, is_guest_dir
+    from nestrace.importers.guestdir import (
+        GuestDirError,
+        import_guest_dir,
+        is_guest_dir,
+    )
     from nestrace.importers.tracecmd import TraceCmdError, import_file, is_dat
     if any(is_guest_dir(f) for f in files):
         if len(files) > 1:
@@ -496,8 +520,8 @@ def sql_cmd(store, query, as_csv, as_json) -> None:
 def report_cmd(store, capture, as_json, memory_limit) -> None:
     """Per-level and cross-level report: sizes, seeks, phases, amplification,
     attribution, read-modify-write, readahead, sync, lost events."""
-    from nestrace.report.document import build, render
     from nestrace.query.session import Session
+    from nestrace.report.document import build, render
     # (the report uses no late module: on a store not yet correlated,
     # binding follow_io would plan links once more for nothing)
     with Session(store_with_captures(store), memory_limit=memory_limit, late_modules=False) as s:
@@ -525,8 +549,8 @@ def follow_cmd(store, level, io_id, capture, as_json) -> None:
     each lower level and the events above that caused it (the follow_io
     macro over links), with their times.  IO_ID is the io_id column of the
     level's view; without it, the level's slowest read or write."""
-    from nestrace.report.follow import breakdown, follow, render
     from nestrace.query.session import Session
+    from nestrace.report.follow import breakdown, follow, render
     with Session(store_with_captures(store)) as s:
         try:
             cid, what, rows = follow(s, level, io_id, capture)
@@ -604,8 +628,8 @@ def correlate_cmd(store, memory_limit) -> None:
 def plot_cmd(store, kind, level, capture_id, output) -> None:
     """Draw one figure of a store to HTML (self-contained) or PNG."""
     _allow_pandas()
-    from nestrace.report import plots
     from nestrace.query.session import Session
+    from nestrace.report import plots
     if kind not in plots.KINDS:
         raise UserError(f"unknown --kind {kind!r} (choose from {', '.join(plots.KINDS)})")
     output_file(output, (".html", ".png"))
@@ -637,8 +661,8 @@ def html_cmd(stores, output) -> None:
     """One self-contained HTML page (no network needed): the report's
     tables and every figure for each STORE, seek CDFs overlaid."""
     _allow_pandas()
-    from nestrace.report import plots
     from nestrace.query.session import Session
+    from nestrace.report import plots
     output_file(output)
     plots.html_report([Session(store_with_captures(s)) for s in stores], output)
     click.echo(output)

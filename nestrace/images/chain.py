@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 from nestrace.errors import StackError
 from nestrace.images import luks, parallels, qcow, qcow2, qed, vdi, vhdx, vmdk, vpc
-from nestrace.images.base import FOLLOWED, MAPPED, ClusterMap, ImageMapError, open_noatime
+from nestrace.images.base import (
+    FOLLOWED,
+    MAPPED,
+    ClusterMap,
+    ImageMapError,
+    open_noatime,
+)
 
 
 def cluster_map(path: str, fmt: str) -> ClusterMap:

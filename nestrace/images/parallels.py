@@ -19,7 +19,14 @@ from __future__ import annotations
 import os
 import struct
 
-from nestrace.images.base import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
+from nestrace.images.base import (
+    ClusterMap,
+    ImageMapError,
+    add_run,
+    coalesce,
+    read_exact,
+    read_file,
+)
 
 HEADER = struct.Struct("<16sIIIIIQIIIQ")   # magic .. ext_off: 64 bytes
 MAGIC_SECTORS, MAGIC_CLUSTERS = b"WithoutFreeSpace", b"WithouFreSpacExt"

@@ -18,7 +18,13 @@ from __future__ import annotations
 
 import struct
 
-from nestrace.images.base import ClusterMap, ImageMapError, coalesce, read_exact, read_file
+from nestrace.images.base import (
+    ClusterMap,
+    ImageMapError,
+    coalesce,
+    read_exact,
+    read_file,
+)
 from nestrace.images.qcow2 import walk_tables
 
 MAGIC = b"QFI\xfb"

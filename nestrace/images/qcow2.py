@@ -13,7 +13,14 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from nestrace.images.base import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
+from nestrace.images.base import (
+    ClusterMap,
+    ImageMapError,
+    add_run,
+    coalesce,
+    read_exact,
+    read_file,
+)
 
 MAGIC = b"QFI\xfb"
 OFFSET_MASK = 0x00FF_FFFF_FFFF_FE00      # bits 9-55 of an L1 or L2 entry

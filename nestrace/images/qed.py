@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import struct
 
-from nestrace.images.base import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
+from nestrace.images.base import (
+    ClusterMap,
+    ImageMapError,
+    add_run,
+    coalesce,
+    read_exact,
+    read_file,
+)
 
 MAGIC = b"QED\0"
 HEADER = struct.Struct("<4sIIIQQQQQII")

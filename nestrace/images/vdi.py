@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import struct
 
-from nestrace.images.base import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
+from nestrace.images.base import (
+    ClusterMap,
+    ImageMapError,
+    add_run,
+    coalesce,
+    read_exact,
+    read_file,
+)
 
 SIGNATURE = 0xBEDA107F
 SIGNATURE_AT = 0x40

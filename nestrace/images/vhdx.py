@@ -22,7 +22,14 @@ from __future__ import annotations
 import struct
 import uuid
 
-from nestrace.images.base import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
+from nestrace.images.base import (
+    ClusterMap,
+    ImageMapError,
+    add_run,
+    coalesce,
+    read_exact,
+    read_file,
+)
 
 FILE_SIG = b"vhdxfile"
 KiB, MiB = 1 << 10, 1 << 20

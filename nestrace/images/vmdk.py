@@ -28,8 +28,15 @@ import re
 import struct
 from dataclasses import dataclass
 
-from nestrace.images.base import (ClusterMap, ImageMapError, add_run, coalesce, open_noatime, read_exact,
-                       read_file)
+from nestrace.images.base import (
+    ClusterMap,
+    ImageMapError,
+    add_run,
+    coalesce,
+    open_noatime,
+    read_exact,
+    read_file,
+)
 
 MAGIC = b"KDMV"
 DESCRIPTOR_MAGIC = b"# Disk DescriptorFile"

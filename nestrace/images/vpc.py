@@ -17,7 +17,14 @@ from __future__ import annotations
 import os
 import struct
 
-from nestrace.images.base import ClusterMap, ImageMapError, add_run, coalesce, read_exact, read_file
+from nestrace.images.base import (
+    ClusterMap,
+    ImageMapError,
+    add_run,
+    coalesce,
+    read_exact,
+    read_file,
+)
 
 FOOTER = struct.Struct(">8sIIQI4sI4sQQHBBII16sB")     # to saved_state; 427 bytes reserved
 DYNAMIC = struct.Struct(">8sQQIIII")                  # to its checksum; parent fields follow

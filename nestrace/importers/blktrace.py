@@ -470,7 +470,14 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
 
     from nestrace._version import __version__
     from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
-    from nestrace.store.files import StoreError, _with_capture, _write_parquet, captures, init_store, writing
+    from nestrace.store.files import (
+        StoreError,
+        _with_capture,
+        _write_parquet,
+        captures,
+        init_store,
+        writing,
+    )
 
     if not ev.num_rows:
         raise StoreError(problems[0] if problems else

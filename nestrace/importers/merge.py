@@ -30,10 +30,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from nestrace._version import __version__
+from nestrace.capture.stack import kdev
 from nestrace.images.base import FOLLOWED, MAPPED
 from nestrace.schema import kernel_tables, table_schema
-from nestrace.capture.stack import kdev
-from nestrace.store.files import _write_parquet, captures, check_store, init_store, writing
+from nestrace.store.files import (
+    _write_parquet,
+    captures,
+    check_store,
+    init_store,
+    writing,
+)
 
 # CPUs of the host side are renumbered from here in a merged capture, so
 # that (cpu, seq), and the io_ids made of it, stay unique across machines.

@@ -10,6 +10,7 @@ import pyarrow as pa
 from nestrace.query.pick import pick
 from nestrace.query.session import FOLLOW_SQL, Session
 
+
 def follow(s: Session, level: str, io_id: int | None = None,
            capture_id: str | None = None) -> tuple[str, str, pa.Table]:
     """(capture, what was followed, the follow_io rows)."""

@@ -6,7 +6,13 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 
-from nestrace.schema._records import ENUMS, RECORDS, STREAM_MAGIC, STREAM_VERSION, TABLES
+from nestrace.schema._records import (
+    ENUMS,
+    RECORDS,
+    STREAM_MAGIC,
+    STREAM_VERSION,
+    TABLES,
+)
 
 __all__ = ["RECORDS", "TABLES", "ENUMS", "STREAM_MAGIC", "STREAM_VERSION", "BY_KIND",
            "record_dtype", "record_schema", "table_schema", "kernel_tables"]

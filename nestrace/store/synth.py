@@ -14,7 +14,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from nestrace.schema import kernel_tables
-from nestrace.store.files import PARQUET_OPTIONS, check_store, init_store, with_crc_marker, write_parquet_file
+from nestrace.store.files import (
+    PARQUET_OPTIONS,
+    check_store,
+    init_store,
+    with_crc_marker,
+    write_parquet_file,
+)
 
 STORE_TABLES = ("device_map", "extent_maps", "capture_meta", "lost_events", "agent_stats")
 

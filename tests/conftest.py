@@ -332,8 +332,7 @@ def witnessed_completions() -> Witnessed:
     seen: dict[tuple[int, int], list[tuple[int, str, int]]] = {}
     oldest: dict[int, int] = {}
     newest: dict[int, int] = {}
-    # (errors="replace": a CI run's witness had a 0xff byte in one line,
-    # 2026-11-29; a task's comm is bytes, not UTF-8)
+    # (errors="replace": a task's comm is bytes, not UTF-8)
     for line in (WITNESS / "trace").read_text(errors="replace").splitlines():
         m = WITNESS_LINE.match(line)
         if m:

@@ -348,13 +348,11 @@ def test_an_overlay_on_the_guest_fs_is_traced_through_to_the_host_disk(lab_facto
 @pytest.mark.parametrize("by", ["record", "agent"])
 def test_an_idle_capture_writes_nothing_to_the_guest_fs_it_walks(lab_factory, tmp_path, by):
     """nestrace's snapshots read every directory of the traced guest FS.
-    Until 2026-11-29 that set the atime of a directory read for the first
-    time since it changed (relatime), and ext4's journal committed the
-    inodes 5 s later, inside the capture: on a new lab, recording `sleep`
-    held 3 writes and 2 flushes on the virtual disk (jbd2), 3 host-FS
-    writes to the image and 5 writes and 4 flushes on the host disk, all
-    nestrace's own doing.  The walks (record's and the agent's) now open
-    directories with O_NOATIME, and record reads the image's header (its
+    Reading a directory for the first time since it changed sets its atime
+    (relatime), and ext4's journal would commit the inodes 5 s later,
+    inside the capture: writes and flushes at every level, all nestrace's
+    own doing.  The walks (record's and the agent's) open directories
+    with O_NOATIME, and record reads the image's header (its
     format) and map with it too: with atime set, the host FS would log
     the image's inode.  (Reads are allowed: a drop of the caches
     by the other CI run makes the end snapshot read directories again.)"""
@@ -1563,9 +1561,8 @@ def test_attaching_to_a_running_workload_counts_no_loss_while_attaching(lab_fact
         "SELECT e.dev, e.sector, e.d_ns, e.next IN (5, 6) AS unseen "
         "FROM e, capture_meta m WHERE e.action = 6 AND e.d_ns < m.start_ns")
     try:
-        # fio's reads flowing first (a CI run beside the other run's load,
-        # 2026-11-29, saw no request dispatched while attaching, 1 s after
-        # fio's start: fio not yet reading, or stalled then)
+        # fio's reads flowing first (1 s after fio's start, beside the
+        # other run's load, fio may not be reading yet)
         def reads() -> int:
             return int(stat.read_text().split()[0])
         deadline, n0 = time.monotonic() + 30, reads()
@@ -2051,10 +2048,9 @@ def test_another_file_system_on_the_virtual_disk_is_said_and_its_writes_are_othe
     """A virtual disk with two partitions and a file system on each (a VM's
     / and /home), `record --stack` of the first while fio writes 4 MiB
     with O_DIRECT into each.  The second's writes are requests on the
-    traced virtual disk that no traced call explains.  Before
-    (2026-11-27) links called them the guest's write-back (the guest's
-    journal known, a write outside it) and record said nothing; now
-    record names the other mount, and its requests are 'other'.  The
+    traced virtual disk that no traced call explains, and not the traced
+    FS's write-back: record names the other mount, and its requests are
+    'other'.  The
     agent alone (--guest-capture) names it too, and so does import."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     work = WRITES_IN_BOTH
@@ -2097,8 +2093,7 @@ def test_two_file_systems_of_the_virtual_disk_are_traced_together_with_two_stack
     partition (each its own journal, its own partition, its own files of
     the same inode numbers), none is another file system's; no warning
     of an untraced one.  The same by the agent alone (`--guest A --guest
-    B`), imported.  Before (2026-11-27) a second --stack replaced the
-    first, and the agent took one --guest.  A --guest on another disk is
+    B`), imported.  A --guest on another disk is
     refused (the agent alone makes one capture: one agent per disk)."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     work = WRITES_IN_BOTH
@@ -2176,9 +2171,8 @@ def test_another_vms_image_on_the_host_fs_is_named_and_its_writes_are_other(lab_
                                                                           tmp_path):
     """Another virtual disk's image on the same host FS (a second loop
     device: another VM), fio writing 4 MiB with O_DIRECT in each guest.
-    Before (2026-11-27) links called the other VM's host-disk writes the
-    host's write-back (the host's xfs log known: a write outside it);
-    now `record` names the other image, maps it (extent_maps role
+    The other VM's host-disk writes are not the host's write-back:
+    `record` names the other image, maps it (extent_maps role
     neighbor_image) and its writes are 'other'."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     with second_virtual_disk(lab, tmp_path) as (_, other, o):
@@ -2220,9 +2214,8 @@ def test_stacks_on_two_virtual_disks_are_recorded_side_by_side_a_capture_each(la
     recorders stop and seal (a second SIGINT to a recorder, as a killed
     record's threads send, does not stop its sealing).  `--side guest`
     (a VM with two disks) the same, and `--side host --image A --image
-    B`.  Before
-    (2026-11-28) a --stack on another virtual disk was refused; --vdisk,
-    --image or --disk with it still are."""
+    B`.  --vdisk, --image or --disk with a --stack on another virtual
+    disk are refused."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     with second_virtual_disk(lab, tmp_path) as (vdisk, image, o):
         r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--stack", str(o),
@@ -2330,9 +2323,8 @@ def test_another_file_system_on_the_host_disk_has_its_writes_other(tmp_path):
     """The host FS (xfs, the image on it) on the first partition of the
     host disk, another (ext4: the host's root, say) on the second, fio
     writing 4 MiB with O_DIRECT into each, the guest's and the host's.
-    Before (2026-11-27) links called the host's own writes, outside the
-    host FS holding the image, write-back (the host's journal known); now
-    'other'.  (Built by hand: the lab's host disk holds the one file
+    The host's own writes, outside the host FS holding the image, are
+    'other', not write-back.  (Built by hand: the lab's host disk holds the one file
     system.)"""
     with partitioned(tmp_path / "disk.img", "1G", [(2048, 1228800, "mkfs.xfs"),
                                                   (1232896, 800000, "mkfs.ext4")],
@@ -2381,10 +2373,9 @@ def test_btrfs_on_partitions_maps_through_its_chunk_tree_on_the_partition(lab_fa
 def test_btrfs_inline_files_have_no_place_and_are_not_warned_of_one_by_one(lab_factory, tmp_path,
                                                                           by):
     """A small btrfs file's data is inline, in its metadata tree: FIEMAP
-    gives it physical 0 and no flag saying the place is unknown.  Until
-    2026-11-28 each such file in a snapshot printed a warning that its
-    bytes were 'in no chunk of the chunk tree' (a btrfs root file system
-    has thousands) and its extent was not stored.  Now the row is stored
+    gives it physical 0 and no flag saying the place is unknown.  No
+    warning per file (a btrfs root file system has thousands): the row is
+    stored
     with FIEMAP_EXTENT_UNKNOWN added to its flags, and the offset maps
     leave it out, as any extent without a place; the other files map."""
     lab = lab_factory("btrfs", "xfs", guest_dio="on", host_dio="on")
@@ -2639,9 +2630,7 @@ def test_files_created_and_deleted_during_the_capture_have_their_write_back_tied
     """fio three times: 16 files of 64 KiB each, 4 KiB random writes with
     an fsync every 8, the files unlinked at the end.  No snapshot has them:
     their blocks are known only from the mapping events (ext2/ext3's
-    files have indirect blocks, mapped by ext4_ind_map_blocks: until
-    2026-11-27 not hooked, and all of their data was unattributed
-    'journal' or 'writeback').  Every virtual-disk write no call explains
+    files have indirect blocks, mapped by ext4_ind_map_blocks).  Every virtual-disk write no call explains
     is the file system's own (metadata or journal), and at least 2 of the 3
     MiB written are tied (the rest was dropped with the files unwritten)."""
     lab = lab_factory(guest_fs, "xfs", guest_dio="on", host_dio="on")
@@ -2670,15 +2659,12 @@ def test_a_clone_read_before_its_blocks_are_rewritten_is_tied_where_its_source_h
     snapshot has), and read again.  The first read of those 256 KiB read
     the source's blocks.  Cloned during the capture, no snapshot has the
     clone there: its place comes from the mapping events of xfs's reflink
-    remaps (source 8) or btrfs's extent lookups (9), until 2026-11-27 not
-    hooked.  Cloned before, the start snapshot has it, flagged shared; on
-    xfs, which writes other blocks in place, only a shared block's moves
-    were not taken for a new file's (fixed the same day).  Before, the 256
-    KiB were 'other' in both cases on xfs, and cloned during the capture
-    on btrfs.  Cloned during the capture and both files deleted before its
+    remaps (source 8) or btrfs's extent lookups (9).  Cloned before, the
+    start snapshot has it, flagged shared; on xfs, which writes other
+    blocks in place, only a shared block's moves are a new file's.  Cloned
+    during the capture and both files deleted before its
     end, no end snapshot has the rewritten blocks' new place either: on
-    xfs it comes from the copy-on-write remaps (source 10; before, the
-    rewrite was unattributed 'writeback' and the second read 'other')."""
+    xfs it comes from the copy-on-write remaps (source 10)."""
     lab = lab_factory(guest_fs, "xfs", guest_dio="on", host_dio="on")
     a, b = f"{lab.mount}/A", f"{lab.mount}/B"
     subprocess.run(["dd", "if=/dev/urandom", f"of={a}", "bs=1M", "count=8", "oflag=direct",
@@ -2730,9 +2716,7 @@ def test_a_reflink_snapshot_of_the_image_makes_its_copy_on_write_no_hole_punched
     (a VM snapshot: cp --reflink), then 4 KiB O_DIRECT random writes in the
     guest: each write to a block the snapshot shares goes to a new place,
     and at its end xfs remaps it into the image, unmapping the old block
-    (xfs_bunmap with XFS_BMAPI_REMAP).  Until 2026-11-27 each such remap
-    was a hostfs_io row of op discard, as if a hole had been punched: 1055
-    rows, a third of the host FS's bytes, unattributed 'discard'.  Now
+    (xfs_bunmap with XFS_BMAPI_REMAP).  Such a remap is no hole punched:
     there is no discard, and every host-FS write is the virtual disk's."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     subprocess.run(["fio", "--name=w", f"--directory={lab.mount}", "--rw=write", "--bs=1M",
@@ -2835,10 +2819,9 @@ def test_reads_of_a_compressed_image_are_tied_to_the_compressed_data_they_read(l
     and any 4 KiB of it is read by reading all of those.  FIEMAP gives
     such an extent's logical length and where its compressed data starts,
     not how long that is; `record` takes it from the extent items
-    (BTRFS_IOC_TREE_SEARCH) into extent_maps.disk_length_bytes.  Before
-    (2026-11-27), links carried image bytes onto the host disk byte for
-    byte, past the end of the compressed data: 4 KiB O_DIRECT random reads
-    in the guest left 95 % of the host disk's reads 'other'."""
+    (BTRFS_IOC_TREE_SEARCH) into extent_maps.disk_length_bytes, so that
+    links carry image bytes onto the compressed data, not byte for byte
+    past its end."""
     lab = lab_factory("ext4", "btrfs", guest_dio="off", host_dio="on", host_compress=True)
     # compressible data (text), written back through both page caches
     subprocess.run(["sh", "-c", f"yes 'nestrace compresses this line 0123456789' "
@@ -2867,11 +2850,9 @@ def test_reads_of_a_compressed_image_are_tied_to_the_compressed_data_they_read(l
     tied = sum(b for (_, t), b in by.items() if t)
     # The host's readahead of the image (a buffered loop) runs past a read
     # into the next extent, whose compressed data it reads with no vdisk
-    # request behind it: 'readahead', 4 KiB in six runs here, 40 KiB in
-    # one CI run (2026-11-27).  btrfs reads tree blocks it no longer has
-    # cached (the checksum tree's, say) with REQ_META: 'metadata', 64 KiB
-    # in one CI run (2026-12-01), none in the runs before.  None of it may
-    # be 'other'.
+    # request behind it: 'readahead', up to tens of KiB.  btrfs reads tree
+    # blocks it no longer has cached (the checksum tree's, say) with
+    # REQ_META: 'metadata'.  None of it may be 'other'.
     explained = sum(by.get((k, False), 0) for k in ("readahead", "metadata"))
     assert tied >= 0.95 * total and tied + explained >= 0.99 * total, by
     # the compression shows: fewer bytes read from the host disk than the
@@ -2890,16 +2871,13 @@ def test_compressed_data_the_host_placed_and_moved_during_the_capture_is_found(l
     capture, each time through both page caches with an fsync, and read
     in between (caches dropped, O_DIRECT in the guest).  The first write's
     compressed extents were moved by the second (copy-on-write): no
-    snapshot has them, only btrfs's ordered extents, which since
-    2026-11-27 carry a compressed extent's compressed length too
-    (mapping_events.disk_length_bytes; before, compressed ones made no
-    event).  Before, the host disk's writes of the first copy were
-    unattributed ('journal', by their flags).  The read went through the
+    snapshot has them, only btrfs's ordered extents, which carry a
+    compressed extent's compressed length too
+    (mapping_events.disk_length_bytes).  The read went through the
     host's page cache (btrfs reads compressed extents buffered), whose
     readahead ran ahead of the virtual disk's requests; btrfs reads a
     compressed extent with a bio of its own, without REQ_RAHEAD: those
-    reads were 'other', and are now readahead by the host FS's readahead
-    events on the image."""
+    reads are readahead by the host FS's readahead events on the image."""
     lab = lab_factory("ext4", "btrfs", guest_dio="off", host_dio="on", host_compress=True)
     f = f"{lab.mount}/t"
     subprocess.run(["sh", "-c", f"yes 'nestrace compresses this line 0123456789' "
@@ -2941,10 +2919,7 @@ def test_reads_of_a_compressing_btrfs_guests_files_are_tied_to_their_compressed_
     file of text is 128 KiB extents of a few KiB each on the virtual disk.
     4 KiB O_DIRECT random reads (btrfs serves a compressed extent through
     its page cache), then, caches dropped, a buffered sequential read,
-    whose readahead btrfs reads without REQ_RAHEAD.  Before (2026-11-27)
-    the guest file's extents were carried onto the virtual disk byte for
-    byte: 95 % of the random reads' virtual-disk bytes were 'other', and
-    the sequential read's readahead 'other' too; now every read is tied
+    whose readahead btrfs reads without REQ_RAHEAD.  Every read is tied
     to its compressed data (extent_maps.disk_length_bytes, from the
     guest's extent items), and the readahead is found by the guest FS's
     readahead events.  The same from the agent alone, as in a VM guest

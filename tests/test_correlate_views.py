@@ -1797,10 +1797,9 @@ def test_a_metadata_write_to_a_block_a_file_gets_later_is_metadata_not_writeback
     indirect block of a file deleted since) and later given to file 13 as
     data (its mapping event at 2000 ns); no call explains either write.
     The metadata write is metadata; the plain write to the same block
-    after the file got it is write-back.  (Until 2026-11-29 a block any
-    mapping event of the capture put data in was write-back whatever the
-    flags: 124 KiB of ext2's indirect blocks were unattributed
-    write-back in a CI run of test_files_created_and_deleted_...[ext2].)"""
+    after the file got it is write-back: a block that held data at some
+    time of the capture is not write-back whatever its flags (ext2's
+    indirect blocks are metadata)."""
     from rows import _hdr
     later = _hdr(5, 2000) | {"ino": 13, "file_offset_bytes": 0, "disk_bytes": 20 * MiB,
                              "length_bytes": 4096, "dev": GUEST, "map_type": 2, "source": 7,

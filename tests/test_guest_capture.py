@@ -242,10 +242,9 @@ def test_every_file_touched_gets_an_end_snapshot_and_a_start_snapshot_cut_short_
     """An xfs guest with 4100 files before the capture, and 4200 files of 4
     KiB written during it.  The start snapshot takes the first 4096 files
     found, and says so (a warning, settings_json, report --json); the end
-    snapshot has every file the capture touched.  Until 2026-11-27 both
-    stopped at 4096 files without a word, and the write-back of the files
-    past them (xfs's write-back allocations make no mapping event) was
-    unattributed: 12 MiB of a tar extraction of 4550 files."""
+    snapshot has every file the capture touched (xfs's write-back
+    allocations make no mapping event: a file missing from it would leave
+    its write-back unattributed)."""
     lab = lab_factory("xfs", "xfs", guest_dio="on", host_dio="on")
     import sys
     subprocess.run([sys.executable, "-c", MANY_FILES, f"{lab.mount}/old", "4100"], check=True)
@@ -271,7 +270,7 @@ def test_every_file_touched_gets_an_end_snapshot_and_a_start_snapshot_cut_short_
         {k: len(v) for k, v in files.items()}
     # and any other file in the end snapshot was touched too (an old
     # file with page-cache events during the capture: its pages evicted,
-    # say; 10 of them in one CI run, 2026-11-27)
+    # say)
     touched = {r["ino"] for r in s.rows("SELECT DISTINCT ino FROM vfs_events UNION "
                                         "SELECT DISTINCT ino FROM pagecache_events")}
     assert files["end"] - new <= touched, len(files["end"] - new)
@@ -290,11 +289,9 @@ def test_the_agent_and_record_take_the_same_first_files_in_the_same_order(lab_fa
     order, from the agent alone as from `record`: depth first, a
     directory's files before its subdirectories, none from lost+found or
     from a file system mounted inside the guest's, no symlink, no fifo.
-    Until 2026-11-29 the agent walked with nftw, which stats every file
-    (the end snapshot of this machine's root file system: 480 k stats,
-    ~1 s more system time) and goes into a subdirectory where it meets it:
-    here it took fewer than the 2000 top-level files (ext4 lists a
-    directory in hash order) and more of d0's 3000."""
+    (A walk that goes into a subdirectory where it meets it would take
+    fewer than the 2000 top-level files here, ext4 listing a directory in
+    hash order, and more of d0's 3000.)"""
     from nestrace.capture.snapshots import MAX_GUEST_FILES, guest_files
     from nestrace.capture.stack import guest_side
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")

@@ -26,11 +26,8 @@ def create_luks(img, size: str) -> None:
     """A LUKS image as QEMU creates it.  QEMU calibrates its key
     derivation on the CPU time its first 2^15 iterations take, and fails
     ("Unable to get accurate CPU usage") when that measures 0 ms: on this
-    VM they often take under a millisecond.  It failed about one creation
-    in ten at iter-time 250 ms until 2026-11-25, and 8 to 16 in 20 on
-    2026-11-26 (each failure in a few ms), when CI once failed all 8 tries
-    (and test_fuzz's one try failed in CI on 2026-12-01): a failed
-    creation is tried again, up to 200 times."""
+    VM they often take under a millisecond, and up to 16 creations in 20
+    have failed so: a failed creation is tried again, up to 200 times."""
     for _ in range(200):
         r = subprocess.run(["qemu-img", "create", "-q", "-f", "luks", *SECRET, "-o",
                             "key-secret=s0,iter-time=250", str(img), size],

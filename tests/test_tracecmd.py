@@ -252,10 +252,8 @@ def read_as_trace_cmd(bad: Path, data: bytes, rows: int):
 def test_discarded_events_are_passed_over_as_trace_cmd_does(dats, tmp_path):
     """The kernel leaves an event it discards (a filter said no, after the
     record was written) in place as padding with a time delta, its array[0]
-    the length less the header (rb_event_discard).  Until 2026-11-29 the
-    reader skipped 4 bytes too many (the rest of the page lost, a problem
-    named) and passed over its delta (the times after it, early): made
-    here from a real file, a discard in the middle of a page and as its
+    the length less the header (rb_event_discard); its delta stands.  Made
+    here from a real file: a discard in the middle of a page and as its
     last record, on every CPU."""
     files, _, _ = dats
     src = files["v6"]

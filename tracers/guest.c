@@ -774,10 +774,8 @@ static char *path__join(const char *dir, const char *name)
  * subdirectories, in directory order, as guest_files in
  * nestrace/capture/record.py.  Only directories are stat'ed: a file's type and
  * inode come from its directory entry (d_ino is st_ino on ext2/3/4, xfs,
- * btrfs and an overlay on one file system).  (With nftw, which stats
- * every file, `--guest / -- cat` on this machine's root file system of
- * ~480 k files took 1.9-2.4 s of system time, 2026-11-29; with this walk
- * 0.9-1.1 s.) */
+ * btrfs and an overlay on one file system): about half the system time
+ * of nftw, which stats every file. */
 static int files__walk(const char *top,
 		       bool (*visit)(int, const char *, const char *, __u64))
 {

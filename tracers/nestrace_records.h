@@ -112,7 +112,7 @@ struct nt_mapping_event {
 	__u16 map_type; /* 0 hole 1 delalloc 2 mapped 3 unwritten 4 inline */
 	__u16 source; /* hook: 1 iomap_iter_dstmap 2 iomap_iter_srcmap 3 ext4_ext_map_blocks_exit 4 xfs_iomap_found 5 xfs_iomap_alloc 6 btrfs_ordered_extent_add (disk_bytes in btrfs logical bytes: record maps the image's, on a btrfs host, and the guest files', on a btrfs guest, through that file system's chunk tree into extent_maps rows of phase events) 7 ext4_ind_map_blocks_exit (a file with indirect blocks: ext2, ext3) 8 xfs_reflink_remap_extent_dest (an xfs reflink: a clone's range given its source's blocks, from xfs_reflink_remap_extent_src just before on the task) 9 btrfs_get_extent (where a btrfs file's extent is when btrfs looks it up, each once: a btrfs clone's range before it is rewritten; disk_bytenr + offset in btrfs logical bytes, mapped as 6; Linux 6.11 on) 10 xfs_reflink_cow_remap_from (an xfs copy-on-write write's new blocks, put in the file when it ends) */
 	__u32 flags; /* source-specific flags (iomap flags, ext4 map flags) */
-	__u32 disk_length_bytes; /* a compressed extent (btrfs, sources 6 and 9): the bytes at disk_bytes that hold all of its length_bytes compressed; 0 for every other mapping (and in stores written before 2026-11-27, where compressed extents made no event) */
+	__u32 disk_length_bytes; /* a compressed extent (btrfs, sources 6 and 9): the bytes at disk_bytes that hold all of its length_bytes compressed; 0 for every other mapping (and in older stores, where compressed extents made no event) */
 };
 
 #define NT_KIND_CPU_STATS 6

@@ -295,9 +295,9 @@ const volatile bool have_rdonly_cast = false;
 
 /* If f's file system is traced: its dev, ino, f_flags and (pos: for the
  * calls that may use it; the others give an offset) f_pos into s.  (One
- * probe read per pair of nearby fields, tried 2026-12-01, saved ~70 ns
- * per I/O and took 64 bytes more of the stack, past what Linux 6.1's
- * verifier allows a program and its bpf_loop callback together.) */
+ * probe read per field: reading nearby fields in pairs takes 64 bytes
+ * more of the stack, past what Linux 6.1's verifier allows a program and
+ * its bpf_loop callback together.) */
 static __always_inline bool file__traced(struct vfs_start *s, struct file *f, const bool pos,
 					 const bool btf)
 {

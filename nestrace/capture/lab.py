@@ -422,8 +422,7 @@ def _default_request_limit(dev: str) -> None:
     max_sectors_kb) after it is detached, and the next lab given its
     number inherited it: 8 KiB left on loop0 by a hand-made test split
     btrfs's 16 KiB metadata reads at the host disk and made fio's 128 KiB
-    reads look sequential on a fragmented image (two CI failures,
-    2026-11-29).  Set it to a new device's: max_hw_sectors_kb, at most
+    reads look sequential on a fragmented image.  Set it to a new device's: max_hw_sectors_kb, at most
     1280 (the block layer's BLK_DEF_MAX_SECTORS_CAP)."""
     q = Path("/sys/block") / Path(dev).name / "queue"
     try:

@@ -85,10 +85,10 @@ def _guest_fields(g: dict) -> dict:
             "guest_kdev": kdev(g["fs_major"], g["fs_minor"]),
             "guest_block_bytes": g["fs_block_bytes"],
             "guest_part_start_bytes": g["part_start_bytes"],
-            # (guest captures of agents before 2026-11-27: not said)
+            # (not said by older agents: 0)
             "guest_part_size_bytes": g.get("part_size_bytes", 0),
-            # an overlay: the file system of its layers (agents before
-            # 2026-11-28 refused an overlay: not said)
+            # an overlay: the file system of its layers (older agents
+            # refused an overlay and do not say it)
             "guest_base_kdev": kdev(g.get("base_major", 0), g.get("base_minor", 0))}
 
 
@@ -256,7 +256,7 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
     facts = _facts(d)
     stack = _stack(facts, d / "guest.json")
     start, end, problems = _agent_meta(d)
-    # (agents before 2026-11-27 did not say)
+    # (older agents do not say)
     untraced = facts["stack"].get("untraced_mounts") or []
     if not (isinstance(untraced, list) and all(
             isinstance(x, list) and len(x) == 2 and all(isinstance(s, str) for s in x)

@@ -567,8 +567,7 @@ def read(path: str | os.PathLike) -> Events:
                     # a discarded event (the kernel's rb_event_discard): its
                     # array[0] is its length less its 4-byte header, and its
                     # delta stands (the next event's is from its time), as
-                    # libtraceevent reads it.  (Until 2026-11-29, 4 bytes
-                    # too far and no delta: the rest of the page was lost.)
+                    # libtraceevent reads it.
                     ts += delta
                     p += 4 + _U32(data, p + 4)[0]
                     continue

@@ -15,7 +15,7 @@ SELECT m.capture_id, m.level, m.dev, m.name, m.size_sectors, m.fs_type,
 FROM device_map m JOIN capture_meta c USING (capture_id);
 
 -- The traced file systems on a partition of the disk below whose size the
--- capture kept (stores written before 2026-11-27: none), with the
+-- capture kept (older stores kept none), with the
 -- partition's bytes [lo, hi) on that disk (level): the guest FS on the
 -- virtual disk, the host FS on its disk when on one disk (a btrfs on
 -- several has one size said for all).  The rest of the disk holds other

@@ -2,6 +2,8 @@
 default so a test names only what it is about."""
 from __future__ import annotations
 
+from nestrace.importers.blktrace import NT_ACTIONS
+
 CAP = "c1"
 GUEST, VDISK, HOSTFS, DISK = (7 << 20) | 1, (7 << 20) | 1, (7 << 20) | 0, (7 << 20) | 0
 # (in the lab the guest FS is on the vdisk and the host FS on the disk: same dev_t)
@@ -33,10 +35,9 @@ def _hdr(kind, ts):
 
 
 def blk(action, ts, dev=DISK, sector=0, nr=8, rq=0, bio=0, op=0, flags=0, error=0, aux=0):
-    codes = {"Q": 1, "M": 2, "F": 3, "G": 4, "I": 5, "D": 6, "C": 7, "X": 8, "R": 10}
     return _hdr(2, ts) | {"sector": sector, "rq_id": rq, "bio_id": bio, "aux_sector": aux,
                           "dev": dev, "nr_sectors": nr, "pid": 1, "error": error,
-                          "action": codes[action], "req_op": op, "req_flags": flags,
+                          "action": NT_ACTIONS[action], "req_op": op, "req_flags": flags,
                           "comm": "t"}
 
 

@@ -8,8 +8,7 @@
 /* Keep the record types in BTF: tests check their layout against schemas/. */
 struct nt_block_event *unused_block_event __attribute__((unused));
 
-enum { A_Q = 1, A_BACKMERGE, A_FRONTMERGE, A_G, A_I, A_D, A_C, A_X,
-       A_RQ_MERGE, A_REQUEUE };
+/* block_event.action values are NT_BLOCK_ACTION_<NAME>, from schemas/ */
 
 static __always_inline struct nt_block_event *block__reserve(__u32 dev)
 {
@@ -33,7 +32,7 @@ static __always_inline int block__submit(struct nt_block_event *e, __u32 dev,
 	e->req_op = opf & NT_REQ_OP_MASK;
 	e->req_flags = opf__nt_flags(opf);
 	e->_pad0 = 0;
-	if (action == A_C || action == A_I) {
+	if (action == NT_BLOCK_ACTION_C || action == NT_BLOCK_ACTION_I) {
 		e->pid = 0;
 		__builtin_memset(e->comm, 0, sizeof(e->comm));
 	} else {
@@ -72,7 +71,7 @@ static __always_inline int rq__emit(struct request *rq, __u16 action,
 	FLOOR_SUBMIT(e);
 	e->sector = RD1(btf, rq, __sector);
 	/* like the kernel's own trace: completion reports the bytes done */
-	e->nr_sectors = (action == A_C ? nr_bytes : RD1(btf, rq, __data_len)) >> 9;
+	e->nr_sectors = (action == NT_BLOCK_ACTION_C ? nr_bytes : RD1(btf, rq, __data_len)) >> 9;
 	e->rq_id = (__u64)rq;
 	e->bio_id = (__u64)RD1(btf, rq, bio);
 	e->aux_sector = 0;
@@ -80,16 +79,16 @@ static __always_inline int rq__emit(struct request *rq, __u16 action,
 	return block__submit(e, dev, action, RD1(btf, rq, cmd_flags), btf);
 }
 
-NT_TWIN(block_bio_queue) { return bio__emit(ARG(0, struct bio *), A_Q, 0, btf); }
-NT_TWIN(block_bio_backmerge) { return bio__emit(ARG(0, struct bio *), A_BACKMERGE, 0, btf); }
-NT_TWIN(block_bio_frontmerge) { return bio__emit(ARG(0, struct bio *), A_FRONTMERGE, 0, btf); }
-NT_TWIN(block_getrq) { return bio__emit(ARG(0, struct bio *), A_G, 0, btf); }
-NT_TWIN(block_split) { return bio__emit(ARG(0, struct bio *), A_X, (__u32)ctx[1], btf); }
-NT_TWIN(block_rq_insert) { return rq__emit(ARG(0, struct request *), A_I, 0, 0, btf); }
-NT_TWIN(block_rq_issue) { return rq__emit(ARG(0, struct request *), A_D, 0, 0, btf); }
-NT_TWIN(block_rq_merge) { return rq__emit(ARG(0, struct request *), A_RQ_MERGE, 0, 0, btf); }
-NT_TWIN(block_rq_requeue) { return rq__emit(ARG(0, struct request *), A_REQUEUE, 0, 0, btf); }
+NT_TWIN(block_bio_queue) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_Q, 0, btf); }
+NT_TWIN(block_bio_backmerge) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_BACKMERGE, 0, btf); }
+NT_TWIN(block_bio_frontmerge) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_FRONTMERGE, 0, btf); }
+NT_TWIN(block_getrq) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_G, 0, btf); }
+NT_TWIN(block_split) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_X, (__u32)ctx[1], btf); }
+NT_TWIN(block_rq_insert) { return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_I, 0, 0, btf); }
+NT_TWIN(block_rq_issue) { return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_D, 0, 0, btf); }
+NT_TWIN(block_rq_merge) { return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_RQ_MERGE, 0, 0, btf); }
+NT_TWIN(block_rq_requeue) { return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_REQUEUE, 0, 0, btf); }
 NT_TWIN(block_rq_complete)
 {
-	return rq__emit(ARG(0, struct request *), A_C, (__u8)ctx[1], (__u32)ctx[2], btf);
+	return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_C, (__u8)ctx[1], (__u32)ctx[2], btf);
 }

@@ -14,12 +14,8 @@ struct nt_pagecache_event *unused_pagecache_event __attribute__((unused));
 struct nt_mapping_event *unused_mapping_event __attribute__((unused));
 
 /* hostfs_event.source values are NT_HOSTFS_SOURCE_<HOOK>, from schemas/ */
-enum { HOP_READ = 0, HOP_WRITE = 1, HOP_DISCARD = 3 };
-enum { P_ADD = 1, P_DELETE, P_SYNC_RA, P_ASYNC_RA, P_RA_UNBOUNDED,
-       P_RA_ORDER, P_DIRTY, P_WRITEBACK, P_FAULT, P_MAP_PAGES };
-enum { M_ITER_DSTMAP = 1, M_ITER_SRCMAP, M_EXT4_MAP_BLOCKS, M_BTRFS_ORDERED_EXTENT = 6,
-       M_EXT4_IND_MAP_BLOCKS, M_XFS_REFLINK_REMAP, M_BTRFS_GET_EXTENT,
-       M_XFS_COW_REMAP };
+/* ... and op, pagecache_event.event and mapping_event.source values
+ * NT_HOSTFS_OP_*, NT_PAGECACHE_EVENT_* and NT_MAPPING_SOURCE_* */
 
 static __always_inline int access__emit(struct inode *inode, __s64 offset,
 					__u64 bytes, __u32 flags,
@@ -58,8 +54,8 @@ static __always_inline int kiocb__emit(struct kiocb *iocb, struct iov_iter *iter
 	struct inode *inode = RD2(btf, iocb, ki_filp, f_inode);
 	int ki_flags = RD1(btf, iocb, ki_flags);
 
-	if (op > HOP_WRITE)	/* iomap dio: direction from the iter */
-		op = iter__is_source(iter, btf) ? HOP_WRITE : HOP_READ;
+	if (op > NT_HOSTFS_OP_WRITE)	/* iomap dio: direction from the iter */
+		op = iter__is_source(iter, btf) ? NT_HOSTFS_OP_WRITE : NT_HOSTFS_OP_READ;
 	return access__emit(inode, RD1(btf, iocb, ki_pos),
 			    RD1(btf, iter, count), iocb__nt_flags(ki_flags) | extra,
 			    source, op, btf);
@@ -67,11 +63,11 @@ static __always_inline int kiocb__emit(struct kiocb *iocb, struct iov_iter *iter
 
 /* xfs: one event per read_iter/write_iter call, exact offset and count. */
 NT_TWIN(xfs_file_buffered_read)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_READ, HOP_READ, 0, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_READ, NT_HOSTFS_OP_READ, 0, btf); }
 NT_TWIN(xfs_file_buffered_write)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_WRITE, HOP_WRITE, 0, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_BUFFERED_WRITE, NT_HOSTFS_OP_WRITE, 0, btf); }
 NT_TWIN(xfs_file_direct_read)
-{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_READ, HOP_READ, 0, btf); }
+{ return kiocb__emit(ARG(0, struct kiocb *), ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_READ, NT_HOSTFS_OP_READ, 0, btf); }
 /* A direct write not aligned to the FS block is first tried under the
  * shared iolock, for overwrites only; one that needs allocation fails
  * (-EAGAIN) and is tried again under the exclusive lock: a second event
@@ -83,7 +79,7 @@ NT_TWIN(xfs_file_direct_write)
 	struct inode *inode = RD2(btf, iocb, ki_filp, f_inode);
 
 	return kiocb__emit(iocb, ARG(1, struct iov_iter *), NT_HOSTFS_SOURCE_XFS_FILE_DIRECT_WRITE,
-			   HOP_WRITE, inode__write_locked(inode) ? NT_IOCB_IOLOCK_EXCL : 0, btf);
+			   NT_HOSTFS_OP_WRITE, inode__write_locked(inode) ? NT_IOCB_IOLOCK_EXCL : 0, btf);
 }
 /* Every iomap file system's direct I/O (xfs, ext2/3/4, btrfs). */
 NT_TWIN(iomap_dio_rw_begin)
@@ -96,14 +92,14 @@ NT_TWIN(mm_filemap_get_pages)
 	__u64 first = ctx[1], last = ctx[2];
 
 	return access__emit(RD1(btf, m, host), first << 12,
-			    (last - first + 1) << 12, 0, NT_HOSTFS_SOURCE_MM_FILEMAP_GET_PAGES, HOP_READ, btf);
+			    (last - first + 1) << 12, 0, NT_HOSTFS_SOURCE_MM_FILEMAP_GET_PAGES, NT_HOSTFS_OP_READ, btf);
 }
 
 /* ext2/3/4 buffered writes, one event per page-sized chunk. */
 NT_TWIN(ext4_write_begin)
-{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_WRITE_BEGIN, HOP_WRITE, btf); }
+{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_WRITE_BEGIN, NT_HOSTFS_OP_WRITE, btf); }
 NT_TWIN(ext4_da_write_begin)
-{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_DA_WRITE_BEGIN, HOP_WRITE, btf); }
+{ return access__emit(ARG(0, struct inode *), ctx[1], (__u32)ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_DA_WRITE_BEGIN, NT_HOSTFS_OP_WRITE, btf); }
 
 /* Holes punched in the image: the loop device's discards (a guest's
  * fstrim or online discard) and write-zeroes that may unmap.  ext4 says
@@ -114,12 +110,12 @@ NT_TWIN(ext4_da_write_begin)
  * (the end of a copy-on-write write of a shared block, a clone over a
  * range) puts other blocks in the range's place: no hole. */
 NT_TWIN(ext4_punch_hole)
-{ return access__emit(ARG(0, struct inode *), ctx[1], ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_PUNCH_HOLE, HOP_DISCARD, btf); }
+{ return access__emit(ARG(0, struct inode *), ctx[1], ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_PUNCH_HOLE, NT_HOSTFS_OP_DISCARD, btf); }
 /* A range zeroed in place (the loop device's write-zeroes that must not
  * unmap: fallocate ZERO_RANGE; ext4 keeps the blocks, as unwritten
  * extents).  What the level above reads there is zeroes, as from a hole. */
 NT_TWIN(ext4_zero_range)
-{ return access__emit(ARG(0, struct inode *), ctx[1], ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_ZERO_RANGE, HOP_DISCARD, btf); }
+{ return access__emit(ARG(0, struct inode *), ctx[1], ctx[2], 0, NT_HOSTFS_SOURCE_EXT4_ZERO_RANGE, NT_HOSTFS_OP_DISCARD, btf); }
 
 #define NT_XFS_BMAPI_ATTRFORK (1 << 2)
 #define NT_XFS_BMAPI_REMAP (1 << 7)
@@ -134,7 +130,7 @@ NT_TWIN(xfs_bunmap)
 		return 0;
 	log = RD2(btf, ip, i_mount, m_sb.sb_blocklog);
 	return access__emit(&ip->i_vnode, ctx[1] << log, ctx[2] << log, 0,
-			    NT_HOSTFS_SOURCE_XFS_BUNMAP, HOP_DISCARD, btf);
+			    NT_HOSTFS_SOURCE_XFS_BUNMAP, NT_HOSTFS_OP_DISCARD, btf);
 }
 
 /* 1 when the task is in a page fault it took in user mode, not in a
@@ -173,7 +169,7 @@ static __always_inline int cache__emit(struct inode *inode, __u64 index,
 	e->index = index;
 	e->nr_pages = nr_pages;
 	/* (asked only for a file traced: a dirtied folio's aux says who dirtied it) */
-	e->aux = event == P_DIRTY ? task__in_user_fault() : aux;
+	e->aux = event == NT_PAGECACHE_EVENT_DIRTY ? task__in_user_fault() : aux;
 	e->dev = dev;
 	e->pid = task__tgid();
 	e->event = event;
@@ -194,40 +190,40 @@ static __always_inline int folio__emit(struct folio *folio, __u16 event, const b
 			   folio__nr_pages(folio), 0, event, btf);
 }
 
-NT_TWIN(mm_filemap_add_to_page_cache) { return folio__emit(ARG(0, struct folio *), P_ADD, btf); }
-NT_TWIN(mm_filemap_delete_from_page_cache) { return folio__emit(ARG(0, struct folio *), P_DELETE, btf); }
-NT_TWIN(writeback_dirty_folio) { return folio__emit(ARG(0, struct folio *), P_DIRTY, btf); }
+NT_TWIN(mm_filemap_add_to_page_cache) { return folio__emit(ARG(0, struct folio *), NT_PAGECACHE_EVENT_ADD, btf); }
+NT_TWIN(mm_filemap_delete_from_page_cache) { return folio__emit(ARG(0, struct folio *), NT_PAGECACHE_EVENT_DELETE, btf); }
+NT_TWIN(writeback_dirty_folio) { return folio__emit(ARG(0, struct folio *), NT_PAGECACHE_EVENT_DIRTY, btf); }
 
 NT_TWIN(page_cache_sync_ra)
 {
 	struct file_ra_state *ra = ARG(2, struct file_ra_state *);
 
 	return cache__emit(ARG(0, struct inode *), ctx[1], RD1(btf, ra, ra_pages),
-			   ctx[3], P_SYNC_RA, btf);
+			   ctx[3], NT_PAGECACHE_EVENT_SYNC_RA, btf);
 }
 NT_TWIN(page_cache_async_ra)
 {
 	struct file_ra_state *ra = ARG(2, struct file_ra_state *);
 
 	return cache__emit(ARG(0, struct inode *), ctx[1], RD1(btf, ra, ra_pages),
-			   ctx[3], P_ASYNC_RA, btf);
+			   ctx[3], NT_PAGECACHE_EVENT_ASYNC_RA, btf);
 }
 NT_TWIN(page_cache_ra_unbounded)
 {
-	return cache__emit(ARG(0, struct inode *), ctx[1], ctx[2], ctx[3], P_RA_UNBOUNDED, btf);
+	return cache__emit(ARG(0, struct inode *), ctx[1], ctx[2], ctx[3], NT_PAGECACHE_EVENT_RA_UNBOUNDED, btf);
 }
 NT_TWIN(page_cache_ra_order)
 {
 	struct file_ra_state *ra = ARG(2, struct file_ra_state *);
 
 	return cache__emit(ARG(0, struct inode *), ctx[1], RD1(btf, ra, size),
-			   RD1(btf, ra, async_size), P_RA_ORDER, btf);
+			   RD1(btf, ra, async_size), NT_PAGECACHE_EVENT_RA_ORDER, btf);
 }
 NT_TWIN(iomap_writeback_folio)
 {
 	__u64 pos = ctx[1], len = ctx[2];
 
-	return cache__emit(ARG(0, struct inode *), pos >> 12, (len + 4095) >> 12, 0, P_WRITEBACK, btf);
+	return cache__emit(ARG(0, struct inode *), pos >> 12, (len + 4095) >> 12, 0, NT_PAGECACHE_EVENT_WRITEBACK, btf);
 }
 
 /* Reads of a memory-mapped file, made without a system call: a page
@@ -238,14 +234,14 @@ NT_TWIN(mm_filemap_fault)
 {
 	struct address_space *m = ARG(0, struct address_space *);
 
-	return cache__emit(RD1(btf, m, host), ctx[1], 1, 0, P_FAULT, btf);
+	return cache__emit(RD1(btf, m, host), ctx[1], 1, 0, NT_PAGECACHE_EVENT_FAULT, btf);
 }
 NT_TWIN(mm_filemap_map_pages)
 {
 	struct address_space *m = ARG(0, struct address_space *);
 	__u64 first = ctx[1], last = ctx[2];
 
-	return cache__emit(RD1(btf, m, host), first, last - first + 1, 0, P_MAP_PAGES, btf);
+	return cache__emit(RD1(btf, m, host), first, last - first + 1, 0, NT_PAGECACHE_EVENT_MAP_PAGES, btf);
 }
 
 /* Mappings already reported: direct I/O looks the same mapping up on
@@ -327,8 +323,8 @@ static __always_inline int iomap__emit(struct inode *inode, struct iomap *m, __u
 			 RD1(btf, m, type), source, RD1(btf, m, flags), btf);
 }
 
-NT_TWIN(iomap_iter_dstmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_DSTMAP, btf); }
-NT_TWIN(iomap_iter_srcmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), M_ITER_SRCMAP, btf); }
+NT_TWIN(iomap_iter_dstmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), NT_MAPPING_SOURCE_ITER_DSTMAP, btf); }
+NT_TWIN(iomap_iter_srcmap) { return iomap__emit(ARG(0, struct inode *), ARG(1, struct iomap *), NT_MAPPING_SOURCE_ITER_SRCMAP, btf); }
 
 /* btrfs places every write it makes of file data (write-back, and direct
  * writes: copy-on-write, a new place each time) in an ordered extent: the
@@ -344,7 +340,7 @@ NT_TWIN(btrfs_ordered_extent_add)
 
 	return map__emit_z(btf ? &bi->vfs_inode : __builtin_preserve_access_index(&bi->vfs_inode),
 			   RD1(btf, o, file_offset), RD1(btf, o, disk_bytenr), RD1(btf, o, num_bytes),
-			   zlen, NT_IOMAP_MAPPED, M_BTRFS_ORDERED_EXTENT, (__u32)RD1(btf, o, flags), btf);
+			   zlen, NT_IOMAP_MAPPED, NT_MAPPING_SOURCE_BTRFS_ORDERED_EXTENT, (__u32)RD1(btf, o, flags), btf);
 }
 
 /* ext2/3/4 buffered I/O and writeback map blocks here (ret = blocks):
@@ -377,8 +373,8 @@ static __always_inline int ext4_map__emit(unsigned long long *ctx, __u16 source,
 			 (__u64)ret << bits, unwritten ? 3 : 2, source, mflags, btf);
 }
 
-NT_TWIN(ext4_ext_map_blocks_exit) { return ext4_map__emit(ctx, M_EXT4_MAP_BLOCKS, btf); }
-NT_TWIN(ext4_ind_map_blocks_exit) { return ext4_map__emit(ctx, M_EXT4_IND_MAP_BLOCKS, btf); }
+NT_TWIN(ext4_ext_map_blocks_exit) { return ext4_map__emit(ctx, NT_MAPPING_SOURCE_EXT4_MAP_BLOCKS, btf); }
+NT_TWIN(ext4_ind_map_blocks_exit) { return ext4_map__emit(ctx, NT_MAPPING_SOURCE_EXT4_IND_MAP_BLOCKS, btf); }
 
 /* xfs reflinks (FICLONE, FICLONERANGE, dedupe: coreutils' cp clones by
  * default) give a file another's blocks with no I/O and no allocation,
@@ -450,7 +446,7 @@ NT_TWIN(xfs_reflink_remap_extent_dest)
 	if (!src)
 		return 0;
 	return xfs_map__emit(ARG(0, struct xfs_inode *), ARG(1, struct xfs_bmbt_irec *),
-			     src->startblock, src->state, M_XFS_REFLINK_REMAP, btf);
+			     src->startblock, src->state, NT_MAPPING_SOURCE_XFS_REFLINK_REMAP, btf);
 }
 
 /* A write to a shared block (copy-on-write) goes to new blocks, which
@@ -462,7 +458,7 @@ NT_TWIN(xfs_reflink_cow_remap_from)
 	struct xfs_bmbt_irec *irec = ARG(1, struct xfs_bmbt_irec *);
 
 	return xfs_map__emit(ARG(0, struct xfs_inode *), irec, RD1(btf, irec, br_startblock),
-			     RD1(btf, irec, br_state), M_XFS_COW_REMAP, btf);
+			     RD1(btf, irec, br_state), NT_MAPPING_SOURCE_XFS_COW_REMAP, btf);
 }
 
 /* btrfs has no reflink tracepoint, but a clone drops the clone's cached
@@ -495,10 +491,10 @@ NT_TWIN(btrfs_get_extent)
 				       : (struct inode *)__builtin_preserve_access_index(&bi->vfs_inode),
 				   RD1(btf, em, start), disk, RD1(btf, em, len),
 				   (__u32)RD1(btf, em, disk_num_bytes), NT_IOMAP_MAPPED,
-				   M_BTRFS_GET_EXTENT, flags, btf);
+				   NT_MAPPING_SOURCE_BTRFS_GET_EXTENT, flags, btf);
 	return map__emit(btf ? (struct inode *)&bi->vfs_inode
 			     : (struct inode *)__builtin_preserve_access_index(&bi->vfs_inode),
 			 RD1(btf, em, start), disk + RD1(btf, em, offset), RD1(btf, em, len),
-			 (flags & EXTENT_FLAG_PREALLOC) ? 3 : NT_IOMAP_MAPPED, M_BTRFS_GET_EXTENT,
+			 (flags & EXTENT_FLAG_PREALLOC) ? 3 : NT_IOMAP_MAPPED, NT_MAPPING_SOURCE_BTRFS_GET_EXTENT,
 			 flags, btf);
 }

@@ -39,7 +39,7 @@ struct nt_vfs_event {
 	__u32 pid; /* process id (tgid) */
 	__u32 tid; /* thread id */
 	__u32 f_flags; /* open flags of the file (O_DIRECT, O_SYNC, ...) */
-	__u16 syscall; /* nestrace syscall code: 1 read 2 write 3 pread64 4 pwrite64 5 readv 6 writev 7 preadv 8 pwritev 9 preadv2 10 pwritev2 11 fsync 12 fdatasync 13 sync_file_range 14 aio_pread 15 aio_pwrite 16 aio_fsync 17 aio_fdsync 18 aio_preadv 19 aio_pwritev (Linux AIO: one record per iocb, from io_submit to the io_getevents that reaped it) 20 uring_read 21 uring_write 22 uring_readv 23 uring_writev 24 uring_fsync (io_uring: one record per request, from submission to its CQE) 25 fallocate (its mode in iov_count) 26 uring_sync_file_range 27 uring_fallocate (its mode in iov_count) 28 copy_file_range, the file read 29 copy_file_range, the file written 30 sendfile, the file read 31 sendfile, the file written (a record per side on a traced file system, both with the call's return) 32 ftruncate (offset_bytes: the new size; req_bytes: the size before) 33 splice, the file read 34 splice, the file written (the other side is a pipe) 35 fadvise64 (posix_fadvise: its advice in iov_count) 36 readahead 37 msync (the file mapped at its address, fd -1: offset_bytes the address as a file offset, req_bytes the length within that mapping, its flags in iov_count) 38 syncfs (the file system of its fd) 39 sync (every file system: one record, on the first traced vfs device, ino 0, fd -1) 40 madvise (as msync: the file mapped at its address, fd -1; its advice in iov_count; only normal, random, sequential, willneed, remove, cold, pageout, populate_read, populate_write) 41 uring_fadvise (io_uring's fadvise: its advice in iov_count) 42 uring_ftruncate (as ftruncate) 43 uring_madvise (io_uring's madvise, as madvise) 44 uring_splice, the file read 45 uring_splice, the file written (io_uring's splice, as splice) */
+	__u16 syscall; /* nestrace syscall code (enum vfs_syscall) */
 	__u16 iov_count; /* number of iovecs (1 for plain read/write); fallocate, uring_fallocate: its mode (FALLOC_FL_* bits: 1 KEEP_SIZE, 2 PUNCH_HOLE, 16 ZERO_RANGE, ...); fadvise64, uring_fadvise, madvise, uring_madvise: its advice; msync: its flags (1 MS_ASYNC, 2 MS_INVALIDATE, 4 MS_SYNC) */
 	__s32 fd; /* file descriptor (-1 for msync, madvise and sync) */
 	char comm[16]; /* task command name */
@@ -58,7 +58,7 @@ struct nt_block_event {
 	__u32 nr_sectors; /* size in 512-byte sectors */
 	__u32 pid; /* process id (tgid) current at the event; 0 for I and C (not recorded) */
 	__s32 error; /* completion status (negative errno), 0 otherwise */
-	__u16 action; /* 1 Q bio_queue 2 M backmerge 3 F frontmerge 4 G getrq 5 I rq_insert 6 D rq_issue 7 C rq_complete 8 X split 9 rq_merge 10 R rq_requeue */
+	__u16 action; /* block-layer tracepoint (enum block_action) */
 	__u16 req_op; /* kernel REQ_OP: 0 read 1 write 2 flush 3 discard 5 secure erase 9 write zeroes */
 	__u16 req_flags; /* nestrace flag bits: 1 SYNC 2 META 4 PRIO 8 FUA 16 PREFLUSH 32 RAHEAD 64 BACKGROUND 128 NOMERGE 256 IDLE */
 	__u16 _pad0;
@@ -78,7 +78,7 @@ struct nt_hostfs_event {
 	__u32 pid; /* process id (tgid) current at the event */
 	__u32 iocb_flags; /* nestrace flag bits: 1 DIRECT 2 DSYNC 4 SYNC 8 NOWAIT 16 APPEND 32 IOLOCK_EXCL (xfs direct write under the exclusive inode lock) */
 	__u16 source; /* tracepoint that produced the record (enum hostfs_source) */
-	__u16 op; /* 0 read 1 write 2 sync 3 discard (blocks of the file unmapped or zeroed: a hole punched, a range zeroed) */
+	__u16 op; /* what the access does (enum hostfs_op) */
 	char comm[16]; /* task command name */
 };
 
@@ -93,7 +93,7 @@ struct nt_pagecache_event {
 	__u64 aux; /* readahead: pages asked for by the caller (req_count); async_size for ra_order; folio dirtied: 1 when a store through a shared mapping dirtied it (in a page fault taken in user mode, not a system call); otherwise 0 */
 	__u32 dev; /* kernel dev_t of the file system */
 	__u32 pid; /* process id (tgid) current at the event */
-	__u16 event; /* 1 add to page cache 2 delete from page cache 3 sync readahead 4 async readahead 5 readahead unbounded (the actual read) 6 readahead order 7 folio dirtied 8 iomap writeback folio 9 page fault on a mapped file that found the page unmapped (filemap_fault; it reads the page if it is not cached) 10 fault-around: the cached pages index..index+nr_pages-1 mapped around a faulting one (filemap_map_pages) */
+	__u16 event; /* page-cache tracepoint (enum pagecache_event) */
 	__u16 _pad0;
 	__u32 _pad1;
 	char comm[16]; /* task command name */
@@ -110,7 +110,7 @@ struct nt_mapping_event {
 	__u64 length_bytes; /* length of the mapping */
 	__u32 dev; /* kernel dev_t of the file system */
 	__u16 map_type; /* 0 hole 1 delalloc 2 mapped 3 unwritten 4 inline */
-	__u16 source; /* hook: 1 iomap_iter_dstmap 2 iomap_iter_srcmap 3 ext4_ext_map_blocks_exit 4 xfs_iomap_found 5 xfs_iomap_alloc 6 btrfs_ordered_extent_add (disk_bytes in btrfs logical bytes: record maps the image's, on a btrfs host, and the guest files', on a btrfs guest, through that file system's chunk tree into extent_maps rows of phase events) 7 ext4_ind_map_blocks_exit (a file with indirect blocks: ext2, ext3) 8 xfs_reflink_remap_extent_dest (an xfs reflink: a clone's range given its source's blocks, from xfs_reflink_remap_extent_src just before on the task) 9 btrfs_get_extent (where a btrfs file's extent is when btrfs looks it up, each once: a btrfs clone's range before it is rewritten; disk_bytenr + offset in btrfs logical bytes, mapped as 6; Linux 6.11 on) 10 xfs_reflink_cow_remap_from (an xfs copy-on-write write's new blocks, put in the file when it ends) */
+	__u16 source; /* hook that saw the mapping (enum mapping_source) */
 	__u32 flags; /* source-specific flags (iomap flags, ext4 map flags) */
 	__u32 disk_length_bytes; /* a compressed extent (btrfs, sources 6 and 9): the bytes at disk_bytes that hold all of its length_bytes compressed; 0 for every other mapping (and in older stores, where compressed extents made no event) */
 };
@@ -138,5 +138,99 @@ struct nt_cpu_stats {
 #define NT_HOSTFS_SOURCE_EXT4_PUNCH_HOLE 10
 #define NT_HOSTFS_SOURCE_EXT4_ZERO_RANGE 11
 #define NT_HOSTFS_SOURCE_NAMES "xfs_file_buffered_read,xfs_file_buffered_write,xfs_file_direct_read,xfs_file_direct_write,iomap_dio_rw_begin,mm_filemap_get_pages,ext4_write_begin,ext4_da_write_begin,xfs_bunmap,ext4_punch_hole,ext4_zero_range"
+
+/* vfs_event.syscall: The call a vfs_event records. Linux AIO: one record per iocb, from io_submit to the io_getevents that reaped it. io_uring: one record per request, from submission to its CQE. copy_file_range, sendfile and splice: a record per side on a traced file system (the file read: _in, the file written: _out, always _in + 1), both with the call's return. */
+#define NT_VFS_SYSCALL_READ 1
+#define NT_VFS_SYSCALL_WRITE 2
+#define NT_VFS_SYSCALL_PREAD64 3
+#define NT_VFS_SYSCALL_PWRITE64 4
+#define NT_VFS_SYSCALL_READV 5
+#define NT_VFS_SYSCALL_WRITEV 6
+#define NT_VFS_SYSCALL_PREADV 7
+#define NT_VFS_SYSCALL_PWRITEV 8
+#define NT_VFS_SYSCALL_PREADV2 9
+#define NT_VFS_SYSCALL_PWRITEV2 10
+#define NT_VFS_SYSCALL_FSYNC 11
+#define NT_VFS_SYSCALL_FDATASYNC 12
+#define NT_VFS_SYSCALL_SYNC_FILE_RANGE 13
+#define NT_VFS_SYSCALL_AIO_PREAD 14
+#define NT_VFS_SYSCALL_AIO_PWRITE 15
+#define NT_VFS_SYSCALL_AIO_FSYNC 16
+#define NT_VFS_SYSCALL_AIO_FDSYNC 17
+#define NT_VFS_SYSCALL_AIO_PREADV 18
+#define NT_VFS_SYSCALL_AIO_PWRITEV 19
+#define NT_VFS_SYSCALL_URING_READ 20
+#define NT_VFS_SYSCALL_URING_WRITE 21
+#define NT_VFS_SYSCALL_URING_READV 22
+#define NT_VFS_SYSCALL_URING_WRITEV 23
+#define NT_VFS_SYSCALL_URING_FSYNC 24
+#define NT_VFS_SYSCALL_FALLOCATE 25
+#define NT_VFS_SYSCALL_URING_SYNC_FILE_RANGE 26
+#define NT_VFS_SYSCALL_URING_FALLOCATE 27
+#define NT_VFS_SYSCALL_COPY_FILE_RANGE_IN 28
+#define NT_VFS_SYSCALL_COPY_FILE_RANGE_OUT 29
+#define NT_VFS_SYSCALL_SENDFILE_IN 30
+#define NT_VFS_SYSCALL_SENDFILE_OUT 31
+#define NT_VFS_SYSCALL_FTRUNCATE 32
+#define NT_VFS_SYSCALL_SPLICE_IN 33
+#define NT_VFS_SYSCALL_SPLICE_OUT 34
+#define NT_VFS_SYSCALL_FADVISE 35
+#define NT_VFS_SYSCALL_READAHEAD 36
+#define NT_VFS_SYSCALL_MSYNC 37
+#define NT_VFS_SYSCALL_SYNCFS 38
+#define NT_VFS_SYSCALL_SYNC 39
+#define NT_VFS_SYSCALL_MADVISE 40
+#define NT_VFS_SYSCALL_URING_FADVISE 41
+#define NT_VFS_SYSCALL_URING_FTRUNCATE 42
+#define NT_VFS_SYSCALL_URING_MADVISE 43
+#define NT_VFS_SYSCALL_URING_SPLICE_IN 44
+#define NT_VFS_SYSCALL_URING_SPLICE_OUT 45
+#define NT_VFS_SYSCALL_NAMES "read,write,pread64,pwrite64,readv,writev,preadv,pwritev,preadv2,pwritev2,fsync,fdatasync,sync_file_range,aio_pread,aio_pwrite,aio_fsync,aio_fdsync,aio_preadv,aio_pwritev,uring_read,uring_write,uring_readv,uring_writev,uring_fsync,fallocate,uring_sync_file_range,uring_fallocate,copy_file_range_in,copy_file_range_out,sendfile_in,sendfile_out,ftruncate,splice_in,splice_out,fadvise,readahead,msync,syncfs,sync,madvise,uring_fadvise,uring_ftruncate,uring_madvise,uring_splice_in,uring_splice_out"
+
+/* block_event.action: The block-layer tracepoint a block_event comes from, with blkparse's letter for it. */
+#define NT_BLOCK_ACTION_Q 1
+#define NT_BLOCK_ACTION_BACKMERGE 2
+#define NT_BLOCK_ACTION_FRONTMERGE 3
+#define NT_BLOCK_ACTION_G 4
+#define NT_BLOCK_ACTION_I 5
+#define NT_BLOCK_ACTION_D 6
+#define NT_BLOCK_ACTION_C 7
+#define NT_BLOCK_ACTION_X 8
+#define NT_BLOCK_ACTION_RQ_MERGE 9
+#define NT_BLOCK_ACTION_REQUEUE 10
+#define NT_BLOCK_ACTION_NAMES "q,backmerge,frontmerge,g,i,d,c,x,rq_merge,requeue"
+
+/* hostfs_event.op: What a host-FS access does to the image file: discard is blocks of the file unmapped or zeroed (a hole punched, a range zeroed). */
+#define NT_HOSTFS_OP_READ 0
+#define NT_HOSTFS_OP_WRITE 1
+#define NT_HOSTFS_OP_SYNC 2
+#define NT_HOSTFS_OP_DISCARD 3
+#define NT_HOSTFS_OP_NAMES "read,write,sync,discard"
+
+/* pagecache_event.event: The page-cache tracepoint a pagecache_event comes from. */
+#define NT_PAGECACHE_EVENT_ADD 1
+#define NT_PAGECACHE_EVENT_DELETE 2
+#define NT_PAGECACHE_EVENT_SYNC_RA 3
+#define NT_PAGECACHE_EVENT_ASYNC_RA 4
+#define NT_PAGECACHE_EVENT_RA_UNBOUNDED 5
+#define NT_PAGECACHE_EVENT_RA_ORDER 6
+#define NT_PAGECACHE_EVENT_DIRTY 7
+#define NT_PAGECACHE_EVENT_WRITEBACK 8
+#define NT_PAGECACHE_EVENT_FAULT 9
+#define NT_PAGECACHE_EVENT_MAP_PAGES 10
+#define NT_PAGECACHE_EVENT_NAMES "add,delete,sync_ra,async_ra,ra_unbounded,ra_order,dirty,writeback,fault,map_pages"
+
+/* mapping_event.source: The hook that saw a mapping_event. */
+#define NT_MAPPING_SOURCE_ITER_DSTMAP 1
+#define NT_MAPPING_SOURCE_ITER_SRCMAP 2
+#define NT_MAPPING_SOURCE_EXT4_MAP_BLOCKS 3
+#define NT_MAPPING_SOURCE_XFS_IOMAP_FOUND 4
+#define NT_MAPPING_SOURCE_XFS_IOMAP_ALLOC 5
+#define NT_MAPPING_SOURCE_BTRFS_ORDERED_EXTENT 6
+#define NT_MAPPING_SOURCE_EXT4_IND_MAP_BLOCKS 7
+#define NT_MAPPING_SOURCE_XFS_REFLINK_REMAP 8
+#define NT_MAPPING_SOURCE_BTRFS_GET_EXTENT 9
+#define NT_MAPPING_SOURCE_XFS_COW_REMAP 10
+#define NT_MAPPING_SOURCE_NAMES "iter_dstmap,iter_srcmap,ext4_map_blocks,xfs_iomap_found,xfs_iomap_alloc,btrfs_ordered_extent,ext4_ind_map_blocks,xfs_reflink_remap,btrfs_get_extent,xfs_cow_remap"
 
 #endif /* NESTRACE_RECORDS_H */

@@ -37,49 +37,10 @@ static __always_inline bool task__followed(void)
  * device); 0: sync(2) is not recorded. */
 const volatile __u32 sync_dev = 0;
 
-enum { SC_READ = 1, SC_WRITE, SC_PREAD64, SC_PWRITE64, SC_READV, SC_WRITEV,
-       SC_PREADV, SC_PWRITEV, SC_PREADV2, SC_PWRITEV2, SC_FSYNC,
-       SC_FDATASYNC, SC_SYNC_FILE_RANGE,
-       /* Linux AIO: one record per iocb, from io_submit to the
-        * io_getevents that reaped it */
-       SC_AIO_PREAD, SC_AIO_PWRITE, SC_AIO_FSYNC, SC_AIO_FDSYNC,
-       SC_AIO_PREADV, SC_AIO_PWRITEV,
-       /* io_uring: one record per request, from submission to its CQE */
-       SC_URING_READ, SC_URING_WRITE, SC_URING_READV, SC_URING_WRITEV, SC_URING_FSYNC,
-       /* fallocate(2): its mode in iov_count (PUNCH_HOLE, ZERO_RANGE, ...) */
-       SC_FALLOCATE,
-       /* io_uring's sync_file_range and fallocate (its mode in iov_count) */
-       SC_URING_SYNC_FILE_RANGE, SC_URING_FALLOCATE,
-       /* copy_file_range(2) and sendfile(2): a record per traced side, the
-        * file read (_IN) and the file written (_OUT), each with the call's
-        * return; the _OUT code is always _IN + 1 */
-       SC_COPY_FILE_RANGE_IN, SC_COPY_FILE_RANGE_OUT, SC_SENDFILE_IN, SC_SENDFILE_OUT,
-       /* ftruncate(2): the new size in offset, the size before in req_bytes */
-       SC_FTRUNCATE,
-       /* splice(2), as copy_file_range: one side is a pipe, so a record
-        * for the file it reads or for the file it writes */
-       SC_SPLICE_IN, SC_SPLICE_OUT,
-       /* posix_fadvise(2) (its advice in iov_count) and readahead(2): the
-        * hints, with their ranges */
-       SC_FADVISE, SC_READAHEAD,
-       /* msync(2): the file mapped at its address (its flags in
-        * iov_count); no fd, so fd -1 */
-       SC_MSYNC,
-       /* syncfs(2) (the file system of its fd; the fd's file) and sync(2)
-        * (every file system: recorded once, on sync_dev, with no file) */
-       SC_SYNCFS, SC_SYNC,
-       /* madvise(2) of a mapped file (its advice in iov_count), as msync:
-        * a hint, with posix_fadvise and readahead; only the advice about
-        * file I/O (madvice__file) */
-       SC_MADVISE,
-       /* io_uring's fadvise (a hint: its advice in iov_count) and
-        * ftruncate (as ftruncate(2); Linux 6.9) */
-       SC_URING_FADVISE, SC_URING_FTRUNCATE,
-       /* io_uring's madvise (as madvise(2): a hint, no fd) and splice (as
-        * splice(2): a record per side not a pipe; _OUT is _IN + 1) */
-       SC_URING_MADVISE, SC_URING_SPLICE_IN, SC_URING_SPLICE_OUT,
-       /* internal: the system calls that carry them (never in a record) */
-       SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
+/* vfs_event.syscall values are NT_VFS_SYSCALL_<NAME>, from schemas/ (what
+ * each records: docs/records.md).  Two more, never recorded: the AIO calls
+ * whose iocbs the records are. */
+enum { SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 
 /* iocbs per io_submit, and events per io_getevents, followed (the
  * kernel's own default limit, fs.aio-max-nr); beyond, each is counted as
@@ -163,61 +124,61 @@ static __always_inline __u16 syscall__code(long id)
 {
 	switch (id) {
 #if defined(__TARGET_ARCH_x86)
-	case 0: return SC_READ;
-	case 1: return SC_WRITE;
-	case 17: return SC_PREAD64;
-	case 18: return SC_PWRITE64;
-	case 19: return SC_READV;
-	case 20: return SC_WRITEV;
-	case 74: return SC_FSYNC;
-	case 75: return SC_FDATASYNC;
-	case 277: return SC_SYNC_FILE_RANGE;
-	case 285: return SC_FALLOCATE;
-	case 295: return SC_PREADV;
-	case 296: return SC_PWRITEV;
-	case 327: return SC_PREADV2;
-	case 328: return SC_PWRITEV2;
+	case 0: return NT_VFS_SYSCALL_READ;
+	case 1: return NT_VFS_SYSCALL_WRITE;
+	case 17: return NT_VFS_SYSCALL_PREAD64;
+	case 18: return NT_VFS_SYSCALL_PWRITE64;
+	case 19: return NT_VFS_SYSCALL_READV;
+	case 20: return NT_VFS_SYSCALL_WRITEV;
+	case 74: return NT_VFS_SYSCALL_FSYNC;
+	case 75: return NT_VFS_SYSCALL_FDATASYNC;
+	case 277: return NT_VFS_SYSCALL_SYNC_FILE_RANGE;
+	case 285: return NT_VFS_SYSCALL_FALLOCATE;
+	case 295: return NT_VFS_SYSCALL_PREADV;
+	case 296: return NT_VFS_SYSCALL_PWRITEV;
+	case 327: return NT_VFS_SYSCALL_PREADV2;
+	case 328: return NT_VFS_SYSCALL_PWRITEV2;
 	case 208: return SC_IO_GETEVENTS;
 	case 209: return SC_IO_SUBMIT;
 	case 333: return SC_IO_GETEVENTS;	/* io_pgetevents */
-	case 326: return SC_COPY_FILE_RANGE_IN;
-	case 40: return SC_SENDFILE_IN;		/* sendfile64 */
-	case 77: return SC_FTRUNCATE;
-	case 275: return SC_SPLICE_IN;
-	case 221: return SC_FADVISE;		/* fadvise64 */
-	case 187: return SC_READAHEAD;
-	case 26: return SC_MSYNC;
-	case 306: return SC_SYNCFS;
-	case 162: return SC_SYNC;
-	case 28: return SC_MADVISE;
+	case 326: return NT_VFS_SYSCALL_COPY_FILE_RANGE_IN;
+	case 40: return NT_VFS_SYSCALL_SENDFILE_IN;		/* sendfile64 */
+	case 77: return NT_VFS_SYSCALL_FTRUNCATE;
+	case 275: return NT_VFS_SYSCALL_SPLICE_IN;
+	case 221: return NT_VFS_SYSCALL_FADVISE;		/* fadvise64 */
+	case 187: return NT_VFS_SYSCALL_READAHEAD;
+	case 26: return NT_VFS_SYSCALL_MSYNC;
+	case 306: return NT_VFS_SYSCALL_SYNCFS;
+	case 162: return NT_VFS_SYSCALL_SYNC;
+	case 28: return NT_VFS_SYSCALL_MADVISE;
 #elif defined(__TARGET_ARCH_arm64)
-	case 63: return SC_READ;
-	case 64: return SC_WRITE;
-	case 65: return SC_READV;
-	case 66: return SC_WRITEV;
-	case 67: return SC_PREAD64;
-	case 68: return SC_PWRITE64;
-	case 69: return SC_PREADV;
-	case 70: return SC_PWRITEV;
-	case 82: return SC_FSYNC;
-	case 83: return SC_FDATASYNC;
-	case 84: return SC_SYNC_FILE_RANGE;
-	case 47: return SC_FALLOCATE;
-	case 286: return SC_PREADV2;
-	case 287: return SC_PWRITEV2;
+	case 63: return NT_VFS_SYSCALL_READ;
+	case 64: return NT_VFS_SYSCALL_WRITE;
+	case 65: return NT_VFS_SYSCALL_READV;
+	case 66: return NT_VFS_SYSCALL_WRITEV;
+	case 67: return NT_VFS_SYSCALL_PREAD64;
+	case 68: return NT_VFS_SYSCALL_PWRITE64;
+	case 69: return NT_VFS_SYSCALL_PREADV;
+	case 70: return NT_VFS_SYSCALL_PWRITEV;
+	case 82: return NT_VFS_SYSCALL_FSYNC;
+	case 83: return NT_VFS_SYSCALL_FDATASYNC;
+	case 84: return NT_VFS_SYSCALL_SYNC_FILE_RANGE;
+	case 47: return NT_VFS_SYSCALL_FALLOCATE;
+	case 286: return NT_VFS_SYSCALL_PREADV2;
+	case 287: return NT_VFS_SYSCALL_PWRITEV2;
 	case 2: return SC_IO_SUBMIT;
 	case 4: return SC_IO_GETEVENTS;
 	case 292: return SC_IO_GETEVENTS;	/* io_pgetevents */
-	case 285: return SC_COPY_FILE_RANGE_IN;
-	case 71: return SC_SENDFILE_IN;
-	case 46: return SC_FTRUNCATE;
-	case 76: return SC_SPLICE_IN;
-	case 223: return SC_FADVISE;		/* fadvise64_64 */
-	case 213: return SC_READAHEAD;
-	case 227: return SC_MSYNC;
-	case 267: return SC_SYNCFS;
-	case 81: return SC_SYNC;
-	case 233: return SC_MADVISE;
+	case 285: return NT_VFS_SYSCALL_COPY_FILE_RANGE_IN;
+	case 71: return NT_VFS_SYSCALL_SENDFILE_IN;
+	case 46: return NT_VFS_SYSCALL_FTRUNCATE;
+	case 76: return NT_VFS_SYSCALL_SPLICE_IN;
+	case 223: return NT_VFS_SYSCALL_FADVISE;		/* fadvise64_64 */
+	case 213: return NT_VFS_SYSCALL_READAHEAD;
+	case 227: return NT_VFS_SYSCALL_MSYNC;
+	case 267: return NT_VFS_SYSCALL_SYNCFS;
+	case 81: return NT_VFS_SYSCALL_SYNC;
+	case 233: return NT_VFS_SYSCALL_MADVISE;
 #else
 #error "nestrace vfs: add this architecture's syscall numbers"
 #endif
@@ -429,12 +390,12 @@ static __always_inline long aio__submit_one(__u64 i, struct aio_submit_ctx *c, c
 	    bpf_probe_read_user(&cb, sizeof(cb), up))
 		return 0;	/* io_submit fails on it too */
 	switch (cb.aio_lio_opcode) {
-	case 0: a.s.syscall = SC_AIO_PREAD; break;	/* IOCB_CMD_PREAD */
-	case 1: a.s.syscall = SC_AIO_PWRITE; break;
-	case 2: a.s.syscall = SC_AIO_FSYNC; break;
-	case 3: a.s.syscall = SC_AIO_FDSYNC; break;
-	case 7: a.s.syscall = SC_AIO_PREADV; break;
-	case 8: a.s.syscall = SC_AIO_PWRITEV; break;
+	case 0: a.s.syscall = NT_VFS_SYSCALL_AIO_PREAD; break;	/* IOCB_CMD_PREAD */
+	case 1: a.s.syscall = NT_VFS_SYSCALL_AIO_PWRITE; break;
+	case 2: a.s.syscall = NT_VFS_SYSCALL_AIO_FSYNC; break;
+	case 3: a.s.syscall = NT_VFS_SYSCALL_AIO_FDSYNC; break;
+	case 7: a.s.syscall = NT_VFS_SYSCALL_AIO_PREADV; break;
+	case 8: a.s.syscall = NT_VFS_SYSCALL_AIO_PWRITEV; break;
 	default: return 0;				/* poll, noop */
 	}
 	a.s.fd = cb.aio_fildes;
@@ -442,8 +403,8 @@ static __always_inline long aio__submit_one(__u64 i, struct aio_submit_ctx *c, c
 	if (!vfs__file(&a.s, false, btf))
 		return 0;
 	a.s.ts = c->ts;
-	async__range(&a.s, a.s.syscall >= SC_AIO_PREADV ? ASYNC_RWV :
-			   a.s.syscall >= SC_AIO_FSYNC ? ASYNC_SYNC : ASYNC_RW,
+	async__range(&a.s, a.s.syscall >= NT_VFS_SYSCALL_AIO_PREADV ? ASYNC_RWV :
+			   a.s.syscall >= NT_VFS_SYSCALL_AIO_FSYNC ? ASYNC_SYNC : ASYNC_RW,
 		     cb.aio_offset, cb.aio_buf, cb.aio_nbytes);
 	a.tid = (__u32)c->id;
 	k.tgid = c->id >> 32;
@@ -556,7 +517,7 @@ static __always_inline void aio__reap(struct io_event *events, long n, __u64 now
 /* The calls that read one file and write another (copy__enter). */
 static __always_inline bool code__copies(__u16 code)
 {
-	return code == SC_COPY_FILE_RANGE_IN || code == SC_SENDFILE_IN || code == SC_SPLICE_IN;
+	return code == NT_VFS_SYSCALL_COPY_FILE_RANGE_IN || code == NT_VFS_SYSCALL_SENDFILE_IN || code == NT_VFS_SYSCALL_SPLICE_IN;
 }
 
 /* copy_file_range(fd_in, off_in *, fd_out, off_out *, len, flags),
@@ -574,7 +535,7 @@ static __always_inline int copy__enter(struct pt_regs *regs, __u16 code, const b
 	__u64 len;
 	__u32 tid;
 
-	if (code == SC_COPY_FILE_RANGE_IN || code == SC_SPLICE_IN) {
+	if (code == NT_VFS_SYSCALL_COPY_FILE_RANGE_IN || code == NT_VFS_SYSCALL_SPLICE_IN) {
 		in.fd = SC_ARG(btf, regs, 1);
 		off_in = (void *)SC_ARG(btf, regs, 2);
 		out.fd = SC_ARG(btf, regs, 3);
@@ -648,75 +609,75 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	}
 	if (code__copies(code))
 		return copy__enter(regs, code, btf);
-	if (code == SC_MSYNC || code == SC_MADVISE) {
-		if (code == SC_MADVISE && !madvice__file(SC_ARG(btf, regs, 3)))
+	if (code == NT_VFS_SYSCALL_MSYNC || code == NT_VFS_SYSCALL_MADVISE) {
+		if (code == NT_VFS_SYSCALL_MADVISE && !madvice__file(SC_ARG(btf, regs, 3)))
 			return 0;
 		if (!mapped__file(&s, regs, btf))
 			return 0;
-	} else if (code == SC_SYNC) {
+	} else if (code == NT_VFS_SYSCALL_SYNC) {
 		if (!sync_dev)
 			return 0;
 		s.dev = sync_dev;
 		s.fd = -1;
 	} else {
 		s.fd = SC_ARG(btf, regs, 1);
-		if (!vfs__file(&s, code != SC_PREAD64 && code != SC_PWRITE64, btf))
+		if (!vfs__file(&s, code != NT_VFS_SYSCALL_PREAD64 && code != NT_VFS_SYSCALL_PWRITE64, btf))
 			return 0;
 	}
 	s.ts = bpf_ktime_get_ns();
 	s.syscall = code;
-	if (code != SC_MSYNC && code != SC_MADVISE)
+	if (code != NT_VFS_SYSCALL_MSYNC && code != NT_VFS_SYSCALL_MADVISE)
 		s.iov_count = 1;
 	switch (code) {
-	case SC_READ:
-	case SC_WRITE:
+	case NT_VFS_SYSCALL_READ:
+	case NT_VFS_SYSCALL_WRITE:
 		s.req_bytes = SC_ARG(btf, regs, 3);
 		break;
-	case SC_PREAD64:
-	case SC_PWRITE64:
+	case NT_VFS_SYSCALL_PREAD64:
+	case NT_VFS_SYSCALL_PWRITE64:
 		s.req_bytes = SC_ARG(btf, regs, 3);
 		s.offset = SC_ARG(btf, regs, 4);
 		break;
-	case SC_READV:
-	case SC_WRITEV:
-	case SC_PREADV:
-	case SC_PWRITEV:
-	case SC_PREADV2:
-	case SC_PWRITEV2: {
+	case NT_VFS_SYSCALL_READV:
+	case NT_VFS_SYSCALL_WRITEV:
+	case NT_VFS_SYSCALL_PREADV:
+	case NT_VFS_SYSCALL_PWRITEV:
+	case NT_VFS_SYSCALL_PREADV2:
+	case NT_VFS_SYSCALL_PWRITEV2: {
 		__s64 pos = SC_ARG(btf, regs, 4);
 
 		s.iov_count = SC_ARG(btf, regs, 3);
 		s.req_bytes = iov__sum((void *)SC_ARG(btf, regs, 2), s.iov_count);
 		/* preadv2/pwritev2 with offset -1 use and move f_pos */
-		if (code >= SC_PREADV && pos != -1)
+		if (code >= NT_VFS_SYSCALL_PREADV && pos != -1)
 			s.offset = pos;
 		break;
 	}
-	case SC_SYNC_FILE_RANGE:
+	case NT_VFS_SYSCALL_SYNC_FILE_RANGE:
 		s.offset = SC_ARG(btf, regs, 2);
 		s.req_bytes = SC_ARG(btf, regs, 3);
 		break;
-	case SC_FALLOCATE:	/* fd, mode, offset, len */
+	case NT_VFS_SYSCALL_FALLOCATE:	/* fd, mode, offset, len */
 		s.iov_count = SC_ARG(btf, regs, 2);
 		s.offset = SC_ARG(btf, regs, 3);
 		s.req_bytes = SC_ARG(btf, regs, 4);
 		break;
-	case SC_FADVISE:	/* fd, offset, len, advice */
+	case NT_VFS_SYSCALL_FADVISE:	/* fd, offset, len, advice */
 		s.iov_count = SC_ARG(btf, regs, 4);
 		/* fall through */
-	case SC_READAHEAD:	/* fd, offset, count */
+	case NT_VFS_SYSCALL_READAHEAD:	/* fd, offset, count */
 		s.offset = SC_ARG(btf, regs, 2);
 		s.req_bytes = SC_ARG(btf, regs, 3);
 		break;
-	case SC_FTRUNCATE: {	/* fd, length */
+	case NT_VFS_SYSCALL_FTRUNCATE: {	/* fd, length */
 		struct file *f = task__file(s.fd, btf);
 
 		s.offset = SC_ARG(btf, regs, 2);
 		s.req_bytes = f ? BPF_CORE_READ(f, f_inode, i_size) : 0;
 		break;
 	}
-	case SC_MSYNC:
-	case SC_MADVISE:
+	case NT_VFS_SYSCALL_MSYNC:
+	case NT_VFS_SYSCALL_MADVISE:
 		break;
 	default:	/* fsync, fdatasync: the whole file */
 		s.offset = -1;
@@ -747,7 +708,7 @@ static __always_inline int vfs__floor(struct pt_regs *regs, __u16 code, long ret
 		if (ret <= 0)
 			return 0;
 	} else {
-		if (code__copies(code) || code == SC_MSYNC || code == SC_MADVISE || code == SC_SYNC)
+		if (code__copies(code) || code == NT_VFS_SYSCALL_MSYNC || code == NT_VFS_SYSCALL_MADVISE || code == NT_VFS_SYSCALL_SYNC)
 			return 0;
 		s.fd = SC_ARG(btf, regs, 1);
 		if (!vfs__file(&s, false, btf))
@@ -817,19 +778,19 @@ struct {
 static __always_inline __u16 uring__code(__u8 opcode)
 {
 	switch (opcode) {
-	case 1: return SC_URING_READV;		/* IORING_OP_READV */
-	case 2: return SC_URING_WRITEV;		/* IORING_OP_WRITEV */
-	case 3: return SC_URING_FSYNC;		/* IORING_OP_FSYNC */
-	case 4: return SC_URING_READ;		/* IORING_OP_READ_FIXED */
-	case 5: return SC_URING_WRITE;		/* IORING_OP_WRITE_FIXED */
-	case 8: return SC_URING_SYNC_FILE_RANGE;	/* IORING_OP_SYNC_FILE_RANGE */
-	case 17: return SC_URING_FALLOCATE;	/* IORING_OP_FALLOCATE */
-	case 22: return SC_URING_READ;		/* IORING_OP_READ */
-	case 23: return SC_URING_WRITE;		/* IORING_OP_WRITE */
-	case 24: return SC_URING_FADVISE;	/* IORING_OP_FADVISE */
-	case 25: return SC_URING_MADVISE;	/* IORING_OP_MADVISE */
-	case 30: return SC_URING_SPLICE_IN;	/* IORING_OP_SPLICE */
-	case 55: return SC_URING_FTRUNCATE;	/* IORING_OP_FTRUNCATE */
+	case 1: return NT_VFS_SYSCALL_URING_READV;		/* IORING_OP_READV */
+	case 2: return NT_VFS_SYSCALL_URING_WRITEV;		/* IORING_OP_WRITEV */
+	case 3: return NT_VFS_SYSCALL_URING_FSYNC;		/* IORING_OP_FSYNC */
+	case 4: return NT_VFS_SYSCALL_URING_READ;		/* IORING_OP_READ_FIXED */
+	case 5: return NT_VFS_SYSCALL_URING_WRITE;		/* IORING_OP_WRITE_FIXED */
+	case 8: return NT_VFS_SYSCALL_URING_SYNC_FILE_RANGE;	/* IORING_OP_SYNC_FILE_RANGE */
+	case 17: return NT_VFS_SYSCALL_URING_FALLOCATE;	/* IORING_OP_FALLOCATE */
+	case 22: return NT_VFS_SYSCALL_URING_READ;		/* IORING_OP_READ */
+	case 23: return NT_VFS_SYSCALL_URING_WRITE;		/* IORING_OP_WRITE */
+	case 24: return NT_VFS_SYSCALL_URING_FADVISE;	/* IORING_OP_FADVISE */
+	case 25: return NT_VFS_SYSCALL_URING_MADVISE;	/* IORING_OP_MADVISE */
+	case 30: return NT_VFS_SYSCALL_URING_SPLICE_IN;	/* IORING_OP_SPLICE */
+	case 55: return NT_VFS_SYSCALL_URING_FTRUNCATE;	/* IORING_OP_FTRUNCATE */
 	}
 	return 0;
 }
@@ -905,8 +866,8 @@ static __always_inline int uring__splice(struct io_kiocb *req, const bool btf)
 	ts = bpf_ktime_get_ns();
 	in.s.iov_count = out.s.iov_count = 1;
 	in.s.req_bytes = out.s.req_bytes = BPF_CORE_READ(sp, len);
-	in.s.syscall = SC_URING_SPLICE_IN;
-	out.s.syscall = SC_URING_SPLICE_OUT;
+	in.s.syscall = NT_VFS_SYSCALL_URING_SPLICE_IN;
+	out.s.syscall = NT_VFS_SYSCALL_URING_SPLICE_OUT;
 	off = BPF_CORE_READ(sp, off_in);
 	if (!in_traced)
 		in.s.dev = 0;
@@ -935,7 +896,7 @@ static __always_inline int uring__madvise(struct io_kiocb *req)
 	if (!madvice__file(advice) ||
 	    !mapped__range(&a.s, BPF_CORE_READ(ma, addr), BPF_CORE_READ(ma, len), advice))
 		return 0;
-	a.s.syscall = SC_URING_MADVISE;
+	a.s.syscall = NT_VFS_SYSCALL_URING_MADVISE;
 	uring__start(&uring_inflight, (__u64)req, &a, bpf_ktime_get_ns());
 	return 0;
 }
@@ -956,9 +917,9 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 		return 0;
 	if (!task__followed())
 		return 0;
-	if (a.s.syscall == SC_URING_MADVISE)
+	if (a.s.syscall == NT_VFS_SYSCALL_URING_MADVISE)
 		return uring__madvise(req);
-	if (a.s.syscall == SC_URING_SPLICE_IN)
+	if (a.s.syscall == NT_VFS_SYSCALL_URING_SPLICE_IN)
 		return uring__splice(req, btf);
 	a.s.fd = RD1(btf, req, cqe.fd);
 	/* REQ_F_FIXED_FILE = IOSQE_FIXED_FILE */
@@ -967,7 +928,7 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 		return 0;
 	a.s.ts = bpf_ktime_get_ns();
 	a.s.iov_count = 1;
-	if (a.s.syscall == SC_URING_FADVISE) {
+	if (a.s.syscall == NT_VFS_SYSCALL_URING_FADVISE) {
 		struct io_fadvise *fa = (void *)req;
 
 		if (!bpf_core_type_exists(struct io_fadvise))
@@ -975,7 +936,7 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 		a.s.offset = BPF_CORE_READ(fa, offset);
 		a.s.req_bytes = BPF_CORE_READ(fa, len);
 		a.s.iov_count = BPF_CORE_READ(fa, advice);
-	} else if (a.s.syscall == SC_URING_FTRUNCATE) {
+	} else if (a.s.syscall == NT_VFS_SYSCALL_URING_FTRUNCATE) {
 		/* the new size; the size before in req_bytes, as ftruncate(2) */
 		struct io_ftrunc *ft = (void *)req;
 
@@ -983,17 +944,17 @@ static __always_inline int uring__submit(struct io_kiocb *req, const bool btf)
 			return 0;
 		a.s.offset = BPF_CORE_READ(ft, len);
 		a.s.req_bytes = BPF_CORE_READ(f, f_inode, i_size);
-	} else if ((a.s.syscall == SC_URING_SYNC_FILE_RANGE || a.s.syscall == SC_URING_FALLOCATE) &&
+	} else if ((a.s.syscall == NT_VFS_SYSCALL_URING_SYNC_FILE_RANGE || a.s.syscall == NT_VFS_SYSCALL_URING_FALLOCATE) &&
 		   bpf_core_type_exists(struct io_sync)) {
 		/* a range in the request's io_sync; fallocate's mode with it */
 		struct io_sync *sync = (void *)req;
 
 		a.s.offset = BPF_CORE_READ(sync, off);
 		a.s.req_bytes = BPF_CORE_READ(sync, len);
-		a.s.iov_count = a.s.syscall == SC_URING_FALLOCATE ? BPF_CORE_READ(sync, mode) : 1;
+		a.s.iov_count = a.s.syscall == NT_VFS_SYSCALL_URING_FALLOCATE ? BPF_CORE_READ(sync, mode) : 1;
 	} else {
-		async__range(&a.s, a.s.syscall == SC_URING_FSYNC ? ASYNC_SYNC :
-				   a.s.syscall >= SC_URING_READV ? ASYNC_RWV : ASYNC_RW,
+		async__range(&a.s, a.s.syscall == NT_VFS_SYSCALL_URING_FSYNC ? ASYNC_SYNC :
+				   a.s.syscall >= NT_VFS_SYSCALL_URING_READV ? ASYNC_RWV : ASYNC_RW,
 			     BPF_CORE_READ(rw, kiocb.ki_pos), BPF_CORE_READ(rw, addr),
 			     BPF_CORE_READ(rw, len));
 	}
@@ -1013,9 +974,9 @@ static __always_inline int uring__complete(void *req, struct io_uring_cqe *cqe, 
 		return 0;
 	now = bpf_ktime_get_ns();
 	res = RD1(btf, cqe, res);
-	if (a->s.syscall != SC_URING_SPLICE_IN || a->s.dev)
+	if (a->s.syscall != NT_VFS_SYSCALL_URING_SPLICE_IN || a->s.dev)
 		vfs__emit(&a->s, now, res, a->tid, a->tgid, a->comm, btf);
-	if (a->s.syscall == SC_URING_SPLICE_IN) {
+	if (a->s.syscall == NT_VFS_SYSCALL_URING_SPLICE_IN) {
 		struct aio_start *o = bpf_map_lookup_elem(&uring_splice_out, &key);
 
 		if (o) {

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from nestrace.schema import code
+
 MAGIC = 0x65617400
 VERSION = 7
 HEADER = struct.Struct("=IIQQIIIIIHH")
@@ -295,7 +297,9 @@ def read_tolerant(*paths: str | os.PathLike) -> tuple[pa.Table, list[str]]:
 # ---- import into a store ------------------------------------------------------
 
 # blktrace's letter -> nestrace's block_events action
-NT_ACTIONS = {"Q": 1, "M": 2, "F": 3, "G": 4, "I": 5, "D": 6, "C": 7, "X": 8, "R": 10}
+NT_ACTIONS = {letter: code("block_action", name) for letter, name in (
+    ("Q", "q"), ("M", "backmerge"), ("F", "frontmerge"), ("G", "g"), ("I", "i"), ("D", "d"),
+    ("C", "c"), ("X", "x"), ("R", "requeue"))}
 TC_NOTIFY = 0x400
 TN_PROCESS = 0          # notify record: pdu = the task's comm
 

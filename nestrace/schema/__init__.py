@@ -15,7 +15,7 @@ from nestrace.schema._records import (
 )
 
 __all__ = ["RECORDS", "TABLES", "ENUMS", "STREAM_MAGIC", "STREAM_VERSION", "BY_KIND",
-           "record_dtype", "record_schema", "table_schema", "kernel_tables"]
+           "record_dtype", "record_schema", "table_schema", "kernel_tables", "code"]
 
 BY_KIND = {spec["kind"]: name for name, spec in RECORDS.items()}
 
@@ -64,3 +64,11 @@ def table_schema(name: str) -> pa.Schema:
 def kernel_tables() -> dict[str, str]:
     """table name -> record name, for every kernel record."""
     return {spec["table"]: name for name, spec in RECORDS.items()}
+
+
+def code(enum: str, name: str) -> int:
+    """The code of value `name` in one of schemas/' code tables (ENUMS)."""
+    for v in ENUMS[enum]["values"]:
+        if v[1] == name:
+            return v[0]
+    raise KeyError(f"{enum} has no value named {name!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 import tempfile
 import textwrap
@@ -24,7 +25,7 @@ C_SIZES = {"__u64": 8, "__s64": 8, "__u32": 4, "__s32": 4, "__u16": 2,
 NP_TYPES = {"__u64": "<u8", "__s64": "<i8", "__u32": "<u4", "__s32": "<i4",
             "__u16": "<u2", "__s16": "<i2", "__u8": "u1"}
 OUTPUTS = ("tracers/nestrace_records.h", "tracers/nestrace_arrow.h", "nestrace/schema/_records.py",
-           "docs/records.md", "correlate/sql/hostfs/sources.sql")
+           "docs/records.md", "correlate/sql/hostfs/sources.sql", "correlate/sql/codes/tables.sql")
 
 
 class SchemaError(ValueError):
@@ -77,9 +78,15 @@ def load(path: Path = SCHEMA) -> dict:
             raise SchemaError(f"{path}: enum {en['name']} is for unknown field {en['field']}")
         values = [v[0] for v in en["values"]]
         names = [v[1] for v in en["values"]]
-        if len(set(values)) != len(values) or len(set(names)) != len(names) or min(values) < 1:
-            raise SchemaError(f"{path}: enum {en['name']}: values must be distinct and >= 1, "
+        if len(set(values)) != len(values) or len(set(names)) != len(names) or min(values) < 0:
+            raise SchemaError(f"{path}: enum {en['name']}: values must be distinct and >= 0, "
                               "names distinct")
+        en.setdefault("columns", [])
+        for v in en["values"]:
+            if len(v) != 2 + len(en["columns"]) or not re.fullmatch(r"[a-z][a-z0-9_]*", v[1]):
+                raise SchemaError(f"{path}: enum {en['name']}: value {v[0]}: a code, a "
+                                  f"lower-case name and one item per column "
+                                  f"({', '.join(c[0] for c in en['columns']) or 'none'})")
     return spec
 
 
@@ -251,12 +258,15 @@ def gen_python(spec: dict) -> str:
         out.append("    ]},")
     out.append("}")
     out.append("")
-    out.append("# name -> dict(field, doc, values=[(value, name, host file systems)])")
+    out.append("# name -> dict(field, doc, columns, values=[(value, name, *one per column)])")
     out.append("ENUMS = {")
     for en in spec.get("enum", []):
-        out.append(f"    {en['name']!r}: {{'field': {en['field']!r}, 'doc': {en['doc']!r}, 'values': [")
+        cols = tuple(c[0] for c in en["columns"])
+        out.append(f"    {en['name']!r}: {{'field': {en['field']!r}, 'doc': {en['doc']!r}, "
+                   f"'columns': {cols!r}, 'values': [")
         for v in en["values"]:
-            out.append(f"        ({v[0]}, {v[1]!r}, {tuple(v[2])!r}),")
+            items = ", ".join(repr(tuple(x) if isinstance(x, list) else x) for x in v)
+            out.append(f"        ({items}),")
         out.append("    ]},")
     out.append("}")
     out.append("")
@@ -283,6 +293,48 @@ def gen_sql_sources(spec: dict) -> str:
         ""])
 
 
+def _sql_value(x, sqltype: str) -> str:
+    if isinstance(x, list):
+        return "[" + ", ".join(_sql_value(i, sqltype) for i in x) + "]"
+    if isinstance(x, str):
+        return "'" + x.replace("'", "''") + "'"
+    return str(x)
+
+
+def gen_sql_codes(spec: dict) -> str:
+    """correlate/sql/codes/tables.sql: every enum as a view of its rows, a
+    macro from name to code (an unknown name is an error) and one from
+    code to each column's value (NULL for a code not in the table)."""
+    out = ["-- Module codes.tables: GENERATED from schemas/records.toml by",
+           "-- nestrace.schema.gen: do not edit.", "",
+           "-- The code tables of the record fields, for the modules to name codes",
+           "-- instead of writing numbers: _<enum>('name') is the code (folded to a",
+           "-- constant), _<enum>_<column>(code) the column's value for a code."]
+    for en in spec.get("enum", []):
+        name, cols = en["name"], en["columns"]
+        out += ["", *textwrap.wrap(f"{en['field']}: {en['doc']}", 76, initial_indent="-- ",
+                                   subsequent_indent="-- ")]
+        rows = [f"  ({v[0]}, '{v[1]}'" + "".join(", " + _sql_value(x, c[1])
+                                                 for x, c in zip(v[2:], cols)) + ")"
+                for v in en["values"]]
+        out += [f"CREATE OR REPLACE VIEW _code_{name} AS", "SELECT * FROM (VALUES",
+                ",\n".join(rows),
+                f") AS t(code, name{''.join(', ' + c[0] for c in cols)});"]
+        whens = " ".join(f"WHEN '{v[1]}' THEN {v[0]}" for v in en["values"])
+        # (no error() for an unknown name: DuckDB then refuses an alias of
+        # the expression in the same SELECT; check_code_names finds them)
+        out += [f"CREATE OR REPLACE MACRO _{name}(n) AS CASE n {whens} END;"]
+        hi = max(v[0] for v in en["values"])
+        for i, c in enumerate([("name", "VARCHAR", ""), *cols]):
+            by_code = {v[0]: (v[1] if i == 0 else v[1 + i]) for v in en["values"]}
+            items = ", ".join(_sql_value(by_code[k], c[1]) if k in by_code else "NULL"
+                              for k in range(hi + 1))
+            out.append(f"CREATE OR REPLACE MACRO _{name}_{c[0]}(code) AS "
+                       f"([{items}]::{c[1] if i else 'VARCHAR'}[])[code + 1];")
+    out.append("")
+    return "\n".join(out)
+
+
 def gen_docs(spec: dict) -> str:
     out = ["# Record reference", "",
            "GENERATED from `schemas/records.toml` by `python -m nestrace.schema.gen`.",
@@ -300,10 +352,15 @@ def gen_docs(spec: dict) -> str:
                 continue
             out.append(f"| `{f[0]}` | `{f[1]}` | {f[2]} | {f[3]} | {offset} | {f[4]} |")
     for en in spec.get("enum", []):
+        cols = [c[0] for c in en["columns"]]
         out += ["", f"## enum `{en['name']}` — `{en['field']}`", "", en["doc"], "",
-                "| value | name | host file systems |", "|---|---|---|"]
+                "| value | name | " + " | ".join(cols) + (" |" if cols else "|"),
+                "|---|---|" + "---|" * len(cols)]
         for v in en["values"]:
-            out.append(f"| {v[0]} | `{v[1]}` | {', '.join(v[2])} |")
+            extra = [", ".join(x) if isinstance(x, list) else str(x) for x in v[2:]]
+            out.append(f"| {v[0]} | `{v[1]}` | " + " | ".join(extra) + (" |" if extra else "|"))
+        for c in en["columns"]:
+            out.append(f"\n`{c[0]}`: {c[2]}")
     for t in spec["table"]:
         out += ["", f"## `{t['name']}` (store table)", "", t["doc"], "",
                 "| field | Arrow | unit | doc |", "|---|---|---|---|"]
@@ -316,7 +373,7 @@ def gen_docs(spec: dict) -> str:
 def generate(root: Path) -> list[Path]:
     spec = load()
     texts = dict(zip(OUTPUTS, (gen_header(spec), gen_arrow_header(spec), gen_python(spec),
-                               gen_docs(spec), gen_sql_sources(spec))))
+                               gen_docs(spec), gen_sql_sources(spec), gen_sql_codes(spec))))
     written = []
     for rel, text in texts.items():
         p = root / rel
@@ -324,6 +381,18 @@ def generate(root: Path) -> list[Path]:
         p.write_text(text)
         written.append(p)
     return written
+
+
+def check_code_names(spec: dict, sql_dir: Path) -> list[str]:
+    """Every _<enum>('name') in the SQL modules names a value of the enum."""
+    enums = {en["name"]: {v[1] for v in en["values"]} for en in spec.get("enum", [])}
+    bad = []
+    for p in sorted(sql_dir.rglob("*.sql")):
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            for enum, name in re.findall(r"\b_([a-z_]+)\('([a-z0-9_]+)'\)", line):
+                if enum in enums and name not in enums[enum]:
+                    bad.append(f"{p}:{i}: {enum} has no value named {name!r}")
+    return bad
 
 
 def check() -> list[str]:
@@ -348,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.check:
         drift = check()
+        drift += [line + "\n" for line in check_code_names(load(), ROOT / "correlate" / "sql")]
         for d in drift:
             sys.stdout.write(d)
         if drift:

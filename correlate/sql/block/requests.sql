@@ -1,5 +1,6 @@
 -- Module block.requests: block events paired into requests.
 -- INCLUDE base.levels
+-- INCLUDE codes.tables
 
 -- The bio queue (Q) time of each split-off piece (X): a piece is never
 -- queued itself; it inherits the Q of the bio it was cut from.  The kernel
@@ -11,25 +12,26 @@
 CREATE OR REPLACE VIEW _block_split_q AS
 WITH RECURSIVE x AS (
   SELECT capture_id, dev, bio_id, ts_ns, sector, aux_sector, (cpu::UBIGINT << 48) | seq AS x_id
-  FROM block_events WHERE action = 8),
+  FROM block_events WHERE action = _block_action('x')),
 start AS (   -- where a piece may begin: a Q's sector (only the Qs at a
              -- sector some piece begins at), or a remainder's
-  SELECT q.capture_id, q.dev, q.ts_ns, q.sector AS key, 1 AS kind, q.ts_ns AS q_ns,
+  SELECT q.capture_id, q.dev, q.ts_ns, q.sector AS key, _block_action('q') AS kind, q.ts_ns AS q_ns,
          NULL::UBIGINT AS x_id
   FROM block_events q SEMI JOIN x ON x.capture_id = q.capture_id AND x.dev = q.dev
                                  AND x.sector = q.sector
-  WHERE q.action = 1
+  WHERE q.action = _block_action('q')
   UNION ALL
-  SELECT capture_id, dev, ts_ns, aux_sector, 8, NULL, x_id FROM x WHERE aux_sector > sector),
+  SELECT capture_id, dev, ts_ns, aux_sector, _block_action('x'), NULL, x_id FROM x
+  WHERE aux_sector > sector),
 pred AS (
   SELECT x.capture_id, x.dev, x.bio_id, x.ts_ns, x.x_id, s.kind, s.q_ns, s.x_id AS pred_id
   FROM x ASOF JOIN start s ON s.capture_id = x.capture_id AND s.dev = x.dev
                           AND s.key = x.sector AND x.ts_ns >= s.ts_ns),
 root(capture_id, dev, bio_id, ts_ns, x_id, q_ns) AS (
-  SELECT capture_id, dev, bio_id, ts_ns, x_id, q_ns FROM pred WHERE kind = 1
+  SELECT capture_id, dev, bio_id, ts_ns, x_id, q_ns FROM pred WHERE kind = _block_action('q')
   UNION ALL
   SELECT p.capture_id, p.dev, p.bio_id, p.ts_ns, p.x_id, r.q_ns
-  FROM pred p JOIN root r ON p.kind = 8 AND p.capture_id = r.capture_id AND p.pred_id = r.x_id)
+  FROM pred p JOIN root r ON p.kind = _block_action('x') AND p.capture_id = r.capture_id AND p.pred_id = r.x_id)
 SELECT capture_id, dev, bio_id, ts_ns, q_ns FROM root;
 
 -- Computed requests, the columns `correlate` stores (_block_requests_core
@@ -52,20 +54,23 @@ WITH by_bio AS (   -- Q, X, G, D of each bio address, in time order; D's own
          lag(e.action) OVER w AS a1, lag(e.ts_ns) OVER w AS t1,
          lag(e.action, 2) OVER w AS a2, lag(e.ts_ns, 2) OVER w AS t2
   FROM block_events e JOIN _base_block_devs d USING (capture_id, dev)
-  WHERE e.action IN (1, 4, 6, 8)
+  WHERE e.action IN (_block_action('q'), _block_action('g'), _block_action('d'),
+                     _block_action('x'))
   WINDOW w AS (PARTITION BY e.bio_id, d.dk ORDER BY e.ts_ns, e.cpu::USMALLINT)),
 ev AS (   -- each D with its first bio's Q, X, G (Q G D, Q D, X G D, X D); I and C
   SELECT capture_id, dev, dk, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm,
          action, cpu, seq, NULL::INTEGER AS error,
-         CASE WHEN a1 = 1 THEN t1 WHEN a1 = 4 AND a2 = 1 THEN t2 END AS bq_ns,
-         CASE WHEN a1 = 8 THEN t1 WHEN a1 = 4 AND a2 = 8 THEN t2 END AS x_ns,
-         CASE WHEN a1 = 4 THEN t1 END AS g_ns
-  FROM by_bio WHERE action = 6
+         CASE WHEN a1 = _block_action('q') THEN t1
+              WHEN a1 = _block_action('g') AND a2 = _block_action('q') THEN t2 END AS bq_ns,
+         CASE WHEN a1 = _block_action('x') THEN t1
+              WHEN a1 = _block_action('g') AND a2 = _block_action('x') THEN t2 END AS x_ns,
+         CASE WHEN a1 = _block_action('g') THEN t1 END AS g_ns
+  FROM by_bio WHERE action = _block_action('d')
   UNION ALL
   SELECT e.capture_id, e.dev, d.dk, e.rq_id, e.bio_id, e.ts_ns, NULL, NULL, NULL, NULL, NULL, NULL,
          e.action, e.cpu, e.seq, e.error, NULL, NULL, NULL
   FROM block_events e JOIN _base_block_devs d USING (capture_id, dev)
-  WHERE e.action IN (5, 7)),
+  WHERE e.action IN (_block_action('i'), _block_action('c'))),
 by_rq AS (   -- I, D, C of each request address, in time order
   SELECT *, lag(action) OVER w AS prev_action, lag(ts_ns) OVER w AS prev_ns,
          lead(action) OVER w AS next_action, lead(ts_ns) OVER w AS next_ns,
@@ -75,15 +80,15 @@ by_rq AS (   -- I, D, C of each request address, in time order
 joined AS (   -- each D with the insert right before it, the completion right after it
   SELECT r.capture_id, r.dev, r.dk, r.rq_id, r.bio_id, r.ts_ns, r.sector, r.nr_sectors, r.req_op,
          r.req_flags, r.pid, r.comm, (r.cpu::UBIGINT << 48) | r.seq AS io_id,
-         CASE WHEN r.prev_action = 5 THEN r.prev_ns END AS i_ns,
-         CASE WHEN r.next_action = 7 THEN r.next_ns END AS c_ns,
+         CASE WHEN r.prev_action = _block_action('i') THEN r.prev_ns END AS i_ns,
+         CASE WHEN r.next_action = _block_action('c') THEN r.next_ns END AS c_ns,
          r.next_ns AS done_by_ns,
-         CASE WHEN r.next_action = 7 THEN r.next_error END AS error,
+         CASE WHEN r.next_action = _block_action('c') THEN r.next_error END AS error,
          coalesce(r.bq_ns, sq.q_ns) AS q_ns, r.g_ns
   FROM by_rq r
   LEFT JOIN _block_split_q sq ON sq.capture_id = r.capture_id AND sq.dev = r.dev
                               AND sq.bio_id = r.bio_id AND sq.ts_ns = r.x_ns
-  WHERE r.action = 6)
+  WHERE r.action = _block_action('d'))
 SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns, j.q_ns, j.g_ns, j.i_ns,
        j.c_ns, j.done_by_ns, j.sector, j.nr_sectors, _req_op_name(j.req_op) AS op, j.req_op,
        j.req_flags, coalesce(j.error, 0) AS error, j.pid, j.comm

@@ -1,6 +1,7 @@
 -- Module hostfs.io: the host file system's accesses to the image (level 3).
 -- INCLUDE base.levels
 -- INCLUDE hostfs.sources
+-- INCLUDE codes.tables
 
 -- One row per access of the image file through the host file system.
 -- On xfs the exact xfs_file_* read/write events are used; on other file
@@ -69,7 +70,7 @@ unaligned AS (   -- xfs direct writes not aligned to the FS block, with the
          lead(e.ts_ns) OVER w AS next_ns, lead(e.iocb_flags) OVER w AS next_flags
   FROM hostfs_events e
   JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level = 'hostfs'
-  WHERE e.source = 4 AND l.fs_type = 'xfs'   -- xfs_file_direct_write
+  WHERE e.source = _hostfs_source('xfs_file_direct_write') AND l.fs_type = 'xfs'
     AND (e.offset_bytes % l.block_size_bytes <> 0 OR e.bytes % l.block_size_bytes <> 0)
   WINDOW w AS (PARTITION BY e.offset_bytes, e.ino, e.pid, e.bytes, e.dev, e.capture_id
                ORDER BY e.ts_ns, e.cpu, e.seq)),
@@ -78,14 +79,15 @@ asks AS (   -- buffered reads' page lookups and buffered writes' per-folio
   SELECT capture_id, cpu, seq, offset_bytes, offset_bytes + bytes AS end_bytes,
          lag(offset_bytes) OVER w AS prev_offset, lag(offset_bytes + bytes) OVER w AS prev_end
   FROM hostfs_events
-  WHERE source IN (6, 7, 8)   -- mm_filemap_get_pages, ext4_write_begin, ext4_da_write_begin
+  WHERE source IN (_hostfs_source('mm_filemap_get_pages'), _hostfs_source('ext4_write_begin'),
+                   _hostfs_source('ext4_da_write_begin'))
   WINDOW w AS (PARTITION BY ino, pid, op, dev, capture_id ORDER BY ts_ns, cpu, seq)),
 unmaps AS (   -- xfs unmaps with the task's previous one
   SELECT capture_id, cpu, seq, ts_ns, offset_bytes, bytes,
          lag(ts_ns) OVER w AS prev_ns, lag(offset_bytes) OVER w AS prev_offset,
          lag(bytes) OVER w AS prev_bytes
   FROM hostfs_events
-  WHERE source = 9   -- xfs_bunmap
+  WHERE source = _hostfs_source('xfs_bunmap')
   WINDOW w AS (PARTITION BY ino, pid, dev, capture_id ORDER BY ts_ns, cpu, seq)),
 dropped AS (
   -- a try under the shared iolock (overwrites only) that xfs gave up and
@@ -100,13 +102,13 @@ dropped AS (
   WHERE offset_bytes = prev_offset AND bytes = prev_bytes AND ts_ns - prev_ns < 10000000)
 SELECT e.capture_id, e.machine, 'hostfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,
        e.dev, e.ino, e.offset_bytes,
-       CASE WHEN e.op = 3 THEN least(e.offset_bytes + e.bytes, e.file_end) - e.offset_bytes
+       CASE WHEN e.op = _hostfs_op('discard') THEN least(e.offset_bytes + e.bytes, e.file_end) - e.offset_bytes
             ELSE e.bytes END::UBIGINT AS bytes,
-       CASE e.op WHEN 0 THEN 'read' WHEN 1 THEN 'write' WHEN 3 THEN 'discard' ELSE 'sync' END AS op,
+       coalesce(_hostfs_op_name(e.op), 'sync') AS op,
        (e.iocb_flags & 1) <> 0 AS direct, e.hook AS source,
        e.fs_type, e.pid, e.comm
 FROM ev e ANTI JOIN dropped f ON f.capture_id = e.capture_id AND f.cpu = e.cpu AND f.seq = e.seq
-WHERE e.op <> 3 OR e.offset_bytes < e.file_end
+WHERE e.op <> _hostfs_op('discard') OR e.offset_bytes < e.file_end
 UNION ALL
 SELECT p.capture_id, l.machine, 'hostfs', (p.cpu::UBIGINT << 48) | p.seq, p.ts_ns, p.dev, p.ino,
        (p.index * 4096)::BIGINT, p.nr_pages * 4096, 'write', false, 'writeback_dirty_folio',
@@ -114,4 +116,4 @@ SELECT p.capture_id, l.machine, 'hostfs', (p.cpu::UBIGINT << 48) | p.seq, p.ts_n
 FROM pagecache_events p
 JOIN base_levels l ON l.capture_id = p.capture_id AND l.dev = p.dev AND l.level = 'hostfs'
 SEMI JOIN _base_image_files f ON f.capture_id = p.capture_id AND f.ino = p.ino
-WHERE l.fs_type = 'btrfs' AND p.event = 7;
+WHERE l.fs_type = 'btrfs' AND p.event = _pagecache_event('dirty');

@@ -2,6 +2,7 @@
 -- upper event(s) that caused it.
 -- INCLUDE map.ranges
 -- INCLUDE util.blocks
+-- INCLUDE codes.tables
 
 -- Hops, each in one address space, cut into 4 KiB blocks:
 --   vfs -> vdisk   virtual-disk bytes (file pieces through the guest extents)
@@ -253,7 +254,7 @@ FROM _links_lower x JOIN _links_captures c USING (capture_id);
 -- before, is put down to the fault.
 CREATE OR REPLACE VIEW _links_faults AS
 SELECT capture_id, dev, ino, ts_ns, (index * 4096)::BIGINT AS off, (index * 4096 + 4096)::BIGINT AS stop
-FROM pagecache_events WHERE event = 9;
+FROM pagecache_events WHERE event = _pagecache_event('fault');
 
 -- The virtual-disk blocks of such guest-file pages (relation `t`:
 -- capture_id, dev, ino, ts_ns, off, stop), keyed as links' op `op`
@@ -323,7 +324,7 @@ SELECT p.capture_id, m.level, p.dev, p.ino, p.ts_ns, (p.index * 4096)::BIGINT AS
 FROM pagecache_events p
 JOIN device_map m ON m.capture_id = p.capture_id AND m.dev = p.dev
                  AND m.level IN ('vfs', 'hostfs')
-WHERE p.event IN (5, 6) AND p.nr_pages > 0;
+WHERE p.event IN (_pagecache_event('ra_unbounded'), _pagecache_event('ra_order')) AND p.nr_pages > 0;
 
 CREATE OR REPLACE VIEW _links_guest_ra AS
 SELECT capture_id, dev, ino, ts_ns, off, stop FROM _links_ra WHERE level = 'vfs';
@@ -354,7 +355,7 @@ SELECT k, ts_ns FROM _links_pages_keyed('_links_guest_ra', 0);
 CREATE OR REPLACE VIEW _links_stores AS
 SELECT capture_id, dev, ino, ts_ns, (index * 4096)::BIGINT AS off,
        ((index + nr_pages) * 4096)::BIGINT AS stop
-FROM pagecache_events WHERE event = 7 AND aux = 1;
+FROM pagecache_events WHERE event = _pagecache_event('dirty') AND aux = 1;
 
 CREATE OR REPLACE VIEW _links_stores_keyed AS
 SELECT k, ts_ns AS s_ns FROM _links_pages_keyed('_links_stores', 1);

@@ -1,5 +1,6 @@
 -- Module phases.phases: btt request phases per device.
 -- INCLUDE block.requests
+-- INCLUDE codes.tables
 
 -- Bios merged into an existing request (back or front merge): Q2M, and
 -- never counted as requests of their own.
@@ -14,14 +15,15 @@
 -- @column front BOOLEAN       front merge (else back merge)
 CREATE OR REPLACE VIEW phases_merges AS
 WITH m AS (SELECT capture_id, dev, bio_id, ts_ns AS m_ns, nr_sectors, action
-           FROM block_events WHERE action IN (2, 3)),
+           FROM block_events
+           WHERE action IN (_block_action('backmerge'), _block_action('frontmerge'))),
      -- only the Qs of merged bios: the ASOF join then sorts a few rows,
      -- not every Q of the capture
      q AS (SELECT capture_id, dev, bio_id, ts_ns AS q_ns FROM block_events
-           WHERE action = 1 AND bio_id IN (SELECT bio_id FROM m))
+           WHERE action = _block_action('q') AND bio_id IN (SELECT bio_id FROM m))
 SELECT m.capture_id, l.level, m.dev, m.bio_id, q.q_ns, m.m_ns,
        m.m_ns::BIGINT - q.q_ns::BIGINT AS q2m_ns, m.nr_sectors::UBIGINT * 512 AS bytes,
-       m.action = 3 AS front
+       m.action = _block_action('frontmerge') AS front
 FROM m ASOF LEFT JOIN q ON q.capture_id = m.capture_id AND q.dev = m.dev
                        AND q.bio_id = m.bio_id AND m.m_ns >= q.q_ns
 JOIN base_levels l ON l.capture_id = m.capture_id AND l.dev = m.dev

@@ -3,6 +3,7 @@
 -- INCLUDE vfs.io
 -- INCLUDE vdisk.io
 -- INCLUDE map.image
+-- INCLUDE codes.tables
 
 -- An overlay's files copied up to its upper layer: the overlay keeps the
 -- lower file's inode number (its calls carry it), while the page cache is
@@ -68,27 +69,27 @@ filled AS MATERIALIZED (   -- files with pages added: only their demand
               -- not (capture_id, dev, ino, page): with the time, a sort key
               -- within DuckDB's fastest 24 bytes
   SELECT capture_id, dev, ino, row_number() OVER (ORDER BY capture_id, dev, ino)::UINTEGER AS fk
-  FROM (SELECT DISTINCT capture_id, dev, ino FROM pagecache_events WHERE event = 1)),
+  FROM (SELECT DISTINCT capture_id, dev, ino FROM pagecache_events WHERE event = _pagecache_event('add'))),
 adds AS (
   SELECT p.capture_id, lv.level, p.dev, p.ino, f.fk, p.pid, p.ts_ns AS added_ns, p.index AS folio,
          unnest(range(p.index::BIGINT, (p.index + p.nr_pages)::BIGINT)) AS page
   FROM pagecache_events p JOIN lv ON lv.capture_id = p.capture_id AND lv.dev = p.dev
   JOIN filled f ON f.capture_id = p.capture_id AND f.dev = p.dev AND f.ino = p.ino
-  WHERE p.event = 1),
-ra AS (   -- readahead that reads: unbounded (5) and large-folio order (6)
+  WHERE p.event = _pagecache_event('add')),
+ra AS (   -- readahead that reads: unbounded and large-folio order
   SELECT f.fk, p.pid, p.ts_ns AS ra_ns, p.index AS ra_first, p.index + p.nr_pages AS ra_end
   FROM pagecache_events p JOIN filled f USING (capture_id, dev, ino)
-  WHERE p.event IN (5, 6)),
-maps AS (   -- a memory-mapped file's pages faulted in (9) or mapped around a fault (10)
+  WHERE p.event IN (_pagecache_event('ra_unbounded'), _pagecache_event('ra_order'))),
+maps AS (   -- a memory-mapped file's pages faulted in or mapped around a fault
   SELECT f.fk, p.event, p.ts_ns,
          unnest(range(p.index::BIGINT, (p.index + p.nr_pages)::BIGINT)) AS page
   FROM pagecache_events p JOIN filled f USING (capture_id, dev, ino)
-  WHERE p.event IN (9, 10)),
+  WHERE p.event IN (_pagecache_event('fault'), _pagecache_event('map_pages'))),
 dels AS (
   SELECT f.fk, p.ts_ns AS evicted_ns,
          unnest(range(p.index::BIGINT, (p.index + p.nr_pages)::BIGINT)) AS page
   FROM pagecache_events p JOIN filled f USING (capture_id, dev, ino)
-  WHERE p.event = 2),
+  WHERE p.event = _pagecache_event('delete')),
 demand AS (   -- (the bytes a call moved, not those it asked for: coreutils' cp
               -- asks copy_file_range for 2^63 bytes)
   SELECT f.fk, v.op, v.ts_ns AS d_start, v.end_ns AS d_end,
@@ -132,7 +133,7 @@ a5 AS (  -- the latest demand write of the page that started before the add
   ASOF LEFT JOIN writes w ON w.fk = a4.fk AND w.page = a4.page AND a4.added_ns >= w.d_start),
 a6 AS (  -- the latest fault on the page at or before the add
   SELECT a5.*, f.ts_ns AS fault_ns FROM a5
-  ASOF LEFT JOIN (SELECT * FROM maps WHERE event = 9) f
+  ASOF LEFT JOIN (SELECT * FROM maps WHERE event = _pagecache_event('fault')) f
     ON f.fk = a5.fk AND f.page = a5.page AND a5.added_ns >= f.ts_ns),
 a7 AS (  -- the first mapping of the page after the add
   SELECT a6.*, n.ts_ns AS next_map FROM a6

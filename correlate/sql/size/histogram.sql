@@ -3,6 +3,7 @@
 -- INCLUDE vfs.io
 -- INCLUDE vdisk.io
 -- INCLUDE disk.io
+-- INCLUDE codes.tables
 -- INCLUDE hostfs.io
 -- INCLUDE phases.phases
 
@@ -47,10 +48,11 @@ FROM s GROUP BY ALL;
 -- @column merge_ratio DOUBLE   queued / dispatched
 CREATE OR REPLACE VIEW size_merge_ratio AS
 SELECT e.capture_id, l.level, e.dev,
-       count(*) FILTER (WHERE action = 1) AS queued,
-       count(*) FILTER (WHERE action IN (2, 3)) AS merged,
-       count(*) FILTER (WHERE action = 6) AS dispatched,
-       count(*) FILTER (WHERE action = 1) / nullif(count(*) FILTER (WHERE action = 6), 0) AS merge_ratio
+       count(*) FILTER (WHERE action = _block_action('q')) AS queued,
+       count(*) FILTER (WHERE action IN (_block_action('backmerge'), _block_action('frontmerge')))
+         AS merged,
+       count(*) FILTER (WHERE action = _block_action('d')) AS dispatched,
+       queued / nullif(dispatched, 0) AS merge_ratio
 FROM block_events e
 JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level IN ('vdisk', 'disk')
 GROUP BY ALL;

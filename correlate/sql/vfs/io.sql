@@ -1,5 +1,6 @@
 -- Module vfs.io: application file syscalls (level 1).
 -- INCLUDE base.levels
+-- INCLUDE codes.tables
 
 -- One row per completed file syscall on the guest file system, one per
 -- Linux AIO iocb (io_submit ... io_getevents: ts_ns is the submission,
@@ -52,34 +53,23 @@
 CREATE OR REPLACE VIEW vfs_io AS
 SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns, e.ts_ns + e.duration_ns AS end_ns,
        e.duration_ns, e.dev, e.ino, e.offset_bytes, e.req_bytes,
-       CASE WHEN e.syscall IN (25, 27) AND e.ret = 0 THEN e.req_bytes::BIGINT
-            WHEN e.syscall IN (32, 42) AND e.ret = 0
+       CASE WHEN e.sc_op = 'fallocate' AND e.ret = 0 THEN e.req_bytes::BIGINT
+            WHEN e.sc_op = 'ftruncate' AND e.ret = 0
               THEN greatest(e.req_bytes::BIGINT - e.offset_bytes, 0)
             ELSE greatest(e.ret, 0) END AS ret_bytes,
-       e.ret, ret_bytes AS bytes,
-       ['read', 'write', 'pread64', 'pwrite64', 'readv', 'writev', 'preadv', 'pwritev',
-        'preadv2', 'pwritev2', 'fsync', 'fdatasync', 'sync_file_range',
-        'aio_pread', 'aio_pwrite', 'aio_fsync', 'aio_fdsync', 'aio_preadv', 'aio_pwritev',
-        'uring_read', 'uring_write', 'uring_readv', 'uring_writev', 'uring_fsync',
-        'fallocate', 'uring_sync_file_range', 'uring_fallocate',
-        'copy_file_range', 'copy_file_range', 'sendfile', 'sendfile', 'ftruncate',
-        'splice', 'splice', NULL, NULL, 'msync', 'syncfs', 'sync', NULL, NULL,
-        'uring_ftruncate', NULL, 'uring_splice', 'uring_splice'][e.syscall]
-         AS syscall,
-       CASE WHEN e.syscall IN (1, 3, 5, 7, 9, 14, 18, 20, 22, 28, 30, 33, 44) THEN 'read'
-            WHEN e.syscall IN (2, 4, 6, 8, 10, 15, 19, 21, 23, 29, 31, 34, 45) THEN 'write'
-            WHEN e.syscall IN (25, 27) AND e.iov_count & (2 | 16) <> 0 THEN 'discard'
-            WHEN e.syscall IN (25, 27) THEN 'other'
-            WHEN e.syscall IN (32, 42) AND e.req_bytes::BIGINT > e.offset_bytes THEN 'discard'
-            WHEN e.syscall IN (32, 42) THEN 'other'
-            WHEN e.syscall = 37 AND e.iov_count & 4 = 0 THEN 'other'   -- msync without MS_SYNC
-            ELSE 'sync' END AS op,
-       CASE WHEN e.syscall IN (25, 27) THEN e.iov_count END AS falloc_mode,
+       e.ret, ret_bytes AS bytes, _vfs_syscall_call(e.syscall) AS syscall,
+       CASE WHEN e.sc_op IN ('read', 'write', 'sync') THEN e.sc_op
+            WHEN e.sc_op = 'fallocate' AND e.iov_count & (2 | 16) <> 0 THEN 'discard'
+            WHEN e.sc_op = 'ftruncate' AND e.req_bytes::BIGINT > e.offset_bytes THEN 'discard'
+            WHEN e.sc_op = 'msync' AND e.iov_count & 4 <> 0 THEN 'sync'   -- MS_SYNC
+            ELSE 'other' END AS op,
+       CASE WHEN e.sc_op = 'fallocate' THEN e.iov_count END AS falloc_mode,
        (e.f_flags & 16384) <> 0 AS direct,          -- O_DIRECT (x86 040000)
        (e.f_flags & 1052672) <> 0 AS sync,          -- O_SYNC | O_DSYNC
        e.pid, e.tid, e.fd, e.comm
-FROM vfs_events e JOIN capture_meta c USING (capture_id)
-WHERE e.syscall NOT IN (35, 36, 40, 41, 43);   -- not the hints
+FROM (SELECT *, _vfs_syscall_op(syscall) AS sc_op FROM vfs_events) e
+JOIN capture_meta c USING (capture_id)
+WHERE e.sc_op IS DISTINCT FROM 'hint';
 
 -- One row per posix_fadvise(2) (fadvise64; io_uring's, uring_fadvise, from
 -- its submission to its CQE) or readahead(2) call on a file of the guest
@@ -116,19 +106,19 @@ WHERE e.syscall NOT IN (35, 36, 40, 41, 43);   -- not the hints
 CREATE OR REPLACE VIEW vfs_hints AS
 SELECT e.capture_id, c.machine, 'vfs' AS level, (e.cpu::UBIGINT << 48) | e.seq AS io_id, e.ts_ns,
        e.ts_ns + e.duration_ns AS end_ns, e.duration_ns, e.dev, e.ino, e.offset_bytes, e.req_bytes,
-       e.ret, CASE e.syscall WHEN 35 THEN 'fadvise64' WHEN 36 THEN 'readahead'
-                             WHEN 41 THEN 'uring_fadvise' WHEN 40 THEN 'madvise'
-                             ELSE 'uring_madvise' END AS syscall,
-       CASE WHEN e.syscall IN (35, 41) THEN ['normal', 'random', 'sequential', 'willneed', 'dontneed',
-                                      'noreuse'][e.iov_count + 1]
-            WHEN e.syscall IN (40, 43) THEN coalesce(
+       e.ret, _vfs_syscall_call(e.syscall) AS syscall,
+       CASE WHEN e.syscall IN (_vfs_syscall('fadvise'), _vfs_syscall('uring_fadvise'))
+              THEN ['normal', 'random', 'sequential', 'willneed', 'dontneed',
+                    'noreuse'][e.iov_count + 1]
+            WHEN e.syscall IN (_vfs_syscall('madvise'), _vfs_syscall('uring_madvise')) THEN coalesce(
               ['normal', 'random', 'sequential', 'willneed', 'dontneed', NULL, NULL, NULL, 'free',
                'remove', 'dontfork', 'dofork', 'mergeable', 'unmergeable', 'hugepage',
                'nohugepage', 'dontdump', 'dodump', 'wipeonfork', 'keeponfork', 'cold', 'pageout',
                'populate_read', 'populate_write', 'dontneed_locked', 'collapse'][e.iov_count + 1],
               e.iov_count::VARCHAR) END AS advice,
-       e.syscall = 36 OR advice IN ('willneed', 'populate_read') AS reads,
-       e.syscall IN (35, 41) AND e.req_bytes = 0 AS to_end,
+       e.syscall = _vfs_syscall('readahead') OR advice IN ('willneed', 'populate_read') AS reads,
+       e.syscall IN (_vfs_syscall('fadvise'), _vfs_syscall('uring_fadvise')) AND e.req_bytes = 0
+         AS to_end,
        e.pid, e.tid, e.fd, e.comm
 FROM vfs_events e JOIN capture_meta c USING (capture_id)
-WHERE e.syscall IN (35, 36, 40, 41, 43);
+WHERE _vfs_syscall_op(e.syscall) = 'hint';

@@ -19,6 +19,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NESTRACE = [sys.executable, "-m", "nestrace"]
 
+# Tests live in a folder per area (tests/<area>/test_*.py); a few take
+# helpers from another area's tests (the VM test reads images as the image
+# tests do), so every area's folder is importable from any of them.
+sys.path[1:1] = [str(d) for d in sorted(Path(__file__).parent.iterdir())
+                 if d.is_dir() and any(d.glob("test_*.py"))]
+
 
 def _why_no_root() -> str | None:
     if os.geteuid() != 0:

@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from nestrace.schema import RECORDS
 from nestrace.schema import gen as schemagen
 
-ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "tracers" / "build"
 
 

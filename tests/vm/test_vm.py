@@ -25,7 +25,7 @@ from conftest import (
     loop_devices,
     run_cli,
 )
-from test_capture import TRACE_THROUGH, TRACE_THROUGH_VIA, fio_log_offsets
+from tracethrough import TRACE_THROUGH, TRACE_THROUGH_VIA, fio_log_offsets
 
 import nestrace
 from nestrace.images.vhdx import bat_map

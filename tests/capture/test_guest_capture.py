@@ -456,7 +456,7 @@ def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab
     read through the overlay is found at the virtual disk where its
     extents say.  An overlay with layers on two file systems is refused
     by name; the base named again after its overlay is no error."""
-    from test_capture import (
+    from tracethrough import (
         assert_overlay_and_base_traced,
         fio_log_offsets,
         two_overlays,

@@ -21,7 +21,7 @@ from conftest import (
     run_cli,
 )
 from rows import DISK, VDISK, capture_meta, device_map, extents, hostfs, request, vfs
-from test_capture import (
+from tracethrough import (
     FIO_RANDREAD,
     TRACE_THROUGH,
     TRACE_THROUGH_MAPPED,

@@ -118,7 +118,7 @@ def run_agent_alone(mount, depth, runtime, tmp, flag: str, stream: Path, then: s
     filters, CPU pinning) with `flag`, its stream written to `stream`;
     `then`, a shell command run after fio while the agent still runs."""
     sys.path.insert(0, str(ROOT))
-    from nestrace.capture.record import agent_args, agent_cpus, side_families
+    from nestrace.capture.agent import agent_args, agent_cpus, side_families
     from nestrace.capture.stack import discover
     stack = discover(mount)
     pin = agent_cpus("auto")

@@ -66,8 +66,8 @@ def reader(kind: str):
         fmt = kind.split(":", 1)[1]
         return (lambda p: cluster_map(p, fmt) and []), (ImageMapError,)
     if kind == "dat":
-        from nestrace.importers import tracecmd
-        return (lambda p: tracecmd.read(p).problems), (tracecmd.TraceCmdError,)
+        from nestrace.importers import datfile, tracecmd
+        return (lambda p: tracecmd.read(p).problems), (datfile.TraceCmdError,)
     raise SystemExit(f"fuzzer: unknown kind {kind}")
 
 

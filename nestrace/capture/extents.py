@@ -11,13 +11,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from nestrace.capture.stack import (
-    BlockDev,
-    StackError,
-    btrfs_devices,
-    file_id,
-    fs_device,
-)
+from nestrace.capture.devices import BlockDev
+from nestrace.capture.stack import StackError, btrfs_devices, file_id, fs_device
 
 # ---- FIEMAP ----------------------------------------------------------------
 

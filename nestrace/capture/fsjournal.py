@@ -16,7 +16,7 @@ import os
 import re
 import subprocess
 
-from nestrace.capture.stack import Mount, mount_block_dev, mount_of
+from nestrace.capture.devices import Mount, mount_block_dev, mount_of
 
 # "(lo-hi):ph-ph_end" or "(lo):ph", a run of blocks in debugfs' stat output
 _RUN = re.compile(r"\((\d+)(?:-(\d+))?\):(\d+)(?:-(\d+))?")

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nestrace.capture.stack import mounts
+from nestrace.capture.devices import mounts
 from nestrace.errors import json_object
 
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")

@@ -73,7 +73,7 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
     argument of `command`, or in `prepare`, is replaced by it, shell-quoted
     in `prepare`), tear the stack down, also on failure.  When `stopped()`
     turns true (Ctrl-C) before the capture starts, the cell is not recorded."""
-    from nestrace.capture.record import RecordError, _run_workload, drop_caches, record
+    from nestrace.capture.record import RecordError, drop_caches, record, run_workload
     from nestrace.capture.stack import StackError, discover
     lab = Lab(lab_name)
     try:
@@ -85,7 +85,7 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
         mount = st["guest_mount"]
         env = workload_env(cell.config, mount)
         if prepare and not stopped():
-            rc = _run_workload(["sh", "-c", prepare.replace("{guest}", shlex.quote(mount))],
+            rc = run_workload(["sh", "-c", prepare.replace("{guest}", shlex.quote(mount))],
                                cwd=mount, env=env)
             if rc:
                 cell.error = f"--prepare exited with code {rc}"

@@ -7,7 +7,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import secrets
 import shutil
 import signal
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from nestrace._paths import agent_path
+from nestrace.capture.agent import agent_args, agent_cpus, cgroup_dir, side_families
 from nestrace.capture.snapshots import (
     btrfs_placed_rows,
     neighbor_images,
@@ -30,10 +29,12 @@ from nestrace.capture.snapshots import (
     stack_journal_rows,
     store_extents,
 )
-from nestrace.capture.stack import Stack, guests, kdev_str, traced_at, untraced_mounts
+from nestrace.capture.stack import Stack, guests, traced_at, untraced_mounts
+from nestrace.capture.status import StatusLines
 from nestrace.errors import RecordError
-from nestrace.schema import ENUMS, table_schema
-from nestrace.store.files import LiveCapture, SealResult, StoreError, init_store, seal
+from nestrace.schema import table_schema
+from nestrace.store.files import LiveCapture, StoreError, init_store
+from nestrace.store.seal import SealResult, seal
 from nestrace.store.stream import DecodeState, StreamError, iter_frames
 
 
@@ -77,213 +78,6 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
     return rows
 
 
-def side_families(stack: Stack) -> str:
-    """The BPF program families a side needs."""
-    # (the guest's page cache and mappings are hostfs-family hooks too)
-    return {"both": "vfs,block,hostfs", "guest": "vfs,block,hostfs",
-            "host": "block,hostfs"}[stack.side]
-
-
-def access_hooks() -> tuple[str, ...]:
-    """Every hook of a host FS's accesses to the image (the hostfs_source
-    enum in schemas/)."""
-    return tuple(hook for _, hook, _ in ENUMS["hostfs_source"]["values"])
-
-
-def unused_hooks(host_fs: str) -> tuple[str, ...]:
-    """Access hooks whose events hostfs_io never uses for this host FS, so
-    they are not attached (iomap_dio_rw_begin alone fires on every direct
-    I/O of every file system on the machine, about 3 times per guest I/O).
-    One table decides for both: the hostfs_source enum in schemas/, which
-    the view reads as _hostfs_sources.  A file system without a hook list
-    of its own gets the "*" list."""
-    values = ENUMS["hostfs_source"]["values"]
-    named = {fs for _, _, fss in values for fs in fss if fs != "*"}
-    fs = host_fs if host_fs in named else "*"
-    return tuple(hook for _, hook, fss in values if fs not in fss)
-
-
-# interrupt lines of block devices in /proc/interrupts: virtio-blk queues
-# (virtioN-req.M), NVMe queues, AHCI
-_BLOCK_IRQ = re.compile(r"virtio\d+-req|\bnvme\d+q\d+|\bahci")
-
-
-def quiet_cpus(interrupts: str, cpus: set[int]) -> set[int] | None:
-    """CPUs of `cpus` that take (almost) no block-device interrupts, from
-    the text of /proc/interrupts; None when there is no such split (one
-    CPU, no block interrupts seen, or every CPU takes them)."""
-    lines = interrupts.splitlines()
-    if not lines:
-        return None
-    cols = [int(c[3:]) for c in lines[0].split() if c.startswith("CPU")]
-    per_cpu = dict.fromkeys(cols, 0)
-    for line in lines[1:]:
-        if not _BLOCK_IRQ.search(line):
-            continue
-        counts = line.split(":", 1)[1].split()[:len(cols)]
-        for cpu, n in zip(cols, counts):
-            if n.isdigit():
-                per_cpu[cpu] += int(n)
-    total = sum(per_cpu.get(c, 0) for c in cpus)
-    if len(cpus) < 2 or total == 0:
-        return None
-    quiet = {c for c in cpus if per_cpu.get(c, 0) <= total // 100}   # under 1 % of them
-    return quiet if quiet and quiet != cpus else None
-
-
-def parse_cpus(spec: str) -> set[int]:
-    """'0,2-3' -> {0, 2, 3}."""
-    out: set[int] = set()
-    try:
-        for part in spec.split(","):
-            lo, _, hi = part.partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        raise RecordError(f"--agent-cpus: {spec!r} is not a CPU list like 0,2-3") from None
-    return out
-
-
-def agent_cpus(spec: str) -> set[int] | None:
-    """Where the agent may run: `all` (anywhere), a CPU list, or `auto`: the
-    CPUs that take no block-device interrupts, when there are such.  On a
-    small VM one CPU takes the disk's interrupts and runs the completions;
-    the agent's work there is taken from the workload's I/O path."""
-    allowed = os.sched_getaffinity(0)
-    if spec == "all":
-        return None
-    if spec == "auto":
-        try:
-            return quiet_cpus(Path("/proc/interrupts").read_text(), allowed)
-        except OSError:
-            return None
-    cpus = parse_cpus(spec)
-    if not cpus <= allowed:
-        raise RecordError(f"--agent-cpus {spec}: CPUs {sorted(cpus - allowed)} are not online "
-                          f"(online: {sorted(allowed)})")
-    return cpus
-
-
-def cgroup_dir(path: str) -> str:
-    """record --cgroup: the real path of a cgroup v2 directory (the BPF
-    helper that tells whether a task is under a cgroup knows the v2
-    hierarchy only; on a machine with both, v2 is the `cgroup2` mount,
-    /sys/fs/cgroup/unified on a hybrid one)."""
-    from nestrace.capture.stack import mount_containing, mounts
-    rp = os.path.realpath(path)
-    if not os.path.isdir(rp):
-        raise RecordError(f"--cgroup {path}: no such directory")
-    m = mount_containing(rp)
-    if m is None or m.fs_type != "cgroup2":
-        v2 = [x.mount_point for x in mounts() if x.fs_type == "cgroup2"]
-        raise RecordError(f"--cgroup {path}: not a cgroup v2 directory (it is on "
-                          f"{m.fs_type if m else 'no mount'}); " +
-                          (f"cgroup2 is mounted at {', '.join(v2)}" if v2 else
-                           "no cgroup2 file system is mounted"))
-    return rp
-
-
-def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
-               flush_ms: int | None = None, all_hooks: bool = False,
-               arrow_dir: Path | None = None, pid: int | None = None,
-               status_ms: int = 0, cgroup: str | None = None) -> list[str]:
-    args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families]
-    if stack.has_guest:
-        args += [a for g in guests(stack) for a in ("--dev", f"{kdev_str(g.guest_kdev)}=vfs,cache,map")]
-        args += ["--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
-    if stack.has_host:
-        args += [a for d in stack.disks for a in ("--dev", f"{kdev_str(d.kdev)}=block")]
-        args += [a for ino in [stack.image_ino, *(b["ino"] for b in stack.backing_files)]
-                 for a in ("--ino", f"{kdev_str(stack.host_kdev)}:{ino}=file,cache,map")]
-    # (a guest side has no image: none of the image-access hooks)
-    skip = () if all_hooks and stack.has_host else \
-        unused_hooks(stack.host_fs) if stack.has_host else access_hooks()
-    if skip:
-        args += ["--skip-hooks", ",".join(skip)]
-    if ringbuf_kb:
-        args += ["--ringbuf-kb", str(ringbuf_kb)]
-    if flush_ms:
-        args += ["--flush-ms", str(flush_ms)]
-    if arrow_dir:
-        args += ["--arrow-dir", str(arrow_dir)]
-    if pid:
-        args += ["--pid", str(pid)]
-    if cgroup:
-        args += ["--cgroup", cgroup]
-    if status_ms:
-        args += ["--status-ms", str(status_ms)]
-    return args
-
-
-_STATUS = re.compile(r"nestrace-agent: status ms=(\d+) records=(\d+) drops=(-?\d+) "
-                     r"vfs=(\d+):(\d+) hostfs=(\d+) cache=(\d+) blk=(\S*)$")
-
-
-def _rate(n: float) -> str:
-    return f"{n / 1000:.1f}k" if n >= 1000 else f"{n:.0f}"
-
-
-class StatusLines:
-    """The agent's status lines (cumulative counts since the start) as
-    rates per level since the line before (page cache: only when there
-    were page-cache events):
-    `nestrace: 12.0 s | vfs 10.2k/s 40.0 MiB/s | vdisk ... | hostfs 10.2k ev/s
-    | disk ... | lost 0`.  Block counts are dispatches (D) and their bytes;
-    vfs, completed calls and the bytes they returned; hostfs, raw host-FS
-    events (a buffered access may be several).  The agent prints a line
-    right after a flush (--flush-ms), so a line comes at most that much
-    later than asked for, with the counts as of the time on it."""
-
-    def __init__(self, stack: Stack):
-        self.levels = (["vfs", "vdisk"] if stack.has_guest else []) + \
-                      (["hostfs", "disk"] if stack.has_host else [])
-        self.level_of = {kdev_str(d.kdev): "disk" for d in stack.disks}
-        if stack.has_guest:
-            self.level_of[kdev_str(stack.vdisk.kdev)] = "vdisk"
-        # counts of the last line (zero before the first)
-        self.last = {"ms": 0, "vfs": (0, 0), "vdisk": (0, 0), "hostfs": (0, 0), "disk": (0, 0),
-                     "cache": (0, 0)}
-
-    def parse(self, line: str) -> dict | None:
-        """An agent status line's counts since the start: ms, records,
-        drops (-1: unread), and per level (count, bytes); None for other
-        lines."""
-        m = _STATUS.search(line)
-        if not m:
-            return None
-        cur = {"ms": int(m[1]), "records": int(m[2]), "drops": int(m[3]),
-               "vfs": (int(m[4]), int(m[5])), "hostfs": (int(m[6]), 0), "cache": (int(m[7]), 0),
-               "vdisk": (0, 0), "disk": (0, 0)}
-        for part in filter(None, m[8].split(",")):
-            maj, mi, n, b = part.split(":")
-            lvl = self.level_of.get(f"{maj}:{mi}")
-            if lvl:
-                cur[lvl] = (cur[lvl][0] + int(n), cur[lvl][1] + int(b))
-        return cur
-
-    def text(self, line: str) -> str | None:
-        """The human line for an agent status line; None for other
-        lines."""
-        cur = self.parse(line)
-        if cur is None:
-            return None
-        dt = max(cur["ms"] - self.last["ms"], 1) / 1000
-        parts = [f"nestrace: {cur['ms'] / 1000:.1f} s"]
-        for lvl in self.levels:
-            n = (cur[lvl][0] - self.last[lvl][0]) / dt
-            if lvl == "hostfs":
-                parts.append(f"hostfs {_rate(n)} ev/s")
-            else:
-                mib = (cur[lvl][1] - self.last[lvl][1]) / dt / (1 << 20)
-                parts.append(f"{lvl} {_rate(n)}/s {mib:.1f} MiB/s")
-        cache = (cur["cache"][0] - self.last["cache"][0]) / dt
-        if cache:
-            parts.append(f"page cache {_rate(cache)} ev/s")
-        drops = cur["drops"]
-        parts.append("lost ?" if drops < 0 else f"LOST {drops}" if drops else "lost 0")
-        self.last = cur
-        return " | ".join(parts)
-
-
 @dataclass
 class Capture:
     store: Path
@@ -313,7 +107,7 @@ def _signal(signum: int, handler):
         signal.signal(signum, prev)
 
 
-def _run_workload(command: list[str], cwd: str | None = None,
+def run_workload(command: list[str], cwd: str | None = None,
                   env: dict[str, str] | None = None) -> int:
     """Run the traced command; the capture ends when it does.  A SIGTERM
     to nestrace is passed on to it, and after a Ctrl-C (which the terminal
@@ -358,7 +152,7 @@ RECORDING = "nestrace: recording; Ctrl-C to stop (or SIGTERM)"
 
 
 # the SIGINTs and SIGTERMs a disk's recorder of record_disks got outside
-# _wait_for_stop (recorder_signals)
+# wait_for_stop (recorder_signals)
 _stops: list[int] = []
 
 
@@ -374,7 +168,7 @@ def recorder_signals() -> None:
         signal.signal(signum, lambda signum, frame: _stops.append(signum))
 
 
-def _wait_for_stop(duration: float | None, running, log) -> None:
+def wait_for_stop(duration: float | None, running, log) -> None:
     """Until SIGINT or SIGTERM, `duration` seconds, or running() is false.
     SIGINT too, even when started with it ignored (a shell's background
     job): like blktrace and perf record, Ctrl-C or kill -INT always ends
@@ -425,7 +219,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                               "side has no vfs level")
         cgroup = cgroup_dir(cgroup)
     if command:
-        _check_command(command[0], cwd, env)
+        check_command(command[0], cwd, env)
     pin = agent_cpus(cpus)
     if pin and cpus == "auto":
         log(f"nestrace: agent on CPU {','.join(map(str, sorted(pin)))}, away from the disk "
@@ -458,7 +252,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         live.update_facts(machine=machine, kernel=platform.release(),
                           start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
                           command=" ".join(command or []) if workload is None
-                          else _workload_line(workload).get("command", ""),
+                          else workload_line(workload).get("command", ""),
                           stack=stack.to_json(),
                           settings=settings)
         live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
@@ -558,11 +352,11 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         try:
             if command:
                 try:
-                    cap.command_rc = _run_workload(command, cwd, env)
+                    cap.command_rc = run_workload(command, cwd, env)
                 except OSError as e:    # (it never ran: nothing worth keeping)
                     no_workload.append(e)
             else:
-                _wait_for_stop(duration, lambda: proc.poll() is None, log)
+                wait_for_stop(duration, lambda: proc.poll() is None, log)
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -594,7 +388,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         cap.stream_problems = [str(p) for p in state.problems]
         try:
             try:
-                rc = cap.command_rc if workload is None else _workload_line(workload).get("exit")
+                rc = cap.command_rc if workload is None else workload_line(workload).get("exit")
                 if rc is not None:
                     live.update_facts(command_exit=rc)
                 if reached:
@@ -628,21 +422,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         live.release()
 
 
-def _die_with_parent() -> None:
-    """(preexec) SIGINT this child when its parent dies: a recorder whose
-    `record` was killed stops and seals its capture."""
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)   # PR_SET_PDEATHSIG
-
-
-# set for the `nestrace record` of one disk that record_disks runs; its
-# stdin gives the workload record_disks runs, in JSON lines: the command,
-# then once over its exit status (no line: there was none, or record_disks
-# is gone)
-RECORDER_ENV = "NESTRACE_DISK_RECORDER"
-
-
-def _workload_line(stream) -> dict:
+def workload_line(stream) -> dict:
     """The next line of record_disks' workload stream ({} at its end, or
     for a line that does not parse: the capture names no command or exit
     status)."""
@@ -651,127 +431,6 @@ def _workload_line(stream) -> dict:
     except (OSError, ValueError):
         return {}
     return got if isinstance(got, dict) else {}
-
-
-@dataclass
-class DiskRecorder:
-    """One `nestrace record` of one virtual disk's stack, run by
-    record_disks."""
-    name: str
-    proc: subprocess.Popen
-    ready: threading.Event = field(default_factory=threading.Event)
-    err: list[str] = field(default_factory=list)
-    out: list[str] = field(default_factory=list)
-    threads: list[threading.Thread] = field(default_factory=list)
-
-
-def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
-                 options: list[str], *, duration: float | None = None,
-                 command: list[str] | None = None, cwd: str | None = None,
-                 env: dict[str, str] | None = None,
-                 log=lambda msg: print(msg, file=sys.stderr),
-                 out=lambda msg: print(msg)) -> int | None:
-    """Record the stacks of several virtual disks (a VM's vda and vdb, two
-    VMs), each as a capture of its own in `store`, side by side: one
-    `nestrace record` per disk (groups: its name and the options that name
-    its stack, --stack or --image; `options`: the other options of each),
-    started first, then `command` run once (or `duration` seconds, or
-    until SIGINT or SIGTERM), then each stopped and sealed.  Each capture is a whole stack: the host
-    disk they share is in each, and each calls the host-disk writes into
-    the other images `other` (record names them: neighbor_image).  Each
-    recorder's lines are logged with its disk's name; its summary is given
-    to `out` at the end.  The command's exit code (None without one)."""
-    if command:
-        _check_command(command[0], cwd, env)
-    rec: list[DiskRecorder] = []
-
-    def stop_all() -> None:
-        for r in rec:
-            if r.proc.poll() is None:
-                r.proc.send_signal(signal.SIGINT)
-        for r in rec:
-            try:
-                r.proc.wait(600)     # (it seals its capture first)
-            except subprocess.TimeoutExpired:
-                r.proc.kill()
-                r.proc.wait()
-            for t in r.threads:
-                t.join(60)
-
-    def follow(r: DiskRecorder) -> None:
-        for line in r.proc.stderr:
-            text = line.decode(errors="replace").rstrip()
-            if text == RECORDING:
-                r.ready.set()
-                continue
-            r.err.append(text)
-            log(f"[{r.name}] {text}")
-
-    def failed(r: DiskRecorder) -> RecordError:
-        return RecordError(f"recording {r.name} failed (exit code {r.proc.returncode}): "
-                           + (" | ".join(r.err[-3:]) or "no message"))
-
-    def tell(r: DiskRecorder, fact: dict | None) -> None:
-        """A line of the workload stream to r (None: its end)."""
-        try:
-            if fact is not None:
-                r.proc.stdin.write((json.dumps(fact) + "\n").encode())
-                r.proc.stdin.flush()
-            else:
-                r.proc.stdin.close()
-        except (BrokenPipeError, ValueError):
-            pass                        # (gone: it says why on its stderr)
-
-    rc = None
-    try:
-        for name, which in groups:
-            argv = [sys.executable, "-m", "nestrace", "record", "-o", str(store), *which,
-                    *options]
-            # (a session of its own: a Ctrl-C at the terminal reaches the
-            # command, and record stops the recorders after it)
-            r = DiskRecorder(name, subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, preexec_fn=_die_with_parent,
-                env={**os.environ, RECORDER_ENV: "1"}))
-            tell(r, {"command": " ".join(command or [])})
-            rec.append(r)
-            r.threads = [threading.Thread(target=follow, args=(r,), daemon=True),
-                         threading.Thread(target=lambda r=r: r.out.extend(
-                             line.decode(errors="replace").rstrip() for line in r.proc.stdout),
-                             daemon=True)]
-            for t in r.threads:
-                t.start()
-        deadline = time.monotonic() + 120
-        while not all(r.ready.is_set() for r in rec):
-            for r in rec:
-                if r.proc.poll() is not None and not r.ready.is_set():
-                    r.threads[0].join(5)
-                    raise failed(r)
-            if time.monotonic() > deadline:
-                raise RecordError("the recorders of " + ", ".join(r.name for r in rec
-                                                                  if not r.ready.is_set())
-                                  + " did not start tracing within 120 s")
-            time.sleep(0.05)
-        log(f"nestrace: tracing {len(rec)} virtual disks, a capture each: "
-            + ", ".join(r.name for r in rec))
-        if command:
-            rc = _run_workload(command, cwd, env)
-            for r in rec:
-                tell(r, {"exit": rc})
-        else:
-            # (until the last ends: one may stop early, at its --max-size)
-            _wait_for_stop(duration, lambda: any(r.proc.poll() is None for r in rec), log)
-    finally:
-        for r in rec:
-            tell(r, None)
-        stop_all()
-    for r in rec:
-        for line in r.out:
-            out(line)
-    bad = [r for r in rec if r.proc.returncode]
-    if bad:
-        raise failed(bad[0])
-    return rc
 
 
 def live_bytes(d: Path) -> int:
@@ -787,7 +446,7 @@ def live_bytes(d: Path) -> int:
     return n
 
 
-def _check_command(prog: str, cwd: str | None, env: dict[str, str] | None) -> None:
+def check_command(prog: str, cwd: str | None, env: dict[str, str] | None) -> None:
     """RecordError, before anything is traced or written, for a workload
     that cannot be started: no such program, or not executable."""
     if "/" in prog:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nestrace.capture.devices import mount_block_dev, mount_containing
 from nestrace.capture.extents import (
     FIEMAP_EXTENT_ENCODED,
     BtrfsFileExtent,
@@ -22,14 +23,7 @@ from nestrace.capture.extents import (
     map_extent_rows,
 )
 from nestrace.capture.fsjournal import JournalError, journal_rows, unknown_warning
-from nestrace.capture.stack import (
-    Stack,
-    StackError,
-    file_id,
-    guests,
-    mount_block_dev,
-    mount_containing,
-)
+from nestrace.capture.stack import Stack, StackError, file_id, guests
 from nestrace.images.base import MAPPED, open_noatime
 from nestrace.schema import table_schema
 from nestrace.store.files import LiveCapture

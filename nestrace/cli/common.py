@@ -60,7 +60,7 @@ def user_errors(fn):
             duckdb = sys.modules.get("duckdb")
             if duckdb is None or not isinstance(e, duckdb.Error):
                 raise
-            from nestrace.store.files import DAMAGE_NOTE, STORE_FILE_PATTERN, damage_of
+            from nestrace.store.seal import DAMAGE_NOTE, STORE_FILE_PATTERN, damage_of
             # (DuckDB quotes a damaged file's bytes as they are)
             msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e).splitlines()[0])
             # a store's damaged Parquet file: named with the byte range that
@@ -185,3 +185,23 @@ def capture_options(f):
     return f
 
 
+def report_capture(store: Path, capture_id: str, result, stream_problems=()) -> None:
+    from nestrace.report.summary import format_summary, level_summary
+    for p in list(stream_problems) + list(result.problems):
+        click.echo(f"nestrace: error: {p}", err=True)
+    click.echo(f"capture {capture_id}: {result.records} records -> {store}")
+    summary = level_summary(store, capture_id)
+    summary.pop("captures", None)   # (the line above names it)
+    click.echo(format_summary(summary))
+    missed = result.completions_unseen
+    if result.lost_total > missed:
+        click.secho(f"nestrace: WARNING: {result.lost_total} EVENTS LOST in capture {capture_id} "
+                    "(see the lost_events table and capture_meta.hook_misses); raise --ringbuf-kb "
+                    "or narrow the filters "
+                    "(Linux AIO: iocbs beyond 65536 per io_submit or io_getevents count here too)",
+                    err=True, fg="red", bold=True)
+    if missed:
+        click.secho(f"nestrace: WARNING: {missed} block request completions in capture {capture_id} "
+                    "happened without a record: the kernel ran no program for them and counted "
+                    "no miss (capture_meta.completions_missed; they are in the lost total)",
+                    err=True, fg="red", bold=True)

@@ -170,7 +170,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, repeat, prepare, ring
                         base, repeat)
     for cell in todo:
         cell.config.validate()
-    from nestrace.capture.record import agent_cpus as check_cpus
+    from nestrace.capture.agent import agent_cpus as check_cpus
     check_cpus(agent_cpus)      # a bad CPU list is refused before anything is built
     done = matrix.run_matrix(store, todo, list(command), prepare=prepare, ringbuf_kb=ringbuf_kb,
                              flush_ms=flush_ms, mode=mode, all_hooks=all_hooks,

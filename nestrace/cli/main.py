@@ -14,279 +14,17 @@ from pathlib import Path
 
 import click
 
-from nestrace.capture.lab import LabError, parse_size
-from nestrace.capture.stack import StackError
 from nestrace.cli.common import (
     LEVEL_NAMES,
     UserError,
-    capture_options,
     cli,
-    needs_btf,
-    needs_root,
     output_file,
+    report_capture,
     store_with_captures,
     user_errors,
 )
-from nestrace.images.base import MAPPED, ImageMapError
-from nestrace.images.chain import backing_chain
 
 # ---- record / seal ----------------------------------------------------------
-
-@cli.command(context_settings={"ignore_unknown_options": True})
-@click.option("-o", "--output", "store", required=True, type=click.Path(), help="Store directory.")
-@click.option("--stack", "mount", type=click.Path(), multiple=True,
-              help="Guest mount point: discover the stack.  Again for another file system on "
-                   "another partition of the same virtual disk (a VM's / and /home): all are "
-                   "traced.  On another virtual disk (a VM's vdb, another VM): each disk's "
-                   "stack is recorded as a capture of its own, side by side.")
-@click.option("--vdisk", type=click.Path(),
-              help="Virtual disk device (with --stack, overrides; without it, the guest FS "
-                   "is the one mounted from this device).")
-@click.option("--image", type=click.Path(), multiple=True,
-              help="Disk image file (with --stack, overrides).  With --side host, again for "
-                   "another image (a VM's second disk, another VM): each is recorded as a "
-                   "capture of its own, side by side.")
-@click.option("--disk", type=click.Path(), help="Host disk device (with --stack, overrides).")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds to record (without CMD).")
-@click.option("--max-size", default=None, metavar="SIZE",
-              help="Stop tracing once the capture's live record files hold SIZE (e.g. 512M, "
-                   "4G; checked every 0.2 s); CMD goes on to its end.")
-@capture_options
-@click.option("--pid", type=int, default=None,
-              help="vfs level: only this process (and its threads); lower levels: all I/O.")
-@click.option("--cgroup", type=click.Path(), default=None,
-              help="vfs level: only the tasks of this cgroup v2 directory (a container's, a "
-                   "service's, a VM's scope) and of the cgroups below it; lower levels: all "
-                   "I/O.")
-@click.option("--status", type=click.FloatRange(0), default=None,
-              help="Print a line of rates per level (calls or dispatches/s, MiB/s) and events "
-                   "lost this often, in seconds; 0: never.  Default: every second when there is "
-                   "no CMD and stderr is a terminal, else never.")
-@click.option("--side", type=click.Choice(["both", "guest", "host"]), default="both",
-              show_default=True,
-              help="both: all four levels on this kernel (the lab).  In a VM: guest (vfs and "
-                   "vdisk: --stack MOUNT [--vdisk DEV]) in the guest, host (hostfs and disk: "
-                   "--image FILE [--disk DEV]) on the host; then `nestrace merge`.")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@user_errors
-@needs_root
-@needs_btf
-def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flush_ms, mode,
-           all_hooks, agent_cpus, pid, cgroup, status, side, command) -> None:
-    """Trace a nested stack while CMD runs (or for --duration, or until
-    Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
-    from nestrace.capture import record as rec
-    from nestrace.capture.stack import (
-        add_guest,
-        block_dev_of_path,
-        discover,
-        from_devices,
-        mount_of,
-    )
-    workload = None
-    if os.environ.get(rec.RECORDER_ENV):     # (one disk's, of record_disks)
-        sys.stdout, sys.stderr = _Orphanable(sys.stdout), _Orphanable(sys.stderr)
-        workload = sys.stdin
-        rec.recorder_signals()
-    mount, more = (mount[0], mount[1:]) if mount else (None, ())
-    images, image = image, (image[0] if image else None)
-    if status is None:
-        status = 1.0 if not command and sys.stderr.isatty() else 0
-    if duration is not None and command:    # (it was ignored)
-        raise UserError("--duration is for recording without CMD: with CMD the recording "
-                        "ends when CMD does")
-    max_bytes = None
-    if max_size is not None:
-        try:
-            max_bytes = parse_size(max_size)
-        except LabError as e:
-            raise UserError(f"--max-size: {e}") from None
-        if max_bytes <= 0:
-            raise UserError(f"--max-size {max_size}: give a size above 0")
-    if cgroup is not None and side == "host":
-        raise UserError("--cgroup chooses whose calls the vfs level records: a host side has "
-                        "no vfs level")
-    if len(images) > 1 and side != "host":
-        raise UserError("--image again is for --side host (the host's side of several "
-                        "images): with --stack, --image names the one stack's image")
-    groups = _disk_groups(side, mount, more) if more and side != "host" else \
-        _image_groups(images, disk) if len(images) > 1 else []
-    if len(groups) > 1:
-        if side != "host" and (vdisk or image or disk):
-            raise UserError("--vdisk, --image and --disk name the devices of one stack: with "
-                            "--stack on several virtual disks, give none of them")
-        # (options as given: each disk's recorder takes them)
-        opts = [*(("--max-size", max_size) if max_size else ()),
-                *(("--ringbuf-kb", str(ringbuf_kb)) if ringbuf_kb is not None else ()),
-                *(("--flush-ms", str(flush_ms)) if flush_ms is not None else ()),
-                "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
-                "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
-                *(("--cgroup", cgroup) if cgroup is not None else ()),
-                "--status", str(status), "--side", side]
-        rc = rec.record_disks(store, groups, opts, duration=duration,
-                              command=list(command) or None, log=lambda m: click.echo(m, err=True),
-                              out=click.echo)
-        if rc:
-            click.echo(f"nestrace: the workload exited with code {rc}", err=True)
-            sys.exit(rc)
-        return
-    if side != "both":
-        stack = _side_stack(side, mount, vdisk, image, disk)
-    elif not mount and not vdisk:
-        raise UserError("--stack MOUNTPOINT is required (the guest file system), "
-                        "or --vdisk DEV with it mounted")
-    elif vdisk or image or disk:
-        if not mount:   # the guest file system: the one mounted from the virtual disk
-            from nestrace.capture.stack import mounts_on
-            on = mounts_on(block_dev_of_path(vdisk))
-            if len({(m.major, m.minor) for m in on}) != 1:   # (one file system, maybe bound twice)
-                raise UserError(f"--vdisk {vdisk}: " + (
-                    "no file system of it is mounted" if not on else
-                    "file systems of it are mounted at " + ", ".join(sorted({m.mount_point for m in on}))
-                ) + ": give --stack MOUNTPOINT (the guest file system)")
-            mount = on[0].mount_point
-        gm = mount_of(mount)
-        vd = block_dev_of_path(vdisk) if vdisk else None
-        if vd is None:
-            from nestrace.capture.stack import block_dev
-            vd = block_dev(gm.major, gm.minor)
-        if not (image or vd.is_loop):
-            raise UserError(f"{vd.name} is not a loop device: give --image")
-        stack = from_devices(gm, vd, image, disk)
-    else:
-        stack = discover(mount)
-    for mp in more:
-        add_guest(stack, mp)
-    cap = rec.record(store, stack, duration=duration, command=list(command) or None,
-                     ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
-                     all_hooks=all_hooks, cpus=agent_cpus, pid=pid, cgroup=cgroup,
-                     status=status, max_bytes=max_bytes, workload=workload)
-    _report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
-    if cap.command_rc:
-        click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)
-        sys.exit(cap.command_rc)
-
-
-class _Orphanable:
-    """A disk's recorder's stdout or stderr: a pipe to the `record` that
-    runs it.  Once that one is gone (killed: the recorder is told to stop
-    then), what is written is dropped, not raised as a BrokenPipeError
-    that would end the recorder before it seals its capture."""
-
-    def __init__(self, f):
-        self._f = f
-
-    def write(self, text: str) -> int:
-        try:
-            return self._f.write(text)
-        except (BrokenPipeError, ValueError):
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._f.flush()
-        except (BrokenPipeError, ValueError):
-            pass
-
-    def __getattr__(self, name):
-        return getattr(self._f, name)
-
-
-def _disk_groups(side: str, first: str, more) -> list[tuple[str, list[str]]]:
-    """The --stack mount points grouped by the virtual disk they are on
-    (in the order given), each group checked as one stack now, before
-    anything is traced: (disk name, its recorder's --stack options)."""
-    from nestrace.capture.stack import (
-        add_guest,
-        discover,
-        guest_side,
-        mount_block_dev,
-        mount_of,
-    )
-    groups: dict[int, tuple[str, list[str]]] = {}
-    for mp in (first, *more):
-        try:
-            bd = mount_block_dev(mount_of(mp))
-        except (OSError, StackError):
-            return []       # (said as for one stack, below)
-        groups.setdefault(bd.kdev, (bd.name, []))[1].append(mp)
-    if len(groups) > 1:
-        for _, mps in groups.values():
-            stack = discover(mps[0]) if side == "both" else guest_side(mps[0])
-            for mp in mps[1:]:
-                add_guest(stack, mp)
-    return [(name, [a for mp in mps for a in ("--stack", mp)]) for name, mps in groups.values()]
-
-
-def _image_groups(images, disk) -> list[tuple[str, list[str]]]:
-    """`--side host --image A --image B`: each image checked as the host's
-    side of one stack now, before anything is traced: (image file name,
-    its recorder's options)."""
-    from nestrace.capture.stack import host_side
-    seen: dict[str, str] = {}
-    for image in images:
-        real = os.path.realpath(image)
-        if real in seen:
-            raise UserError(f"--image {image}: given twice (as {seen[real]})")
-        seen[real] = image
-        host_side(image, disk)
-    return [(Path(image).name, ["--image", image, *(("--disk", disk) if disk else ())])
-            for image in images]
-
-
-def _side_stack(side: str, mount, vdisk, image, disk):
-    """One side of a VM's stack, from the options that side takes."""
-    from nestrace.capture.stack import guest_side, host_side
-    usage, foreign, foreign_names, needed, what = {
-        "guest": ("--stack MOUNT [--vdisk DEV]", (image, disk), "--image or --disk", mount,
-                  "--stack MOUNTPOINT (the guest file system)"),
-        "host": ("--image FILE [--disk DEV]", (mount, vdisk), "--stack or --vdisk", image,
-                 "--image FILE (the VM's disk image)")}[side]
-    if any(foreign):
-        raise UserError(f"--side {side} traces the {side}'s side: give {usage}, not {foreign_names}")
-    if not needed:
-        raise UserError(f"--side {side} needs {what}")
-    if side == "guest":
-        return guest_side(mount, vdisk)
-    stack = host_side(image, disk)
-    if stack.image_format in MAPPED:
-        try:
-            chain = backing_chain(stack.image_path, stack.image_format)
-        except ImageMapError as e:
-            click.secho(f"nestrace: warning: {e}: the host's levels are recorded, but `merge` "
-                        "cannot map guest offsets into this image", err=True, fg="yellow")
-            return stack
-        traced = {b["path"] for b in stack.backing_files}
-        for layer in chain[1:]:
-            if layer.path not in traced:
-                what = "extent" if layer.extent else "backing"
-                click.secho(f"nestrace: warning: {image}'s {what} file {layer.path} is not on "
-                            f"{stack.host_mount}: guest reads that go to it are not traced",
-                            err=True, fg="yellow")
-    return stack
-
-
-def _report_capture(store: Path, capture_id: str, result, stream_problems=()) -> None:
-    from nestrace.report.summary import format_summary, level_summary
-    for p in list(stream_problems) + list(result.problems):
-        click.echo(f"nestrace: error: {p}", err=True)
-    click.echo(f"capture {capture_id}: {result.records} records -> {store}")
-    summary = level_summary(store, capture_id)
-    summary.pop("captures", None)   # (the line above names it)
-    click.echo(format_summary(summary))
-    missed = result.completions_unseen
-    if result.lost_total > missed:
-        click.secho(f"nestrace: WARNING: {result.lost_total} EVENTS LOST in capture {capture_id} "
-                    "(see the lost_events table and capture_meta.hook_misses); raise --ringbuf-kb "
-                    "or narrow the filters "
-                    "(Linux AIO: iocbs beyond 65536 per io_submit or io_getevents count here too)",
-                    err=True, fg="red", bold=True)
-    if missed:
-        click.secho(f"nestrace: WARNING: {missed} block request completions in capture {capture_id} "
-                    "happened without a record: the kernel ran no program for them and counted "
-                    "no miss (capture_meta.completions_missed; they are in the lost total)",
-                    err=True, fg="red", bold=True)
 
 
 def kdev_arg(spec: str) -> int:
@@ -341,7 +79,7 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
             raise UserError(str(e)) from None
         for p in r.problems:
             click.secho(f"nestrace: warning: {p}", err=True, fg="red", bold=True)
-        _report_capture(Path(output), r.capture_id, r.seal)
+        report_capture(Path(output), r.capture_id, r.seal)
         return
     for f in files:
         if not Path(f).exists():
@@ -452,7 +190,7 @@ def export_cmd(store, output, capture, window) -> None:
 def verify_cmd(store) -> None:
     """Read back every Parquet file of STORE, checking page checksums: a
     damaged file is named with the byte range, row group and column."""
-    from nestrace.store.files import verify
+    from nestrace.store.seal import verify
     files, unsealed = verify(store)
     bad = [f for f in files if f.problem]
     for f in bad:
@@ -474,7 +212,8 @@ def verify_cmd(store) -> None:
 @user_errors
 def seal_cmd(store) -> None:
     """Seal captures left unsealed by a crash into Parquet."""
-    from nestrace.store.files import check_store, live_captures, recorder_of, seal
+    from nestrace.store.files import check_store, live_captures, recorder_of
+    from nestrace.store.seal import seal
     p = check_store(store)
     pending = live_captures(p)
     if not pending:
@@ -485,7 +224,7 @@ def seal_cmd(store) -> None:
             click.echo(f"capture {cid} is being recorded (nestrace pid {pid}): left to it")
             continue
         r = seal(p, cid)
-        _report_capture(p, cid, r)
+        report_capture(p, cid, r)
 
 
 # ---- query ------------------------------------------------------------------
@@ -521,7 +260,8 @@ def report_cmd(store, capture, as_json, memory_limit) -> None:
     """Per-level and cross-level report: sizes, seeks, phases, amplification,
     attribution, read-modify-write, readahead, sync, lost events."""
     from nestrace.query.session import Session
-    from nestrace.report.document import build, render
+    from nestrace.report.document import build
+    from nestrace.report.terminal import render
     # (the report uses no late module: on a store not yet correlated,
     # binding follow_io would plan links once more for nothing)
     with Session(store_with_captures(store), memory_limit=memory_limit, late_modules=False) as s:

@@ -476,10 +476,10 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
     from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
     from nestrace.store.files import (
         StoreError,
-        _with_capture,
-        _write_parquet,
         captures,
         init_store,
+        with_capture_id,
+        write_capture_table,
         writing,
     )
 
@@ -498,12 +498,12 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
             raise StoreError(f"{p}: already holds a capture {capture_id!r}")
         for table, rec in kernel_tables().items():
             out = ev if table == "block_events" else record_schema(rec).empty_table()
-            _write_parquet(p, table, capture_id, _with_capture(out, capture_id))
+            write_capture_table(p, table, capture_id, with_capture_id(out, capture_id))
         dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
                "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
-        _write_parquet(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
-        _write_parquet(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
-        _write_parquet(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
+        write_capture_table(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
+        write_capture_table(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
+        write_capture_table(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
         ts = ev.column("ts_ns").to_pylist()
         meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
                 "clock": clock,
@@ -515,7 +515,7 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
                 "lost_total": sum(r["seq_gaps"] for r in lost), "records_total": ev.num_rows,
                 "tool_version": __version__,
                 "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
-        _write_parquet(p, "capture_meta", capture_id,
+        write_capture_table(p, "capture_meta", capture_id,
                        pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
     return {"capture_id": capture_id, "problems": problems, "records": records,
             "block_events": ev.num_rows,

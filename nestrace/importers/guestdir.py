@@ -19,20 +19,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from nestrace.capture.devices import BlockDev, kdev
 from nestrace.capture.extents import BtrfsFileExtent, Chunk, map_extent_rows
 from nestrace.capture.fsjournal import extents_rows, unknown_warning
 from nestrace.capture.record import device_map_rows
 from nestrace.capture.snapshots import btrfs_placed_extents, placed_extent_rows
-from nestrace.capture.stack import BlockDev, Stack, guests, kdev
+from nestrace.capture.stack import Stack, guests
 from nestrace.schema import table_schema
-from nestrace.store.files import (
-    LiveCapture,
-    SealResult,
-    StoreError,
-    captures,
-    init_store,
-    seal,
-)
+from nestrace.store.files import LiveCapture, StoreError, captures, init_store
+from nestrace.store.seal import SealResult, seal
 from nestrace.store.stream import DecodeState, iter_frames
 
 FORMAT = "nestrace-guest-capture"

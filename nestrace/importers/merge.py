@@ -30,16 +30,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from nestrace._version import __version__
-from nestrace.capture.stack import kdev
+from nestrace.capture.devices import kdev
 from nestrace.images.base import FOLLOWED, MAPPED
 from nestrace.schema import kernel_tables, table_schema
-from nestrace.store.files import (
-    _write_parquet,
-    captures,
-    check_store,
-    init_store,
-    writing,
-)
+from nestrace.store.files import captures, check_store, init_store, write_capture_table, writing
 
 # CPUs of the host side are renumbered from here in a merged capture, so
 # that (cpu, seq), and the io_ids made of it, stay unique across machines.
@@ -340,7 +334,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
             t = _set_column(t, "capture_id", [cid] * t.num_rows)
             if table in kernel_tables() and table != "agent_stats":
                 records += t.num_rows
-            _write_parquet(out, table, cid, t)
+            write_capture_table(out, table, cid, t)
 
         starts = [gmeta["start_ns"], hmeta["start_ns"] - offset_ns]
         ends = [gmeta["end_ns"], hmeta["end_ns"] - offset_ns]
@@ -381,7 +375,7 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
             "clock_offset_err_ns": est.err_ns if est else 0,
             "clock_offset_pairs": est.pairs if est else 0,
         })
-        _write_parquet(out, "capture_meta", cid,
+        write_capture_table(out, "capture_meta", cid,
                        pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
     return MergeResult(cid, est, offset_ns, remapped, records, before_guest)
 

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 
 from nestrace.query import sqlmod
 from nestrace.schema import RECORDS, TABLES, record_schema, table_schema
-from nestrace.store.files import DAMAGE_NOTE, captures, check_store, damage_of
+from nestrace.store.files import captures, check_store
+from nestrace.store.seal import DAMAGE_NOTE, damage_of
 
 
 def raw_tables() -> dict[str, pa.Schema]:

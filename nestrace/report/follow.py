@@ -58,7 +58,7 @@ def render(cid: str, what: str, rows: pa.Table, split: dict | None = None, conso
     (`split`: its latency_breakdown row)."""
     from rich.console import Console
 
-    from nestrace.report.document import _fmt_bytes, _table
+    from nestrace.report.terminal import _fmt_bytes, _table
     # a row is ~110 characters (io_ids are 15 digits), and an io_id cut
     # short is no use: never narrower than that (a narrower terminal wraps
     # the lines, and keeps every digit)

@@ -85,7 +85,7 @@ def agent_alone(stack, flags: list[str], out: Path, mount: str) -> dict:
 
     import pyarrow as pa
 
-    from nestrace.capture.record import agent_args, side_families
+    from nestrace.capture.agent import agent_args, side_families
     from nestrace.store.stream import iter_frames
     fio = ["fio", "--name=e", f"--directory={mount}", "--rw=randwrite", "--bs=4k",
            "--direct=1", "--size=8M", "--output=/dev/null"]

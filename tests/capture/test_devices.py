@@ -147,7 +147,7 @@ def test_more_devices_than_the_constant_filter_holds_use_the_filter_maps(lab_fac
     hash maps: the traced disks are still seen, the decoys never."""
     import pyarrow as pa
 
-    from nestrace.capture.record import agent_args
+    from nestrace.capture.agent import agent_args
     from nestrace.capture.stack import discover
     from nestrace.store.stream import iter_frames
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
@@ -194,7 +194,7 @@ def test_agent_arrow_streams_equal_the_decoded_frame_stream(lab_factory, tmp_pat
     capture, task names that are not UTF-8 included."""
     import pyarrow as pa
 
-    from nestrace.capture.record import agent_args
+    from nestrace.capture.agent import agent_args
     from nestrace.capture.stack import discover
     from nestrace.store.files import read_ipc_tolerant
     from nestrace.store.stream import iter_frames

@@ -206,7 +206,7 @@ def test_open_files_fields_are_plain_loads_where_the_kernel_has_bpf_rdonly_cast(
     elsewhere a probe read each, the cast's path dead code the verifier
     removed.  Which one the kernel kept shows in the loaded program's line
     info.  (The libaio test above checks the rows both ways give.)"""
-    from nestrace.capture.record import agent_args, side_families
+    from nestrace.capture.agent import agent_args, side_families
     from nestrace.capture.stack import discover
     lab = lab_factory("ext4", "xfs")
     stack = discover(lab.mount)

@@ -16,7 +16,7 @@ from conftest import assert_losses_counted, kill_fio_jobs, run_cli
 
 import nestrace
 from nestrace._paths import agent_path
-from nestrace.capture.record import quiet_cpus
+from nestrace.capture.agent import quiet_cpus
 
 pytestmark = pytest.mark.root
 
@@ -382,9 +382,9 @@ def test_the_agent_alone_finds_the_journal_where_record_does(case, tmp_path):
     record's fsjournal finds with those tools, and `nestrace import` stores
     them as record does (role fs_journal, on the whole disk).  A journal
     the agent could not read is a warning naming the device, and no rows."""
+    from nestrace.capture.devices import kdev_of, mount_of
     from nestrace.capture.fsjournal import journal_extents
     from nestrace.capture.lab import PART_START, _partition, write_mbr
-    from nestrace.capture.stack import kdev_of, mount_of
     mkfs, mib, part = JOURNAL_CASES[case]
     img, mnt = tmp_path / "fs.img", tmp_path / "m"
     subprocess.run(["truncate", "-s", f"{mib}M", str(img)], check=True)

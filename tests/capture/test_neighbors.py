@@ -21,7 +21,7 @@ from conftest import (
 
 import nestrace
 from nestrace._paths import agent_path
-from nestrace.capture.record import RECORDER_ENV
+from nestrace.capture.disks import RECORDER_ENV
 
 pytestmark = pytest.mark.root
 from tracethrough import FIO_RANDREAD, _tied_to_vdisk_by_cause, record_fio

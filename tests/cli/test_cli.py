@@ -368,7 +368,7 @@ LOC:   19482340   20311562   10000000   Local timer interrupts
 
 
 def test_quiet_cpus_are_those_the_disk_interrupts_spare():
-    from nestrace.capture.record import quiet_cpus
+    from nestrace.capture.agent import quiet_cpus
     # virtio-blk on CPU 1, NVMe on CPU 2; the network and timers do not count
     assert quiet_cpus(INTERRUPTS, {0, 1, 2}) == {0}
     assert quiet_cpus(INTERRUPTS, {1, 2}) is None       # both take disk interrupts
@@ -378,8 +378,9 @@ def test_quiet_cpus_are_those_the_disk_interrupts_spare():
 
 
 def test_status_lines_become_rates_per_level():
-    from nestrace.capture.record import StatusLines
-    from nestrace.capture.stack import BlockDev, Stack
+    from nestrace.capture.devices import BlockDev
+    from nestrace.capture.stack import Stack
+    from nestrace.capture.status import StatusLines
     disk = BlockDev("loop0", 7, 0, 1 << 21, 512)
     st = Stack(vdisk=BlockDev("loop1", 7, 1, 1 << 20, 512), disk=disk,
                more_disks=[BlockDev("loop2", 7, 2, 1 << 21, 512)])
@@ -411,7 +412,8 @@ def test_an_overlays_layers_are_read_from_mountinfo_with_its_escapes():
     as octal (\\040); lower layers are joined by colons, one in a name
     escaped by a backslash, itself shown as \\134 (as this kernel showed
     `mount -o 'lowerdir=/a b:/c\\:d'`: lowerdir=/a\\040b:/c\\134:d)."""
-    from nestrace.capture.stack import Mount, overlay_dirs
+    from nestrace.capture.devices import Mount
+    from nestrace.capture.stack import overlay_dirs
     m = Mount("/c", 0, 40, "overlay", "overlay",
               r"rw,lowerdir=/a\040b/l1:/c\134:d/l2:/e\134\134f,upperdir=/u\054v,workdir=/w,"
               r"uuid=on")

@@ -17,7 +17,7 @@ import pytest
 from conftest import loop_devices, run_cli
 
 import nestrace
-from nestrace.importers import tracecmd
+from nestrace.importers import datfile, tracecmd
 
 TRACING = Path("/sys/kernel/tracing")
 EVENTS = ("block_bio_queue", "block_bio_backmerge", "block_bio_frontmerge", "block_getrq",
@@ -257,7 +257,7 @@ def test_discarded_events_are_passed_over_as_trace_cmd_does(dats, tmp_path):
     last record, on every CPU."""
     files, _, _ = dats
     src = files["v6"]
-    dat, _ = tracecmd.open_dat(src)
+    dat, _ = datfile.open_dat(src)
     clean = tracecmd.read(src)
     data = bytearray(src.read_bytes())
     discarded = 0
@@ -286,7 +286,7 @@ def test_absolute_time_stamps_are_read_as_trace_cmd_reads_them(dats, tmp_path):
     delta, or passed over it, would put the rest of the page elsewhere.)"""
     files, _, _ = dats
     src = files["v6"]
-    dat, _ = tracecmd.open_dat(src)
+    dat, _ = datfile.open_dat(src)
     clean = tracecmd.read(src)
     data = bytearray(src.read_bytes())
     rows = clean.table.select(["file_offset", "time_ns"]).to_pylist()
@@ -332,7 +332,7 @@ def test_fields_no_kernel_writes_leave_the_record_out_and_name_it(dats, tmp_path
     offs = Counter(clean.table.column("file_offset").to_pylist())
     page, n_page = max(offs.items(), key=lambda kv: kv[1])
     data = bytearray(src.read_bytes())
-    dat, _ = tracecmd.open_dat(src)
+    dat, _ = datfile.open_dat(src)
     at, eid, ev = next((at, eid, ev) for at, eid, ev in page_records(dat, data, page)
                        if dat.formats.get(eid) and dat.formats[eid].name in tracecmd.BLOCK_ACTIONS
                        and "nr_sector" in dat.formats[eid].fields)
@@ -369,14 +369,14 @@ def test_an_offset_option_that_is_no_number_is_named(dats, tmp_path):
     OFFSET option: its text is no number.)"""
     files, _, _ = dats
     src = files["v6"]
-    dat, _ = tracecmd.open_dat(src)
+    dat, _ = datfile.open_dat(src)
     data = bytearray(src.read_bytes())
     at = data.find(dat.uname.encode() + b"\0") - 6
-    assert int.from_bytes(data[at:at + 2], "little") == tracecmd.OPT_UNAME
-    data[at:at + 2] = tracecmd.OPT_OFFSET.to_bytes(2, "little")
+    assert int.from_bytes(data[at:at + 2], "little") == datfile.OPT_UNAME
+    data[at:at + 2] = datfile.OPT_OFFSET.to_bytes(2, "little")
     bad = tmp_path / "offset.dat"
     bad.write_bytes(bytes(data))
-    with pytest.raises(tracecmd.TraceCmdError,
+    with pytest.raises(datfile.TraceCmdError,
                        match=rf"^{bad}: offset {at + 6}: OFFSET option 'Linux .*' is not a number "
                              "of nanoseconds$"):
         tracecmd.read(bad)
@@ -399,11 +399,11 @@ def test_bad_files_name_the_file_and_the_offset(dats, tmp_path):
     whole = files["v7 zstd"].read_bytes()
     cut = tmp_path / "cut.dat"
     cut.write_bytes(whole[:200])
-    with pytest.raises(tracecmd.TraceCmdError, match=rf"{cut}: offset \d+: .*bytes needed"):
+    with pytest.raises(datfile.TraceCmdError, match=rf"{cut}: offset \d+: .*bytes needed"):
         tracecmd.read(cut)
     v9 = tmp_path / "v9.dat"
-    v9.write_bytes(tracecmd.MAGIC + b"9\0" + whole[len(tracecmd.MAGIC) + 2:])
-    with pytest.raises(tracecmd.TraceCmdError, match=rf"{v9}: offset 10: trace-cmd file version '9'"):
+    v9.write_bytes(datfile.MAGIC + b"9\0" + whole[len(datfile.MAGIC) + 2:])
+    with pytest.raises(datfile.TraceCmdError, match=rf"{v9}: offset 10: trace-cmd file version '9'"):
         tracecmd.read(v9)
     r = run_cli("import", str(cut), "-o", str(tmp_path / "s"), check=False)
     assert r.returncode == 2 and f"{cut}: offset" in r.stderr
@@ -413,12 +413,12 @@ def test_bad_files_name_the_file_and_the_offset(dats, tmp_path):
     assert frame > 0
     z = tmp_path / "z.dat"
     z.write_bytes(whole[:frame + 12] + bytes([whole[frame + 12] ^ 0xFF]) + whole[frame + 13:])
-    with pytest.raises(tracecmd.TraceCmdError,
+    with pytest.raises(datfile.TraceCmdError,
                        match=rf"{z}: offset \d+: zstd data does not decompress: .*corruption"):
         tracecmd.read(z)
     # a chunk's uncompressed size damaged: too small, or 4 GiB (once allocated
     # whole before zstd read a byte: a MemoryError under a 2 GiB limit)
-    frame = tracecmd.open_dat(files["v7 zstd"])[0].cpus[-1][1] + 12   # the last cpu's 1st chunk
+    frame = datfile.open_dat(files["v7 zstd"])[0].cpus[-1][1] + 12   # the last cpu's 1st chunk
     assert whole[frame:frame + 4] == b"\x28\xb5\x2f\xfd"
     size = int.from_bytes(whole[frame - 4:frame], "little")
     for usize, msg in [(size - 1, f"decompresses past the {size - 1} bytes expected"),
@@ -435,7 +435,7 @@ def test_bad_files_name_the_file_and_the_offset(dats, tmp_path):
     assert at > 0
     nameless = tmp_path / "nameless.dat"
     nameless.write_bytes(v6[:at + 6] + b" " * (len(decl) - 7) + v6[at + len(decl) - 1:])
-    with pytest.raises(tracecmd.TraceCmdError, match=rf"{nameless}: offset \d+: a \w+ event "
+    with pytest.raises(datfile.TraceCmdError, match=rf"{nameless}: offset \d+: a \w+ event "
                        r"format: a field with no name at character \d+ of the format"):
         tracecmd.read(nameless)
 
@@ -443,10 +443,10 @@ def test_bad_files_name_the_file_and_the_offset(dats, tmp_path):
 READ_UNDER_2G = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
-from nestrace.importers import tracecmd
+from nestrace.importers import datfile, tracecmd
 try:
     tracecmd.read(sys.argv[1])
-except tracecmd.TraceCmdError as e:
+except datfile.TraceCmdError as e:
     print(e)
 """
 

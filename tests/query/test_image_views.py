@@ -356,7 +356,8 @@ def test_latency_breakdown_has_no_parts_for_a_call_whose_request_was_not_seen_to
     # the report's table says how many it left out
     from rich.console import Console
 
-    from nestrace.report.document import build, render
+    from nestrace.report.document import build
+    from nestrace.report.terminal import render
     s.store = None
     rep = build(s, "c1")
     assert [(r["calls"], r["calls_unended"]) for r in rep["latency"]] == [(1, 1)]

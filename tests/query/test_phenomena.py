@@ -202,7 +202,7 @@ def test_links_attribute_direct_io_to_the_application(lab_factory, tmp_path, cap
     # the terminal report fits 80 columns without wrapping a number: each
     # level's row holds its count and ends with its seek p90; each block
     # level's phases are a row of medians and one of p99s
-    from nestrace.report.document import _fmt_bytes
+    from nestrace.report.terminal import _fmt_bytes
     out = run_cli("report", str(s.store), env=os.environ | {"COLUMNS": "80"}).stdout
     lines = out.splitlines()
     assert max(map(len, lines)) <= 80, out

@@ -236,7 +236,7 @@ def test_hostfs_io_keeps_exactly_the_access_hooks_record_attaches(host_fs):
     """One table (schemas/, enum hostfs_source) decides both what `record`
     leaves unattached and which rows hostfs_io keeps: an event of every
     source, and the view must keep those of the attached hooks only."""
-    from nestrace.capture.record import unused_hooks
+    from nestrace.capture.agent import unused_hooks
     from nestrace.schema import ENUMS
     values = ENUMS["hostfs_source"]["values"]
     ev = [hostfs(10 * v, 4096 * v, 4096, source=v) for v, _, _ in values]

@@ -16,12 +16,12 @@ from nestrace.schema import RECORDS, record_schema
 from nestrace.store.files import (
     LIVE,
     LiveCapture,
-    damage_of,
     init_store,
     read_ipc_tolerant,
     recorder_of,
     writing,
 )
+from nestrace.store.seal import damage_of
 
 BATCH = 100
 

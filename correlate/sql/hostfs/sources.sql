@@ -6,7 +6,7 @@
 -- One row per (hook, host file system it is the access source for);
 -- fs_type '*' stands for any file system without rows of its own.
 -- `nestrace record` attaches no access hook unused for the stack's host
--- FS by the same table (nestrace.capture.record.unused_hooks).
+-- FS by the same table (nestrace.capture.agent.unused_hooks).
 CREATE OR REPLACE VIEW _hostfs_sources AS
 SELECT * FROM (VALUES
   (1, 'xfs_file_buffered_read', 'xfs'),

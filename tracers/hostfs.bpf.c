@@ -3,7 +3,7 @@
  * image): its read/write accesses, page cache fills and evictions,
  * readahead, dirtying and writeback, and the file-offset -> disk-address
  * mappings it looks up.  Also used for the guest FS's page cache and
- * mappings (role bits per device).  See docs/hostfs-hooks.md for which
+ * mappings (role bits per device).  See docs/design/hostfs-hooks.md for which
  * file system yields which event. */
 #include "common.bpf.h"
 #include "core_fixes.bpf.h"

@@ -38,7 +38,7 @@ static __always_inline bool task__followed(void)
 const volatile __u32 sync_dev = 0;
 
 /* vfs_event.syscall values are NT_VFS_SYSCALL_<NAME>, from schemas/ (what
- * each records: docs/records.md).  Two more, never recorded: the AIO calls
+ * each records: docs/reference/records.md).  Two more, never recorded: the AIO calls
  * whose iocbs the records are. */
 enum { SC_IO_SUBMIT = 100, SC_IO_GETEVENTS };
 

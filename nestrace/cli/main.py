@@ -253,7 +253,7 @@ def sql_cmd(store, query, as_csv, as_json) -> None:
 @cli.command("report")
 @click.argument("store", type=click.Path())
 @click.option("--capture", default=None, help="Capture id (default: the newest).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document (keys: docs/report.md).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (keys: docs/reference/report.md).")
 @click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB.")
 @user_errors
 def report_cmd(store, capture, as_json, memory_limit) -> None:

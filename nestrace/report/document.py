@@ -1,5 +1,5 @@
 """`nestrace report`: per-level and cross-level numbers of one capture, as
-one JSON document (a stable interface, keys in docs/report.md) or as
+one JSON document (a stable interface, keys in docs/reference/report.md) or as
 terminal tables."""
 from __future__ import annotations
 

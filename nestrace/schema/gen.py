@@ -25,7 +25,7 @@ C_SIZES = {"__u64": 8, "__s64": 8, "__u32": 4, "__s32": 4, "__u16": 2,
 NP_TYPES = {"__u64": "<u8", "__s64": "<i8", "__u32": "<u4", "__s32": "<i4",
             "__u16": "<u2", "__s16": "<i2", "__u8": "u1"}
 OUTPUTS = ("tracers/nestrace_records.h", "tracers/nestrace_arrow.h", "nestrace/schema/_records.py",
-           "docs/records.md", "correlate/sql/hostfs/sources.sql", "correlate/sql/codes/tables.sql")
+           "docs/reference/records.md", "correlate/sql/hostfs/sources.sql", "correlate/sql/codes/tables.sql")
 
 
 class SchemaError(ValueError):

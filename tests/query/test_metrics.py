@@ -343,7 +343,7 @@ def test_every_report_json_key_is_documented():
     s.store = None
     rep = build(s, "c1")
     assert rep["partitions"], rep["partitions"]
-    doc = (ROOT / "docs" / "report.md").read_text()
+    doc = (ROOT / "docs" / "reference" / "report.md").read_text()
     documented = set(re.findall(r"`([a-z_\[\].0-9]+)`", doc))
     missing = []
     for k in sorted(_keys(rep)):

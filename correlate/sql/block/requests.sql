@@ -130,7 +130,7 @@ CREATE OR REPLACE VIEW _block_requests_core AS SELECT * FROM _block_requests_com
 -- @column op VARCHAR           read, write, flush, discard or other
 -- @column rwbs VARCHAR         blktrace-style flags (R/W/D/F, then F=FUA A=readahead S=sync M=meta)
 -- @column req_op USMALLINT     kernel REQ_OP
--- @column req_flags USMALLINT  nestrace flag bits (see docs/records.md)
+-- @column req_flags USMALLINT  nestrace flag bits (see docs/reference/records.md)
 -- @column error INTEGER        completion status (0 ok)
 -- @column pid UINTEGER         process current at dispatch
 -- @column comm VARCHAR         task current at dispatch

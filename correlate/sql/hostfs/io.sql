@@ -10,7 +10,7 @@
 -- the hostfs_source table in schemas/records.toml (_hostfs_sources).
 -- btrfs has no buffered-write tracepoint: its writes are the image pages
 -- it dirties (one row per folio, source writeback_dirty_folio); see
--- docs/hostfs-hooks.md.
+-- docs/design/hostfs-hooks.md.
 -- An xfs direct write not aligned to the FS block is tried first under the
 -- shared inode lock, for overwrites only; where it needs allocation, xfs
 -- tries it again under the exclusive lock, and the tracepoint fires twice.

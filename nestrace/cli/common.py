@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -45,8 +46,13 @@ def _print_version(ctx: click.Context) -> None:
 LEVEL_NAMES = ("vfs", "vdisk", "hostfs", "disk")
 
 
-def user_errors(fn):
-    """Decorator: turn the library's expected errors into one-line exit 2."""
+def user_errors(fn=None, *, detail: bool = False):
+    """Decorator: turn the library's expected errors into one-line exit 2.
+    `detail`: a DuckDB error keeps the lines of help DuckDB gives after
+    its first (the caret under the query, the candidate names), indented."""
+    if fn is None:
+        return functools.partial(user_errors, detail=detail)
+
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
@@ -78,6 +84,9 @@ def user_errors(fn):
                        f"{store}` checks every file")
             elif named:
                 msg += f" (`nestrace verify {store}` checks every page)"
+            elif detail:
+                from nestrace.cli.shell import error_lines
+                msg = error_lines(e)
             raise UserError(msg) from None
     return wrapper
 
@@ -205,3 +214,19 @@ def report_capture(store: Path, capture_id: str, result, stream_problems=()) -> 
                     "happened without a record: the kernel ran no program for them and counted "
                     "no miss (capture_meta.completions_missed; they are in the lost total)",
                     err=True, fg="red", bold=True)
+
+
+_SIZE = re.compile(r"(\d+(\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)?", re.IGNORECASE)
+
+
+def _memory_limit(_ctx, _param, v: str | None) -> str | None:
+    """(checked here: DuckDB would take '-4GB' for no limit at all)"""
+    if v is not None and not _SIZE.fullmatch(v.strip()):
+        raise click.BadParameter(f"{v!r}: a size such as 4GB or 512MiB")
+    return v
+
+
+def memory_limit_option(f):
+    """--memory-limit for the commands that run the correlator."""
+    return click.option("--memory-limit", default=None, callback=_memory_limit, metavar="SIZE",
+                        help="DuckDB memory limit, e.g. 4GB.")(f)

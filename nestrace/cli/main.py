@@ -18,6 +18,7 @@ from nestrace.cli.common import (
     LEVEL_NAMES,
     UserError,
     cli,
+    memory_limit_option,
     output_file,
     report_capture,
     store_with_captures,
@@ -27,18 +28,26 @@ from nestrace.cli.common import (
 # ---- record / seal ----------------------------------------------------------
 
 
-def kdev_arg(spec: str) -> int:
+def kdev_arg(spec: str, option: str = "--vdisk") -> int:
     """A device as the kernel's dev_t (major << 20 | minor): MAJ:MIN or a
     block device path."""
     if ":" in spec and not spec.startswith("/"):
         try:
             major, minor = (int(x) for x in spec.split(":"))
         except ValueError:
-            raise UserError(f"{spec}: not MAJ:MIN") from None
+            raise UserError(f"{option} {spec}: not MAJ:MIN") from None
+        if not (0 <= major < 1 << 12 and 0 <= minor < 1 << 20):
+            raise UserError(f"{option} {spec}: no such device number (major < 4096, "
+                            "minor < 1048576)")
         return (major << 20) | minor
-    st = os.stat(spec)
+    try:
+        st = os.stat(spec)
+    except OSError as e:
+        raise UserError(f"{option} {spec}: {e.strerror} (give a block device, or MAJ:MIN "
+                        "for a device not on this machine)") from None
     if not stat.S_ISBLK(st.st_mode):
-        raise UserError(f"{spec}: not a block device (give MAJ:MIN for a device not on this machine)")
+        raise UserError(f"{option} {spec}: not a block device (give MAJ:MIN for a device not "
+                        "on this machine)")
     return (os.major(st.st_rdev) << 20) | os.minor(st.st_rdev)
 
 
@@ -234,7 +243,7 @@ def seal_cmd(store) -> None:
 @click.argument("query", required=False)
 @click.option("--csv", "as_csv", is_flag=True, help="CSV output.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output (one array of objects).")
-@user_errors
+@user_errors(detail=True)
 def sql_cmd(store, query, as_csv, as_json) -> None:
     """Run QUERY on STORE, or open an interactive DuckDB shell on it."""
     from nestrace.cli import shell
@@ -243,7 +252,8 @@ def sql_cmd(store, query, as_csv, as_json) -> None:
         raise UserError("--csv and --json: give one")
     s = Session(store)
     if not query:
-        shell.run(s)
+        if shell.run(s) and not sys.stdin.isatty():
+            sys.exit(1)     # (piped: a statement failed, as DuckDB's shell says)
         return
     cur = s.execute(query)
     if cur.description is not None:
@@ -254,7 +264,7 @@ def sql_cmd(store, query, as_csv, as_json) -> None:
 @click.argument("store", type=click.Path())
 @click.option("--capture", default=None, help="Capture id (default: the newest).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (keys: docs/reference/report.md).")
-@click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB.")
+@memory_limit_option
 @user_errors
 def report_cmd(store, capture, as_json, memory_limit) -> None:
     """Per-level and cross-level report: sizes, seeks, phases, amplification,
@@ -342,7 +352,7 @@ def compare_cmd(store, capture_ids, as_json, as_csv, by_stack) -> None:
 
 @cli.command("correlate")
 @click.argument("store", type=click.Path())
-@click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB.")
+@memory_limit_option
 @user_errors
 def correlate_cmd(store, memory_limit) -> None:
     """Materialize the cross-level links (and block_requests, rmw) into the store (idempotent)."""
@@ -356,34 +366,51 @@ def correlate_cmd(store, memory_limit) -> None:
 
 
 @cli.command("plot")
-@click.argument("store", type=click.Path())
+@click.argument("stores", nargs=-1, required=True, type=click.Path(), metavar="STORE...")
 @click.option("--kind", default="seek-cdf", show_default=True,
               help="seek-cdf, latency, phases, amplification, sizes, offsets, throughput, depth or compare.")
 @click.option("--level", default="disk", show_default=True,
               type=click.Choice(LEVEL_NAMES), help="Level for seek-cdf.")
+@click.option("--distance", default="auto", show_default=True,
+              type=click.Choice(["auto", "normalized", "absolute"]),
+              help="seek-cdf: |d| / the device's (or file's) size, |d| in bytes, or auto: "
+                   "normalized where every size is known.")
+@click.option("--log-x/--linear-x", default=None,
+              help="seek-cdf with absolute distances: a log axis (the default) or not.")
 @click.option("--capture", "capture_id", default=None,
               help="Only this capture (default: every capture of the store, side by side).")
-@click.option("-o", "--output", required=True, type=click.Path(), help="FILE.html or FILE.png")
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="FILE.html (plotly.js written once beside it, as plotly.min.js) or FILE.png")
 @user_errors
-def plot_cmd(store, kind, level, capture_id, output) -> None:
-    """Draw one figure of a store to HTML (self-contained) or PNG."""
+def plot_cmd(stores, kind, level, distance, log_x, capture_id, output) -> None:
+    """Draw one figure to HTML (offline) or PNG: of one store, or for
+    seek-cdf the curves of several stores overlaid, each named by its
+    stack (and its store or capture where two stacks are alike)."""
     _allow_pandas()
     from nestrace.query.session import Session
     from nestrace.report import plots
     if kind not in plots.KINDS:
         raise UserError(f"unknown --kind {kind!r} (choose from {', '.join(plots.KINDS)})")
+    if len(stores) > 1 and kind != "seek-cdf":
+        raise UserError(f"--kind {kind} draws one store; seek-cdf overlays several")
     output_file(output, (".html", ".png"))
-    s = Session(store_with_captures(store))
+    sessions = [Session(store_with_captures(st)) for st in stores]
     if capture_id is not None:
         if kind == "compare":
             raise UserError("--capture: the compare figure puts every capture side by side")
-        if capture_id not in s.captures():
-            raise UserError(f"{store}: no capture {capture_id!r} "
-                            f"(have: {', '.join(s.captures()) or 'none'})")
-    fig = plots.seek_cdf(s, level=level, capture_id=capture_id) if kind == "seek-cdf" else \
-        plots.compare_bars(s) if kind == "compare" else plots.KINDS[kind](s, capture_id=capture_id)
+        if not any(capture_id in s.captures() for s in sessions):
+            raise UserError(f"{', '.join(stores)}: no capture {capture_id!r} "
+                            f"(have: {', '.join(c for s in sessions for c in s.captures())})")
+    s = sessions[0]
+    try:
+        fig = plots.seek_cdf(sessions, level=level, capture_id=capture_id, distance=distance,
+                             log_x=log_x) if kind == "seek-cdf" else \
+            plots.compare_bars(s) if kind == "compare" else \
+            plots.KINDS[kind](s, capture_id=capture_id)
+    except ValueError as e:
+        raise UserError(f"{', '.join(stores)}: {e}") from None
     if output.endswith(".html"):
-        fig.write_html(output, include_plotlyjs=True)
+        fig.write_html(output, include_plotlyjs="directory")
     else:   # .png
         try:
             fig.write_image(output, width=1200, height=700)
@@ -451,7 +478,21 @@ def main() -> None:
     # `kill -USR1 PID` prints every thread's Python stack to stderr (a
     # recording that will not stop says where it waits)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    cli(prog_name="nestrace")
+    try:
+        cli.main(prog_name="nestrace", standalone_mode=False)
+        sys.exit(0)
+    except click.UsageError as e:    # (a bad option or value: one line, as every error)
+        where = e.ctx.command_path if e.ctx else "nestrace"
+        click.echo(f"nestrace: error: {e.format_message()} (`{where} --help`)", err=True)
+        sys.exit(2)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("nestrace: interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
 
 
 if __name__ == "__main__":

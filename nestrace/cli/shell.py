@@ -113,9 +113,20 @@ def print_rows(cur, mode: str) -> None:
         click.echo(format_table(cols, rows))
 
 
-def run(s) -> None:
-    """Read SQL and dot-commands from stdin until .quit or end of input."""
-    if sys.stdin.isatty():     # line editing, and history kept in ~/.nestrace_history
+def error_lines(e: Exception) -> str:
+    """A DuckDB error as DuckDB's own shell shows it: its first line, then
+    its help (the LINE 1 and caret, "Candidate bindings") indented."""
+    first, *rest = str(e).splitlines() or [type(e).__name__]
+    return "\n".join([first, *(f"  {line}" for line in rest if line.strip())])
+
+
+def run(s) -> int:
+    """Read SQL and dot-commands from stdin until .quit or end of input;
+    the number of statements that failed.  On a terminal it prompts and
+    keeps a history; piped, it reads the lines as they come, as DuckDB's
+    shell does (no prompts in the output)."""
+    tty = sys.stdin.isatty()
+    if tty:     # line editing, and history kept in ~/.nestrace_history
         try:
             import readline
             history = Path.home() / ".nestrace_history"
@@ -127,23 +138,31 @@ def run(s) -> None:
             atexit.register(lambda: _save_history(readline, history))
         except ImportError:
             pass
-    click.echo(f"nestrace sql on {s.store}: views {', '.join(s.views())}; end with ; and "
-               "quit with Ctrl-D (.help: the shell's commands)", err=True)
+        click.echo(f"nestrace sql on {s.store}: views {', '.join(s.views())}; end with ; and "
+                   "quit with Ctrl-D (.help: the shell's commands)", err=True)
     buf: list[str] = []
     opts = {"mode": "table", "timer": False}
+    failed = 0
     while True:
         try:
-            line = input("nestrace> " if not buf else "      ...> ")
+            if tty:
+                line = input("nestrace> " if not buf else "      ...> ")
+            else:
+                line = sys.stdin.readline()
+                if not line:
+                    raise EOFError
+                line = line.rstrip("\n")
         except EOFError:
-            click.echo("", err=True)
-            return
+            if tty:
+                click.echo("", err=True)
+            return failed
         except KeyboardInterrupt:       # Ctrl-C drops the statement being typed
             click.echo("", err=True)
             buf = []
             continue
         if not buf and line.lstrip().startswith("."):
             if not _shell_command(s, line, opts):
-                return
+                return failed
             continue
         buf.append(line)
         if line.rstrip().endswith(";"):
@@ -158,10 +177,12 @@ def run(s) -> None:
             except KeyboardInterrupt:
                 s.con.interrupt()
                 click.echo("error: interrupted", err=True)
+                failed += 1
             except Exception as e:  # the shell keeps going on a bad query
-                click.echo(f"error: {str(e).splitlines()[0]}", err=True)
+                click.echo(f"error: {error_lines(e)}", err=True)
                 for note in getattr(e, "__notes__", []):   # a damaged file, named
                     click.echo(f"  {note}", err=True)
+                failed += 1
             if opts["timer"]:
                 click.echo(f"time: {time.monotonic() - t:.3f} s", err=True)
 

@@ -91,6 +91,11 @@ def timeline(session, capture_id: str | None = None, window: tuple[float, float]
     meta = session.rows("SELECT machine, start_ns, end_ns FROM capture_meta WHERE capture_id = ?",
                         [cid])[0]
     base = meta["start_ns"] or 0
+    if window and meta["end_ns"]:
+        length = (meta["end_ns"] - base) / 1e9
+        if window[0] >= length or window[1] <= 0:
+            raise ExportError(f"--window {window[0]:g}:{window[1]:g} is outside capture {cid}, "
+                              f"which lasts {length:.3f} s (from 0)")
     lo, hi = (base + int(window[0] * 1e9), base + int(window[1] * 1e9)) if window else (0, 1 << 63)
     events: list[dict] = []
     where: dict[tuple[str, int], tuple[int, int]] = {}     # (level, io_id) -> (lane, mid ns)

@@ -25,14 +25,15 @@ def _session(x: StoreLike) -> Session:
 
 
 def _label(s: Session) -> str:
-    if s.store is None:
-        return "capture"
+    """A store's stack ("ext4 on xfs"), else its name."""
     # (a capture may trace several guest file systems: "ext4+xfs on xfs")
     rows = s.rows("SELECT string_agg(DISTINCT fs_type, '+' ORDER BY fs_type) AS fs_type "
                   "FROM device_map WHERE level IN ('vfs', 'hostfs') "
                   "GROUP BY level ORDER BY level DESC LIMIT 2")
     fs = [r["fs_type"] for r in rows]
-    return f"{fs[0]} on {fs[1]}" if len(fs) == 2 else s.store.name
+    if len(fs) == 2 and all(fs):
+        return f"{fs[0]} on {fs[1]}"
+    return s.store.name if s.store is not None else "capture"
 
 
 def capture_labels(s: Session, rounds: bool = True) -> dict[str, str]:
@@ -72,14 +73,34 @@ def _one_or_each(s: Session, capture_id: str | None) -> tuple[str, list, dict[st
     return "", [], capture_labels(s) if len(caps) > 1 else {}
 
 
+def _distinct(names: list[str], more: list[list[str]]) -> list[str]:
+    """The names, each made unique by adding the first of its `more`
+    qualifiers (the store, then the capture) that tells it apart."""
+    out = list(names)
+    for k in range(len(more[0]) if more else 0):
+        seen = [n for n in out]
+        dup = {n for n in seen if seen.count(n) > 1}
+        out = [f"{n} ({m[k]})" if n in dup else n for n, m in zip(out, more)]
+    return out
+
+
 def seek_cdf(stores: StoreLike | Sequence[StoreLike], level: str = "disk",
              labels: Sequence[str] | None = None, max_points: int = 2000,
-             capture_id: str | None = None) -> go.Figure:
-    """CDF of I/Os over normalized seek distance at one level, one curve per
-    store and capture (e.g. the same guest FS on several host FS), or of
-    one capture."""
+             capture_id: str | None = None, distance: str = "auto",
+             log_x: bool | None = None) -> go.Figure:
+    """CDF of I/Os over seek distance at one level, one curve per store and
+    capture (e.g. the same guest FS on several host FS), or of one capture.
+    `distance`: "normalized" (|d| / the device's or file's size, the seed
+    figure's axis), "absolute" (|d| in bytes, on a log axis unless
+    `log_x` is False), or "auto": normalized where every curve's size is
+    known, else absolute (an imported blktrace knows no device size).
+    Curves with the same name get their store's, then their capture's, to
+    tell them apart.  ValueError when no store has seek distances at the
+    level."""
     if level not in LEVELS:     # (else an empty figure, as if nothing sought)
         raise ValueError(f"unknown level {level!r} (choose from {', '.join(LEVELS)})")
+    if distance not in ("auto", "normalized", "absolute"):
+        raise ValueError(f"distance {distance!r}: auto, normalized or absolute")
     if isinstance(stores, (Session, str, os.PathLike)):
         stores = [stores]
     sessions = [_session(st) for st in stores]
@@ -88,22 +109,50 @@ def seek_cdf(stores: StoreLike | Sequence[StoreLike], level: str = "disk",
             for s in sessions):
         raise ValueError(f"no capture {capture_id!r} in " + (
             "the store" if len(sessions) == 1 else f"any of the {len(sessions)} stores"))
-    fig = go.Figure()
+    curves = []    # (name, store, capture, rows)
     for i, s in enumerate(sessions):
-        rows = s.rows("SELECT capture_id, x, y FROM seek_cdf_points(?, ?)", [level, max_points])
+        rows = s.rows("SELECT capture_id, x, y FROM seek_cdf_points_of(?, ?, ?)",
+                      [level, max_points, distance == "absolute"])
         every = sorted({r["capture_id"] for r in rows})
         caps = [c for c in every if capture_id in (None, c)]
         names = capture_labels(s) if len(every) > 1 else {}
         for cid in caps:
-            pts = [r for r in rows if r["capture_id"] == cid]
             name = labels[i] if labels else names.get(cid) or _label(s)
             if len(caps) > 1:
                 name = f"{labels[i]}: {names[cid]}" if labels else names[cid]
-            fig.add_trace(go.Scatter(x=[p["x"] for p in pts], y=[p["y"] for p in pts],
-                                     mode="lines", line_shape="hv", name=name))
-    fig.update_layout(title=f"Seek distance CDF at {level}",
-                      xaxis_title="normalized seek distance |d| / size",
-                      yaxis_title="fraction of I/Os", xaxis_range=[0, 1], yaxis_range=[0, 1.02])
+            curves.append((name, s.store.name if s.store else f"store {i + 1}", cid,
+                           [r for r in rows if r["capture_id"] == cid]))
+    if not curves:
+        held = seek_levels(sessions)
+        raise ValueError(f"no seek distances at {level} in "
+                         + ("the store" if len(sessions) == 1 else "any of the stores")
+                         + f" (levels with some: {', '.join(held) or 'none'})")
+    unsized = [c for c in curves if all(p["x"] is None for p in c[3])]
+    if unsized and distance == "normalized":
+        raise ValueError(f"{unsized[0][0]}: the {level} level's size is unknown (an imported "
+                         "trace, say), so its seek distances cannot be normalized: draw "
+                         "them absolute")
+    if unsized and distance == "auto":
+        # (a device or file of unknown size: its normalized distances are NULL)
+        return seek_cdf(sessions, level, labels, max_points, capture_id, "absolute", log_x)
+    log = distance == "absolute" and log_x is not False
+    fig = go.Figure()
+    names = _distinct([c[0] for c in curves], [[c[1], c[2]] for c in curves])
+    for name, (_, _, _, pts) in zip(names, curves):
+        pts = [p for p in pts if p["x"] is not None and not (log and p["x"] <= 0)]
+        fig.add_trace(go.Scatter(x=[p["x"] for p in pts], y=[p["y"] for p in pts],
+                                 mode="lines", line_shape="hv", name=name))
+    if distance == "absolute":
+        fig.update_layout(title=f"Seek distance CDF at {level} (absolute"
+                          + ("; sequential I/Os, distance 0, are where each curve starts)"
+                             if log else ")"),
+                          xaxis_title="|seek distance| (bytes)", xaxis_type="log" if log else None,
+                          yaxis_title="fraction of I/Os", yaxis_range=[0, 1.02])
+    else:
+        fig.update_layout(title=f"Seek distance CDF at {level}",
+                          xaxis_title="normalized seek distance |d| / size",
+                          yaxis_title="fraction of I/Os", xaxis_range=[0, 1],
+                          yaxis_range=[0, 1.02])
     return fig
 
 
@@ -383,6 +432,13 @@ def all_figures(store: StoreLike) -> list[tuple[str, go.Figure]]:
     return [(k, fn(s)) for k, fn in KINDS.items()]
 
 
+def seek_levels(sessions: Sequence[Session]) -> list[str]:
+    """The levels, top down, at which some store has seek distances."""
+    held = {r["level"] for s in sessions
+            for r in s.rows("SELECT DISTINCT level FROM seek_distances")}
+    return [lv for lv in LEVELS if lv in held]
+
+
 def html_report(stores: Iterable[StoreLike], path: str | os.PathLike) -> None:
     """One self-contained HTML page (plotly.js embedded, no network): the
     report's tables and every figure, per store; one seek CDF overlays all."""
@@ -399,7 +455,7 @@ def html_report(stores: Iterable[StoreLike], path: str | os.PathLike) -> None:
         return out
 
     parts.append("<h2>Seek distance CDFs</h2>")
-    for lv in ("vdisk", "disk"):
+    for lv in seek_levels(sessions):
         parts.append(fig_html(seek_cdf(sessions, level=lv)))
     for s in sessions:
         caps = s.captures()

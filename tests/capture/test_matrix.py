@@ -93,8 +93,8 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
     assert "Captures side by side" in text
     for x in rows:
         assert f"<h2>{x['guest_fs']} on {x['host_fs']}: capture {x['capture_id']}</h2>" in text
-    # figures: two seek CDFs, four side by side, and seven per capture
-    assert text.count('class="plotly-graph-div"') == 2 + 4 + 7 * len(rows)
+    # figures: a seek CDF per level, four side by side, and seven per capture
+    assert text.count('class="plotly-graph-div"') == 4 + 4 + 7 * len(rows)
     # one figure of one capture, or of all side by side; a capture not in the store
     cid = rows[0]["capture_id"]
     run_cli("plot", str(store), "--kind", "offsets", "--capture", cid, "-o", str(tmp_path / "o.html"))
@@ -102,6 +102,15 @@ def test_lab_run_records_every_stack_of_the_matrix_and_compares_them(tmp_path, n
     assert all(x["guest_fs"] in (tmp_path / "z.html").read_text() for x in rows)
     run_cli("plot", str(store), "--kind", "depth", "-o", str(tmp_path / "q.html"))
     assert all(x["guest_fs"] in (tmp_path / "q.html").read_text() for x in rows)
+    # plotly.js once, beside the pages, not in each
+    assert [p.name for p in tmp_path.glob("*.js")] == ["plotly.min.js"]
+    assert max((tmp_path / f).stat().st_size for f in ("o.html", "z.html", "q.html")) < 500_000
+    # seek CDFs of several stores (here the same one twice): one curve per
+    # capture and store, no two named alike; absolute distances on a log axis
+    run_cli("plot", str(store), str(store), "--level", "vdisk", "--distance", "absolute",
+            "-o", str(tmp_path / "c.html"))
+    page = (tmp_path / "c.html").read_text()
+    assert '"type":"log"' in page and page.count('"name":"') >= 2 * len(rows)
     r = run_cli("plot", str(store), "--kind", "sizes", "--capture", "nope", "-o",
                 str(tmp_path / "n.html"), check=False)
     assert r.returncode == 2 and "no capture 'nope'" in r.stderr, r.stderr

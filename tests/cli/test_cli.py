@@ -85,11 +85,13 @@ def test_sql_on_a_missing_store(tmp_path):
     assert "no such store" in line
 
 
-def test_sql_bad_query_is_one_line(tmp_path):
+def test_sql_bad_query_is_one_error_line_then_duckdbs_help_indented(tmp_path):
     from nestrace.store.files import init_store
     init_store(tmp_path / "s")
-    line = one_error_line(run_cli("sql", str(tmp_path / "s"), "SELECT nope FROM vfs_io", check=False))
-    assert "nope" in line
+    r = run_cli("sql", str(tmp_path / "s"), "SELECT nope FROM vfs_io", check=False)
+    first, *rest = r.stderr.splitlines()
+    assert r.returncode == 2 and first.startswith("nestrace: error: ") and "nope" in first
+    assert rest and all(line.startswith("  ") for line in rest), r.stderr
 
 
 def test_sql_on_empty_store_answers_from_the_views(tmp_path):
@@ -145,7 +147,7 @@ def test_import_of_a_missing_file_and_a_bad_device(tmp_path):
     (tmp_path / "t").write_bytes(b"")
     line = one_error_line(run_cli("import", "-o", str(tmp_path / "s"), "--vdisk", "7:x",
                                   str(tmp_path / "t"), check=False))
-    assert line == "nestrace: error: 7:x: not MAJ:MIN"
+    assert line == "nestrace: error: --vdisk 7:x: not MAJ:MIN"
 
 
 @pytest.mark.root
@@ -305,20 +307,21 @@ def test_no_privileges_is_refused(tmp_path, nothing_left):
     assert "needs root" in line
 
 
-def test_every_cli_command_is_documented_in_the_readme():
+def test_every_cli_command_is_documented():
+    """Each command and subcommand has its help in the generated reference
+    and is named in the guide or the README."""
     from nestrace.cli.main import cli
-    readme = (ROOT / "README.md").read_text()
+    reference = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    prose = (ROOT / "README.md").read_text() + "".join(
+        p.read_text() for p in (ROOT / "docs" / "guide").glob("*.md"))
     names = []
     for name, cmd in cli.commands.items():
         names.append(name)
         if hasattr(cmd, "commands"):
             names += [f"{name} {sub}" for sub in cmd.commands]
-    # `lab up|down|list|run` names the subcommands of a group
-    subs = {f"{g} {one}" for g, alts in re.findall(r"`(\w+) ([\w|]+)`", readme)
-            for one in alts.split("|")}
-    missing = [n for n in names if f"`{n.split()[0]}" not in readme
-               or (" " in n and n not in subs)]
-    assert missing == []
+    assert [n for n in names if f"## `nestrace {n}`" not in reference] == []
+    assert [n for n in names if f"nestrace {n}" not in prose and f"`{n}" not in prose] == []
+    assert all((cmd.help or "").strip() for cmd in cli.commands.values())
 
 
 def test_sql_csv_and_interactive_shell(tmp_path):
@@ -331,9 +334,31 @@ def test_sql_csv_and_interactive_shell(tmp_path):
     assert r.stdout == b"x,y\n1,a\n"
     r = subprocess.run(NESTRACE + ["sql", str(tmp_path / "s")], input="SELECT 41 + 1\n  AS answer;\nSELECT nope;\n",
                        capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0
-    assert "answer" in r.stdout and "42" in r.stdout
+    # piped, as DuckDB's shell: no prompts in the output, every statement
+    # run, and a non-zero exit when one failed
+    assert r.returncode == 1
+    assert "answer" in r.stdout and "42" in r.stdout and "nestrace>" not in r.stdout + r.stderr
     assert "error: " in r.stderr            # a bad query does not end the shell
+    r = subprocess.run(NESTRACE + ["sql", str(tmp_path / "s")], input="SELECT 1;\n",
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_sql_errors_keep_duckdbs_help_for_the_query(tmp_path):
+    from nestrace.store.files import init_store
+    init_store(tmp_path / "s")
+    q = "SELECT nope FROM range(2) t(nop)"
+    r = subprocess.run(NESTRACE + ["sql", str(tmp_path / "s"), q], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert r.returncode == 2
+    first, *rest = r.stderr.splitlines()
+    assert first == 'nestrace: error: Binder Error: Referenced column "nope" not found in ' \
+        'FROM clause!', first
+    assert '  Candidate bindings: "nop"' in rest and f"  LINE 1: {q}" in rest, rest
+    assert rest[-1].strip() == "^^^^"
+    r = subprocess.run(NESTRACE + ["sql", str(tmp_path / "s")], input=q + ";\n",
+                       capture_output=True, text=True, cwd=ROOT)
+    assert '  Candidate bindings: "nop"' in r.stderr.splitlines(), r.stderr
 
 
 def test_the_shell_has_dot_commands(tmp_path):
@@ -473,3 +498,32 @@ def test_a_command_that_builds_arrow_tables_does_not_import_pandas(tmp_path):
     s = nestrace.open(store)
     assert s.rows("SELECT op, bytes FROM disk_io") == [{"op": "read", "bytes": 4096}]
     assert len(s.df("SELECT * FROM disk_io")) == 1      # pandas, in a program
+
+
+def test_usage_errors_are_one_line_naming_the_option_and_the_help(tmp_path):
+    from nestrace.store.files import init_store
+    s = str(tmp_path / "s")
+    init_store(s)
+    assert one_error_line(run_cli("report", check=False)) == \
+        "nestrace: error: Missing argument 'STORE'. (`nestrace report --help`)"
+    line = one_error_line(run_cli("report", s, "--no-such-option", check=False))
+    assert "--no-such-option" in line and line.endswith("(`nestrace report --help`)"), line
+    line = one_error_line(run_cli("plot", s, "--level", "disks", "-o", str(tmp_path / "x.html"),
+                                  check=False))
+    assert "'--level': 'disks' is not one of" in line, line
+
+
+def test_option_values_are_checked_where_they_are_parsed(tmp_path):
+    from nestrace.store.files import init_store
+    s = str(tmp_path / "s")
+    init_store(s)
+    for cmd in (["report", s], ["correlate", s]):
+        line = one_error_line(run_cli(*cmd, "--memory-limit", "-4GB", check=False))
+        assert "Invalid value for '--memory-limit': '-4GB': a size such as 4GB" in line, line
+    f = tmp_path / "trace.blktrace.0"
+    f.write_bytes(b"")
+    line = one_error_line(run_cli("import", str(f), "-o", s, "--vdisk", "banana", check=False))
+    assert line == "nestrace: error: --vdisk banana: No such file or directory (give a block " \
+        "device, or MAJ:MIN for a device not on this machine)", line
+    line = one_error_line(run_cli("import", str(f), "-o", s, "--vdisk", "7:99999999", check=False))
+    assert line.startswith("nestrace: error: --vdisk 7:99999999: no such device number"), line

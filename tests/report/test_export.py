@@ -156,3 +156,10 @@ def test_real_capture_exports_a_loadable_timeline(lab_factory, tmp_path):
     assert set(c) == {1, 2, 4} and min(min(v) for v in c.values()) >= 0
     assert max(c[1]) == 8 and c[1][-1] == 0, c[1][-5:]
     assert f"{sum(map(len, c.values()))} in-flight counter values" in r.stdout
+
+
+def test_a_window_outside_the_capture_is_refused_with_its_length():
+    with pytest.raises(export.ExportError,
+                       match="--window 5:6 is outside capture c1, which lasts 1.000 s"):
+        export.timeline(stack(), window=(5, 6))
+    assert export.timeline(stack(), window=(0, 0.5))["traceEvents"]

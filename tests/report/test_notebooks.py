@@ -126,8 +126,11 @@ def test_html_report_renders_every_figure_offline_in_chromium(stores, tmp_path):
     page = tmp_path / "report.html"
     run_cli("html", *map(str, stores), "-o", str(page))
     dom, urls = page_requests(page, tmp_path / "r")
-    figures = 2 + 7 * len(stores)       # two overlaid CDFs, seven figures per store
+    # a seek CDF per level, the stores overlaid; seven figures per store
+    figures = 4 + 7 * len(stores)
     assert len(re.findall(r'class="[^"]*js-plotly-plot', dom)) == figures
+    drawn = re.findall(r">Seek distance CDF at (\w+)<", dom)
+    assert drawn == ["vfs", "vdisk", "hostfs", "disk"], drawn
     assert dom.count("main-svg") >= figures           # plotly drew each one
     # nine tables per store (the files fio used and its processes among
     # them), with the slowest I/O followed, and one of the application's

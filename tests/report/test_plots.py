@@ -179,3 +179,44 @@ def test_a_matrix_store_names_each_capture_by_its_stack_and_compares_them():
         [(names["b"], [8 / float(1 << 21)])]
     off = plots.offset_scatter(s, capture_id="a")
     assert sorted(y for t in off.data if t.yaxis == "y4" for y in t.y) == [0.0, 4096 / MiB]
+
+
+def unsized_disk_session(**t) -> Session:
+    """A store whose disk's size is unknown, as an imported blktrace's."""
+    dm = device_map()
+    for r in dm:
+        r["size_sectors"] = 0
+    return Session.from_tables({"capture_meta": capture_meta(), "device_map": dm,
+                                "extent_maps": extents()} | t)
+
+
+SEEKS = (request(1, 2, 3, DISK, 0, 4096, rq=1, bio=1) + request(4, 5, 6, DISK, 4096, 4096, rq=2, bio=2)
+         + request(7, 8, 9, DISK, 100 * 512, 4096, rq=3, bio=3)
+         + request(10, 11, 12, DISK, 0, 4096, rq=4, bio=4))
+
+
+def test_seek_cdf_of_a_device_of_unknown_size_draws_absolute_distances_on_a_log_axis():
+    """Distances 0, 84 and 108 sectors: absolute, in bytes; the 0 is where
+    the curve starts (a third of the I/Os), not a point on the log axis."""
+    fig = plots.seek_cdf(unsized_disk_session(block_events=SEEKS), level="disk")
+    (tr,) = fig.data
+    assert list(tr.x) == [84 * 512, 108 * 512]
+    assert list(tr.y) == pytest.approx([2 / 3, 1.0])
+    assert fig.layout.xaxis.type == "log" and "absolute" in fig.layout.title.text
+    linear = plots.seek_cdf(unsized_disk_session(block_events=SEEKS), distance="absolute",
+                            log_x=False)
+    assert list(linear.data[0].x) == [0, 84 * 512, 108 * 512]
+    with pytest.raises(ValueError, match="size is unknown .* cannot be normalized"):
+        plots.seek_cdf(unsized_disk_session(block_events=SEEKS), distance="normalized")
+
+
+def test_seek_cdf_of_a_level_without_seeks_says_so_instead_of_drawing_empty_axes():
+    with pytest.raises(ValueError, match="no seek distances at vfs in the store "
+                                         "\\(levels with some: disk\\)"):
+        plots.seek_cdf(session(block_events=SEEKS), level="vfs")
+
+
+def test_curves_of_two_stores_of_the_same_stack_get_distinct_names(tmp_path):
+    a, b = session(block_events=SEEKS), session(block_events=SEEKS)
+    names = [t.name for t in plots.seek_cdf([a, b]).data]
+    assert len(set(names)) == 2 and all(n.startswith("ext4 on xfs") for n in names), names

@@ -171,6 +171,7 @@ def _onoff(v) -> str:
 
 
 COLUMNS = (  # header, what (rendered under the table)
+    ("capture", "capture id"),
     ("stack", "guest FS / host FS"),
     ("dio", "O_DIRECT of the virtual disk / of the host disk"),
     ("exit", "the workload's exit status"),
@@ -188,9 +189,10 @@ COLUMNS = (  # header, what (rendered under the table)
 )
 
 
-def _print_table(title: str, columns, cells, console=None) -> None:
+def _print_table(title: str, columns, cells, console=None, left: int = 2) -> None:
     """A rich table of `cells` (rows of strings) under `columns` (header,
-    what), the first two left-aligned, and what each column means under it."""
+    what), the first `left` left-aligned, and what each column after them
+    means under it."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -199,27 +201,31 @@ def _print_table(title: str, columns, cells, console=None) -> None:
         con = Console(width=120)     # a pipe or a file: no 80-column squeeze
     t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     for i, (col, _) in enumerate(columns):
-        t.add_column(col, justify="left" if i < 2 else "right", overflow="fold")
+        t.add_column(col, justify="left" if i < left else "right", overflow="fold")
     for row in cells:
         t.add_row(*row)
     con.print(t)
-    con.print("; ".join(f"{c}: {what}" for c, what in columns[2:]), style="dim")
+    con.print("; ".join(f"{c}: {what}" for c, what in columns[left:]), style="dim")
 
 
 def _stack(r: dict) -> list[str]:
+    """guest FS / host FS and the two dio modes; "-" for a capture of
+    neither (an imported block trace)."""
+    if not (r["guest_fs"] or r["host_fs"]):
+        return ["-", "-"]
     return [f"{r['guest_fs'] or '-'}/{r['host_fs'] or '-'}",
             f"{_onoff(r['guest_dio'])}/{_onoff(r['host_dio'])}"]
 
 
 def render(rows: pa.Table, console=None) -> None:
     _print_table("Captures side by side (compare_captures)", COLUMNS, [
-        _stack(r) + [_num(r["command_exit"], "d"), _num(r["app_mib_per_s"], ".1f"),
+        [r["capture_id"]] + _stack(r) + [_num(r["command_exit"], "d"), _num(r["app_mib_per_s"], ".1f"),
                      _us(r["app_median_ns"]), _us(r["app_p99_ns"]),
                      _num(r["disk_read_x_app"], ".2f"), _num(r["disk_write_x_app"], ".2f"),
                      _num(r["vdisk_sequential"], ".2f"), _num(r["disk_sequential"], ".2f"),
                      _us(r["disk_q2c_median_ns"]), _num(r["vdisk_in_flight"], ".1f"),
                      _num(r["disk_in_flight"], ".1f"), _num(r["lost_total"], "d")]
-        for r in rows.to_pylist()], console)
+        for r in rows.to_pylist()], console, left=3)
 
 
 STACK_COLUMNS = (  # header, what (rendered under the table)

@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import sys
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -477,3 +478,18 @@ class Session:
 def open(store: str | os.PathLike, **kw) -> Session:  # noqa: A001 - public API name
     """Open a store for querying: `nestrace.open("demo.store").query(...)`."""
     return Session(store, **kw)
+
+
+def stores_from_env(var: str = "NESTRACE_STORES", default: str = "demo.store") -> list[str]:
+    """The stores a notebook reads: those named in $var (comma separated),
+    else `default` (ci/demo's store) in the working directory or one above
+    it, as a notebook run from notebooks/ finds it.  FileNotFoundError
+    saying what to run or set when there is none."""
+    named = os.environ.get(var)
+    if named:
+        return [p for p in named.split(",") if p]
+    for d in (Path.cwd(), Path.cwd().parent):
+        if (d / default).is_dir():
+            return [str(d / default)]
+    raise FileNotFoundError(f"no store: set {var} to one (comma separated for several), or "
+                            f"run ci/demo, which leaves {default} in the repository")

@@ -14,6 +14,8 @@ from nestrace.store.files import check_store, writing
 
 REPORT_VERSION = 1
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
+# (rows of a level each: top down, as the levels are)
+LEVEL_ORDER = "list_position(['vfs', 'vdisk', 'hostfs', 'disk'], level)"
 VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "hostfs": "hostfs_io", "disk": "disk_io"}
 
 
@@ -185,10 +187,10 @@ def build(s: Session, capture_id: str | None = None) -> dict:
                  "read_per_write, extra_ns FROM rmw_summary WHERE capture_id = ? ORDER BY hop", p)
     ra = s.rows("SELECT level, filled_bytes, readahead_bytes, used_bytes, unused_bytes, "
                 "unused_fraction, read_filled_bytes, write_filled_bytes, fault_filled_bytes, other_filled_bytes "
-                "FROM readahead_summary WHERE capture_id = ? ORDER BY level", p)
+                "FROM readahead_summary WHERE capture_id = ? ORDER BY " + LEVEL_ORDER, p)
     sync = s.rows("SELECT level, writes, stable_writes, flushes, fsync_bound_writes, stable_fraction, "
                   "range_syncs, range_sync_bound_writes "
-                  "FROM sync_transform WHERE capture_id = ? ORDER BY level", p)
+                  "FROM sync_transform WHERE capture_id = ? ORDER BY " + LEVEL_ORDER, p)
     hints = s.rows("SELECT syscall, advice, reads, calls, failed, range_bytes, to_end_calls, tied_requests, "
                    "tied_bytes FROM hints_summary WHERE capture_id = ? "
                    "ORDER BY syscall, advice NULLS FIRST", p)

@@ -109,18 +109,15 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
         for b in im.get("backing_files") or []:
             con.print(f"  through its backing file {b['path']}: "
                       f"{_fmt_bytes(b['mapped_bytes'])} of the disk read from it")
-    # block levels' seeks in sectors, as btt counts them (the unit once,
-    # under the table: the columns then fit 80 at ten million I/Os)
+    # (seeks in bytes at every level, as the sizes: the JSON keeps btt's
+    # sectors for the block levels, seek_unit)
     levels = [lv for lv in rep["levels"] if lv.get("traced", True)]
-    units = {lv["seek_unit"] for lv in levels}
     t = _table("Per level", ("level", "I/Os", "read", "written", "median\nsize", "sequential",
                              "seek\nmedian", "seek\np90"),
-               caption="seek: block levels in 512-byte sectors, files in bytes"
-               if "sectors" in units and len(units) > 1 else
-               "seek: in 512-byte sectors" if "sectors" in units else None)
+               caption="seek: |distance| from the end of the I/O before")
     for lv in levels:
-        seek = (lambda d: "-" if d is None else str(d)) if lv["seek_unit"] == "sectors" \
-            else _fmt_bytes
+        per = 512 if lv["seek_unit"] == "sectors" else 1
+        seek = lambda d, per=per: _fmt_bytes(None if d is None else d * per)  # noqa: E731
         t.add_row(lv["level"], str(lv["requests"]), _fmt_bytes(lv["read_bytes"]),
                   _fmt_bytes(lv["write_bytes"]), _fmt_bytes(lv["median_size_bytes"]),
                   _fmt(lv["sequential_fraction"]), seek(lv["seek_median"]), seek(lv["seek_p90"]))
@@ -234,7 +231,8 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
     if t.row_count:
         con.print(t)
         if rep["journals"]:
-            con.print("journal: the unexplained writes into the journals record found: " + "; ".join(
+            con.print("journal: writes no call explains that fall in a journal (where record "
+                      "found them at the start): " + "; ".join(
                 " ".join(filter(None, [j["level"], j["fs_type"],
                                        f"journal inode {j['ino']}" if j["ino"] else "log",
                                        f"{_fmt_bytes(j['bytes'])} at "

@@ -53,7 +53,9 @@ def test_seek_cdf_notebook_runs_on_two_host_file_systems(stores, tmp_path):
     nb = run_notebook("seek_cdf.ipynb", {"NESTRACE_STORES": ",".join(map(str, stores))}, tmp_path)
     figs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
             if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(figs) == 2
+    titles = [f["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"]
+              for f in figs]
+    assert titles == [f"Seek distance CDF at {lv}" for lv in ("vfs", "vdisk", "hostfs", "disk")]
     names = [t["name"] for t in figs[0]["data"]["application/vnd.plotly.v1+json"]["data"]]
     assert names == ["ext4 on xfs", "ext4 on btrfs"]
 
@@ -67,7 +69,7 @@ def test_seek_cdf_notebook_runs_on_a_lab_run_store(tmp_path):
     nb = run_notebook("seek_cdf.ipynb", {"NESTRACE_STORES": str(store)}, tmp_path)
     figs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
             if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(figs) == 2
+    assert len(figs) == 4
     for fig in figs:
         names = [t["name"] for t in fig["data"]["application/vnd.plotly.v1+json"]["data"]]
         assert names == ["ext4 on xfs", "ext4 on btrfs"]
@@ -75,6 +77,17 @@ def test_seek_cdf_notebook_runs_on_a_lab_run_store(tmp_path):
                  for o in c.outputs if "compare" in c.source and "text/html" in o.get("data", {}))
     rows = re.findall(r"<tr>\s*<th>\d+</th>\s*<td>(\w+)</td>\s*<td>(\w+)</td>", table)
     assert rows == [("ext4", "xfs"), ("ext4", "btrfs")], table
+
+
+def test_notebooks_without_a_store_read_the_demo_store_or_say_what_to_run(tmp_path):
+    """Neither notebook builds a stack unless asked: with no store named
+    and no demo.store they stop at their first cell with what to run."""
+    from nbclient.exceptions import CellExecutionError
+    for name, var in (("seek_cdf.ipynb", "NESTRACE_STORES"), ("walkthrough.ipynb", "NESTRACE_STORE")):
+        before = set(Path("/sys/block").glob("loop*/loop"))
+        with pytest.raises(CellExecutionError, match="run ci/demo, which leaves demo.store"):
+            run_notebook(name, {var: ""}, tmp_path)
+        assert set(Path("/sys/block").glob("loop*/loop")) == before
 
 
 def test_walkthrough_notebook_runs(stores, tmp_path):

@@ -58,6 +58,16 @@ def test_seek_cdf_notebook_runs_on_two_host_file_systems(stores, tmp_path):
     assert titles == [f"Seek distance CDF at {lv}" for lv in ("vfs", "vdisk", "hostfs", "disk")]
     names = [t["name"] for t in figs[0]["data"]["application/vnd.plotly.v1+json"]["data"]]
     assert names == ["ext4 on xfs", "ext4 on btrfs"]
+    if shutil.which("chromium"):     # the figure as a reader sees it
+        import plotly.graph_objects as go
+        fig = go.Figure(figs[-1]["data"]["application/vnd.plotly.v1+json"])
+        page = tmp_path / "cdf.html"
+        fig.write_html(page, include_plotlyjs=True)
+        shot = tmp_path / "cdf.png"
+        subprocess.run(CHROMIUM + [f"--user-data-dir={tmp_path / 'p'}", "--window-size=900,600",
+                                   f"--screenshot={shot}", page.as_uri()],
+                       capture_output=True, timeout=120)
+        assert shot.stat().st_size > 20_000
 
 
 def test_seek_cdf_notebook_runs_on_a_lab_run_store(tmp_path):

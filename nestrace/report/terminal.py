@@ -55,11 +55,8 @@ def _fmt(v, digits=2) -> str:
     return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
-def render(rep: dict, console=None, captures: int = 1) -> None:
-    """The report as terminal tables; `captures`: how many the store holds
-    (more than one: the header says so, and how to pick another)."""
-    from rich.console import Console
-    con = console or Console()
+def _header(con, rep, captures) -> None:
+    """The capture, and what a reader must know before the numbers."""
     of = f" (of {captures} in the store; --capture picks one)" if captures > 1 else ""
     con.print(f"[bold]capture {rep['capture_id']}[/]{of} on {rep['machine']} ({rep['kernel']}), "
               f"{rep['duration_s']:.1f} s, {rep['records']} records")
@@ -109,6 +106,10 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
         for b in im.get("backing_files") or []:
             con.print(f"  through its backing file {b['path']}: "
                       f"{_fmt_bytes(b['mapped_bytes'])} of the disk read from it")
+
+
+def _levels(con, rep) -> None:
+    """Each traced level's I/Os, bytes, sizes and seeks."""
     # (seeks in bytes at every level, as the sizes: the JSON keeps btt's
     # sectors for the block levels, seek_unit)
     levels = [lv for lv in rep["levels"] if lv.get("traced", True)]
@@ -122,6 +123,10 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
                   _fmt_bytes(lv["write_bytes"]), _fmt_bytes(lv["median_size_bytes"]),
                   _fmt(lv["sequential_fraction"]), seek(lv["seek_median"]), seek(lv["seek_p90"]))
     con.print(t)
+
+
+def _phases(con, rep) -> None:
+    """btt's request phases per block level."""
     # phases no level has (no I/O scheduler: no insert; no merges) are
     # named under the table rather than given a column of dashes
     phases = ("q2g", "g2i", "i2d", "d2c", "q2c", "q2m")
@@ -139,6 +144,11 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
                         for ph in seen))
     if blk:
         con.print(t)
+
+
+def _depths(con, rep) -> None:
+    """Queue depths per level and device."""
+    levels = [lv for lv in rep["levels"] if lv.get("traced", True)]
     # queues per device: a level of several devices (a btrfs host on two
     # disks) gets a row each, named by the device
     rows = [(lv, d) for lv in levels for d in lv.get("depth") or []]
@@ -160,6 +170,10 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
                   _fmt_ns(d["latency_p99_ns"]))
     if rows:
         con.print(t)
+
+
+def _latency(con, rep) -> None:
+    """Where an application read's or write's time goes."""
     t = _table("Where an app I/O's time goes: mean per call",
                ("class", "calls", "total", "guest", "vdisk\nqueue", "host FS", "host\nqueue",
                 "device"), left=("class",),
@@ -177,6 +191,10 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
             "device_ns")))
     if t.row_count:
         con.print(t)
+
+
+def _files(con, rep) -> None:
+    """The busiest files."""
     files = rep.get("files") or []
     # (the paths' common directory said once, in the caption)
     paths = [f["path"] for f in files if f["path"]]
@@ -195,6 +213,10 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
     t.columns[0].overflow = "fold"     # (a path whole, over lines)
     if files:
         con.print(t)
+
+
+def _processes(con, rep) -> None:
+    """The busiest processes."""
     procs = rep.get("processes") or []
     t = _table(f"Processes: the {len(procs)} busiest by bytes read and written"
                + (f", of {rep['processes_total']}" if rep["processes_total"] > len(procs) else ""),
@@ -208,12 +230,20 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
                   _fmt_ns(r["busy_ns"] / r["calls"]))
     if procs:
         con.print(t)
+
+
+def _amplification(con, rep) -> None:
+    """Bytes per level against the level above and the application."""
     t = _table("Amplification: bytes, x level above, x app",
                ("op", "level", "requests", "bytes", "x above", "x app"), left=("op", "level"))
     for r in rep["amplification"]:
         t.add_row(r["op"], r["level"], str(r["requests"]), _fmt_bytes(r["bytes"]),
                   _fmt(r["ratio_to_above"]), _fmt(r["ratio_to_app"]))
     con.print(t)
+
+
+def _attribution(con, rep) -> None:
+    """Lower-level bytes by cause, and the journals and other file systems."""
     t = _table("Attribution: lower-level bytes by cause", ("hop", "kind", "requests", "bytes", "share"),
                left=("hop", "kind"))
     kinds = [KIND_GLOSS[k] for k in dict.fromkeys(r["kind"] for r in rep["attribution"]["links"]
@@ -256,6 +286,10 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
     else:
         con.print("Attribution: none (it needs two traced levels and the stack's offset maps, "
                   "which `nestrace record` stores)")
+
+
+def _others(con, rep) -> None:
+    """Read-modify-write, the page cache, syncs, discards and hints."""
     t = _table("Read-modify-write, page cache, sync, discard, hints", ("what", "numbers"),
                left=("what", "numbers"))
     for r in rep["rmw"]:
@@ -293,6 +327,10 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
                   + (f", {_fmt_bytes(r['tied_bytes'])} read at vdisk in {r['tied_requests']} "
                      "requests" if r["reads"] else ""))
     con.print(t)
+
+
+def _lost(con, rep) -> None:
+    """What the capture lost."""
     lost = rep["lost"]
     style = "bold red" if lost["total"] else "green"
     misses = "" if lost.get("hook_misses") is None else \
@@ -304,3 +342,21 @@ def render(rep: dict, console=None, captures: int = 1) -> None:
     if lost.get("requests_unfinished"):
         con.print(f"{lost['requests_unfinished']} block requests dispatched without a completion "
                   "before the end: in flight at the end, or completions missed")
+
+
+def render(rep: dict, console=None, captures: int = 1) -> None:
+    """The report as terminal tables; `captures`: how many the store holds
+    (more than one: the header says so, and how to pick another)."""
+    from rich.console import Console
+    con = console or Console()
+    _header(con, rep, captures)
+    _levels(con, rep)
+    _phases(con, rep)
+    _depths(con, rep)
+    _latency(con, rep)
+    _files(con, rep)
+    _processes(con, rep)
+    _amplification(con, rep)
+    _attribution(con, rep)
+    _others(con, rep)
+    _lost(con, rep)

@@ -81,25 +81,18 @@ def _busiest(s: Session, view: str, columns: str, key: str, p: list) -> tuple[li
 # the level views most of the report's queries read, computed once: each
 # use of vfs_io or hostfs_io computes it from the events again (the seek
 # table's hostfs branch alone took 1 s at 10 M events)
-REPORT_CACHE = ["vfs_io", "hostfs_io"]
-
-
-def build(s: Session, capture_id: str | None = None) -> dict:
-    cid = s.capture(capture_id)
-    p = [cid]
-    s.cache(REPORT_CACHE)   # (before links: on a store not correlated, links reads them too)
-    s.cache_links()
-    meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, hook_misses, "
-                   "completions_missed, requests_unfinished, "
-                   "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs, stack_json, settings_json "
-                   "FROM capture_meta WHERE capture_id = ?", p)
-    clock = None
+def _clock(s: Session, meta: dict, p: list) -> dict | None:
+    """A merged capture's clock offset, and the span each side recorded."""
     if meta.get("clock_offset_ns") is not None:
         host = _one(s, "SELECT machine FROM base_levels WHERE capture_id = ? AND level = 'disk'", p)
-        clock = {"host_machine": host.get("machine"), "offset_ns": meta["clock_offset_ns"],
-                 "err_ns": meta["clock_offset_err_ns"], "pairs": meta["clock_offset_pairs"],
-                 "guest_s": _side_span(meta, "guest"), "host_s": _side_span(meta, "host")}
-    image = None
+        return {"host_machine": host.get("machine"), "offset_ns": meta["clock_offset_ns"],
+                "err_ns": meta["clock_offset_err_ns"], "pairs": meta["clock_offset_pairs"],
+                "guest_s": _side_span(meta, "guest"), "host_s": _side_span(meta, "host")}
+    return None
+
+
+def _image(s: Session, meta: dict, p: list) -> dict | None:
+    """The image behind the virtual disk, its map and backing files."""
     if "vdisk" in {r["level"] for r in s.rows(
             "SELECT level FROM device_map WHERE capture_id = ? AND backing_ino <> 0", p)}:
         image = _one(s, """
@@ -129,6 +122,13 @@ def build(s: Session, capture_id: str | None = None) -> dict:
         files = sorted(image["backing_files"], key=lambda b: order.get(b["path"], len(order)))
         image["extent_files"] = [b for b in files if chain.get(b["path"])]
         image["backing_files"] = [b for b in files if not chain.get(b["path"])]
+        return image
+    return None
+
+
+def _levels(s: Session, p: list) -> tuple[list[dict], set[str]]:
+    """Each level's counts, seeks, phases and queue depths; and the levels
+    the capture traced."""
     seek = {r["level"]: r for r in s.rows("SELECT * FROM seek_summary WHERE capture_id = ? "
                                           "ORDER BY level", p)}
     phases: dict = {}
@@ -168,9 +168,52 @@ def build(s: Session, capture_id: str | None = None) -> dict:
             "phases": phases.get(lv, {}),
             "depth": depth.get(lv, []),
         })
-    amp = [r for r in s.rows("SELECT level, op, requests, bytes, ratio_to_above, ratio_to_app "
-                             "FROM amplification WHERE capture_id = ? ORDER BY op, depth", p)
-           if r["level"] in traced]
+    return levels, traced
+
+
+def _journals(s: Session, p: list) -> list[dict]:
+    # where record found each file system's journal (links calls the
+    # writes there journal, and on that disk no others)
+    # (one per file system: a capture may trace several guest ones)
+    return s.rows("""
+        SELECT d.level, any_value(f.fs_type) AS fs_type, nullif(any_value(e.ino), 0) AS ino,
+               min(e.physical_bytes)::BIGINT AS offset_bytes, sum(e.length_bytes)::BIGINT AS bytes,
+               count(*) AS extents
+        FROM extent_maps e
+        JOIN device_map d ON d.capture_id = e.capture_id AND d.dev = e.physical_dev
+         AND d.level IN ('vdisk', 'disk')
+        LEFT JOIN device_map f ON f.capture_id = e.capture_id AND f.dev = e.dev
+         AND f.level = CASE d.level WHEN 'vdisk' THEN 'vfs' ELSE 'hostfs' END
+        WHERE e.capture_id = ? AND e.role = 'fs_journal'
+        GROUP BY d.level, e.dev
+        ORDER BY list_position(['vdisk', 'disk'], d.level), offset_bytes""", p)
+
+
+def _partitions(s: Session, p: list) -> list[dict]:
+    # a traced file system on a partition, and the requests of its disk
+    # wholly outside it: other file systems' (links calls them other, or
+    # metadata, readahead, discard by their flags); the host's only on one
+    # disk, as links
+    # (several on the virtual disk when record traced several guest file
+    # systems: outside means outside all of them)
+    return s.rows("""
+        WITH f AS (SELECT * FROM _base_fs_partitions WHERE capture_id = ?),
+        o AS (
+          SELECT b.level, count(*) AS n, sum(b.bytes)::BIGINT AS bytes
+          FROM block_requests b
+          WHERE b.capture_id = ? AND b.level IN (SELECT level FROM f)
+            AND NOT EXISTS (SELECT 1 FROM f WHERE f.level = b.level
+                            AND b.offset_bytes + b.bytes > f.lo AND b.offset_bytes < f.hi)
+          GROUP BY b.level)
+        SELECT f.level, f.fs_level, f.lo AS part_start_bytes, (f.hi - f.lo)::BIGINT AS part_bytes,
+               coalesce(o.n, 0) AS outside_requests, coalesce(o.bytes, 0)::BIGINT AS outside_bytes
+        FROM f LEFT JOIN o USING (level)
+        ORDER BY list_position(['vdisk', 'disk'], f.level), f.lo""", p + p)
+
+
+def _attribution(s: Session, levels: list[dict], p: list) -> tuple[list, list, set[str]]:
+    """links_summary's and links_to_vfs's rows of the hops whose upper
+    level saw something, and those levels."""
     links = s.rows("SELECT upper_level, lower_level, kind, attributed, requests, bytes, fraction "
                    "FROM links_summary WHERE capture_id = ? "
                    "ORDER BY lower_level, bytes DESC, upper_level, kind, attributed", p)
@@ -183,6 +226,28 @@ def build(s: Session, capture_id: str | None = None) -> dict:
     seen = {lv["level"] for lv in levels if lv["requests"]} if mapped else set()
     links = [r for r in links if r["upper_level"] in seen]
     to_app = [r for r in to_app if "vfs" in seen]
+    return links, to_app, seen
+
+
+REPORT_CACHE = ["vfs_io", "hostfs_io"]
+
+
+def build(s: Session, capture_id: str | None = None) -> dict:
+    cid = s.capture(capture_id)
+    p = [cid]
+    s.cache(REPORT_CACHE)   # (before links: on a store not correlated, links reads them too)
+    s.cache_links()
+    meta = _one(s, "SELECT machine, kernel, start_ns, end_ns, lost_total, records_total, hook_misses, "
+                   "completions_missed, requests_unfinished, "
+                   "clock_offset_ns, clock_offset_err_ns, clock_offset_pairs, stack_json, settings_json "
+                   "FROM capture_meta WHERE capture_id = ?", p)
+    clock = _clock(s, meta, p)
+    image = _image(s, meta, p)
+    levels, traced = _levels(s, p)
+    amp = [r for r in s.rows("SELECT level, op, requests, bytes, ratio_to_above, ratio_to_app "
+                             "FROM amplification WHERE capture_id = ? ORDER BY op, depth", p)
+           if r["level"] in traced]
+    links, to_app, seen = _attribution(s, levels, p)
     rmw = s.rows("SELECT hop, partial_writes, rmw_writes, reads, read_bytes, write_bytes, "
                  "read_per_write, extra_ns FROM rmw_summary WHERE capture_id = ? ORDER BY hop", p)
     ra = s.rows("SELECT level, filled_bytes, readahead_bytes, used_bytes, unused_bytes, "
@@ -208,40 +273,8 @@ def build(s: Session, capture_id: str | None = None) -> dict:
             "guest_queue_ns, host_fs_ns, host_queue_ns, device_ns FROM latency_breakdown_summary "
             "WHERE capture_id = ? "
             "ORDER BY op, bin_max_bytes NULLS LAST", p)
-    # where record found each file system's journal (links calls the
-    # writes there journal, and on that disk no others)
-    # (one per file system: a capture may trace several guest ones)
-    journals = s.rows("""
-        SELECT d.level, any_value(f.fs_type) AS fs_type, nullif(any_value(e.ino), 0) AS ino,
-               min(e.physical_bytes)::BIGINT AS offset_bytes, sum(e.length_bytes)::BIGINT AS bytes,
-               count(*) AS extents
-        FROM extent_maps e
-        JOIN device_map d ON d.capture_id = e.capture_id AND d.dev = e.physical_dev
-         AND d.level IN ('vdisk', 'disk')
-        LEFT JOIN device_map f ON f.capture_id = e.capture_id AND f.dev = e.dev
-         AND f.level = CASE d.level WHEN 'vdisk' THEN 'vfs' ELSE 'hostfs' END
-        WHERE e.capture_id = ? AND e.role = 'fs_journal'
-        GROUP BY d.level, e.dev
-        ORDER BY list_position(['vdisk', 'disk'], d.level), offset_bytes""", p)
-    # a traced file system on a partition, and the requests of its disk
-    # wholly outside it: other file systems' (links calls them other, or
-    # metadata, readahead, discard by their flags); the host's only on one
-    # disk, as links
-    # (several on the virtual disk when record traced several guest file
-    # systems: outside means outside all of them)
-    partitions = s.rows("""
-        WITH f AS (SELECT * FROM _base_fs_partitions WHERE capture_id = ?),
-        o AS (
-          SELECT b.level, count(*) AS n, sum(b.bytes)::BIGINT AS bytes
-          FROM block_requests b
-          WHERE b.capture_id = ? AND b.level IN (SELECT level FROM f)
-            AND NOT EXISTS (SELECT 1 FROM f WHERE f.level = b.level
-                            AND b.offset_bytes + b.bytes > f.lo AND b.offset_bytes < f.hi)
-          GROUP BY b.level)
-        SELECT f.level, f.fs_level, f.lo AS part_start_bytes, (f.hi - f.lo)::BIGINT AS part_bytes,
-               coalesce(o.n, 0) AS outside_requests, coalesce(o.bytes, 0)::BIGINT AS outside_bytes
-        FROM f LEFT JOIN o USING (level)
-        ORDER BY list_position(['vdisk', 'disk'], f.level), f.lo""", p + p)
+    journals = _journals(s, p)
+    partitions = _partitions(s, p)
     # the files and the processes the application used most, by bytes
     # (the vfs level alone: views vfs_files and vfs_processes have what
     # each cost below)

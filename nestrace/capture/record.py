@@ -191,6 +191,180 @@ def wait_for_stop(duration: float | None, running, log) -> None:
             time.sleep(min(left, 0.2))
 
 
+def _warn_stack(stack: Stack, store_p: Path, store_level: str | None, log) -> None:
+    """Say what of the capture is not the workload's: the store's own
+    writes, the other file systems of the virtual disk."""
+    if store_level:
+        where = {"vfs": "at every level", "vdisk": "from the virtual disk down"}.get(
+            store_level, "at the host disk")
+        log(f"nestrace: warning: the store {store_p} is on the traced stack: nestrace's own "
+            f"writes to it (the agent's batches, comm nestrace-agent) are traced {where}"
+            "; a store off the stack (another disk, a tmpfs) leaves them out")
+    others = untraced_mounts(stack)
+    if others:
+        one = len(others) == 1
+        log(f"nestrace: warning: the virtual disk {stack.vdisk.name} also holds "
+            + ", ".join(f"{mp} ({part})" for mp, part in others)
+            + f", not traced: {'its' if one else 'their'} requests are in "
+            f"vdisk_io, unattributed (links kind "
+            f"'other', or 'metadata', 'readahead' by their flags); give --stack for "
+            f"{'it' if one else 'each'} too to trace {'it' if one else 'them'} as well")
+
+
+def _start_facts(live: LiveCapture, stack: Stack, cid: str, settings: dict,
+                 command_line: str, log) -> list[str]:
+    """The capture's facts and snapshots at its start: machine, stack,
+    device map, extent maps, journals, neighbor images (returned)."""
+    machine = socket.gethostname()
+    start_extents, start_truncated = snapshot_extents(stack, cid, "start")
+    settings["start_snapshot_truncated"] = start_truncated
+    live.update_facts(machine=machine, kernel=platform.release(),
+                      start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+                      command=command_line, stack=stack.to_json(), settings=settings)
+    live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
+                                                         schema=table_schema("device_map")))
+    live.write_table("extent_maps", start_extents)
+    live.write_table("extent_maps", pa.Table.from_pylist(
+        stack_journal_rows(stack, cid, log), schema=table_schema("extent_maps")))
+    neighbors = neighbor_images(stack)
+    if neighbors:
+        log(f"nestrace: the host FS also holds {len(neighbors)} other virtual disk image(s) "
+            f"in use ({', '.join(neighbors[:3])}{', ...' if len(neighbors) > 3 else ''}): "
+            "host-disk writes into them are classed other")
+        live.write_table("extent_maps", pa.Table.from_pylist(
+            neighbor_rows(stack, neighbors, "start", cid), schema=table_schema("extent_maps")))
+    return neighbors
+
+
+def _end_facts(live: LiveCapture, stack: Stack, cid: str, neighbors: list[str],
+               store_level: str | None) -> None:
+    """The snapshots at the capture's end: the files it touched, the
+    neighbor images, where btrfs placed bytes, the store's own files."""
+    # files read or written by system calls, and by memory (page faults
+    # and dirtied pages of mapped files: page-cache events)
+    touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
+    end, _ = snapshot_extents(stack, cid, "end", touched)
+    live.write_table("extent_maps", end)
+    if neighbors:
+        live.write_table("extent_maps", pa.Table.from_pylist(
+            neighbor_rows(stack, neighbors, "end", cid), schema=table_schema("extent_maps")))
+    guest_paths = {(r["dev"], r["ino"]): r["path"]
+                   for r in end.select(["role", "dev", "ino", "path"]).to_pylist()
+                   if r["role"] == "guest_file"}
+    live.write_table("extent_maps", pa.Table.from_pylist(
+        btrfs_placed_rows(stack, cid, live, guest_paths), schema=table_schema("extent_maps")))
+    if store_level in ("vdisk", "disk"):    # (on the guest FS: guest files, tied at vfs)
+        live.write_table("extent_maps", pa.Table.from_pylist(
+            store_extents(live.dir, cid), schema=table_schema("extent_maps")))
+
+
+class _AgentRun:
+    """The agent writing the record tables into the live directory itself
+    (Arrow IPC, one batch per flush), its stdout carrying the start and end
+    metadata and its stderr the status lines: no Python touches a record
+    while the workload runs."""
+
+    def __init__(self, args: list[str], live: LiveCapture, cap: Capture, stack: Stack,
+                 pin: set[int] | None, log):
+        self.live, self.cap, self.log = live, cap, log
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     pass_fds=(live.lock_fd,),   # it holds the capture's lock too
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, pin))
+                                     if pin else None)
+        self.started = threading.Event()
+        self.state = DecodeState("agent stream")
+        self.reader_error: list[BaseException] = []
+        self.reached: list[int] = []
+        self.lines = StatusLines(stack)
+        self.threads = [threading.Thread(target=self._read_stream, daemon=True),
+                        threading.Thread(target=self._read_stderr, daemon=True)]
+        for t in self.threads:
+            t.start()
+        self.started.wait(60)
+
+    def _read_stream(self) -> None:
+        try:
+            for fr in iter_frames(self.proc.stdout, "agent stream", self.state):
+                if fr.meta is not None:
+                    kind = fr.meta.get("type")
+                    if kind == "start":
+                        self.live.update_facts(agent_start=fr.meta, start_ns=fr.meta["start_ns"])
+                        self.started.set()
+                    elif kind == "end":
+                        if fr.meta.get("reason") not in ("signal", "duration"):
+                            self.state.problems.append(StreamError(
+                                "agent stream", fr.offset, "the agent stopped early: "
+                                f"{fr.meta.get('reason')}; the capture ends there"))
+                        self.live.update_facts(agent_end=fr.meta, end_ns=fr.meta["end_ns"])
+                    continue
+                self.state.problems.append(StreamError(
+                    "agent stream", fr.offset, f"unexpected {fr.table} records on the "
+                    "metadata stream (records go to the live directory); not stored"))
+        except BaseException as e:  # surfaced by the main thread
+            self.reader_error.append(e)
+        finally:
+            self.started.set()
+
+    def _read_stderr(self) -> None:
+        for line in self.proc.stderr:
+            text = line.decode(errors="replace").rstrip()
+            shown = self.lines.text(text)
+            if shown is not None:        # (not kept: one a second over a long run)
+                self.cap.status_last = self.lines.last
+                self.log(shown)
+                continue
+            self.cap.agent_stderr.append(text)
+            if "WARNING" in text or "failed" in text or "cannot" in text:
+                self.log(text)
+
+    def watch_size(self, max_bytes: int, command: bool) -> None:
+        """SIGINT the agent once the live records hold max_bytes."""
+        def watch() -> None:
+            while self.proc.poll() is None:
+                n = live_bytes(self.live.dir)
+                if n >= max_bytes:
+                    self.reached.append(n)
+                    self.log(f"nestrace: the capture reached --max-size "
+                             f"{max_bytes / (1 << 20):.1f} MiB ({n / (1 << 20):.1f} MiB of "
+                             "records): tracing stopped"
+                             + ("; the workload goes on" if command else ""))
+                    self.proc.send_signal(signal.SIGINT)
+                    return
+                time.sleep(0.2)
+        self.threads.append(threading.Thread(target=watch, daemon=True))
+        self.threads[-1].start()
+
+    def exited_early(self) -> bool:
+        """The agent ended before tracing (its stream read without error)."""
+        if self.proc.poll() is None or self.reader_error:
+            return False
+        self.threads[1].join(5)
+        return True
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for t in self.threads:
+            t.join(60)
+
+
+def _discard(live: LiveCapture) -> None:
+    """A capture that recorded nothing worth keeping: its live directory goes."""
+    try:
+        live.close()
+    finally:
+        shutil.rmtree(live.dir, ignore_errors=True)
+        try:
+            live.dir.parent.rmdir()
+        except OSError:
+            pass
+
+
 def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = None,
            command: list[str] | None = None, ringbuf_kb: int | None = None,
            flush_ms: int | None = None, all_hooks: bool = False,
@@ -226,129 +400,28 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             "interrupts (--agent-cpus all: anywhere)")
     store_p = init_store(store)
     store_level = traced_at(stack, str(store_p))
-    if store_level:
-        log(f"nestrace: warning: the store {store_p} is on the traced stack: nestrace's own "
-            f"writes to it (the agent's batches, comm nestrace-agent) are traced "
-            f"{ {'vfs': 'at every level', 'vdisk': 'from the virtual disk down'}.get(store_level, 'at the host disk')}"
-            "; a store off the stack (another disk, a tmpfs) leaves them out")
-    others = untraced_mounts(stack)
-    if others:
-        log(f"nestrace: warning: the virtual disk {stack.vdisk.name} also holds "
-            + ", ".join(f"{mp} ({part})" for mp, part in others)
-            + f", not traced: {'its' if len(others) == 1 else 'their'} requests are in "
-            f"vdisk_io, unattributed (links kind "
-            f"'other', or 'metadata', 'readahead' by their flags); give --stack for "
-            f"{'it' if len(others) == 1 else 'each'} too to trace {'it' if len(others) == 1 else 'them'} as well")
+    _warn_stack(stack, store_p, store_level, log)
     cid = new_capture_id()
     live = LiveCapture(store_p, cid, recording=True)
     try:
         cap = Capture(store_p, cid)
-        machine = socket.gethostname()
-        start_extents, start_truncated = snapshot_extents(stack, cid, "start")
         settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
                     "pid": pid, "cgroup": cgroup, "store_traced_at": store_level,
-                    "max_size_bytes": max_bytes,
-                    "start_snapshot_truncated": start_truncated}
-        live.update_facts(machine=machine, kernel=platform.release(),
-                          start_wall=_dt.datetime.now(_dt.timezone.utc).isoformat(),
-                          command=" ".join(command or []) if workload is None
-                          else workload_line(workload).get("command", ""),
-                          stack=stack.to_json(),
-                          settings=settings)
-        live.write_table("device_map", pa.Table.from_pylist(device_map_rows(stack, cid, machine),
-                                                             schema=table_schema("device_map")))
-        live.write_table("extent_maps", start_extents)
-        live.write_table("extent_maps", pa.Table.from_pylist(
-            stack_journal_rows(stack, cid, log), schema=table_schema("extent_maps")))
-        neighbors = neighbor_images(stack)
-        if neighbors:
-            log(f"nestrace: the host FS also holds {len(neighbors)} other virtual disk image(s) "
-                f"in use ({', '.join(neighbors[:3])}{', ...' if len(neighbors) > 3 else ''}): "
-                "host-disk writes into them are classed other")
-            live.write_table("extent_maps", pa.Table.from_pylist(
-                neighbor_rows(stack, neighbors, "start", cid), schema=table_schema("extent_maps")))
-
-        # The agent writes the record tables into the live directory itself
-        # (Arrow IPC, one batch per flush); its stdout carries the start and
-        # end metadata.  No Python touches a record while the workload runs.
-        args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms, all_hooks,
-                          arrow_dir=live.dir, pid=pid, status_ms=round(status * 1000),
-                          cgroup=cgroup)
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                pass_fds=(live.lock_fd,),   # it holds the capture's lock too
-                                preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
-        started = threading.Event()
-        state = DecodeState("agent stream")
-        reader_error: list[BaseException] = []
-
-        def read_stream() -> None:
-            try:
-                for fr in iter_frames(proc.stdout, "agent stream", state):
-                    if fr.meta is not None:
-                        kind = fr.meta.get("type")
-                        if kind == "start":
-                            live.update_facts(agent_start=fr.meta, start_ns=fr.meta["start_ns"])
-                            started.set()
-                        elif kind == "end":
-                            if fr.meta.get("reason") not in ("signal", "duration"):
-                                state.problems.append(StreamError(
-                                    "agent stream", fr.offset, "the agent stopped early: "
-                                    f"{fr.meta.get('reason')}; the capture ends there"))
-                            live.update_facts(agent_end=fr.meta, end_ns=fr.meta["end_ns"])
-                        continue
-                    state.problems.append(StreamError(
-                        "agent stream", fr.offset, f"unexpected {fr.table} records on the "
-                        "metadata stream (records go to the live directory); not stored"))
-            except BaseException as e:  # surfaced by the main thread
-                reader_error.append(e)
-            finally:
-                started.set()
-
-        lines = StatusLines(stack)
-
-        def read_stderr() -> None:
-            for line in proc.stderr:
-                text = line.decode(errors="replace").rstrip()
-                shown = lines.text(text)
-                if shown is not None:        # (not kept: one a second over a long run)
-                    cap.status_last = lines.last
-                    log(shown)
-                    continue
-                cap.agent_stderr.append(text)
-                if "WARNING" in text or "failed" in text or "cannot" in text:
-                    log(text)
-
-        threads = [threading.Thread(target=read_stream, daemon=True),
-                   threading.Thread(target=read_stderr, daemon=True)]
-        for t in threads:
-            t.start()
-        started.wait(60)
-        reached: list[int] = []
+                    "max_size_bytes": max_bytes}
+        neighbors = _start_facts(live, stack, cid, settings, " ".join(command or [])
+                                 if workload is None
+                                 else workload_line(workload).get("command", ""), log)
+        args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms,
+                          all_hooks, arrow_dir=live.dir, pid=pid,
+                          status_ms=round(status * 1000), cgroup=cgroup)
+        run = _AgentRun(args, live, cap, stack, pin, log)
         if max_bytes:
-            def watch_size() -> None:
-                while proc.poll() is None:
-                    n = live_bytes(live.dir)
-                    if n >= max_bytes:
-                        reached.append(n)
-                        log(f"nestrace: the capture reached --max-size {max_bytes / (1 << 20):.1f} MiB "
-                            f"({n / (1 << 20):.1f} MiB of records): tracing stopped"
-                            + ("; the workload goes on" if command else ""))
-                        proc.send_signal(signal.SIGINT)
-                        return
-                    time.sleep(0.2)
-            threads.append(threading.Thread(target=watch_size, daemon=True))
-            threads[-1].start()
+            run.watch_size(max_bytes, bool(command))
+        if run.exited_early():
+            _discard(live)     # (nothing was recorded)
+            raise RecordError("the agent exited before tracing: " + (
+                " | ".join(cap.agent_stderr[-3:]) or f"exit code {run.proc.returncode}"))
         no_workload: list[OSError] = []
-        if proc.poll() is not None and not reader_error:
-            threads[1].join(5)
-            live.close()
-            shutil.rmtree(live.dir, ignore_errors=True)   # (nothing was recorded)
-            try:
-                live.dir.parent.rmdir()
-            except OSError:
-                pass
-            raise RecordError("the agent exited before tracing: " +
-                              (" | ".join(cap.agent_stderr[-3:]) or f"exit code {proc.returncode}"))
         try:
             if command:
                 try:
@@ -356,70 +429,52 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                 except OSError as e:    # (it never ran: nothing worth keeping)
                     no_workload.append(e)
             else:
-                wait_for_stop(duration, lambda: proc.poll() is None, log)
+                wait_for_stop(duration, lambda: run.proc.poll() is None, log)
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            for t in threads:
-                t.join(60)
+            run.stop()
         if no_workload:
-            try:
-                live.close()
-            finally:
-                shutil.rmtree(live.dir, ignore_errors=True)
-            raise RecordError(f"{command[0]}: could not start: {no_workload[0].strerror or no_workload[0]}"
-                              " (nothing recorded)")
-        keep = (f"the capture's live batches are kept in {live.dir}: make room, then run "
-                f"`nestrace seal {store_p}`")
-        if reader_error:
-            try:
-                live.close()
-            except StoreError:
-                pass                      # the reader's error says it first
-            if isinstance(reader_error[0], StoreError):
-                raise RecordError("; ".join([str(reader_error[0])] +
-                                            [str(p) for p in state.problems] + [keep]))
-            raise RecordError(f"reading the agent stream failed: {reader_error[0]}")
-        cap.stream_problems = [str(p) for p in state.problems]
-        try:
-            try:
-                rc = cap.command_rc if workload is None else workload_line(workload).get("exit")
-                if rc is not None:
-                    live.update_facts(command_exit=rc)
-                if reached:
-                    cap.max_size_reached = True
-                    live.update_facts(settings=settings | {"max_size_reached": True})
-                # files read or written by system calls, and by memory (page
-                # faults and dirtied pages of mapped files: page-cache events)
-                touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
-                end, _ = snapshot_extents(stack, cid, "end", touched)
-                live.write_table("extent_maps", end)
-                if neighbors:
-                    live.write_table("extent_maps", pa.Table.from_pylist(
-                        neighbor_rows(stack, neighbors, "end", cid),
-                        schema=table_schema("extent_maps")))
-                guest_paths = {(r["dev"], r["ino"]): r["path"]
-                               for r in end.select(["role", "dev", "ino", "path"]).to_pylist()
-                               if r["role"] == "guest_file"}
-                live.write_table("extent_maps", pa.Table.from_pylist(
-                    btrfs_placed_rows(stack, cid, live, guest_paths),
-                    schema=table_schema("extent_maps")))
-                if store_level in ("vdisk", "disk"):    # (on the guest FS: guest files, tied at vfs)
-                    live.write_table("extent_maps", pa.Table.from_pylist(
-                        store_extents(live.dir, cid), schema=table_schema("extent_maps")))
-            finally:
-                live.close()
-            cap.seal = seal(store_p, cid)
-        except StoreError as e:
-            raise RecordError("; ".join([str(e)] + cap.stream_problems + [keep])) from None
-        return cap
+            _discard(live)
+            raise RecordError(f"{command[0]}: could not start: "
+                              f"{no_workload[0].strerror or no_workload[0]} (nothing recorded)")
+        return _finish(live, run, cap, stack, cid, neighbors, store_level, settings,
+                       workload, store_p)
     finally:
         live.release()
+
+
+def _finish(live: LiveCapture, run: _AgentRun, cap: Capture, stack: Stack, cid: str,
+            neighbors: list[str], store_level: str | None, settings: dict, workload,
+            store_p: Path) -> Capture:
+    """After tracing: the end facts and snapshots, then seal; a problem
+    reading the agent's stream or writing the store is one RecordError
+    that says where the live batches are kept."""
+    keep = (f"the capture's live batches are kept in {live.dir}: make room, then run "
+            f"`nestrace seal {store_p}`")
+    if run.reader_error:
+        try:
+            live.close()
+        except StoreError:
+            pass                      # the reader's error says it first
+        if isinstance(run.reader_error[0], StoreError):
+            raise RecordError("; ".join([str(run.reader_error[0])] +
+                                        [str(p) for p in run.state.problems] + [keep]))
+        raise RecordError(f"reading the agent stream failed: {run.reader_error[0]}")
+    cap.stream_problems = [str(p) for p in run.state.problems]
+    try:
+        try:
+            rc = cap.command_rc if workload is None else workload_line(workload).get("exit")
+            if rc is not None:
+                live.update_facts(command_exit=rc)
+            if run.reached:
+                cap.max_size_reached = True
+                live.update_facts(settings=settings | {"max_size_reached": True})
+            _end_facts(live, stack, cid, neighbors, store_level)
+        finally:
+            live.close()
+        cap.seal = seal(store_p, cid)
+    except StoreError as e:
+        raise RecordError("; ".join([str(e)] + cap.stream_problems + [keep])) from None
+    return cap
 
 
 def workload_line(stream) -> dict:

@@ -239,13 +239,37 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
           host_capture: str | None = None, image_offset: int = 0,
           offset_ns: int | None = None, outliers: float = 0.001) -> MergeResult:
     """Write the guest and host captures as one capture of `out_store`."""
-    from nestrace.query.session import Session, raw_tables
+    from nestrace.query.session import raw_tables
     gs, hs = check_store(guest_store), check_store(host_store)
     gid = _one_capture(gs, guest_capture, "guest")
     hid = _one_capture(hs, host_capture, "host")
     schemas = raw_tables()
     g = {t: read_capture_table(gs, t, gid, s) for t, s in schemas.items()}
     h = {t: read_capture_table(hs, t, hid, s) for t, s in schemas.items()}
+    gmeta, hmeta = g["capture_meta"].to_pylist()[0], h["capture_meta"].to_pylist()[0]
+    image = _image_of(g, h, gs, hs, gid, hid, gmeta, hmeta, image_offset)
+    est = None
+    if offset_ns is None:
+        est = _estimate(gs, hs, gid, hid, image, image_offset, outliers)
+        offset_ns = est.offset_ns
+    remapped = _remapped_devs(g, h)
+    cid = f"{gid}+{hid}"
+    out = init_store(out_store)
+    with writing(out, f"nestrace merge {cid}"):
+        if cid in captures(out):
+            raise MergeError(f"{out}: already has capture {cid}")
+        records, before_guest = _write_tables(out, cid, schemas, g, h, hs, offset_ns, remapped,
+                                              image, image_offset, gmeta, hmeta)
+        meta = _merged_meta(cid, gs, hs, gid, hid, gmeta, hmeta, image, image_offset,
+                            offset_ns, est, remapped, before_guest, records)
+        write_capture_table(out, "capture_meta", cid,
+                            pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+    return MergeResult(cid, est, offset_ns, remapped, records, before_guest)
+
+
+def _image_of(g, h, gs, hs, gid, hid, gmeta: dict, hmeta: dict, image_offset: int) -> dict:
+    """The two captures checked to be a guest's and a host's, and the image
+    the host side traced: its inode, path, format, chain and cluster map."""
     gl, hl = _levels(g["device_map"]), _levels(h["device_map"])
     if gl != {"vfs", "vdisk"}:
         raise MergeError(f"{gs}: capture {gid} has levels {sorted(gl)}: a guest capture has "
@@ -253,7 +277,6 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     if hl != {"hostfs", "disk"}:
         raise MergeError(f"{hs}: capture {hid} has levels {sorted(hl)}: a host capture has "
                          "hostfs and disk only (`nestrace record --side host --image FILE`)")
-    gmeta, hmeta = g["capture_meta"].to_pylist()[0], h["capture_meta"].to_pylist()[0]
     if gmeta["schema_version"] != hmeta["schema_version"]:
         raise MergeError(f"record layouts differ: guest {gmeta['schema_version']}, "
                          f"host {hmeta['schema_version']}: record both with one nestrace version")
@@ -276,21 +299,27 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
         raise MergeError(f"{hs}: capture {hid}: the image {image_path} is {fmt}, and a {fmt} "
                          "image puts guest offsets where its own tables say: nestrace maps "
                          f"{FOLLOWED} images only")
+    return {"ino": image_ino, "path": image_path, "format": fmt, "inos": inos,
+            "clusters": clusters, "host_stack": host_stack}
 
-    est = None
-    if offset_ns is None:
-        with Session(gs) as s:
-            greq = s.query("SELECT d_ns, c_ns, offset_bytes, op FROM block_requests "
-                           "WHERE capture_id = ? AND level = 'vdisk' AND c_ns IS NOT NULL "
-                           "AND offset_bytes IS NOT NULL AND op IN ('read', 'write')", [gid])
-        with Session(hs) as s:
-            hacc = s.query(HOST_ACCESSES, {"cid": hid, "inos": inos})
-        if clusters is not None:
-            greq = _through_clusters(greq, clusters)
-        est = estimate_offset(greq, hacc, image_offset=image_offset, outliers=outliers)
-        offset_ns = est.offset_ns
 
-    # host devices the guest also uses get numbers of their own
+def _estimate(gs, hs, gid, hid, image: dict, image_offset: int, outliers: float) -> ClockOffset:
+    """The clock offset from the guest's virtual-disk requests and the
+    host's accesses to the image."""
+    from nestrace.query.session import Session
+    with Session(gs) as s:
+        greq = s.query("SELECT d_ns, c_ns, offset_bytes, op FROM block_requests "
+                       "WHERE capture_id = ? AND level = 'vdisk' AND c_ns IS NOT NULL "
+                       "AND offset_bytes IS NOT NULL AND op IN ('read', 'write')", [gid])
+    with Session(hs) as s:
+        hacc = s.query(HOST_ACCESSES, {"cid": hid, "inos": image["inos"]})
+    if image["clusters"] is not None:
+        greq = _through_clusters(greq, image["clusters"])
+    return estimate_offset(greq, hacc, image_offset=image_offset, outliers=outliers)
+
+
+def _remapped_devs(g, h) -> dict[int, int]:
+    """Host devices the guest also uses get numbers of their own."""
     gdevs = set(g["device_map"].column("dev").to_pylist())
     hdevs = sorted(set(h["device_map"].column("dev").to_pylist()))
     remapped, n = {}, 0
@@ -301,83 +330,88 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
             remapped[d] = kdev(REMAP_MAJOR, n)
             n += 1
 
-    cid = f"{gid}+{hid}"
-    out = init_store(out_store)
-    with writing(out, f"nestrace merge {cid}"):
-        if cid in captures(out):
-            raise MergeError(f"{out}: already has capture {cid}")
-        records, before_guest = 0, {}
-        cpu_tables = set(kernel_tables()) | {"lost_events"}
-        for table, schema in schemas.items():
-            if table == "capture_meta":
-                continue
-            gt, ht = g[table], h[table]
-            ht, n_before = _shift_ts(ht, offset_ns, clamp=table == "agent_stats")
-            if n_before:
-                before_guest[table] = n_before
-                if table == "hostfs_events" and not ht.num_rows:
-                    raise MergeError(f"{hs}: every host event of {table} is from before the guest's "
-                                     f"clock started (offset {offset_ns} ns): the offset is wrong "
-                                     "or the captures are of different runs")
-            if table in cpu_tables:
-                ht = _set_column(ht, "cpu", ht.column("cpu").to_numpy().astype(np.uint32) + HOST_CPU_BASE) \
-                    if ht.num_rows else ht
-            # (every column naming a device: physical_dev, where the
-            # image's extents are, was left, and no vdisk request reached
-            # the host disk)
-            for col in ("dev", "backing_dev", "physical_dev"):
-                ht = _remap(ht, col, remapped)
-            if table == "device_map":
-                gt = _vdisk_backing(gt, ht, image_ino, image_path, image_offset, fmt, gmeta)
-                ht = _fill(ht, "machine", hmeta["machine"])
-            t = pa.concat_tables([gt, ht])
-            t = _set_column(t, "capture_id", [cid] * t.num_rows)
-            if table in kernel_tables() and table != "agent_stats":
-                records += t.num_rows
-            write_capture_table(out, table, cid, t)
+    return remapped
 
-        starts = [gmeta["start_ns"], hmeta["start_ns"] - offset_ns]
-        ends = [gmeta["end_ns"], hmeta["end_ns"] - offset_ns]
-        meta = dict(gmeta)
-        meta.update({
-            "capture_id": cid,
-            "start_ns": max(min(starts), 0), "end_ns": max(ends),
-            "command": gmeta["command"] or hmeta["command"],
-            "command_exit": (gmeta.get("command_exit") if gmeta["command"]
-                             else hmeta.get("command_exit")),
-            "hooks_json": json.dumps(_merged_hooks(_hooks(hmeta), _hooks(gmeta))),
-            "settings_json": json.dumps({side: json.loads(m.get("settings_json") or "null")
-                                         for side, m in (("guest", gmeta), ("host", hmeta))}),
-            "stack_json": json.dumps({
-                "side": "merged",
-                "guest": {"capture_id": gid, "store": str(gs), "machine": gmeta["machine"],
-                          "kernel": gmeta["kernel"], "start_ns": gmeta["start_ns"],
-                          "end_ns": gmeta["end_ns"],
-                          "stack": json.loads(gmeta.get("stack_json") or "{}")},
-                "host": {"capture_id": hid, "store": str(hs), "machine": hmeta["machine"],
-                         "kernel": hmeta["kernel"], "stack": host_stack,
-                         # on the guest's clock
-                         "start_ns": max(hmeta["start_ns"] - offset_ns, 0),
-                         "end_ns": max(hmeta["end_ns"] - offset_ns, 0),
-                         "cpu_base": HOST_CPU_BASE,
-                         "remapped_devs": {str(k): v for k, v in remapped.items()},
-                         "events_before_guest_clock": before_guest},
-                "image_offset_bytes": image_offset}),
-            "lost_total": (gmeta["lost_total"] or 0) + (hmeta["lost_total"] or 0),
-            "hook_misses": _both(gmeta, hmeta, "hook_misses"),
-            "completions_missed": _both(gmeta, hmeta, "completions_missed"),
-            "requests_unfinished": _both(gmeta, hmeta, "requests_unfinished"),
-            "hook_misses_json": json.dumps({"guest": json.loads(gmeta["hook_misses_json"] or "{}"),
-                                            "host": json.loads(hmeta["hook_misses_json"] or "{}")}),
-            "records_total": records,
-            "tool_version": __version__,
-            "clock_offset_ns": offset_ns,
-            "clock_offset_err_ns": est.err_ns if est else 0,
-            "clock_offset_pairs": est.pairs if est else 0,
-        })
-        write_capture_table(out, "capture_meta", cid,
-                       pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
-    return MergeResult(cid, est, offset_ns, remapped, records, before_guest)
+
+def _write_tables(out, cid, schemas, g, h, hs, offset_ns, remapped, image, image_offset,
+                  gmeta, hmeta) -> tuple[int, dict]:
+    """Every record table but capture_meta: the host's moved onto the
+    guest's clock, its CPUs and clashing devices renumbered."""
+    records, before_guest = 0, {}
+    cpu_tables = set(kernel_tables()) | {"lost_events"}
+    for table, schema in schemas.items():
+        if table == "capture_meta":
+            continue
+        gt, ht = g[table], h[table]
+        ht, n_before = _shift_ts(ht, offset_ns, clamp=table == "agent_stats")
+        if n_before:
+            before_guest[table] = n_before
+            if table == "hostfs_events" and not ht.num_rows:
+                raise MergeError(f"{hs}: every host event of {table} is from before the guest's "
+                                 f"clock started (offset {offset_ns} ns): the offset is wrong "
+                                 "or the captures are of different runs")
+        if table in cpu_tables:
+            ht = _set_column(ht, "cpu", ht.column("cpu").to_numpy().astype(np.uint32) + HOST_CPU_BASE) \
+                if ht.num_rows else ht
+        # (every column naming a device, physical_dev too: where the
+        # image's extents are)
+        for col in ("dev", "backing_dev", "physical_dev"):
+            ht = _remap(ht, col, remapped)
+        if table == "device_map":
+            gt = _vdisk_backing(gt, ht, image["ino"], image["path"], image_offset,
+                                image["format"], gmeta)
+            ht = _fill(ht, "machine", hmeta["machine"])
+        t = pa.concat_tables([gt, ht])
+        t = _set_column(t, "capture_id", [cid] * t.num_rows)
+        if table in kernel_tables() and table != "agent_stats":
+            records += t.num_rows
+        write_capture_table(out, table, cid, t)
+    return records, before_guest
+
+
+def _merged_meta(cid, gs, hs, gid, hid, gmeta, hmeta, image, image_offset, offset_ns, est,
+                 remapped, before_guest, records) -> dict:
+    """The merged capture's capture_meta row."""
+    starts = [gmeta["start_ns"], hmeta["start_ns"] - offset_ns]
+    ends = [gmeta["end_ns"], hmeta["end_ns"] - offset_ns]
+    meta = dict(gmeta)
+    meta.update({
+        "capture_id": cid,
+        "start_ns": max(min(starts), 0), "end_ns": max(ends),
+        "command": gmeta["command"] or hmeta["command"],
+        "command_exit": (gmeta.get("command_exit") if gmeta["command"]
+                         else hmeta.get("command_exit")),
+        "hooks_json": json.dumps(_merged_hooks(_hooks(hmeta), _hooks(gmeta))),
+        "settings_json": json.dumps({side: json.loads(m.get("settings_json") or "null")
+                                     for side, m in (("guest", gmeta), ("host", hmeta))}),
+        "stack_json": json.dumps({
+            "side": "merged",
+            "guest": {"capture_id": gid, "store": str(gs), "machine": gmeta["machine"],
+                      "kernel": gmeta["kernel"], "start_ns": gmeta["start_ns"],
+                      "end_ns": gmeta["end_ns"],
+                      "stack": json.loads(gmeta.get("stack_json") or "{}")},
+            "host": {"capture_id": hid, "store": str(hs), "machine": hmeta["machine"],
+                     "kernel": hmeta["kernel"], "stack": image["host_stack"],
+                     # on the guest's clock
+                     "start_ns": max(hmeta["start_ns"] - offset_ns, 0),
+                     "end_ns": max(hmeta["end_ns"] - offset_ns, 0),
+                     "cpu_base": HOST_CPU_BASE,
+                     "remapped_devs": {str(k): v for k, v in remapped.items()},
+                     "events_before_guest_clock": before_guest},
+            "image_offset_bytes": image_offset}),
+        "lost_total": (gmeta["lost_total"] or 0) + (hmeta["lost_total"] or 0),
+        "hook_misses": _both(gmeta, hmeta, "hook_misses"),
+        "completions_missed": _both(gmeta, hmeta, "completions_missed"),
+        "requests_unfinished": _both(gmeta, hmeta, "requests_unfinished"),
+        "hook_misses_json": json.dumps({"guest": json.loads(gmeta["hook_misses_json"] or "{}"),
+                                        "host": json.loads(hmeta["hook_misses_json"] or "{}")}),
+        "records_total": records,
+        "tool_version": __version__,
+        "clock_offset_ns": offset_ns,
+        "clock_offset_err_ns": est.err_ns if est else 0,
+        "clock_offset_pairs": est.pairs if est else 0,
+    })
+    return meta
 
 
 def _cluster_map(extent_maps: pa.Table, inos: list[int]) -> pa.Table | None:

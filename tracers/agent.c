@@ -1547,41 +1547,10 @@ static int gcap__end(void)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* The record stream's file and buffers, and the Arrow directory: 0, or
+ * the exit code (2: a bad option, 1: no memory). */
+static int outputs__open(void)
 {
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
-	struct family *first = NULL;
-	struct ring_buffer *rb = NULL;
-	char hooks_json[4096];
-	__u64 start, end, last_flush, last_status, last_warn = 0, drops = 0, misses = 0, signal_ns = 0;
-	__u64 attach_ns, ends_ns = 0;
-	long long warned = 0, now_drops;
-	static char misses_json[4096];
-	int err, nloaded = 0;
-
-	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
-	if (err)
-		return 2;
-	if (env.die_with_parent)
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-	if (env.cgroup && cgroup__open())
-		return 2;
-	if (!env.wakeup_bytes || env.wakeup_bytes > env.ringbuf_bytes)
-		env.wakeup_bytes = env.ringbuf_bytes / 4;
-	libbpf_set_print(libbpf_print_fn);
-	signal(SIGINT, sig_handler);
-	signal(SIGTERM, sig_handler);
-	signal(SIGPIPE, SIG_IGN);
-	if (env.guest_dir)
-		cpus__pin();
-	if (env.guest_dir && gcap__begin()) {
-		gcap__undo();
-		return 2;
-	}
-	if (env.guest_dir && strcmp(cpus_json, "null"))
-		fprintf(stderr, "nestrace-agent: on CPU %.*s, away from the disk interrupts "
-			"(--agent-cpus all: anywhere)\n", (int)strlen(cpus_json) - 2, cpus_json + 1);
-
 	out.fd = STDOUT_FILENO;
 	if (env.output && strcmp(env.output, "-")) {
 		out.fd = open(env.output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -1621,75 +1590,64 @@ int main(int argc, char **argv)
 			fprintf(stderr, "nestrace-agent: cannot reserve room for the counters in %s: %s\n",
 				env.arrow_dir, strerror(errno));
 	}
+	return 0;
+}
 
-	btf__load_all();
-	if (!vmlinux_btf) {
-		fprintf(stderr, "nestrace-agent: no kernel BTF (/sys/kernel/btf/vmlinux): "
-			"CO-RE programs cannot be loaded\n");
-		return 2;
-	}
+/* Load every family asked for; the first one's maps are shared and hold
+ * the filters.  0, or a negative errno or 2 (nothing selected). */
+static int families__load(struct family **first, int *nloaded)
+{
+	int err;
+
 	for (size_t i = 0; i < NFAMILIES; i++) {
 		struct family *f = &families[i];
 
 		if (!family__wanted(f->name))
 			continue;
-		err = family__load(f, first);
+		err = family__load(f, *first);
 		if (err)	/* (an agent that traces less than asked fails) */
-			goto cleanup;
-		if (!first) {
-			first = f;
-			err = filters__fill(first);
+			return err;
+		if (!*first) {
+			*first = f;
+			err = filters__fill(f);
 			if (err) {
 				fprintf(stderr, "nestrace-agent: cannot fill filters: %s\n", strerror(-err));
-				goto cleanup;
+				return err;
 			}
 		}
-		nloaded++;
+		(*nloaded)++;
 	}
-	if (!first) {
+	if (!*first) {
 		fprintf(stderr, "nestrace-agent: no program family selected (--families)\n");
-		err = 2;
-		goto cleanup;
+		return 2;
 	}
-	if (env.cgroup_fd >= 0 && cgroup__set()) {
-		err = 2;
-		goto cleanup;
-	}
-	rb = ring_buffer__new(bpf_map__fd(bpf_object__find_map_by_name(first->obj, "events")),
-			      on_record, NULL, NULL);
-	if (!rb) {
-		err = -errno;
-		fprintf(stderr, "nestrace-agent: ring buffer: %s\n", strerror(errno));
-		goto cleanup;
-	}
-	/* attach_ns: the first program attaches after it; ends_ns: every
-	 * program that ends what others begin is attached by then, so a
-	 * begin recorded at all has its end seen */
-	attach_ns = now_ns();
+	return 0;
+}
+
+/* Attach every program; *ends_ns: every program that ends what others
+ * begin is attached by then (they go first), so a begin recorded at all
+ * has its end seen. */
+static __u64 families__attach(__u64 *ends_ns)
+{
+	__u64 attach_ns = now_ns();
+
 	for (int ends = 1; ends >= 0; ends--) {
 		for (size_t i = 0; i < NFAMILIES; i++)
 			if (families[i].skel)
 				family__attach(&families[i], ends);
 		if (ends)
-			ends_ns = now_ns();
+			*ends_ns = now_ns();
 	}
+	return attach_ns;
+}
 
-	start = last_flush = last_status = now_ns();
-	hooks__json(hooks_json, sizeof(hooks_json));
-	out__json("{\"type\":\"start\",\"agent_version\":\"%s\",\"start_ns\":%llu,"
-		  "\"attach_ns\":%llu,\"ends_attached_ns\":%llu,"
-		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"flush_ms\":%ld,\"ncpu\":%d,"
-		  "\"families\":\"%s\",\"mode\":\"%s\",\"hooks\":%s}",
-		  NT_AGENT_VERSION, (unsigned long long)start,
-		  (unsigned long long)attach_ns, (unsigned long long)ends_ns,
-		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
-		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
-	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB%s)\n",
-		nloaded, (unsigned long long)env.ringbuf_bytes >> 10,
-		env.empty_programs ? "; empty programs: nothing is recorded" :
-		env.floor_records ? "; floor records: headers alone, no capture's" : "");
-	if (env.cmd && command__start())
-		exiting = 1, exit_reason = "command failed to start";
+/* Poll the ring buffer until a signal, --duration, the command's end or a
+ * poll error; flush every --flush-ms, saying losses and status lines. */
+static void capture__loop(struct ring_buffer *rb, struct family *first, __u64 start)
+{
+	__u64 last_flush = start, last_status = start, last_warn = 0, signal_ns = 0;
+	long long warned = 0, now_drops;
+	int err;
 
 	while (!exiting) {
 		__u64 t;
@@ -1736,12 +1694,16 @@ int main(int argc, char **argv)
 	}
 	if (child_done)
 		exit_reason = "command";
-	err = 0;
-	/* The capture ends now, while every hook is still attached: an event
-	 * before end_ns was seen by all of them.  (Taken after the detach
-	 * loop, a request completing during it would fall inside the capture
-	 * with its C missing.) */
-	end = now_ns();
+}
+
+/* End the capture at end_ns: detach, drain, the counters and the end
+ * frame, the warnings.  0, or 1 when the guest capture's end failed. */
+static int capture__end(struct ring_buffer *rb, struct family *first, __u64 end)
+{
+	static char misses_json[4096];
+	__u64 drops = 0, misses = 0;
+	int err;
+
 	/* detach first, then drain what is left, so nothing is cut in half;
 	 * the misses are read between the two: all counted, none to come.
 	 * The hooks that end what others begin go last, as they came first:
@@ -1755,11 +1717,9 @@ int main(int argc, char **argv)
 		hooks[i].link = NULL;
 	ring_buffer__consume(rb);
 	err = stages__drain(first);
-	if (err) {
+	if (err)
 		fprintf(stderr, "nestrace-agent: WARNING: cannot read the staged records: %s\n",
 			strerror(-err));
-		err = 0;
-	}
 	out__flush();
 	stats__emit(first, &drops);
 	arrow__close();		/* before the end frame: it reports a failed write */
@@ -1776,8 +1736,87 @@ int main(int argc, char **argv)
 	if (drops)
 		fprintf(stderr, "nestrace-agent: WARNING: %llu events lost (ring buffer full); "
 			"raise --ringbuf-kb\n", (unsigned long long)drops);
-	if (env.guest_dir && gcap__end())
-		err = 1;
+	return env.guest_dir && gcap__end() ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	struct family *first = NULL;
+	struct ring_buffer *rb = NULL;
+	char hooks_json[4096];
+	__u64 start, attach_ns, ends_ns = 0;
+	int err, nloaded = 0;
+
+	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
+	if (err)
+		return 2;
+	if (env.die_with_parent)
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (env.cgroup && cgroup__open())
+		return 2;
+	if (!env.wakeup_bytes || env.wakeup_bytes > env.ringbuf_bytes)
+		env.wakeup_bytes = env.ringbuf_bytes / 4;
+	libbpf_set_print(libbpf_print_fn);
+	signal(SIGINT, sig_handler);
+	signal(SIGTERM, sig_handler);
+	signal(SIGPIPE, SIG_IGN);
+	if (env.guest_dir)
+		cpus__pin();
+	if (env.guest_dir && gcap__begin()) {
+		gcap__undo();
+		return 2;
+	}
+	if (env.guest_dir && strcmp(cpus_json, "null"))
+		fprintf(stderr, "nestrace-agent: on CPU %.*s, away from the disk interrupts "
+			"(--agent-cpus all: anywhere)\n", (int)strlen(cpus_json) - 2, cpus_json + 1);
+	err = outputs__open();
+	if (err)
+		return err;
+	btf__load_all();
+	if (!vmlinux_btf) {
+		fprintf(stderr, "nestrace-agent: no kernel BTF (/sys/kernel/btf/vmlinux): "
+			"CO-RE programs cannot be loaded\n");
+		return 2;
+	}
+	err = families__load(&first, &nloaded);
+	if (err)
+		goto cleanup;
+	if (env.cgroup_fd >= 0 && cgroup__set()) {
+		err = 2;
+		goto cleanup;
+	}
+	rb = ring_buffer__new(bpf_map__fd(bpf_object__find_map_by_name(first->obj, "events")),
+			      on_record, NULL, NULL);
+	if (!rb) {
+		err = -errno;
+		fprintf(stderr, "nestrace-agent: ring buffer: %s\n", strerror(errno));
+		goto cleanup;
+	}
+	attach_ns = families__attach(&ends_ns);
+
+	start = now_ns();
+	hooks__json(hooks_json, sizeof(hooks_json));
+	out__json("{\"type\":\"start\",\"agent_version\":\"%s\",\"start_ns\":%llu,"
+		  "\"attach_ns\":%llu,\"ends_attached_ns\":%llu,"
+		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"flush_ms\":%ld,\"ncpu\":%d,"
+		  "\"families\":\"%s\",\"mode\":\"%s\",\"hooks\":%s}",
+		  NT_AGENT_VERSION, (unsigned long long)start,
+		  (unsigned long long)attach_ns, (unsigned long long)ends_ns,
+		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
+		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
+	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB%s)\n",
+		nloaded, (unsigned long long)env.ringbuf_bytes >> 10,
+		env.empty_programs ? "; empty programs: nothing is recorded" :
+		env.floor_records ? "; floor records: headers alone, no capture's" : "");
+	if (env.cmd && command__start())
+		exiting = 1, exit_reason = "command failed to start";
+	capture__loop(rb, first, start);
+	/* The capture ends now, while every hook is still attached: an event
+	 * before end_ns was seen by all of them.  (Taken after the detach
+	 * loop, a request completing during it would fall inside the capture
+	 * with its C missing.) */
+	err = capture__end(rb, first, now_ns());
 
 cleanup:
 	ring_buffer__free(rb);

@@ -102,10 +102,8 @@ def seal(store: Path, capture_id: str) -> SealResult:
         return _seal(store, capture_id)
 
 
-def _seal(store: Path, capture_id: str) -> SealResult:
-    live = store / LIVE / capture_id
-    problems: list[str] = []
-    facts = _live_facts(live / "capture.json", problems)
+def _read_live(live: Path, problems: list[str]) -> dict[str, list[pa.RecordBatch]]:
+    """Every table's intact batches in a live capture directory."""
     tables: dict[str, list[pa.RecordBatch]] = {}
     kernel = kernel_tables()
     for p in sorted(live.glob("*.arrows")):
@@ -115,8 +113,13 @@ def _seal(store: Path, capture_id: str) -> SealResult:
         if problem:
             problems.append(problem)
         tables[p.stem] = batches
+    return tables
 
-    # per-CPU sequence accounting over every kernel record
+
+def _write_records(store: Path, capture_id: str, tables: dict
+                   ) -> tuple[int, dict[int, list[int]], pa.Table]:
+    """The kernel record tables written; their rows, per-CPU [count,
+    max sequence], and the block events (for completion accounting)."""
     seqs: dict[int, list[int]] = {}   # cpu -> [count, max_seq]
     records = 0
     block = record_schema("block_event").empty_table()
@@ -137,11 +140,18 @@ def _seal(store: Path, capture_id: str) -> SealResult:
         if rec_name == "block_event":
             block = t
         write_capture_table(store, table, capture_id, with_capture_id(t, capture_id))
+    return records, seqs, block
 
+
+def _write_losses(store: Path, capture_id: str, live: Path, tables: dict,
+                  seqs: dict[int, list[int]], problems: list[str]) -> list[dict]:
+    """The agent's per-CPU counters and the lost_events rows: ring-buffer
+    drops, and sequence gaps against the records received."""
     stats_schema = record_schema("cpu_stats")
     sb = tables.get(RECORDS["cpu_stats"]["table"], [])
     stats = pa.Table.from_batches(sb, schema=stats_schema) if sb else stats_schema.empty_table()
-    write_capture_table(store, RECORDS["cpu_stats"]["table"], capture_id, with_capture_id(stats, capture_id))
+    write_capture_table(store, RECORDS["cpu_stats"]["table"], capture_id,
+                        with_capture_id(stats, capture_id))
     emitted = {r["cpu"]: r for r in stats.to_pylist()}
     if not emitted:
         problems.append(f"{live}: no agent_stats: the agent did not end cleanly, "
@@ -159,8 +169,18 @@ def _seal(store: Path, capture_id: str) -> SealResult:
                           "emitted": st.get("emitted", cnt), "received": cnt,
                           "ringbuf_drops": st.get("ringbuf_drops", 0),
                           "seq_gaps": max(last - cnt, 0)})
-    lost = pa.Table.from_pylist(lost_rows, schema=table_schema("lost_events"))
-    write_capture_table(store, "lost_events", capture_id, lost)
+    write_capture_table(store, "lost_events", capture_id,
+                        pa.Table.from_pylist(lost_rows, schema=table_schema("lost_events")))
+    return lost_rows
+
+
+def _seal(store: Path, capture_id: str) -> SealResult:
+    live = store / LIVE / capture_id
+    problems: list[str] = []
+    facts = _live_facts(live / "capture.json", problems)
+    tables = _read_live(live, problems)
+    records, seqs, block = _write_records(store, capture_id, tables)
+    lost_rows = _write_losses(store, capture_id, live, tables, seqs, problems)
     end_meta = facts.get("agent_end", {})
     hook_misses = end_meta.get("hook_misses")
     end_ns = facts.get("end_ns", end_meta.get("end_ns", 0))
@@ -201,7 +221,7 @@ def _seal(store: Path, capture_id: str) -> SealResult:
         "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()}),
     }
     write_capture_table(store, "capture_meta", capture_id,
-                   pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+                        pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
     shutil.rmtree(live)
     try:
         (store / LIVE).rmdir()

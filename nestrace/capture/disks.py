@@ -41,6 +41,75 @@ class DiskRecorder:
     out: list[str] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
 
+    @classmethod
+    def start(cls, name: str, argv: list[str], log) -> DiskRecorder:
+        # (a session of its own: a Ctrl-C at the terminal reaches the
+        # command, and record stops the recorders after it)
+        r = cls(name, subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, preexec_fn=_die_with_parent,
+            env={**os.environ, RECORDER_ENV: "1"}))
+        r.threads = [threading.Thread(target=r._follow, args=(log,), daemon=True),
+                     threading.Thread(target=lambda: r.out.extend(
+                         line.decode(errors="replace").rstrip() for line in r.proc.stdout),
+                         daemon=True)]
+        for t in r.threads:
+            t.start()
+        return r
+
+    def _follow(self, log) -> None:
+        for line in self.proc.stderr:
+            text = line.decode(errors="replace").rstrip()
+            if text == RECORDING:
+                self.ready.set()
+                continue
+            self.err.append(text)
+            log(f"[{self.name}] {text}")
+
+    def failed(self) -> RecordError:
+        return RecordError(f"recording {self.name} failed (exit code {self.proc.returncode}): "
+                           + (" | ".join(self.err[-3:]) or "no message"))
+
+    def tell(self, fact: dict | None) -> None:
+        """A line of the workload stream to it (None: its end)."""
+        try:
+            if fact is not None:
+                self.proc.stdin.write((json.dumps(fact) + "\n").encode())
+                self.proc.stdin.flush()
+            else:
+                self.proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass                        # (gone: it says why on its stderr)
+
+
+def _stop_all(rec: list[DiskRecorder]) -> None:
+    for r in rec:
+        if r.proc.poll() is None:
+            r.proc.send_signal(signal.SIGINT)
+    for r in rec:
+        try:
+            r.proc.wait(600)     # (it seals its capture first)
+        except subprocess.TimeoutExpired:
+            r.proc.kill()
+            r.proc.wait()
+        for t in r.threads:
+            t.join(60)
+
+
+def _wait_ready(rec: list[DiskRecorder], seconds: float = 120) -> None:
+    """Until every recorder traces; RecordError when one fails first."""
+    deadline = time.monotonic() + seconds
+    while not all(r.ready.is_set() for r in rec):
+        for r in rec:
+            if r.proc.poll() is not None and not r.ready.is_set():
+                r.threads[0].join(5)
+                raise r.failed()
+        if time.monotonic() > deadline:
+            raise RecordError("the recorders of " + ", ".join(r.name for r in rec
+                                                              if not r.ready.is_set())
+                              + f" did not start tracing within {seconds:.0f} s")
+        time.sleep(0.05)
+
 
 def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
                  options: list[str], *, duration: float | None = None,
@@ -61,91 +130,31 @@ def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
     if command:
         check_command(command[0], cwd, env)
     rec: list[DiskRecorder] = []
-
-    def stop_all() -> None:
-        for r in rec:
-            if r.proc.poll() is None:
-                r.proc.send_signal(signal.SIGINT)
-        for r in rec:
-            try:
-                r.proc.wait(600)     # (it seals its capture first)
-            except subprocess.TimeoutExpired:
-                r.proc.kill()
-                r.proc.wait()
-            for t in r.threads:
-                t.join(60)
-
-    def follow(r: DiskRecorder) -> None:
-        for line in r.proc.stderr:
-            text = line.decode(errors="replace").rstrip()
-            if text == RECORDING:
-                r.ready.set()
-                continue
-            r.err.append(text)
-            log(f"[{r.name}] {text}")
-
-    def failed(r: DiskRecorder) -> RecordError:
-        return RecordError(f"recording {r.name} failed (exit code {r.proc.returncode}): "
-                           + (" | ".join(r.err[-3:]) or "no message"))
-
-    def tell(r: DiskRecorder, fact: dict | None) -> None:
-        """A line of the workload stream to r (None: its end)."""
-        try:
-            if fact is not None:
-                r.proc.stdin.write((json.dumps(fact) + "\n").encode())
-                r.proc.stdin.flush()
-            else:
-                r.proc.stdin.close()
-        except (BrokenPipeError, ValueError):
-            pass                        # (gone: it says why on its stderr)
-
     rc = None
     try:
         for name, which in groups:
-            argv = [sys.executable, "-m", "nestrace", "record", "-o", str(store), *which,
-                    *options]
-            # (a session of its own: a Ctrl-C at the terminal reaches the
-            # command, and record stops the recorders after it)
-            r = DiskRecorder(name, subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, preexec_fn=_die_with_parent,
-                env={**os.environ, RECORDER_ENV: "1"}))
-            tell(r, {"command": " ".join(command or [])})
+            r = DiskRecorder.start(name, [sys.executable, "-m", "nestrace", "record", "-o",
+                                          str(store), *which, *options], log)
+            r.tell({"command": " ".join(command or [])})
             rec.append(r)
-            r.threads = [threading.Thread(target=follow, args=(r,), daemon=True),
-                         threading.Thread(target=lambda r=r: r.out.extend(
-                             line.decode(errors="replace").rstrip() for line in r.proc.stdout),
-                             daemon=True)]
-            for t in r.threads:
-                t.start()
-        deadline = time.monotonic() + 120
-        while not all(r.ready.is_set() for r in rec):
-            for r in rec:
-                if r.proc.poll() is not None and not r.ready.is_set():
-                    r.threads[0].join(5)
-                    raise failed(r)
-            if time.monotonic() > deadline:
-                raise RecordError("the recorders of " + ", ".join(r.name for r in rec
-                                                                  if not r.ready.is_set())
-                                  + " did not start tracing within 120 s")
-            time.sleep(0.05)
+        _wait_ready(rec)
         log(f"nestrace: tracing {len(rec)} virtual disks, a capture each: "
             + ", ".join(r.name for r in rec))
         if command:
             rc = run_workload(command, cwd, env)
             for r in rec:
-                tell(r, {"exit": rc})
+                r.tell({"exit": rc})
         else:
             # (until the last ends: one may stop early, at its --max-size)
             wait_for_stop(duration, lambda: any(r.proc.poll() is None for r in rec), log)
     finally:
         for r in rec:
-            tell(r, None)
-        stop_all()
+            r.tell(None)
+        _stop_all(rec)
     for r in rec:
         for line in r.out:
             out(line)
     bad = [r for r in rec if r.proc.returncode]
     if bad:
-        raise failed(bad[0])
+        raise bad[0].failed()
     return rc

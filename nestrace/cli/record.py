@@ -69,8 +69,7 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from nestrace.capture import disks
     from nestrace.capture import record as rec
-    from nestrace.capture.devices import block_dev_of_path, mount_of
-    from nestrace.capture.stack import add_guest, discover, from_devices
+    from nestrace.capture.stack import add_guest
     workload = None
     if os.environ.get(disks.RECORDER_ENV):     # (one disk's, of record_disks)
         sys.stdout, sys.stderr = _Orphanable(sys.stdout), _Orphanable(sys.stderr)
@@ -103,46 +102,10 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
         if side != "host" and (vdisk or image or disk):
             raise UserError("--vdisk, --image and --disk name the devices of one stack: with "
                             "--stack on several virtual disks, give none of them")
-        # (options as given: each disk's recorder takes them)
-        opts = [*(("--max-size", max_size) if max_size else ()),
-                *(("--ringbuf-kb", str(ringbuf_kb)) if ringbuf_kb is not None else ()),
-                *(("--flush-ms", str(flush_ms)) if flush_ms is not None else ()),
-                "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
-                "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
-                *(("--cgroup", cgroup) if cgroup is not None else ()),
-                "--status", str(status), "--side", side]
-        rc = disks.record_disks(store, groups, opts, duration=duration,
-                              command=list(command) or None, log=lambda m: click.echo(m, err=True),
-                              out=click.echo)
-        if rc:
-            click.echo(f"nestrace: the workload exited with code {rc}", err=True)
-            sys.exit(rc)
+        _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_ms, mode,
+                      all_hooks, agent_cpus, pid, cgroup, status, side)
         return
-    if side != "both":
-        stack = _side_stack(side, mount, vdisk, image, disk)
-    elif not mount and not vdisk:
-        raise UserError("--stack MOUNTPOINT is required (the guest file system), "
-                        "or --vdisk DEV with it mounted")
-    elif vdisk or image or disk:
-        if not mount:   # the guest file system: the one mounted from the virtual disk
-            from nestrace.capture.devices import mounts_on
-            on = mounts_on(block_dev_of_path(vdisk))
-            if len({(m.major, m.minor) for m in on}) != 1:   # (one file system, maybe bound twice)
-                raise UserError(f"--vdisk {vdisk}: " + (
-                    "no file system of it is mounted" if not on else
-                    "file systems of it are mounted at " + ", ".join(sorted({m.mount_point for m in on}))
-                ) + ": give --stack MOUNTPOINT (the guest file system)")
-            mount = on[0].mount_point
-        gm = mount_of(mount)
-        vd = block_dev_of_path(vdisk) if vdisk else None
-        if vd is None:
-            from nestrace.capture.devices import block_dev
-            vd = block_dev(gm.major, gm.minor)
-        if not (image or vd.is_loop):
-            raise UserError(f"{vd.name} is not a loop device: give --image")
-        stack = from_devices(gm, vd, image, disk)
-    else:
-        stack = discover(mount)
+    stack = _stack(side, mount, vdisk, image, disk)
     for mp in more:
         add_guest(stack, mp)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
@@ -153,6 +116,53 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)
         sys.exit(cap.command_rc)
+
+
+def _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_ms, mode,
+                  all_hooks, agent_cpus, pid, cgroup, status, side) -> None:
+    """One recorder per virtual disk (or image), each given the options as
+    they were given here."""
+    from nestrace.capture import disks
+    opts = [*(("--max-size", max_size) if max_size else ()),
+            *(("--ringbuf-kb", str(ringbuf_kb)) if ringbuf_kb is not None else ()),
+            *(("--flush-ms", str(flush_ms)) if flush_ms is not None else ()),
+            "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
+            "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
+            *(("--cgroup", cgroup) if cgroup is not None else ()),
+            "--status", str(status), "--side", side]
+    rc = disks.record_disks(store, groups, opts, duration=duration,
+                            command=list(command) or None, log=lambda m: click.echo(m, err=True),
+                            out=click.echo)
+    if rc:
+        click.echo(f"nestrace: the workload exited with code {rc}", err=True)
+        sys.exit(rc)
+
+
+def _stack(side, mount, vdisk, image, disk):
+    """The stack to trace: one side's, the devices given, or discovered
+    from the guest mount."""
+    from nestrace.capture.devices import block_dev, block_dev_of_path, mount_of, mounts_on
+    from nestrace.capture.stack import discover, from_devices
+    if side != "both":
+        return _side_stack(side, mount, vdisk, image, disk)
+    if not mount and not vdisk:
+        raise UserError("--stack MOUNTPOINT is required (the guest file system), "
+                        "or --vdisk DEV with it mounted")
+    if not (vdisk or image or disk):
+        return discover(mount)
+    if not mount:   # the guest file system: the one mounted from the virtual disk
+        on = mounts_on(block_dev_of_path(vdisk))
+        if len({(m.major, m.minor) for m in on}) != 1:   # (one file system, maybe bound twice)
+            raise UserError(f"--vdisk {vdisk}: " + (
+                "no file system of it is mounted" if not on else
+                "file systems of it are mounted at " + ", ".join(sorted({m.mount_point for m in on}))
+            ) + ": give --stack MOUNTPOINT (the guest file system)")
+        mount = on[0].mount_point
+    gm = mount_of(mount)
+    vd = block_dev_of_path(vdisk) if vdisk else block_dev(gm.major, gm.minor)
+    if not (image or vd.is_loop):
+        raise UserError(f"{vd.name} is not a loop device: give --image")
+    return from_devices(gm, vd, image, disk)
 
 
 class _Orphanable:

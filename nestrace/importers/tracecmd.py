@@ -174,6 +174,66 @@ class Events:
     dat: DatFile
 
 
+def _page_records(data: bytes, page: int, p: int, end: int, ts: int, kinds: dict, dat,
+                  where, ci: int, found: list, hdrs: array, tss: array) -> int:
+    """The event records of one ring-buffer page, from byte p to end: each
+    record's header offset into hdrs and its time into tss.  A damaged
+    record ends the page (a problem in found); 1 when a block event's time
+    was damaged, else 0."""
+    while p < end:
+        if p + 4 > end:
+            found.append((ci, page, p - page, f"{where(page)}: a record header cut at "
+                                              f"byte {p - page}: rest of the page skipped"))
+            break
+        h, = _U32(data, p)
+        tl, delta = h & 0x1F, h >> 5
+        if tl == TYPE_PADDING:
+            if delta == 0:
+                break
+            # a discarded event (the kernel's rb_event_discard): its
+            # array[0] is its length less its 4-byte header, and its
+            # delta stands (the next event's is from its time), as
+            # libtraceevent reads it.
+            ts += delta
+            p += 4 + _U32(data, p + 4)[0]
+            continue
+        if tl == TYPE_TIME_EXTEND:
+            ts += (_U32(data, p + 4)[0] << TS_SHIFT) + delta
+            p += 8
+            continue
+        if tl == TYPE_TIME_STAMP:
+            abs_ts = (int.from_bytes(data[p + 4:p + 8], "little") << TS_SHIFT) | delta
+            ts = (ts & ~((1 << 59) - 1)) | abs_ts
+            p += 8
+            continue
+        ts += delta
+        if tl == 0:
+            length = _U32(data, p + 4)[0] - 4
+            ev = p + 8
+        else:
+            length = tl * 4
+            ev = p + 4
+        if length < 8 or ev + length > end:
+            found.append((ci, page, p - page, f"{where(page)}: a record of {length} bytes "
+                                              f"at byte {p - page} runs past the page's "
+                                              "data: rest of the page skipped"))
+            break
+        if ts < bt.MAX_TIME:
+            tss.append(ts)
+        else:   # (as blktrace's import rules; later times build on it)
+            eid = data[ev] | data[ev + 1] << 8
+            if eid in kinds:
+                found.append((ci, page, p - page, f"{where(page)}: a "
+                              f"{dat.formats[eid].name} record at byte {p - page}: time "
+                              f"{ts} (past 2^63): the page's times are damaged, rest of "
+                              "the page skipped"))
+                return 1
+            tss.append(min(ts, (1 << 64) - 1))   # (another kind's: not kept)
+        hdrs.append(p)
+        p = ev + ((length + 3) & ~3)
+    return 0
+
+
 def read(path: str | os.PathLike) -> Events:
     """The block request events of a trace.dat, in file order per CPU.
     A walk in Python reads only the record headers (and each event's id,
@@ -213,59 +273,8 @@ def read(path: str | os.PathLike) -> Events:
                 found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
                                            f"({ps} bytes): page skipped"))
                 continue
-            p, end = page + data_off, page + data_off + used
-            while p < end:
-                if p + 4 > end:
-                    found.append((ci, page, p - page, f"{where(page)}: a record header cut at "
-                                                      f"byte {p - page}: rest of the page skipped"))
-                    break
-                h, = _U32(data, p)
-                tl, delta = h & 0x1F, h >> 5
-                if tl == TYPE_PADDING:
-                    if delta == 0:
-                        break
-                    # a discarded event (the kernel's rb_event_discard): its
-                    # array[0] is its length less its 4-byte header, and its
-                    # delta stands (the next event's is from its time), as
-                    # libtraceevent reads it.
-                    ts += delta
-                    p += 4 + _U32(data, p + 4)[0]
-                    continue
-                if tl == TYPE_TIME_EXTEND:
-                    ts += (_U32(data, p + 4)[0] << TS_SHIFT) + delta
-                    p += 8
-                    continue
-                if tl == TYPE_TIME_STAMP:
-                    abs_ts = (int.from_bytes(data[p + 4:p + 8], "little") << TS_SHIFT) | delta
-                    ts = (ts & ~((1 << 59) - 1)) | abs_ts
-                    p += 8
-                    continue
-                ts += delta
-                if tl == 0:
-                    length = _U32(data, p + 4)[0] - 4
-                    ev = p + 8
-                else:
-                    length = tl * 4
-                    ev = p + 4
-                if length < 8 or ev + length > end:
-                    found.append((ci, page, p - page, f"{where(page)}: a record of {length} bytes "
-                                                      f"at byte {p - page} runs past the page's "
-                                                      "data: rest of the page skipped"))
-                    break
-                if ts < bt.MAX_TIME:
-                    tss.append(ts)
-                else:   # (as blktrace's import rules; later times build on it)
-                    eid = data[ev] | data[ev + 1] << 8
-                    if eid in kinds:
-                        found.append((ci, page, p - page, f"{where(page)}: a "
-                                      f"{dat.formats[eid].name} record at byte {p - page}: time "
-                                      f"{ts} (past 2^63): the page's times are damaged, rest of "
-                                      "the page skipped"))
-                        n_damaged += 1
-                        break
-                    tss.append(min(ts, (1 << 64) - 1))   # (another kind's: not kept)
-                hdrs.append(p)
-                p = ev + ((length + 3) & ~3)
+            n_damaged += _page_records(data, page, page + data_off, page + data_off + used, ts,
+                                       kinds, dat, where, ci, found, hdrs, tss)
         received[cpu] = len(hdrs) + n_damaged
         cols = _fields(dat, kinds, data, ci, cpu, hdrs, tss, where, found, comms, other)
         cols["file_offset"] = (off + cols.pop("page")) if by_page else \

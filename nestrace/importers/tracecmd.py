@@ -317,6 +317,28 @@ def _gather(buf: np.ndarray, pos: np.ndarray, f: Field, signed: bool | None = No
     return np.array([_fld(data, int(x), f) for x in pos], np.int64 if sgn else np.uint64)
 
 
+def _categories(buf: np.ndarray, data: bytes, pos: np.ndarray, k: _Block) -> np.ndarray:
+    """blktrace's category bits of each event's rwbs field, each distinct
+    text decoded once."""
+    if k.rwbs.data_loc:
+        keys, inverse = np.unique(np.array([_text(data, int(q), k.rwbs) for q in pos],
+                                           object), return_inverse=True)
+        names = keys.tolist()
+    else:
+        raw = buf[pos[:, None] + (k.rwbs.offset + np.arange(k.rwbs.size))]
+        if k.rwbs.size <= 8:    # (as one number: unique sorts numbers faster)
+            wide = np.zeros((len(pos), 8), np.uint8)
+            wide[:, :k.rwbs.size] = raw
+            keys, inverse = np.unique(wide.view("<u8")[:, 0], return_inverse=True)
+            texts = [int(t).to_bytes(8, "little") for t in keys]
+        else:
+            keys, inverse = np.unique(np.ascontiguousarray(raw).view(f"S{k.rwbs.size}")[:, 0],
+                                      return_inverse=True)
+            texts = keys.tolist()
+        names = [t.split(b"\0", 1)[0].decode(errors="replace") for t in texts]
+    return np.array([rwbs_categories(t) for t in names], np.uint16)[inverse.reshape(-1)]
+
+
 def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: int, hdrs,
             tss, where, found: list, comms: dict[int, str],
             other: dict[str, int]) -> dict[str, np.ndarray]:
@@ -377,23 +399,7 @@ def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: i
             keep[i] = False
         m, pos, sec, nr, d = m[~bad], pos[~bad], sec[~bad], nr[~bad], d[~bad]
         sector[m], nbytes[m], dev[m], action[m] = sec, nr * 512, d, k.action
-        if k.rwbs.data_loc:
-            keys, inverse = np.unique(np.array([_text(data, int(q), k.rwbs) for q in pos],
-                                               object), return_inverse=True)
-            names = keys.tolist()
-        else:
-            raw = buf[pos[:, None] + (k.rwbs.offset + np.arange(k.rwbs.size))]
-            if k.rwbs.size <= 8:    # (as one number: unique sorts numbers faster)
-                wide = np.zeros((len(pos), 8), np.uint8)
-                wide[:, :k.rwbs.size] = raw
-                keys, inverse = np.unique(wide.view("<u8")[:, 0], return_inverse=True)
-                texts = [int(t).to_bytes(8, "little") for t in keys]
-            else:
-                keys, inverse = np.unique(np.ascontiguousarray(raw).view(f"S{k.rwbs.size}")[:, 0],
-                                          return_inverse=True)
-                texts = keys.tolist()
-            names = [t.split(b"\0", 1)[0].decode(errors="replace") for t in texts]
-        cats[m] = np.array([rwbs_categories(t) for t in names], np.uint16)[inverse.reshape(-1)]
+        cats[m] = _categories(buf, data, pos, k)
         if k.error:
             error[m] = _gather(buf, pos, k.error) & 0xFFFF
         if k.new_sector is not None:

@@ -198,7 +198,7 @@ def _print_table(title: str, columns, cells, console=None, left: int = 2) -> Non
     from rich.table import Table
     con = console or Console()
     if console is None and not con.is_terminal:
-        con = Console(width=120)     # a pipe or a file: no 80-column squeeze
+        con = Console(width=200)     # a pipe or a file: no 80-column squeeze
     t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     for i, (col, _) in enumerate(columns):
         t.add_column(col, justify="left" if i < left else "right", overflow="fold")

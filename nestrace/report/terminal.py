@@ -261,8 +261,8 @@ def _attribution(con, rep) -> None:
     if t.row_count:
         con.print(t)
         if rep["journals"]:
-            con.print("journal: writes no call explains that fall in a journal (where record "
-                      "found them at the start): " + "; ".join(
+            con.print("journal: unexplained writes in the journals found at the start: "
+                      + "; ".join(
                 " ".join(filter(None, [j["level"], j["fs_type"],
                                        f"journal inode {j['ino']}" if j["ino"] else "log",
                                        f"{_fmt_bytes(j['bytes'])} at "

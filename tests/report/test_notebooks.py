@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, loop_devices, run_cli
 from nbclient import NotebookClient
 
 import nestrace
@@ -89,15 +89,20 @@ def test_seek_cdf_notebook_runs_on_a_lab_run_store(tmp_path):
     assert rows == [("ext4", "xfs"), ("ext4", "btrfs")], table
 
 
+def lab_names() -> list[str]:
+    from nestrace.capture.lab import labs
+    return labs()
+
+
 def test_notebooks_without_a_store_read_the_demo_store_or_say_what_to_run(tmp_path):
     """Neither notebook builds a stack unless asked: with no store named
     and no demo.store they stop at their first cell with what to run."""
     from nbclient.exceptions import CellExecutionError
     for name, var in (("seek_cdf.ipynb", "NESTRACE_STORES"), ("walkthrough.ipynb", "NESTRACE_STORE")):
-        before = set(Path("/sys/block").glob("loop*/loop"))
+        before = loop_devices(), lab_names()
         with pytest.raises(CellExecutionError, match="run ci/demo, which leaves demo.store"):
             run_notebook(name, {var: ""}, tmp_path)
-        assert set(Path("/sys/block").glob("loop*/loop")) == before
+        assert (loop_devices(), lab_names()) == before
 
 
 def test_walkthrough_notebook_runs(stores, tmp_path):

@@ -27,28 +27,16 @@ from nestrace.images.base import (
     open_noatime,
 )
 
+# each mapped format's reader: the file's map, from its own tables
+READERS = {"qcow2": qcow2.cluster_map, "qcow": qcow.table_map, "vmdk": vmdk.grain_map,
+           "vdi": vdi.block_map, "vhdx": vhdx.bat_map, "vpc": vpc.bat_map,
+           "qed": qed.table_map, "parallels": parallels.bat_map, "luks": luks.header_map}
+
 
 def cluster_map(path: str, fmt: str) -> ClusterMap:
     """The map of the `fmt` image at `path` (one of MAPPED)."""
-    if fmt == "qcow2":
-        read = qcow2.cluster_map
-    elif fmt == "qcow":
-        read = qcow.table_map
-    elif fmt == "vmdk":
-        read = vmdk.grain_map
-    elif fmt == "vdi":
-        read = vdi.block_map
-    elif fmt == "vhdx":
-        read = vhdx.bat_map
-    elif fmt == "vpc":
-        read = vpc.bat_map
-    elif fmt == "qed":
-        read = qed.table_map
-    elif fmt == "parallels":
-        read = parallels.bat_map
-    elif fmt == "luks":
-        read = luks.header_map
-    else:
+    read = READERS.get(fmt)
+    if read is None:
         raise ImageMapError(f"{path}: a {fmt} image: nestrace follows guest offsets into "
                             f"{FOLLOWED} images only")
     return read(path)

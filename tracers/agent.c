@@ -71,6 +71,7 @@ static struct env {
 	const char *guest_mounts[GUEST_MAX];	/* a guest capture without Python: */
 	int nguests;			/* ... its file systems (--guest, again) */
 	const char *guest_dir;		/* ... its directory */
+	const char *facts;		/* --facts: stack, start, end or journal */
 	bool cpus_all;			/* ... the agent not pinned (--agent-cpus all) */
 	bool empty_programs;		/* every program returns at once (--empty-programs) */
 	bool floor_records;		/* headers alone, after each filter (--floor-records) */
@@ -113,7 +114,7 @@ static const char doc[] =
 "      guest.store` wherever nestrace is installed)\n";
 
 enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
-       OPT_GUEST_DIR, OPT_CPUS, OPT_STATUS, OPT_CGROUP, OPT_EMPTY, OPT_FLOOR };
+       OPT_GUEST_DIR, OPT_FACTS, OPT_CPUS, OPT_STATUS, OPT_CGROUP, OPT_EMPTY, OPT_FLOOR };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -128,6 +129,7 @@ static const struct argp_option opts[] = {
 	{ "guest", OPT_GUEST, "MOUNT", 0, "Guest capture without Python: the file system at MOUNT (ext2/3/4, xfs, btrfs; an overlay on one of the first four, with it) and its disk, the filters found here; again for another file system on a partition of the same disk (a VM's / and /home)" },
 	{ "agent-cpus", OPT_CPUS, "auto|all", 0, "With --guest-capture: auto (default) runs the agent on the CPUs that take no block-device interrupts, when some do and others not; all: anywhere" },
 	{ "guest-capture", OPT_GUEST_DIR, "DIR", 0, "With --guest: write the capture into DIR (new or empty): records, metadata, extent maps; run the command after -- and stop when it exits" },
+	{ "facts", OPT_FACTS, "WHAT", 0, "With --guest, no tracing: print the file systems' facts on stdout and exit. stack: one JSON object (their disk, partitions, the other mounts of it); start: the start snapshot of their files' extents and where their journals are, a JSON line each (as a guest capture's extents.jsonl), then {\"snapshot\":...} with the count; end: the snapshot of the files whose inode numbers are on stdin; journal: where their journals are. `nestrace record` takes the guest side's facts from here" },
 	{ "duration", 'd', "SECONDS", 0, "Stop after this long (default: until SIGINT/SIGTERM)" },
 	{ "ringbuf-kb", 'r', "KB", 0, "Ring buffer size in KiB, a power of two from 4 to 2097152 (default 16384)" },
 	{ "wakeup-kb", OPT_WAKEUP, "KB", 0, "Wake the agent when this much waits (default ringbuf/4)" },
@@ -233,6 +235,12 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.guest_mounts[env.nguests++] = arg;
 		break;
 	case OPT_GUEST_DIR: env.guest_dir = arg; break;
+	case OPT_FACTS:
+		if (strcmp(arg, "stack") && strcmp(arg, "start") && strcmp(arg, "end") &&
+		    strcmp(arg, "journal"))
+			argp_error(state, "--facts is stack, start, end or journal");
+		env.facts = arg;
+		break;
 	case OPT_CPUS:
 		if (strcmp(arg, "auto") && strcmp(arg, "all"))
 			argp_error(state, "--agent-cpus is auto or all");
@@ -240,7 +248,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case ARGP_KEY_ARGS: env.cmd = state->argv + state->next; break;
 	case ARGP_KEY_END:
-		if (!env.nguests != !env.guest_dir)
+		if (env.facts && (!env.nguests || env.guest_dir || env.cmd))
+			argp_error(state, "--facts takes --guest, and no --guest-capture or command");
+		if (!env.facts && !env.nguests != !env.guest_dir)
 			argp_error(state, "--guest and --guest-capture go together");
 		if (env.cmd && !env.guest_dir)
 			argp_error(state, "a command (after --) runs only in a --guest-capture");
@@ -1300,7 +1310,7 @@ static int guests__put(const struct guest_stack *g)
 }
 
 /* The file system of one --guest; an overlay's base first, unless traced
- * already (as nestrace/capture/stack.py add_overlay). */
+ * already. */
 static int guests__add(const char *mount)
 {
 	static struct guest_stack g, base;
@@ -1321,6 +1331,58 @@ static int guests__add(const char *mount)
 		}
 	}
 	return guests__put(&g);
+}
+
+/* The inode numbers on stdin, the files an end snapshot takes. */
+static int facts__touched(void)
+{
+	unsigned long long ino;
+	int n;
+
+	while ((n = scanf("%llu", &ino)) == 1)
+		touched__add(ino);
+	if (n != EOF || ferror(stdin)) {
+		fprintf(stderr, "nestrace-agent: --facts end: stdin: not a list of inode numbers\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* --facts: the file systems' facts on stdout, no tracing (0, or the exit
+ * code). */
+static int facts__run(void)
+{
+	bool start = !strcmp(env.facts, "start"), end = !strcmp(env.facts, "end");
+	bool truncated = false;
+	int files = 0;
+
+	for (int i = 0; i < env.nguests; i++)
+		if (guests__add(env.guest_mounts[i]))
+			return 2;
+	if (!strcmp(env.facts, "stack")) {
+		guest__stack_json(stdout, guests, nguests);
+		fputc('\n', stdout);
+		return fflush(stdout) ? 1 : 0;
+	}
+	if (end && facts__touched())
+		return 2;
+	for (int i = 0; i < nguests; i++) {
+		if (start || end) {
+			int n = guest__snapshot(&guests[i], env.facts, stdout,
+						end ? touched__has : NULL);
+
+			if (n < 0)
+				return 1;
+			files += n;
+			truncated |= guest__snapshot_truncated();
+		}
+		if (!end && guest__journal(&guests[i], stdout))
+			return 1;
+	}
+	if (start || end)
+		printf("{\"snapshot\":\"%s\",\"files\":%d,\"truncated\":%s}\n", env.facts, files,
+		       truncated ? "true" : "false");
+	return fflush(stdout) ? 1 : 0;
 }
 
 /* Before tracing: the stack, the filters, the start snapshot. */
@@ -1761,6 +1823,8 @@ int main(int argc, char **argv)
 	signal(SIGINT, sig_handler);
 	signal(SIGTERM, sig_handler);
 	signal(SIGPIPE, SIG_IGN);
+	if (env.facts)
+		return facts__run();
 	if (env.guest_dir)
 		cpus__pin();
 	if (env.guest_dir && gcap__begin()) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-/* The agent's guest capture without Python: what `nestrace record --side
- * guest` finds and snapshots in Python (nestrace/capture/stack.py, record.py),
- * done here for a guest that has only this binary. */
+/* The guest side of a capture, found here alone: a file system's disk and
+ * partition, its files' extents, where its journal is.  A guest capture
+ * without Python (--guest-capture) writes them into its directory;
+ * `nestrace record` asks for them (--facts) and stores what it is told. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -74,6 +75,8 @@ static unsigned long long sysfs_ull(const char *dir, const char *name, unsigned 
 static int btrfs__one_device(const char *mount, struct guest_stack *g)
 {
 	struct btrfs_ioctl_fs_info_args fi = {};
+	char names[256] = "";
+	size_t n = 0;
 	int fd = open(mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 	if (fd < 0 || ioctl(fd, BTRFS_IOC_FS_INFO, &fi)) {
@@ -83,22 +86,24 @@ static int btrfs__one_device(const char *mount, struct guest_stack *g)
 			close(fd);
 		return -1;
 	}
-	if (fi.num_devices != 1) {
-		fprintf(stderr, "nestrace-agent: --guest %s: a btrfs on %llu devices: nestrace "
-			"traces one virtual disk under the guest file system\n", mount,
-			(unsigned long long)fi.num_devices);
-		close(fd);
-		return -1;
-	}
 	for (__u64 id = 1; id <= fi.max_id; id++) {
 		struct btrfs_ioctl_dev_info_args di = { .devid = id };
 
-		if (!ioctl(fd, BTRFS_IOC_DEV_INFO, &di)) {
+		if (ioctl(fd, BTRFS_IOC_DEV_INFO, &di))
+			continue;
+		if (!g->btrfs_devid)
 			g->btrfs_devid = id;
-			break;
-		}
+		if (n < sizeof(names))
+			n += snprintf(names + n, sizeof(names) - n, "%s%s", n ? ", " : "",
+				      basename((char *)di.path));
 	}
 	close(fd);
+	if (fi.num_devices != 1) {
+		fprintf(stderr, "nestrace-agent: --guest %s: a btrfs on %llu devices (%s): nestrace "
+			"traces one virtual disk under the guest file system\n", mount,
+			(unsigned long long)fi.num_devices, names);
+		return -1;
+	}
 	if (!g->btrfs_devid) {
 		fprintf(stderr, "nestrace-agent: --guest %s: btrfs DEV_INFO found no device\n",
 			mount);
@@ -224,7 +229,7 @@ static bool mount__of(const char *real, struct mount_of *m)
 /* ---- overlays (a container's root) -------------------------------------- */
 
 /* An overlay's layer directories, from its super options as mountinfo
- * shows them (as nestrace/capture/stack.py overlay_dirs): upperdir, workdir, and
+ * shows them: upperdir, workdir, and
  * the lower ones (lowerdir, lowerdir+, datadir+).  mountinfo shows each
  * value as given with a space, comma or backslash octal-escaped (\040);
  * lower ones are joined by colons, a backslash escaping the character
@@ -326,13 +331,49 @@ static int overlay__discover(const char *real, const char *opts, struct guest_st
 	return 0;
 }
 
+/* The disk under the file system at `real` (block device blk_major:
+ * blk_minor: a partition's whole disk, with the partition's name, start
+ * and size), and its block size. */
+static int disk__of(const char *real, unsigned int blk_major, unsigned int blk_minor,
+		    struct guest_stack *g)
+{
+	char sys[PATH_MAX], dev[PATH_MAX], buf[64];
+	struct statvfs sv;
+
+	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", blk_major, blk_minor);
+	if (!realpath(sys, dev)) {
+		fprintf(stderr, "nestrace-agent: --guest %s: on %u:%u, not a block device\n", real,
+			blk_major, blk_minor);
+		return -1;
+	}
+	if (!read_sysfs(dev, "partition", buf, sizeof(buf))) {
+		snprintf(g->part_name, sizeof(g->part_name), "%s", basename(dev));
+		g->part_start_bytes = sysfs_ull(dev, "start", 0) * 512;
+		g->part_size_bytes = sysfs_ull(dev, "size", 0) * 512;
+		*strrchr(dev, '/') = 0;		/* the whole disk's directory */
+	}
+	if (read_sysfs(dev, "dev", buf, sizeof(buf)) ||
+	    sscanf(buf, "%u:%u", &g->disk_major, &g->disk_minor) != 2) {
+		fprintf(stderr, "nestrace-agent: %s/dev: cannot read the disk's number\n", dev);
+		return -1;
+	}
+	snprintf(g->disk_name, sizeof(g->disk_name), "%s", basename(dev));
+	g->size_sectors = sysfs_ull(dev, "size", 0);
+	g->logical_block_bytes = sysfs_ull(dev, "queue/logical_block_size", 512);
+	if (statvfs(real, &sv)) {
+		fprintf(stderr, "nestrace-agent: statvfs %s: %s\n", real, strerror(errno));
+		return -1;
+	}
+	g->fs_block_bytes = sv.f_bsize;
+	return 0;
+}
+
 int guest__discover(const char *mount, struct guest_stack *g)
 {
-	char real[PATH_MAX], line[4 * PATH_MAX], sys[PATH_MAX], dev[PATH_MAX], buf[64];
+	char real[PATH_MAX], line[4 * PATH_MAX];
 	static char src[PATH_MAX], opts[4 * PATH_MAX];
 	unsigned int blk_major = 0, blk_minor = 0;
 	bool found = false, mapped = false;
-	struct statvfs sv;
 	FILE *mi;
 
 	memset(g, 0, sizeof(*g));
@@ -390,32 +431,7 @@ int guest__discover(const char *mount, struct guest_stack *g)
 	}
 	if (!strcmp(g->fs, "btrfs") && btrfs__one_device(real, g))
 		return -1;
-	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u", blk_major, blk_minor);
-	if (!realpath(sys, dev)) {
-		fprintf(stderr, "nestrace-agent: --guest %s: on %u:%u, not a block device\n", real,
-			blk_major, blk_minor);
-		return -1;
-	}
-	if (!read_sysfs(dev, "partition", buf, sizeof(buf))) {
-		snprintf(g->part_name, sizeof(g->part_name), "%s", basename(dev));
-		g->part_start_bytes = sysfs_ull(dev, "start", 0) * 512;
-		g->part_size_bytes = sysfs_ull(dev, "size", 0) * 512;
-		*strrchr(dev, '/') = 0;		/* the whole disk's directory */
-	}
-	if (read_sysfs(dev, "dev", buf, sizeof(buf)) ||
-	    sscanf(buf, "%u:%u", &g->disk_major, &g->disk_minor) != 2) {
-		fprintf(stderr, "nestrace-agent: %s/dev: cannot read the disk's number\n", dev);
-		return -1;
-	}
-	snprintf(g->disk_name, sizeof(g->disk_name), "%s", basename(dev));
-	g->size_sectors = sysfs_ull(dev, "size", 0);
-	g->logical_block_bytes = sysfs_ull(dev, "queue/logical_block_size", 512);
-	if (statvfs(real, &sv)) {
-		fprintf(stderr, "nestrace-agent: statvfs %s: %s\n", real, strerror(errno));
-		return -1;
-	}
-	g->fs_block_bytes = sv.f_bsize;
-	return 0;
+	return disk__of(real, blk_major, blk_minor, g);
 }
 
 const char *guest__traced_at(const struct guest_stack *gs, int ng, const char *path)
@@ -447,7 +463,7 @@ const char *guest__traced_at(const struct guest_stack *gs, int ng, const char *p
 /* Call fn(mount point, partition, arg) once per partition of the disk
  * of gs[0..ng) other than theirs that has a file system mounted (its
  * first mount point): their requests are on the traced disk, their files
- * are not traced (as nestrace/capture/stack.py untraced_mounts). */
+ * are not traced. */
 static void untraced__each(const struct guest_stack *gs, int ng,
 			   void (*fn)(const char *mp, const char *part, void *arg), void *arg)
 {
@@ -771,8 +787,7 @@ static char *path__join(const char *dir, const char *name)
  * file system only: not the ones mounted on it (a root file system's
  * /proc, /sys, ...) nor a btrfs subvolume (a device of its own), and no
  * lost+found.  Depth first, a directory's files before its
- * subdirectories, in directory order, as guest_files in
- * nestrace/capture/record.py.  Only directories are stat'ed: a file's type and
+ * subdirectories, in directory order.  Only directories are stat'ed: a file's type and
  * inode come from its directory entry (d_ino is st_ino on ext2/3/4, xfs,
  * btrfs and an overlay on one file system): about half the system time
  * of nftw, which stats every file. */
@@ -964,7 +979,7 @@ bool touched__has(__u64 ino)
 
 /* ---- where the journal is ---------------------------------------------- */
 
-/* As nestrace/capture/fsjournal.py, without dumpe2fs, debugfs or xfs_db: read from
+/* Without dumpe2fs, debugfs or xfs_db (a bare guest has none): read from
  * the file system's own device.  ext3/ext4: the superblock's journal
  * inode, its inode from the inode table, its blocks (extent tree, or
  * direct and indirect blocks; the indirect blocks themselves left out).

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* The agent's guest capture without Python (`--guest-capture DIR --guest
- * MOUNT`): find the file system's disk, snapshot its files' extents, and
- * write what `nestrace import DIR` needs to make a store of it.  --guest
- * again traces another file system on a partition of the same disk (a
- * VM's / and /home), as `nestrace record --stack A --stack B`. */
+/* The guest side of a capture (--guest MOUNT): find the file system's
+ * disk, snapshot its files' extents, find its journal; for a guest
+ * capture without Python (--guest-capture DIR), what `nestrace import DIR`
+ * needs to make a store of it, and for `nestrace record` (--facts) the
+ * same on stdout.  --guest again traces another file system on a
+ * partition of the same disk (a VM's / and /home). */
 #ifndef __NESTRACE_GUEST_H
 #define __NESTRACE_GUEST_H
 
@@ -63,7 +64,7 @@ int guest__journal(const struct guest_stack *g, FILE *f);
 /* The highest level of the stack gs[0..n) (file systems of one disk)
  * that sees writes to `path` (the capture directory): "vfs" on one of the
  * file systems, "vdisk" on another file system of their disk, NULL when
- * neither (as nestrace/capture/stack.py traced_at). */
+ * neither. */
 const char *guest__traced_at(const struct guest_stack *gs, int n, const char *path);
 /* Warn (stderr) about each other file system mounted from a partition of
  * the disk of gs[0..n): its requests are on the traced disk, its files

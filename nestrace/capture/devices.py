@@ -4,6 +4,8 @@ backing file and size.  dev_t is the kernel's (MKDEV) throughout."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,3 +176,75 @@ def block_dev_of_path(dev_path: str) -> BlockDev:
     if not _stat.S_ISBLK(st.st_mode):
         raise StackError(f"{dev_path}: not a block device")
     return block_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+
+
+def btrfs_devices(mount_point: str) -> dict[int, BlockDev]:
+    """devid -> block device (a partition's whole disk, with its start) of
+    a mounted btrfs."""
+    out = subprocess.run(["btrfs", "filesystem", "show", "--raw", mount_point],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise StackError(f"{mount_point}: btrfs filesystem show failed: {out.stderr.strip()}")
+    devs = {}
+    for m in re.finditer(r"devid\s+(\d+) size \d+ used \d+ path (\S+)", out.stdout):
+        if m.group(2) == "<missing":
+            raise StackError(f"{mount_point}: btrfs devid {m.group(1)} is missing")
+        devs[int(m.group(1))] = block_dev_of_path(m.group(2))
+    if not devs:
+        raise StackError(f"{mount_point}: no devices in `btrfs filesystem show`")
+    return devs
+
+
+def fs_device(mount_point: str) -> str:
+    """The block device a file system is on, as the kernel names it: its
+    mount's source (a partition, when it is on one)."""
+    bd = mount_block_dev(mount_of(mount_point))
+    return bd.part_name or bd.name
+
+
+def file_id(path: str) -> tuple[int, int]:
+    """(dev, ino) of a file as the kernel's tracepoints name it: the dev_t
+    of its mount's device (btrfs's stat gives an anonymous one)."""
+    st = os.stat(path)
+    m = mount_containing(path)
+    return (m.kdev if m else kdev_of(st.st_dev)), st.st_ino
+
+
+def _overlay_lower_split(s: str) -> list[str]:
+    """An overlay's lower layers as its lowerdir option gives them: joined
+    by colons, a backslash escaping the character after it (a colon or
+    a backslash in a name), as the kernel splits and unescapes them."""
+    dirs, cur, esc = [], [], False
+    for c in s:
+        if esc:
+            cur.append(c)
+            esc = False
+        elif c == "\\":
+            esc = True
+        elif c == ":":
+            dirs.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    return dirs + ["".join(cur)]
+
+
+def _octal_unescaped(s: str) -> str:
+    """A mount option's value as mountinfo shows it, with the characters
+    it escapes (space, tab, newline, comma, backslash: \\040 ...) back."""
+    return re.sub(r"\\([0-7]{3})", lambda x: chr(int(x.group(1), 8)), s)
+
+
+def overlay_dirs(m: Mount) -> list[str]:
+    """An overlay mount's layers: its upper, work and lower directories.
+    mountinfo shows each option's value as given, octal-escaping a space,
+    comma or backslash (\\040); lower ones are joined by a colon, one in
+    a name escaped by a backslash (so shown as \\134:)."""
+    dirs = []
+    for opt in m.options.split(","):
+        key, _, val = opt.partition("=")
+        if key in ("upperdir", "workdir"):
+            dirs.append(_octal_unescaped(val))
+        elif key in ("lowerdir", "lowerdir+", "datadir+"):
+            dirs += [d for d in _overlay_lower_split(_octal_unescaped(val)) if d]
+    return dirs

@@ -11,8 +11,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from nestrace.capture.devices import BlockDev
-from nestrace.capture.stack import StackError, btrfs_devices, file_id, fs_device
+from nestrace.capture.devices import BlockDev, btrfs_devices, file_id, fs_device
+from nestrace.errors import StackError
 
 # ---- FIEMAP ----------------------------------------------------------------
 
@@ -289,4 +289,22 @@ def map_extent_rows(extents: list[tuple[int, int, int, int]], path: str, dev: in
                       "the file system's devices: piece left out of the map", file=sys.stderr)
                 continue
             row(lo + plog - ph, poff, plen, fl, bd.kdev)
+    return rows
+
+
+def placed_extent_rows(placed: list[tuple[dict, str]], role: str, capture_id: str,
+                       disk_kdev: int, chunks, devices) -> list[dict]:
+    """extent_maps rows of phase `events` for btrfs ordered and looked-up
+    extents (btrfs_placed_extents rows, each with its file's path), mapped through
+    the chunk tree onto the disks below: one per copy and per stripe.  A
+    compressed one is flagged FIEMAP_EXTENT_ENCODED, as FIEMAP has it,
+    with its compressed data's length (disk_length_bytes)."""
+    rows = []
+    for r, path in placed:
+        off, disk, ln, zlen = (r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"],
+                               r.get("disk_length_bytes") or 0)
+        z = {off: BtrfsFileExtent(off, ln, disk, zlen, 0, 1)} if zlen else None
+        rows += map_extent_rows([(off, disk, ln, FIEMAP_EXTENT_ENCODED if zlen else 0)],
+                                path, r["dev"], r["ino"], role, "events", capture_id,
+                                disk_kdev, chunks, devices, z)
     return rows

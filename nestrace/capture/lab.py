@@ -448,7 +448,7 @@ def _unmount_on_top(roots: list[str], own: list[str]) -> list[str]:
     container's root made on the lab: an overlay keeps its layers' file
     system alive after that one's own mount is gone, and with it the loop
     devices under it).  What was unmounted, said."""
-    from nestrace.capture.stack import overlay_dirs
+    from nestrace.capture.devices import overlay_dirs
     roots = [os.path.realpath(r).rstrip("/") + "/" for r in roots]
 
     def inside(path: str) -> bool:

@@ -22,14 +22,15 @@ import pyarrow as pa
 
 from nestrace.capture.agent import agent_args, agent_cpus, cgroup_dir, side_families
 from nestrace.capture.snapshots import (
+    btrfs_placed_extents,
     btrfs_placed_rows,
+    host_journal_rows,
     neighbor_images,
     neighbor_rows,
     snapshot_extents,
-    stack_journal_rows,
     store_extents,
 )
-from nestrace.capture.stack import Stack, guests, traced_at, untraced_mounts
+from nestrace.capture.stack import Stack, guests, traced_at
 from nestrace.capture.status import StatusLines
 from nestrace.errors import RecordError
 from nestrace.schema import table_schema
@@ -200,7 +201,7 @@ def _warn_stack(stack: Stack, store_p: Path, store_level: str | None, log) -> No
         log(f"nestrace: warning: the store {store_p} is on the traced stack: nestrace's own "
             f"writes to it (the agent's batches, comm nestrace-agent) are traced {where}"
             "; a store off the stack (another disk, a tmpfs) leaves them out")
-    others = untraced_mounts(stack)
+    others = stack.untraced_mounts if stack.has_guest else []
     if others:
         one = len(others) == 1
         log(f"nestrace: warning: the virtual disk {stack.vdisk.name} also holds "
@@ -225,7 +226,7 @@ def _start_facts(live: LiveCapture, stack: Stack, cid: str, settings: dict,
                                                          schema=table_schema("device_map")))
     live.write_table("extent_maps", start_extents)
     live.write_table("extent_maps", pa.Table.from_pylist(
-        stack_journal_rows(stack, cid, log), schema=table_schema("extent_maps")))
+        host_journal_rows(stack, cid, log), schema=table_schema("extent_maps")))
     neighbors = neighbor_images(stack)
     if neighbors:
         log(f"nestrace: the host FS also holds {len(neighbors)} other virtual disk image(s) "
@@ -243,16 +244,13 @@ def _end_facts(live: LiveCapture, stack: Stack, cid: str, neighbors: list[str],
     # files read or written by system calls, and by memory (page faults
     # and dirtied pages of mapped files: page-cache events)
     touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
-    end, _ = snapshot_extents(stack, cid, "end", touched)
+    end, _ = snapshot_extents(stack, cid, "end", touched, btrfs_placed_extents(live))
     live.write_table("extent_maps", end)
     if neighbors:
         live.write_table("extent_maps", pa.Table.from_pylist(
             neighbor_rows(stack, neighbors, "end", cid), schema=table_schema("extent_maps")))
-    guest_paths = {(r["dev"], r["ino"]): r["path"]
-                   for r in end.select(["role", "dev", "ino", "path"]).to_pylist()
-                   if r["role"] == "guest_file"}
     live.write_table("extent_maps", pa.Table.from_pylist(
-        btrfs_placed_rows(stack, cid, live, guest_paths), schema=table_schema("extent_maps")))
+        btrfs_placed_rows(stack, cid, live), schema=table_schema("extent_maps")))
     if store_level in ("vdisk", "disk"):    # (on the guest FS: guest files, tied at vfs)
         live.write_table("extent_maps", pa.Table.from_pylist(
             store_extents(live.dir, cid), schema=table_schema("extent_maps")))

@@ -7,81 +7,26 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nestrace.capture.devices import mount_block_dev, mount_containing
-from nestrace.capture.extents import (
-    FIEMAP_EXTENT_ENCODED,
-    BtrfsFileExtent,
-    btrfs_layout,
-    extent_rows,
-    map_extent_rows,
+from nestrace.capture.devices import file_id, mount_block_dev, mount_containing
+from nestrace.capture.extents import btrfs_layout, extent_rows, placed_extent_rows
+from nestrace.capture.guestfacts import (
+    agent_facts,
+    guest_rows,
+    journal_rows,
+    read_lines,
+    unknown_warning,
 )
-from nestrace.capture.fsjournal import JournalError, journal_rows, unknown_warning
-from nestrace.capture.stack import Stack, StackError, file_id, guests
-from nestrace.images.base import MAPPED, open_noatime
+from nestrace.capture.stack import Stack, guests
+from nestrace.errors import StackError
+from nestrace.images.base import MAPPED
 from nestrace.schema import table_schema
 from nestrace.store.files import LiveCapture
-
-# files the start snapshot takes at most, the first found: which files a
-# capture will touch is not known yet, and FIEMAP takes ~0.1 ms a file
-# (4550 files: 0.54 s).  The end snapshot takes every file touched.
-MAX_GUEST_FILES = 4096
-
-
-def guest_files(stack: Stack, inos: set[int] | None = None,
-                limit: int | None = None) -> tuple[list[str], bool]:
-    """Regular files of the guest FS (those with inode in `inos`, if
-    given), at most `limit` of them: the paths, and whether files were left
-    out for the limit.  The walk reads each directory once and stats only
-    the directories (to stay on this file system): a file's type and inode
-    come from the directory entry (d_ino is st_ino on ext2/3/4, xfs and
-    btrfs).  (os.walk with a stat, an lstat and an
-    islink per file took 6-12 s at the end of a capture of a root file
-    system of 400k files, this machine's own; this walk ~1 s.)  Directories
-    are read with O_NOATIME (open_noatime)."""
-    out = []
-    top = os.stat(stack.guest_mount).st_dev
-    todo = [stack.guest_mount]
-    while todo:
-        d = todo.pop()
-        try:
-            fd = open_noatime(d, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            continue                    # removed or unreadable while we looked
-        subdirs = []
-        try:
-            with os.scandir(fd) as it:
-                for e in it:
-                    try:
-                        if e.is_dir(follow_symlinks=False):
-                            # this file system only: not the ones mounted on
-                            # it (a root file system's /proc, /sys, /run, ...)
-                            # nor a btrfs subvolume (a device of its own)
-                            if e.name != "lost+found" and \
-                                    e.stat(follow_symlinks=False).st_dev == top:
-                                subdirs.append(os.path.join(d, e.name))
-                            continue
-                        if not e.is_file(follow_symlinks=False):
-                            continue
-                        if inos is not None and e.inode() not in inos:
-                            continue
-                    except OSError:
-                        continue
-                    if limit is not None and len(out) >= limit:
-                        return out, True
-                    out.append(os.path.join(d, e.name))
-        except OSError:
-            pass                        # (a directory gone while read)
-        finally:
-            os.close(fd)
-        todo.extend(reversed(subdirs))    # (depth first, in directory order)
-    return out, False
 
 
 def cluster_rows(stack: Stack, phase: str, capture_id: str) -> list[dict]:
@@ -119,12 +64,13 @@ def cluster_rows(stack: Stack, phase: str, capture_id: str) -> list[dict]:
     return rows
 
 
-def snapshot_extents(stack: Stack, capture_id: str, phase: str,
-                     inos: set[int] | None = None) -> tuple[pa.Table, bool]:
-    """FIEMAP of the image and of the guest files (btrfs addresses mapped
-    through the chunk tree to devices and their offsets): of the files in
-    `inos`, or without it of the first MAX_GUEST_FILES found.  Also
-    whether files were left out for that limit (with a warning)."""
+def snapshot_extents(stack: Stack, capture_id: str, phase: str, inos: set[int] | None = None,
+                     placed: list[dict] = ()) -> tuple[pa.Table, bool]:
+    """The image's extents (FIEMAP; btrfs addresses mapped through the
+    chunk tree to devices and their offsets) and its cluster map, and the
+    guest side's snapshot (guest_snapshot): of the files in `inos`, or
+    without it of the first files found.  Also whether files were left
+    out for that limit (the agent warns)."""
     rows = []
     if stack.has_host:
         chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
@@ -133,26 +79,27 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str,
                                 devices)
         if stack.image_format in MAPPED:
             rows += cluster_rows(stack, phase, capture_id)
-    if not stack.has_guest:
-        return pa.Table.from_pylist(rows, schema=table_schema("extent_maps")), False
     truncated = False
-    for g in guests(stack):
-        subprocess.run(["sync", "-f", g.guest_mount], check=False)
-        chunks, devices = btrfs_layout(g.guest_mount, g.guest_fs)
-        paths, cut = guest_files(g, inos, None if inos is not None else MAX_GUEST_FILES)
-        if cut:
-            print(f"nestrace: warning: {g.guest_mount} has more than {MAX_GUEST_FILES} regular "
-                  f"files: the {phase} snapshot has the first {MAX_GUEST_FILES} found (a file past "
-                  f"them read or written before a rewrite moved it is mapped where the end "
-                  f"snapshot has it)", file=sys.stderr)
-        truncated |= cut
-        for p in paths:
-            try:
-                rows += extent_rows(p, "guest_file", phase, capture_id, stack.vdisk.kdev,
-                                    chunks, devices, g.guest_kdev)
-            except OSError:
-                continue   # removed while we looked
+    if stack.has_guest:
+        more, truncated = guest_snapshot(stack, capture_id, phase, inos, placed)
+        rows += more
     return pa.Table.from_pylist(rows, schema=table_schema("extent_maps")), truncated
+
+
+def guest_snapshot(stack: Stack, capture_id: str, phase: str, inos: set[int] | None = None,
+                   placed: list[dict] = ()) -> tuple[list[dict], bool]:
+    """The guest file systems' snapshot, which the agent takes
+    (guestfacts): their files' extents (at the start the first files
+    found, at the end those in `inos`), at the start where their journals
+    are, at the end where btrfs placed the `placed` extents; and whether
+    the start left files out.  A problem is a warning on stderr."""
+    where = f"nestrace-agent --facts {phase}"
+    gs = guests(stack)
+    lines = read_lines(agent_facts([g.guest_mount for g in gs], phase, inos), where, len(gs))
+    rows, problems = guest_rows(lines, gs, stack.vdisk.kdev, capture_id, inos, placed, where)
+    for p in problems:
+        print(f"nestrace: warning: {p}", file=sys.stderr)
+    return rows, lines.truncated
 
 
 # mapping_event sources in btrfs logical bytes (schemas/): its ordered
@@ -174,80 +121,47 @@ def btrfs_placed_extents(live: LiveCapture) -> list[dict]:
     return seen.sort_by([(c, "ascending") for c in cols]).to_pylist()
 
 
-def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture,
-                      guest_paths: dict[int, str] | None = None) -> list[dict]:
-    """Where a btrfs placed the image's bytes (a btrfs host) or the guest
-    files' bytes (a btrfs guest) during the capture: its ordered extents
-    (each write-back or direct write of copy-on-write data goes to a new
-    place), mapped through that file system's chunk tree at the end like
+def btrfs_placed_rows(stack: Stack, capture_id: str, live: LiveCapture) -> list[dict]:
+    """Where a btrfs host placed the image's bytes during the capture: its
+    ordered extents (each write-back or direct write of copy-on-write data
+    goes to a new place), mapped through its chunk tree at the end like
     the snapshots: extent_maps rows of phase `events`, one per copy and
     per stripe.  Bytes placed and moved again before the end (a block
     rewritten) are found through these: no snapshot has their first
-    place, which a read-modify-write, say, reads.  guest_paths: (dev,
-    inode) -> path of the guest files (a file deleted since is named by
-    inode)."""
-    sides = []   # (role, mount, fs device, the disk below, (dev, ino) -> path or None)
-    if stack.has_host and stack.host_fs == "btrfs":
-        files = {}
-        for path in [stack.image_path, *(b["path"] for b in stack.backing_files)]:
-            with contextlib.suppress(OSError):
-                files[file_id(path)] = path
-        sides.append(("image", stack.host_mount, stack.disk.kdev,
-                      lambda dev, ino: files.get((dev, ino))))
-    for g in guests(stack) if stack.has_guest and stack.vdisk else []:
-        if g.guest_fs == "btrfs":
-            paths = guest_paths or {}
-            sides.append(("guest_file", g.guest_mount, stack.vdisk.kdev,
-                          lambda dev, ino, g=g: (paths.get((dev, ino), f"{g.guest_mount} (inode {ino})")
-                                                 if dev == g.guest_kdev else None)))
-    if not sides or not (seen := btrfs_placed_extents(live)):
+    place, which a read-modify-write, say, reads.  (A btrfs guest's come
+    with the agent's end snapshot: guest_snapshot.)"""
+    if not (stack.has_host and stack.host_fs == "btrfs"):
         return []
-    rows = []
-    for role, mount, disk_kdev, path_of in sides:
-        mine = [(r, p) for r in seen if (p := path_of(r["dev"], r["ino"]))]
-        if not mine:
-            continue
-        rows += placed_extent_rows(mine, role, capture_id, disk_kdev,
-                                   *btrfs_layout(mount, "btrfs"))
-    return rows
+    files = {}
+    for path in [stack.image_path, *(b["path"] for b in stack.backing_files)]:
+        with contextlib.suppress(OSError):
+            files[file_id(path)] = path
+    mine = [(r, p) for r in btrfs_placed_extents(live) if (p := files.get((r["dev"], r["ino"])))]
+    if not mine:
+        return []
+    return placed_extent_rows(mine, "image", capture_id, stack.disk.kdev,
+                              *btrfs_layout(stack.host_mount, "btrfs"))
 
 
-def placed_extent_rows(placed: list[tuple[dict, str]], role: str, capture_id: str,
-                       disk_kdev: int, chunks, devices) -> list[dict]:
-    """extent_maps rows of phase `events` for btrfs ordered and looked-up
-    extents (btrfs_placed_extents rows, each with its file's path), mapped through
-    the chunk tree onto the disks below: one per copy and per stripe.  A
-    compressed one is flagged FIEMAP_EXTENT_ENCODED, as FIEMAP has it,
-    with its compressed data's length (disk_length_bytes)."""
-    rows = []
-    for r, path in placed:
-        off, disk, ln, zlen = (r["file_offset_bytes"], r["disk_bytes"], r["length_bytes"],
-                               r.get("disk_length_bytes") or 0)
-        z = {off: BtrfsFileExtent(off, ln, disk, zlen, 0, 1)} if zlen else None
-        rows += map_extent_rows([(off, disk, ln, FIEMAP_EXTENT_ENCODED if zlen else 0)],
-                                path, r["dev"], r["ino"], role, "events", capture_id,
-                                disk_kdev, chunks, devices, z)
-    return rows
-
-
-def stack_journal_rows(stack: Stack, capture_id: str, log) -> list[dict]:
-    """Where the journals of the stack's file systems are (fsjournal): the
-    guest's on the virtual disk, the host's on its disk.  One that cannot
-    be read is logged, and links classes the writes there by their flags."""
-    sides = []
-    if stack.has_guest and stack.vdisk:
-        sides += [(g.guest_mount, g.guest_kdev, stack.vdisk.kdev, g.guest_part_start_bytes)
-                  for g in guests(stack) if not g.guest_base_kdev]   # (an overlay has none)
-    if stack.has_host and stack.disk and not stack.more_disks:
-        sides.append((stack.host_mount, stack.host_kdev, stack.disk.kdev,
-                      stack.host_part_start_bytes))
-    rows = []
-    for mp, fs_dev, disk_dev, part in sides:
-        try:
-            rows += journal_rows(mp, fs_dev, disk_dev, part, capture_id)
-        except (JournalError, StackError) as e:
-            log("nestrace: warning: " + unknown_warning(mp, getattr(e, "dev", ""), str(e)))
-    return rows
+def host_journal_rows(stack: Stack, capture_id: str, log) -> list[dict]:
+    """Where the host file system's journal is on its disk, which the
+    agent finds as a guest's (guestfacts).  One that cannot be read is
+    logged, and links classes the writes there by their flags."""
+    if not (stack.has_host and stack.disk and not stack.more_disks
+            and stack.host_fs in ("ext3", "ext4", "xfs")):
+        return []
+    where = "nestrace-agent --facts journal"
+    try:
+        lines = read_lines(agent_facts([stack.host_mount], "journal"), where, 1)
+    except StackError as e:
+        log("nestrace: warning: " + unknown_warning(stack.host_mount, "", str(e)))
+        return []
+    for _, dev, why in lines.journal_errors:
+        log("nestrace: warning: " + unknown_warning(stack.host_mount, dev, why))
+    return [r for _, j in lines.journals
+            for r in journal_rows(stack.host_mount, stack.host_fs, j["ino"], j["extents"],
+                                  stack.host_kdev, stack.disk.kdev,
+                                  stack.host_part_start_bytes, capture_id)]
 
 
 # neighbor images a snapshot maps at most (the first found)

@@ -1,27 +1,29 @@
-"""Discover a nested storage stack from a mount point, and map files.
+"""Discover a nested storage stack from a mount point.
 
 mount point -> its block device (the virtual disk: a loop device here, vdX
 in a VM) -> the loop's backing image file -> the host file system holding
 the image -> that file system's device (the disk), recursively while the
-devices are loop devices.
+devices are loop devices.  The guest side (the file system's disk and
+partition, an overlay's base, the disk's other mounts) is the agent's to
+find (capture.guestfacts); the host side is found here.
 """
 from __future__ import annotations
 
+import json
 import os
-import re
-import subprocess
 from dataclasses import asdict, dataclass, field, replace
 
 from nestrace.capture.devices import (
     BlockDev,
     Mount,
+    block_dev,
     block_dev_of_path,
-    kdev_of,
+    btrfs_devices,
+    file_id,
     mount_block_dev,
     mount_containing,
-    mount_of,
-    mounts,
 )
+from nestrace.capture.guestfacts import agent_facts, stack_fields
 from nestrace.errors import StackError
 from nestrace.images.chain import image_format
 
@@ -70,6 +72,12 @@ class Stack:
     # mount): the dev_t of the file system its layers are on, traced with
     # it (its files' bytes are that file system's); 0 for any other
     guest_base_kdev: int = 0
+    # a guest btrfs: its one device's id (0: not a btrfs)
+    guest_btrfs_devid: int = 0
+    # the other file systems mounted from the virtual disk's partitions,
+    # [mount point, partition]: their requests are on the traced disk,
+    # their files are not traced
+    untraced_mounts: list[list[str]] = field(default_factory=list)
 
     @property
     def has_guest(self) -> bool:
@@ -88,7 +96,13 @@ class Stack:
 
 
 GUEST_FIELDS = ("guest_mount", "guest_fs", "guest_kdev", "guest_block_bytes",
-                "guest_part_start_bytes", "guest_part_size_bytes", "guest_base_kdev")
+                "guest_part_start_bytes", "guest_part_size_bytes", "guest_base_kdev",
+                "guest_btrfs_devid")
+# what host_side finds that a stack of both sides takes (a loop device
+# reads its image as raw: no format, no backing chain)
+HOST_FIELDS = ("image_path", "image_ino", "host_mount", "host_fs", "host_kdev", "disk",
+               "more_disks", "below", "host_block_bytes", "host_part_start_bytes",
+               "host_part_size_bytes")
 
 
 def guests(stack: Stack) -> list[Stack]:
@@ -99,113 +113,45 @@ def guests(stack: Stack) -> list[Stack]:
     return [stack] + [replace(stack, more_guests=[], **g) for g in stack.more_guests]
 
 
-def _overlay_lower_split(s: str) -> list[str]:
-    """An overlay's lower layers as its lowerdir option gives them: joined
-    by colons, a backslash escaping the character after it (a colon or
-    a backslash in a name), as the kernel splits and unescapes them."""
-    dirs, cur, esc = [], [], False
-    for c in s:
-        if esc:
-            cur.append(c)
-            esc = False
-        elif c == "\\":
-            esc = True
-        elif c == ":":
-            dirs.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    return dirs + ["".join(cur)]
-
-
-def _octal_unescaped(s: str) -> str:
-    """A mount option's value as mountinfo shows it, with the characters
-    it escapes (space, tab, newline, comma, backslash: \\040 ...) back."""
-    return re.sub(r"\\([0-7]{3})", lambda x: chr(int(x.group(1), 8)), s)
-
-
-def overlay_dirs(m: Mount) -> list[str]:
-    """An overlay mount's layers: its upper, work and lower directories.
-    mountinfo shows each option's value as given, octal-escaping a space,
-    comma or backslash (\\040); lower ones are joined by a colon, one in
-    a name escaped by a backslash (so shown as \\134:)."""
-    dirs = []
-    for opt in m.options.split(","):
-        key, _, val = opt.partition("=")
-        if key in ("upperdir", "workdir"):
-            dirs.append(_octal_unescaped(val))
-        elif key in ("lowerdir", "lowerdir+", "datadir+"):
-            dirs += [d for d in _overlay_lower_split(_octal_unescaped(val)) if d]
-    return dirs
-
-
-def overlay_base(m: Mount) -> Mount:
-    """The file system an overlay mount's layers are on (its upper, work
-    and lower directories): one, whose files' bytes the overlay's files
-    are.  Layers on several file systems, or on btrfs (whose extent
-    lookups an overlay does not pass on), are refused."""
-    dirs = overlay_dirs(m)
-    bases = {(b.major, b.minor): b for d in dirs if (b := mount_containing(d)) is not None}
-    if not bases:
-        raise StackError(f"{m.mount_point}: an overlay whose layers were not found "
-                         f"(options {m.options!r})")
-    if len(bases) > 1:
-        raise StackError(f"{m.mount_point}: an overlay with layers on several file systems ("
-                         + ", ".join(sorted(b.mount_point for b in bases.values()))
-                         + "): nestrace follows an overlay whose layers are on one")
-    base = next(iter(bases.values()))
-    if base.fs_type in ("overlay", "btrfs"):
-        raise StackError(f"{m.mount_point}: an overlay on {base.fs_type} ({base.mount_point}): "
-                         "nestrace follows an overlay on ext2/3/4 or xfs")
-    return base
-
-
-def _overlay_guest(m: Mount, base: Stack) -> dict:
-    """The more_guests entry of an overlay whose layers are on `base` (a
-    traced guest file system): its files' bytes are base's."""
-    return {"guest_mount": m.mount_point, "guest_fs": "overlay", "guest_kdev": m.kdev,
-            "guest_block_bytes": base.guest_block_bytes,
-            "guest_part_start_bytes": base.guest_part_start_bytes,
-            "guest_part_size_bytes": base.guest_part_size_bytes,
-            "guest_base_kdev": base.guest_kdev}
-
-
-def add_overlay(stack: Stack, m: Mount) -> None:
-    """Trace an overlay mount too, and the file system of its layers."""
-    base = overlay_base(m)
-    if not any(g.guest_kdev == base.kdev for g in guests(stack)):
-        add_guest(stack, base.mount_point)
-    if any(g.guest_kdev == m.kdev for g in guests(stack)):
-        raise StackError(f"--stack {m.mount_point}: this overlay is traced already")
-    stack.more_guests.append(_overlay_guest(
-        m, next(g for g in guests(stack) if g.guest_kdev == base.kdev)))
-
-
-def add_guest(stack: Stack, mount_point: str) -> None:
-    """Trace one more guest file system: one on another partition of the
-    stack's virtual disk (not another disk: that is another image), or an
-    overlay whose layers are on one."""
-    gm = mount_of(mount_point)
-    if gm.fs_type == "overlay":
-        return add_overlay(stack, gm)
+def guest_side(mounts: str | list[str], vdisk_path: str | None = None) -> Stack:
+    """The guest's half of a stack: the file systems at `mounts` (the
+    first's, then those on other partitions of its disk; an overlay with
+    the file system of its layers before it) and the virtual disk under
+    them (or the block device `vdisk_path`), as the agent finds them."""
+    mounts = [mounts] if isinstance(mounts, str) else list(mounts)
+    text = agent_facts(mounts, "stack")
     try:
-        bd = mount_block_dev(gm)
-    except StackError as e:
-        raise StackError(f"--stack {mount_point}: {e}") from None
-    if stack.vdisk is None or bd.kdev != stack.vdisk.kdev:
+        g = json.loads(text)
+    except ValueError:
+        raise StackError(f"--stack {mounts[0]}: the agent's stack is not JSON: "
+                         f"{text[:80]!r}") from None
+    f = stack_fields(g, f"--stack {mounts[0]}")
+    found = f.pop("vdisk")
+    if vdisk_path:
+        vdisk = block_dev_of_path(vdisk_path)
+    else:
+        vdisk = block_dev(found.major, found.minor)
+        vdisk.part_name, vdisk.part_start_bytes = found.part_name, found.part_start_bytes
+        vdisk.part_size_sectors = found.part_size_sectors
+    return Stack(vdisk=vdisk, side="guest", **f)
+
+
+def discover(mounts: str | list[str]) -> Stack:
+    """Walk mount -> loop -> image -> host FS -> disk."""
+    stack = guest_side(mounts)
+    if not stack.vdisk.is_loop:
         raise StackError(
-            f"--stack {mount_point}: on {bd.name}, not on the virtual disk {stack.vdisk.name if stack.vdisk else '?'} "
-            f"of --stack {stack.guest_mount}: more than one --stack traces file systems on "
-            "partitions of one virtual disk (another disk is another image: `nestrace record` "
-            "takes both and makes a capture of each)")
-    if any(g.guest_kdev == gm.kdev for g in guests(stack)):
-        raise StackError(f"--stack {mount_point}: its file system ({bd.part_name or bd.name}) "
-                         "is traced already")
-    _one_device(gm)
-    stack.more_guests.append({
-        "guest_mount": gm.mount_point, "guest_fs": gm.fs_type, "guest_kdev": gm.kdev,
-        "guest_block_bytes": os.statvfs(gm.mount_point).f_bsize,
-        "guest_part_start_bytes": _part_start(gm), "guest_part_size_bytes": _part_size(gm)})
+            f"{stack.guest_mount}: on {stack.vdisk.name}, which is not a loop device: not a "
+            "nested stack on this machine (in a VM: `nestrace record --side guest` here, "
+            "`--side host --image FILE` on the host, then `nestrace merge`)")
+    return with_host(stack)
+
+
+def with_host(stack: Stack, image: str | None = None, disk_path: str | None = None) -> Stack:
+    """A guest side and the host side under it: `image` (default: the
+    virtual disk's loop backing file) on its file system and disk."""
+    host = host_side(image or stack.vdisk.backing_file, disk_path)
+    return replace(stack, side="both", **{f: getattr(host, f) for f in HOST_FIELDS})
 
 
 def traced_at(stack: Stack, path: str) -> str | None:
@@ -230,24 +176,6 @@ def traced_at(stack: Stack, path: str) -> str | None:
     return None
 
 
-def discover(mount_point: str) -> Stack:
-    """Walk mount -> loop -> image -> host FS -> disk (an overlay: the
-    stack of the file system its layers are on, and the overlay too)."""
-    gm = mount_of(mount_point)
-    if gm.fs_type == "overlay":
-        stack = discover(overlay_base(gm).mount_point)
-        add_overlay(stack, gm)
-        return stack
-    vdisk = mount_block_dev(gm)
-    if not vdisk.is_loop:
-        raise StackError(
-            f"{mount_point}: on {vdisk.name}, which is not a loop device: not a nested "
-            "stack on this machine (in a VM: `nestrace record --side guest` here, "
-            "`--side host --image FILE` on the host, then `nestrace merge`)")
-    _one_device(gm)
-    return from_devices(gm, vdisk)
-
-
 def _part_start(m: Mount) -> int:
     """Byte offset of a mount's file system on its disk (a partition's start)."""
     try:
@@ -262,29 +190,6 @@ def _part_size(m: Mount) -> int:
         return mount_block_dev(m).part_size_sectors * 512
     except StackError:
         return 0
-
-
-def untraced_mounts(stack: Stack) -> list[tuple[str, str]]:
-    """The other file systems mounted from the virtual disk's partitions,
-    as (mount point, partition): their requests are on the traced virtual
-    disk, their files are not traced."""
-    if stack.vdisk is None or not stack.guest_mount:
-        return []
-    mine = set()
-    for g in guests(stack):
-        try:
-            mine.add(mount_block_dev(mount_of(g.guest_mount)).part_name)
-        except StackError:
-            mine.add("")
-    out: dict[str, str] = {}
-    for m in mounts():
-        try:
-            bd = mount_block_dev(m)
-        except StackError:
-            continue
-        if bd.kdev == stack.vdisk.kdev and bd.part_name not in mine:
-            out.setdefault(bd.part_name or bd.name, m.mount_point)
-    return sorted((mp, part) for part, mp in out.items())
 
 
 def _host_below(disk: BlockDev) -> list[dict]:
@@ -305,22 +210,6 @@ def _host_below(disk: BlockDev) -> list[dict]:
     return below
 
 
-def guest_side(mount_point: str, vdisk_path: str | None = None) -> Stack:
-    """The guest's half of a stack in a VM: the file system at `mount_point`
-    and the virtual disk under it (a virtio disk, or any block device)."""
-    gm = mount_of(mount_point)
-    if gm.fs_type == "overlay":
-        stack = guest_side(overlay_base(gm).mount_point, vdisk_path)
-        add_overlay(stack, gm)
-        return stack
-    vdisk = block_dev_of_path(vdisk_path) if vdisk_path else mount_block_dev(gm)
-    _one_device(gm)
-    return Stack(guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev,
-                 vdisk=vdisk, guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
-                 guest_part_start_bytes=_part_start(gm), guest_part_size_bytes=_part_size(gm),
-                 side="guest")
-
-
 def _more_disks(m: Mount, disk: BlockDev) -> list[BlockDev]:
     """The other devices of a btrfs on several (RAID profiles): all of
     them are the disk level.  Their file system addresses are the same
@@ -334,18 +223,6 @@ def _more_disks(m: Mount, disk: BlockDev) -> list[BlockDev]:
             "several devices only when they start alike (whole disks, or partitions at "
             "the same offset)")
     return [bd for _, bd in devs if bd.kdev != disk.kdev]
-
-
-def _one_device(m: Mount) -> None:
-    """A guest btrfs on several virtual disks is refused: only the one
-    under the mount is traced, the others' bytes would be lost."""
-    if m.fs_type == "btrfs":
-        devs = btrfs_devices(m.mount_point)
-        if len({bd.kdev for bd in devs.values()}) > 1:
-            raise StackError(
-                f"{m.mount_point}: a guest btrfs on {len(devs)} devices ("
-                + ", ".join(bd.part_name or bd.name for bd in devs.values())
-                + "): nestrace traces one virtual disk under the guest file system")
 
 
 def host_side(image: str, disk_path: str | None = None) -> Stack:
@@ -402,52 +279,3 @@ def _backing_files(image: str, fmt: str, host_kdev: int) -> list[dict]:
             out.append({"path": layer.path, "fmt": layer.fmt, "ino": ino}
                        | ({"extent": True} if layer.extent else {}))
     return out
-
-
-def from_devices(gm: Mount, vdisk: BlockDev, image: str | None = None,
-                 disk_path: str | None = None) -> Stack:
-    image_path = image or vdisk.backing_file
-    host = host_side(image_path, disk_path)
-    return Stack(
-        guest_mount=gm.mount_point, guest_fs=gm.fs_type, guest_kdev=gm.kdev, vdisk=vdisk,
-        image_path=image_path, image_ino=host.image_ino, host_mount=host.host_mount,
-        host_fs=host.host_fs, host_kdev=host.host_kdev, disk=host.disk,
-        more_disks=host.more_disks, below=host.below,
-        guest_block_bytes=os.statvfs(gm.mount_point).f_bsize,
-        host_block_bytes=host.host_block_bytes,
-        guest_part_start_bytes=_part_start(gm), host_part_start_bytes=host.host_part_start_bytes,
-        guest_part_size_bytes=_part_size(gm), host_part_size_bytes=host.host_part_size_bytes)
-
-
-# ---- devices and file ids (the extent maps are in nestrace.capture.extents) ----------
-
-def btrfs_devices(mount_point: str) -> dict[int, BlockDev]:
-    """devid -> block device (a partition's whole disk, with its start) of
-    a mounted btrfs."""
-    out = subprocess.run(["btrfs", "filesystem", "show", "--raw", mount_point],
-                         capture_output=True, text=True)
-    if out.returncode:
-        raise StackError(f"{mount_point}: btrfs filesystem show failed: {out.stderr.strip()}")
-    devs = {}
-    for m in re.finditer(r"devid\s+(\d+) size \d+ used \d+ path (\S+)", out.stdout):
-        if m.group(2) == "<missing":
-            raise StackError(f"{mount_point}: btrfs devid {m.group(1)} is missing")
-        devs[int(m.group(1))] = block_dev_of_path(m.group(2))
-    if not devs:
-        raise StackError(f"{mount_point}: no devices in `btrfs filesystem show`")
-    return devs
-
-
-def fs_device(mount_point: str) -> str:
-    """The block device a file system is on, as the kernel names it: its
-    mount's source (a partition, when it is on one)."""
-    bd = mount_block_dev(mount_of(mount_point))
-    return bd.part_name or bd.name
-
-
-def file_id(path: str) -> tuple[int, int]:
-    """(dev, ino) of a file as the kernel's tracepoints name it: the dev_t
-    of its mount's device (btrfs's stat gives an anonymous one)."""
-    st = os.stat(path)
-    m = mount_containing(path)
-    return (m.kdev if m else kdev_of(st.st_dev)), st.st_ino

@@ -69,7 +69,6 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from nestrace.capture import disks
     from nestrace.capture import record as rec
-    from nestrace.capture.stack import add_guest
     workload = None
     if os.environ.get(disks.RECORDER_ENV):     # (one disk's, of record_disks)
         sys.stdout, sys.stderr = _Orphanable(sys.stdout), _Orphanable(sys.stderr)
@@ -105,9 +104,7 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
         _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_ms, mode,
                       all_hooks, agent_cpus, pid, cgroup, status, side)
         return
-    stack = _stack(side, mount, vdisk, image, disk)
-    for mp in more:
-        add_guest(stack, mp)
+    stack = _stack(side, [mount, *more] if mount else [], vdisk, image, disk)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
                      all_hooks=all_hooks, cpus=agent_cpus, pid=pid, cgroup=cgroup,
@@ -138,31 +135,30 @@ def _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_
         sys.exit(rc)
 
 
-def _stack(side, mount, vdisk, image, disk):
+def _stack(side, mounts, vdisk, image, disk):
     """The stack to trace: one side's, the devices given, or discovered
-    from the guest mount."""
-    from nestrace.capture.devices import block_dev, block_dev_of_path, mount_of, mounts_on
-    from nestrace.capture.stack import discover, from_devices
+    from the guest mounts."""
+    from nestrace.capture.devices import block_dev_of_path, mounts_on
+    from nestrace.capture.stack import discover, guest_side, with_host
     if side != "both":
-        return _side_stack(side, mount, vdisk, image, disk)
-    if not mount and not vdisk:
+        return _side_stack(side, mounts, vdisk, image, disk)
+    if not mounts and not vdisk:
         raise UserError("--stack MOUNTPOINT is required (the guest file system), "
                         "or --vdisk DEV with it mounted")
     if not (vdisk or image or disk):
-        return discover(mount)
-    if not mount:   # the guest file system: the one mounted from the virtual disk
+        return discover(mounts)
+    if not mounts:   # the guest file system: the one mounted from the virtual disk
         on = mounts_on(block_dev_of_path(vdisk))
         if len({(m.major, m.minor) for m in on}) != 1:   # (one file system, maybe bound twice)
             raise UserError(f"--vdisk {vdisk}: " + (
                 "no file system of it is mounted" if not on else
                 "file systems of it are mounted at " + ", ".join(sorted({m.mount_point for m in on}))
             ) + ": give --stack MOUNTPOINT (the guest file system)")
-        mount = on[0].mount_point
-    gm = mount_of(mount)
-    vd = block_dev_of_path(vdisk) if vdisk else block_dev(gm.major, gm.minor)
-    if not (image or vd.is_loop):
-        raise UserError(f"{vd.name} is not a loop device: give --image")
-    return from_devices(gm, vd, image, disk)
+        mounts = [on[0].mount_point]
+    stack = guest_side(mounts, vdisk)
+    if not (image or stack.vdisk.is_loop):
+        raise UserError(f"{stack.vdisk.name} is not a loop device: give --image")
+    return with_host(stack, image, disk)
 
 
 class _Orphanable:
@@ -194,20 +190,17 @@ def _disk_groups(side: str, first: str, more) -> list[tuple[str, list[str]]]:
     """The --stack mount points grouped by the virtual disk they are on
     (in the order given), each group checked as one stack now, before
     anything is traced: (disk name, its recorder's --stack options)."""
-    from nestrace.capture.devices import mount_block_dev, mount_of
-    from nestrace.capture.stack import add_guest, discover, guest_side
+    from nestrace.capture.stack import discover, guest_side
     groups: dict[int, tuple[str, list[str]]] = {}
     for mp in (first, *more):
         try:
-            bd = mount_block_dev(mount_of(mp))
-        except (OSError, StackError):
+            bd = guest_side(mp).vdisk
+        except StackError:
             return []       # (said as for one stack, below)
         groups.setdefault(bd.kdev, (bd.name, []))[1].append(mp)
     if len(groups) > 1:
         for _, mps in groups.values():
-            stack = discover(mps[0]) if side == "both" else guest_side(mps[0])
-            for mp in mps[1:]:
-                add_guest(stack, mp)
+            discover(mps) if side == "both" else guest_side(mps)
     return [(name, [a for mp in mps for a in ("--stack", mp)]) for name, mps in groups.values()]
 
 
@@ -227,20 +220,20 @@ def _image_groups(images, disk) -> list[tuple[str, list[str]]]:
             for image in images]
 
 
-def _side_stack(side: str, mount, vdisk, image, disk):
+def _side_stack(side: str, mounts, vdisk, image, disk):
     """One side of a VM's stack, from the options that side takes."""
     from nestrace.capture.stack import guest_side, host_side
     usage, foreign, foreign_names, needed, what = {
-        "guest": ("--stack MOUNT [--vdisk DEV]", (image, disk), "--image or --disk", mount,
+        "guest": ("--stack MOUNT [--vdisk DEV]", (image, disk), "--image or --disk", mounts,
                   "--stack MOUNTPOINT (the guest file system)"),
-        "host": ("--image FILE [--disk DEV]", (mount, vdisk), "--stack or --vdisk", image,
+        "host": ("--image FILE [--disk DEV]", (mounts, vdisk), "--stack or --vdisk", image,
                  "--image FILE (the VM's disk image)")}[side]
     if any(foreign):
         raise UserError(f"--side {side} traces the {side}'s side: give {usage}, not {foreign_names}")
     if not needed:
         raise UserError(f"--side {side} needs {what}")
     if side == "guest":
-        return guest_side(mount, vdisk)
+        return guest_side(mounts, vdisk)
     stack = host_side(image, disk)
     if stack.image_format in MAPPED:
         try:

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from nestrace.capture.devices import BlockDev, kdev
-from nestrace.capture.extents import BtrfsFileExtent, Chunk, map_extent_rows
-from nestrace.capture.fsjournal import extents_rows, unknown_warning
+from nestrace.capture.guestfacts import guest_rows, read_lines, stack_fields
 from nestrace.capture.record import device_map_rows
-from nestrace.capture.snapshots import btrfs_placed_extents, placed_extent_rows
+from nestrace.capture.snapshots import btrfs_placed_extents
 from nestrace.capture.stack import Stack, guests
+from nestrace.errors import StackError
 from nestrace.schema import table_schema
 from nestrace.store.files import LiveCapture, StoreError, captures, init_store
 from nestrace.store.seal import SealResult, seal
@@ -34,10 +33,6 @@ FORMAT = "nestrace-guest-capture"
 VERSION = 1
 # how the agent's capture may end without anything having gone wrong
 CLEAN_ENDS = ("signal", "duration", "command")
-# btrfs block-group type bits -> the profile names extents.btrfs_pieces reads
-BTRFS_PROFILES = ((1 << 3, "RAID0"), (1 << 4, "RAID1"), (1 << 5, "DUP"), (1 << 6, "RAID10"),
-                  (1 << 7, "RAID5"), (1 << 8, "RAID6"), (1 << 9, "RAID1C3"),
-                  (1 << 10, "RAID1C4"))
 
 
 class GuestDirError(ValueError):
@@ -74,41 +69,15 @@ def _facts(d: Path) -> dict:
     return facts
 
 
-def _guest_fields(g: dict) -> dict:
-    """One guest file system's Stack fields from its guest.json object."""
-    return {"guest_mount": g["mount"], "guest_fs": g["fs"],
-            "guest_kdev": kdev(g["fs_major"], g["fs_minor"]),
-            "guest_block_bytes": g["fs_block_bytes"],
-            "guest_part_start_bytes": g["part_start_bytes"],
-            # (not said by older agents: 0)
-            "guest_part_size_bytes": g.get("part_size_bytes", 0),
-            # an overlay: the file system of its layers (older agents
-            # refused an overlay and do not say it)
-            "guest_base_kdev": kdev(g.get("base_major", 0), g.get("base_minor", 0))}
-
-
 def _stack(facts: dict, p: Path) -> Stack:
     """The stack guest.json names: its file system, and those of more
     --guest (more_guests, on partitions of the same disk)."""
     try:
-        g = facts["stack"]
-        vdisk = BlockDev(g["disk_name"], g["disk_major"], g["disk_minor"], g["size_sectors"],
-                         g["logical_block_bytes"], part_name=g["part_name"],
-                         part_start_bytes=g["part_start_bytes"])
-        more = g.get("more_guests") or []
-        if not (isinstance(more, list) and all(isinstance(m, dict) for m in more)):
-            raise GuestDirError(f"{p}: offset 0: stack.more_guests is not a list of file "
-                                "systems")
-        return Stack(vdisk=vdisk, side="guest", **_guest_fields(g),
-                     more_guests=[_guest_fields(m) for m in more])
-    except (KeyError, TypeError) as e:
-        raise GuestDirError(f"{p}: offset 0: the stack lacks {e}") from None
-
-
-def _devids(facts: dict) -> list[int]:
-    """Each guest file system's btrfs device id (0: not a btrfs)."""
-    g = facts["stack"]
-    return [int(x.get("btrfs_devid") or 0) for x in [g, *(g.get("more_guests") or [])]]
+        return Stack(side="guest", **stack_fields(facts["stack"], f"{p}: offset 0"))
+    except KeyError:
+        raise GuestDirError(f"{p}: offset 0: no stack") from None
+    except StackError as e:
+        raise GuestDirError(str(e)) from None
 
 
 def _agent_meta(d: Path) -> tuple[dict, dict | None, list[str]]:
@@ -140,96 +109,21 @@ def _agent_meta(d: Path) -> tuple[dict, dict | None, list[str]]:
     return start, end, [str(x) for x in state.problems]
 
 
-def _chunk(c: list) -> Chunk:
-    logical, length, typ, stripe_len, sub_stripes, stripes = c
-    profile = next((name for bit, name in BTRFS_PROFILES if int(typ) & bit), "single")
-    return Chunk(int(logical), int(length), profile, int(stripe_len), max(1, int(sub_stripes)),
-                 [(int(devid), int(off)) for devid, off in stripes])
-
-
-def _extent_rows(d: Path, stack: Stack, devids: list[int], capture_id: str, touched: set[int],
+def _extent_rows(d: Path, stack: Stack, capture_id: str, touched: set[int],
                  problems: list[str], placed: list[dict] = ()) -> list[dict]:
-    """extent_maps rows from extents.jsonl (on btrfs, mapped through the
-    phase's chunk tree, as `record` maps them), and where the file
-    system's journal is (as `record` finds it; a warning when the agent
-    could not).  A line that does not
-    parse is left out and named (file, offset); the end snapshot keeps the
-    files the capture touched (as `record` does).  placed: a btrfs's
-    ordered and looked-up extents (record.btrfs_placed_extents), mapped through the end
-    snapshot's chunk tree into rows of phase `events`, as `record` does
-    (btrfs_placed_rows).  Each line is of the file system its "fs" says
-    (the index of its --guest; 0 when not said), devids[k] its btrfs
-    device id (0: not a btrfs)."""
-    gs = guests(stack)
+    """extent_maps rows from extents.jsonl, as `record` makes them from
+    the same lines (guestfacts.guest_rows); a line that does not parse is
+    left out and named (file, offset)."""
     p = d / "extents.jsonl"
-    rows: list[dict] = []
     try:
         data = p.read_bytes()
     except OSError as e:
         problems.append(f"{p}: cannot read: {e.strerror}: no extent maps stored")
-        return rows
-    files, chunks = [], {}
-    off = 0
-    for line in data.splitlines(keepends=True):
-        at, off = off, off + len(line)
-        if not line.strip():
-            continue
-        try:
-            f = json.loads(line.decode("utf-8", errors="replace"))
-            phase = f["phase"]
-            if phase not in ("start", "end"):
-                raise ValueError(f"phase {phase!r}")
-            k = f.get("fs", 0)
-            if not (isinstance(k, int) and 0 <= k < len(gs)):
-                raise ValueError(f"fs {k!r}: guest.json names {len(gs)} file system(s)")
-            g = gs[k]
-            if "btrfs_chunks" in f:
-                chunks[k, phase] = sorted((_chunk(c) for c in f["btrfs_chunks"]),
-                                          key=lambda c: c.logical)
-                continue
-            if "journal_error" in f:
-                problems.append(unknown_warning(g.guest_mount, str(f.get("journal_dev", "")),
-                                                str(f["journal_error"])))
-                continue
-            if "journal" in f:
-                j = f["journal"]
-                rows += extents_rows(g.guest_mount, g.guest_fs, int(j["ino"]),
-                                     [(int(lo), int(ph), int(n)) for lo, ph, n in j["extents"]],
-                                     g.guest_kdev, stack.vdisk.kdev,
-                                     g.guest_part_start_bytes, capture_id)
-                continue
-            # (a btrfs file's compressed extents: their disk length, from the
-            # extent items, as `record` takes it)
-            z = {int(o): BtrfsFileExtent(int(o), int(n), int(b), int(dn), 0, 1)
-                 for o, n, b, dn in f.get("compressed", [])}
-            files.append((k, phase, int(f["ino"]), str(f["path"]),
-                          [(int(lo), int(ph), int(ln), int(fl)) for lo, ph, ln, fl in f["extents"]],
-                          z))
-        except (ValueError, KeyError, TypeError) as e:
-            problems.append(f"{p}: offset {at}: not a file's extents ({e}): left out")
-    for k, g in enumerate(gs):
-        devid = devids[k] if k < len(devids) else 0
-        devices = {devid: stack.vdisk} if devid else None
-        for fk, phase, ino, path, exts, z in files:
-            if fk != k or phase == "end" and ino not in touched:
-                continue
-            if devid and (k, phase) not in chunks:
-                problems.append(f"{p}: no btrfs chunk tree for the {phase} snapshot: "
-                                f"{path}'s extents left out")
-                continue
-            rows += map_extent_rows(exts, path, g.guest_kdev, ino, "guest_file", phase,
-                                    capture_id, stack.vdisk.kdev, chunks.get((k, phase)),
-                                    devices, z)
-        mine = [r for r in placed if r["dev"] == g.guest_kdev] if devid else []
-        tree = chunks.get((k, "end")) or chunks.get((k, "start"))
-        if mine and not tree:
-            problems.append(f"{p}: no btrfs chunk tree: the {len(mine)} places btrfs gave "
-                            f"{g.guest_mount}'s file data during the capture left out")
-            mine = []
-        paths = {ino: path for fk, phase, ino, path, *_ in files if fk == k}
-        rows += placed_extent_rows(
-            [(r, paths.get(r["ino"], f"{g.guest_mount} (inode {r['ino']})")) for r in mine],
-            "guest_file", capture_id, stack.vdisk.kdev, tree, devices)
+        return []
+    gs = guests(stack)
+    rows, more = guest_rows(read_lines(data, str(p), len(gs)), gs, stack.vdisk.kdev,
+                            capture_id, touched, placed, str(p))
+    problems += more
     return rows
 
 
@@ -251,14 +145,7 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
     facts = _facts(d)
     stack = _stack(facts, d / "guest.json")
     start, end, problems = _agent_meta(d)
-    # (older agents do not say)
-    untraced = facts["stack"].get("untraced_mounts") or []
-    if not (isinstance(untraced, list) and all(
-            isinstance(x, list) and len(x) == 2 and all(isinstance(s, str) for s in x)
-            for x in untraced)):
-        raise GuestDirError(f"{d / 'guest.json'}: offset 0: stack.untraced_mounts is not a "
-                            "list of [mount point, partition]")
-    for mp, part in untraced:
+    for mp, part in stack.untraced_mounts:
         problems.append(f"{d / 'guest.json'}: the virtual disk {stack.vdisk.name} also held "
                         f"{mp} ({part}), not traced: its requests are in vdisk_io, "
                         "unattributed (links kind 'other', or 'metadata', 'readahead' by "
@@ -290,8 +177,7 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
             touched = live.unique_values("vfs_events", "ino") | \
                 live.unique_values("pagecache_events", "ino")
             live.write_table("extent_maps", pa.Table.from_pylist(
-                _extent_rows(d, stack, _devids(facts), cid, touched, problems,
-                             btrfs_placed_extents(live)),
+                _extent_rows(d, stack, cid, touched, problems, btrfs_placed_extents(live)),
                 schema=table_schema("extent_maps")))
             live.close()
         except (OSError, StoreError) as e:

@@ -11,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401
 import pytest
 from conftest import assert_losses_counted, kill_fio_jobs, run_cli
 
@@ -142,7 +144,7 @@ def test_a_guest_capture_directory_imports_once_and_bad_parts_are_named(lab_fact
                                                          b'{"phase":"start","fs":1,', 1)
                                         + b"".join(lines[1:]))
     r = run_cli("import", str(odd), "-o", str(tmp_path / "x5"))
-    assert f"{odd}/extents.jsonl: offset 0: not a file's extents (fs 1: guest.json names 1 " \
+    assert f"{odd}/extents.jsonl: offset 0: not a file's extents (fs 1: the stack names 1 " \
         "file system(s)): left out" in r.stderr, r.stderr
     nostart = copy("nostart")
     (nostart / "agent.stream").write_bytes(b"")
@@ -283,23 +285,43 @@ def test_every_file_touched_gets_an_end_snapshot_and_a_start_snapshot_cut_short_
     assert_losses_counted(s)
 
 
-def test_the_agent_and_record_take_the_same_first_files_in_the_same_order(lab_factory,
-                                                                          tmp_path):
-    """A start snapshot cut short takes the same 4096 files, in the same
-    order, from the agent alone as from `record`: depth first, a
-    directory's files before its subdirectories, none from lost+found or
-    from a file system mounted inside the guest's, no symlink, no fifo.
-    (A walk that goes into a subdirectory where it meets it would take
-    fewer than the 2000 top-level files here, ext4 listing a directory in
-    hash order, and more of d0's 3000.)"""
-    from nestrace.capture.snapshots import MAX_GUEST_FILES, guest_files
+def _first_files(top: str, limit: int) -> list[str]:
+    """The oracle: a file system's first `limit` regular files, depth
+    first, a directory's files (in directory order) before its
+    subdirectories, none from lost+found or another file system."""
+    out, todo, dev = [], [top], os.stat(top).st_dev
+    while todo:
+        d = todo.pop()
+        subdirs = []
+        with os.scandir(d) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    if e.name != "lost+found" and e.stat(follow_symlinks=False).st_dev == dev:
+                        subdirs.append(e.path)
+                elif e.is_file(follow_symlinks=False):
+                    if len(out) == limit:
+                        return out
+                    out.append(e.path)
+        todo.extend(reversed(subdirs))
+    return out
+
+
+def test_a_start_snapshot_cut_short_takes_the_first_files_depth_first(lab_factory, tmp_path):
+    """A start snapshot cut short (the agent's, which `record` takes too)
+    takes the first 4096 files depth first, a directory's files before its
+    subdirectories, none from lost+found or from a file system mounted
+    inside the guest's, no symlink, no fifo.  (A walk that goes into a
+    subdirectory where it meets it would take fewer than the 2000
+    top-level files here, ext4 listing a directory in hash order, and more
+    of d0's 3000.)"""
+    from nestrace.capture.snapshots import snapshot_extents
     from nestrace.capture.stack import guest_side
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     top = Path(lab.mount)
     for d, n in ((top, 2000), (top / "d0", 3000)):
         d.mkdir(exist_ok=True)
         for i in range(n):
-            (d / f"f{i}").touch()
+            (d / f"f{i}").write_bytes(b"x")
     (top / "lost+found" / "found").touch()
     (top / "link").symlink_to(top / "d0" / "f0")
     os.mkfifo(top / "fifo")
@@ -309,15 +331,19 @@ def test_the_agent_and_record_take_the_same_first_files_in_the_same_order(lab_fa
         (top / "mnt" / "other").touch()
         r = agent("--guest", lab.mount, "--guest-capture", str(tmp_path / "g"), "--", "true")
         assert r.returncode == 0 and "has more than 4096 regular files" in r.stderr, r.stderr
-        py, cut = guest_files(guest_side(lab.mount), limit=MAX_GUEST_FILES)
+        want = _first_files(lab.mount, 4096)
+        table, cut = snapshot_extents(guest_side(lab.mount), "x", "start")
     finally:
         subprocess.run(["umount", str(top / "mnt")], check=True)
     lines = map(json.loads, (tmp_path / "g" / "extents.jsonl").read_text().splitlines())
     got = [x["path"] for x in lines if x["phase"] == "start" and "path" in x]  # (not the journal's)
-    assert cut and len(py) == MAX_GUEST_FILES and got == py, \
-        (len(got), len(py), next((a, b) for a, b in zip(got, py) if a != b))
+    assert len(want) == 4096 and got == want, \
+        (len(got), next((a, b) for a, b in zip(got, want) if a != b))
     assert sum(Path(p).parent == top for p in got) == 2000 and \
-        sum(Path(p).parent == top / "d0" for p in got) == MAX_GUEST_FILES - 2000, got[:5]
+        sum(Path(p).parent == top / "d0" for p in got) == 4096 - 2000, got[:5]
+    # record's start snapshot: the same files, an extent each
+    rows = table.filter(pa.compute.equal(table.column("role"), "guest_file"))
+    assert cut and sorted(rows.column("path").to_pylist()) == sorted(want)
 
 
 def test_the_stores_own_writes_on_a_traced_disk_are_their_own_class(lab_factory, tmp_path):
@@ -379,11 +405,12 @@ JOURNAL_CASES = {
 def test_the_agent_alone_finds_the_journal_where_record_does(case, tmp_path):
     """The agent reads where the guest's journal is from the device itself
     (no dumpe2fs, debugfs or xfs_db in a bare guest): the same blocks as
-    record's fsjournal finds with those tools, and `nestrace import` stores
+    dumpe2fs, debugfs and xfs_db say (fstools), and `nestrace import` stores
     them as record does (role fs_journal, on the whole disk).  A journal
     the agent could not read is a warning naming the device, and no rows."""
+    from fstools import journal_by_tools
+
     from nestrace.capture.devices import kdev_of, mount_of
-    from nestrace.capture.fsjournal import journal_extents
     from nestrace.capture.lab import PART_START, _partition, write_mbr
     mkfs, mib, part = JOURNAL_CASES[case]
     img, mnt = tmp_path / "fs.img", tmp_path / "m"
@@ -404,7 +431,7 @@ def test_the_agent_alone_finds_the_journal_where_record_does(case, tmp_path):
         assert r.returncode == 0, r.stderr
         lines = [json.loads(x) for x in (d / "extents.jsonl").read_text().splitlines()
                  if '"journal' in x]
-        want_ino, want = journal_extents(mount_of(str(mnt)))
+        want_ino, want = journal_by_tools(mount_of(str(mnt)).fs_type, dev)
         if case == "ext2":
             assert lines == [] and want == []
             return
@@ -485,7 +512,8 @@ def test_the_agent_alone_traces_an_overlay_and_the_file_system_of_its_layers(lab
         # the start snapshot is record's, row for row (the file is only read)
         cols = ["phase", "role", "path", "dev", "ino", "logical_bytes", "physical_bytes",
                 "length_bytes", "flags", "physical_dev"]
-        py = snapshot_extents(guest_side(str(merged)), "x", "start")[0].select(cols).to_pylist()
+        py = [r for r in snapshot_extents(guest_side(str(merged)), "x", "start")[0]
+              .select(cols).to_pylist() if r["role"] == "guest_file"]
         got = s.rows(f"SELECT {', '.join(cols)} FROM extent_maps WHERE phase = 'start' "
                      "AND role = 'guest_file'")
         assert {r["path"] for r in py} == {str(ov / "lower" / "f"), str(merged / "f")}, py

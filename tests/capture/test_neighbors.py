@@ -226,9 +226,12 @@ def test_another_vms_image_on_the_host_fs_is_named_and_its_writes_are_other(lab_
     # the host-disk bytes tied to a virtual-disk request: fio's 4 MiB, and
     # the guest FS's own writes (a `sync` elsewhere on the machine, such as
     # another CI run's, commits its journal mid-capture: 4 KiB more once in
-    # CI; 1.2-1.4 MiB of journal and metadata beside a 10 ms sync loop)
+    # CI; 1.2-1.4 MiB of journal and metadata beside a 10 ms sync loop),
+    # and the inode table ext4 reads ahead when fio creates its file (12
+    # KiB here, unless an earlier reader of the device left it cached)
     by = _tied_to_vdisk_by_cause(s, "disk")
-    assert by.get("app") == 4 << 20 and set(by) <= {"app", "journal", "metadata"}, (by, got)
+    assert by.get("app") == 4 << 20 and set(by) <= {"app", "journal", "metadata", "readahead"} \
+        and by.get("readahead", 0) <= 64 << 10, (by, got)
     assert got[("sync", True)] == sum(by.values()), (by, got)
     # (the other guest's 4 MiB are more at the disk: its 1 KiB blocks make
     # unaligned writes, which xfs pads to its own blocks)

@@ -274,15 +274,15 @@ def test_a_guest_btrfs_on_two_virtual_disks_is_refused_by_name(tmp_path, nothing
         line = one_error_line(run_cli("record", "-o", str(tmp_path / "s"), "--stack", str(guest),
                                       "--", "true", check=False))
         names = [os.path.basename(x) for x in loops]
-        assert line.startswith(f"nestrace: error: {guest}: a guest btrfs on 2 devices ("), line
+        assert line.startswith(f"nestrace: error: {guest}: a btrfs on 2 devices ("), line
         assert all(n in line for n in names), line
         assert not (tmp_path / "s").exists()
         # and so does the agent alone in a guest
         r = subprocess.run([str(agent_path()), "--guest", str(guest), "--guest-capture",
                             str(tmp_path / "g"), "--", "true"], capture_output=True, text=True)
         assert r.returncode == 2 and r.stderr.strip() == (
-            f"nestrace-agent: --guest {guest}: a btrfs on 2 devices: nestrace traces one "
-            "virtual disk under the guest file system"), r.stderr
+            f"nestrace-agent: --guest {guest}: a btrfs on 2 devices ({', '.join(names)}): "
+            "nestrace traces one virtual disk under the guest file system"), r.stderr
         assert not (tmp_path / "g").exists()
     finally:
         subprocess.run(["umount", str(guest)], capture_output=True)
@@ -437,8 +437,7 @@ def test_an_overlays_layers_are_read_from_mountinfo_with_its_escapes():
     as octal (\\040); lower layers are joined by colons, one in a name
     escaped by a backslash, itself shown as \\134 (as this kernel showed
     `mount -o 'lowerdir=/a b:/c\\:d'`: lowerdir=/a\\040b:/c\\134:d)."""
-    from nestrace.capture.devices import Mount
-    from nestrace.capture.stack import overlay_dirs
+    from nestrace.capture.devices import Mount, overlay_dirs
     m = Mount("/c", 0, 40, "overlay", "overlay",
               r"rw,lowerdir=/a\040b/l1:/c\134:d/l2:/e\134\134f,upperdir=/u\054v,workdir=/w,"
               r"uuid=on")

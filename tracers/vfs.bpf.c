@@ -590,6 +590,92 @@ static __always_inline void copy__exit(struct vfs_start *s, __u64 now, long ret,
 	}
 }
 
+/* A call's range from its arguments: offset, bytes asked, iovecs (or
+ * fallocate's mode, fadvise's advice). */
+static __always_inline void vfs__args(struct vfs_start *s, __u16 code, struct pt_regs *regs,
+				      const bool btf)
+{
+	switch (code) {
+	case NT_VFS_SYSCALL_READ:
+	case NT_VFS_SYSCALL_WRITE:
+		s->req_bytes = SC_ARG(btf, regs, 3);
+		break;
+	case NT_VFS_SYSCALL_PREAD64:
+	case NT_VFS_SYSCALL_PWRITE64:
+		s->req_bytes = SC_ARG(btf, regs, 3);
+		s->offset = SC_ARG(btf, regs, 4);
+		break;
+	case NT_VFS_SYSCALL_READV:
+	case NT_VFS_SYSCALL_WRITEV:
+	case NT_VFS_SYSCALL_PREADV:
+	case NT_VFS_SYSCALL_PWRITEV:
+	case NT_VFS_SYSCALL_PREADV2:
+	case NT_VFS_SYSCALL_PWRITEV2: {
+		__s64 pos = SC_ARG(btf, regs, 4);
+
+		s->iov_count = SC_ARG(btf, regs, 3);
+		s->req_bytes = iov__sum((void *)SC_ARG(btf, regs, 2), s->iov_count);
+		/* preadv2/pwritev2 with offset -1 use and move f_pos */
+		if (code >= NT_VFS_SYSCALL_PREADV && pos != -1)
+			s->offset = pos;
+		break;
+	}
+	case NT_VFS_SYSCALL_SYNC_FILE_RANGE:
+		s->offset = SC_ARG(btf, regs, 2);
+		s->req_bytes = SC_ARG(btf, regs, 3);
+		break;
+	case NT_VFS_SYSCALL_FALLOCATE:	/* fd, mode, offset, len */
+		s->iov_count = SC_ARG(btf, regs, 2);
+		s->offset = SC_ARG(btf, regs, 3);
+		s->req_bytes = SC_ARG(btf, regs, 4);
+		break;
+	case NT_VFS_SYSCALL_FADVISE:	/* fd, offset, len, advice */
+		s->iov_count = SC_ARG(btf, regs, 4);
+		/* fall through */
+	case NT_VFS_SYSCALL_READAHEAD:	/* fd, offset, count */
+		s->offset = SC_ARG(btf, regs, 2);
+		s->req_bytes = SC_ARG(btf, regs, 3);
+		break;
+	case NT_VFS_SYSCALL_FTRUNCATE: {	/* fd, length */
+		struct file *f = task__file(s->fd, btf);
+
+		s->offset = SC_ARG(btf, regs, 2);
+		s->req_bytes = f ? BPF_CORE_READ(f, f_inode, i_size) : 0;
+		break;
+	}
+	case NT_VFS_SYSCALL_MSYNC:
+	case NT_VFS_SYSCALL_MADVISE:
+		break;
+	default:	/* fsync, fdatasync: the whole file */
+		s->offset = -1;
+		s->req_bytes = 0;
+	}
+}
+
+/* The file a call is on (its fd's; a mapping's for msync and madvise;
+ * the traced file system for sync), into s; false when it is not
+ * traced. */
+static __always_inline bool vfs__target(struct vfs_start *s, __u16 code, struct pt_regs *regs,
+					const bool btf)
+{
+	if (code == NT_VFS_SYSCALL_MSYNC || code == NT_VFS_SYSCALL_MADVISE) {
+		if (code == NT_VFS_SYSCALL_MADVISE && !madvice__file(SC_ARG(btf, regs, 3)))
+			return false;
+		if (!mapped__file(s, regs, btf))
+			return false;
+	} else if (code == NT_VFS_SYSCALL_SYNC) {
+		if (!sync_dev)
+			return false;
+		s->dev = sync_dev;
+		s->fd = -1;
+	} else {
+		s->fd = SC_ARG(btf, regs, 1);
+		if (!vfs__file(s, code != NT_VFS_SYSCALL_PREAD64 && code != NT_VFS_SYSCALL_PWRITE64, btf))
+			return false;
+	}
+	return true;
+}
+
 static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool btf)
 {
 	struct vfs_start s = {}, *slot;
@@ -609,80 +695,13 @@ static __always_inline int vfs__enter(struct pt_regs *regs, long id, const bool 
 	}
 	if (code__copies(code))
 		return copy__enter(regs, code, btf);
-	if (code == NT_VFS_SYSCALL_MSYNC || code == NT_VFS_SYSCALL_MADVISE) {
-		if (code == NT_VFS_SYSCALL_MADVISE && !madvice__file(SC_ARG(btf, regs, 3)))
-			return 0;
-		if (!mapped__file(&s, regs, btf))
-			return 0;
-	} else if (code == NT_VFS_SYSCALL_SYNC) {
-		if (!sync_dev)
-			return 0;
-		s.dev = sync_dev;
-		s.fd = -1;
-	} else {
-		s.fd = SC_ARG(btf, regs, 1);
-		if (!vfs__file(&s, code != NT_VFS_SYSCALL_PREAD64 && code != NT_VFS_SYSCALL_PWRITE64, btf))
-			return 0;
-	}
+	if (!vfs__target(&s, code, regs, btf))
+		return 0;
 	s.ts = bpf_ktime_get_ns();
 	s.syscall = code;
 	if (code != NT_VFS_SYSCALL_MSYNC && code != NT_VFS_SYSCALL_MADVISE)
 		s.iov_count = 1;
-	switch (code) {
-	case NT_VFS_SYSCALL_READ:
-	case NT_VFS_SYSCALL_WRITE:
-		s.req_bytes = SC_ARG(btf, regs, 3);
-		break;
-	case NT_VFS_SYSCALL_PREAD64:
-	case NT_VFS_SYSCALL_PWRITE64:
-		s.req_bytes = SC_ARG(btf, regs, 3);
-		s.offset = SC_ARG(btf, regs, 4);
-		break;
-	case NT_VFS_SYSCALL_READV:
-	case NT_VFS_SYSCALL_WRITEV:
-	case NT_VFS_SYSCALL_PREADV:
-	case NT_VFS_SYSCALL_PWRITEV:
-	case NT_VFS_SYSCALL_PREADV2:
-	case NT_VFS_SYSCALL_PWRITEV2: {
-		__s64 pos = SC_ARG(btf, regs, 4);
-
-		s.iov_count = SC_ARG(btf, regs, 3);
-		s.req_bytes = iov__sum((void *)SC_ARG(btf, regs, 2), s.iov_count);
-		/* preadv2/pwritev2 with offset -1 use and move f_pos */
-		if (code >= NT_VFS_SYSCALL_PREADV && pos != -1)
-			s.offset = pos;
-		break;
-	}
-	case NT_VFS_SYSCALL_SYNC_FILE_RANGE:
-		s.offset = SC_ARG(btf, regs, 2);
-		s.req_bytes = SC_ARG(btf, regs, 3);
-		break;
-	case NT_VFS_SYSCALL_FALLOCATE:	/* fd, mode, offset, len */
-		s.iov_count = SC_ARG(btf, regs, 2);
-		s.offset = SC_ARG(btf, regs, 3);
-		s.req_bytes = SC_ARG(btf, regs, 4);
-		break;
-	case NT_VFS_SYSCALL_FADVISE:	/* fd, offset, len, advice */
-		s.iov_count = SC_ARG(btf, regs, 4);
-		/* fall through */
-	case NT_VFS_SYSCALL_READAHEAD:	/* fd, offset, count */
-		s.offset = SC_ARG(btf, regs, 2);
-		s.req_bytes = SC_ARG(btf, regs, 3);
-		break;
-	case NT_VFS_SYSCALL_FTRUNCATE: {	/* fd, length */
-		struct file *f = task__file(s.fd, btf);
-
-		s.offset = SC_ARG(btf, regs, 2);
-		s.req_bytes = f ? BPF_CORE_READ(f, f_inode, i_size) : 0;
-		break;
-	}
-	case NT_VFS_SYSCALL_MSYNC:
-	case NT_VFS_SYSCALL_MADVISE:
-		break;
-	default:	/* fsync, fdatasync: the whole file */
-		s.offset = -1;
-		s.req_bytes = 0;
-	}
+	vfs__args(&s, code, regs, btf);
 	tid = (__u32)bpf_get_current_pid_tgid();
 	slot = bpf_map_lookup_elem(&starts, &tid);
 	if (slot)

@@ -369,6 +369,32 @@ CREATE OR REPLACE MACRO _links_asof_upper(u_start, u_end) AS
 CREATE OR REPLACE MACRO _links_asof_lower(l_asof) AS
   (l_asof::UHUGEINT << 64) | 18446744073709551615::UHUGEINT;
 
+-- How a lower block's request and the upper event ASOF found for it are
+-- tied: sync (in flight together, the same op; a write_freed or
+-- write_placed, uop 4 and 5, with a write), rmw (a read while a write was
+-- in flight), writeback (a write after a write), discard; NULL: none.
+CREATE OR REPLACE MACRO _links_kind0(upper_id, in_flight, lop, uop) AS
+  CASE WHEN upper_id IS NULL THEN NULL
+       WHEN in_flight AND lop = uop THEN 'sync'
+       WHEN in_flight AND uop IN (4, 5) AND lop = 1 THEN 'sync'
+       WHEN in_flight AND uop IN (1, 4, 5) AND lop = 0 THEN 'rmw'
+       WHEN uop IN (1, 5) AND lop = 1 THEN 'writeback'
+       WHEN uop = 2 AND lop = 2 THEN 'discard'
+  END;
+
+-- The bytes of a lower block's request the upper event explains: its
+-- overlap with the event's range; the whole block for a read-modify-write
+-- (it reads the whole block the write touches part of) and for a host
+-- page-cache access (l_page: the page a virtual-disk request touches part
+-- of is read or dirtied whole for it).
+CREATE OR REPLACE MACRO _links_attributed(kind0, l_page, block_bytes, l_off, l_len, blk, u_off,
+                                          u_len) AS
+  CASE WHEN kind0 IS NULL THEN 0
+       WHEN kind0 = 'rmw' OR l_page THEN block_bytes
+       ELSE _overlap(greatest(l_off, blk * 4096),
+                     least(l_off + l_len, blk * 4096 + 4096) - greatest(l_off, blk * 4096),
+                     u_off, u_len) END;
+
 -- A lower block's row (_links_blocks' m) the latest upper event explains
 -- only in part, where other events may explain the rest: tied (not an
 -- rmw read, which counts whole), not a page-cache access (whole too).
@@ -376,11 +402,160 @@ CREATE OR REPLACE MACRO _links_partial(kind0, l_page, attributed, block_bytes) A
   coalesce(kind0 IN ('sync', 'writeback', 'discard') AND NOT l_page AND attributed < block_bytes,
            false);
 
+-- The hops where a 4 KiB block is one block of one file, moved whole by
+-- a page cache: the virtual disk under a guest FS of 4 KiB blocks or
+-- more (a guest file's page), the host disk under a host FS of 4 KiB
+-- blocks or more (an image page).  (Host-FS accesses through the page
+-- cache count whole already, l_page; the others carry their own range.)
+-- There the rest of a block no upper event wrote or read (the old bytes
+-- of a page a partial write dirtied, the rest of a page a partial read
+-- brought in, what a file system zeroes around a sub-block direct write
+-- into a new block) is the latest upper event's, as the page is: the
+-- partial I/O is what moved it.  (On a smaller-block FS a 4 KiB block
+-- may hold another file's or the FS's own blocks: the rest is left
+-- unattributed and classified.)
+-- (every traced file system of the hop: a guest may have several)
+CREATE OR REPLACE VIEW _links_whole_hops AS
+SELECT c.ck, CASE d.level WHEN 'vfs' THEN 0 ELSE 2 END::UTINYINT AS hop
+FROM _links_captures c JOIN device_map d USING (capture_id)
+WHERE d.level IN ('vfs', 'hostfs')
+GROUP BY ALL HAVING min(d.block_size_bytes) >= 4096;
+
+-- Guest files' extents on the virtual disk (hop 0), and the image's on
+-- the host disks at the end, where its bytes are (hop 2, in links' disk
+-- space): how far those starting at or before lo reach.
+CREATE OR REPLACE VIEW _links_extent_reach AS
+SELECT ck, hop, lo, max(max(hi)) OVER (PARTITION BY ck, hop ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
+FROM (SELECT c.ck, 0::UTINYINT AS hop, e.physical_bytes::BIGINT AS lo,
+             (e.physical_bytes + coalesce(e.disk_length_bytes, e.length_bytes))::BIGINT AS hi
+      FROM map_extents e JOIN _links_captures c USING (capture_id)
+      WHERE e.role = 'guest_file'
+      UNION ALL
+      SELECT c.ck, 2, e.physical_bytes::BIGINT + x.shift,
+             e.physical_bytes::BIGINT + coalesce(e.disk_length_bytes, e.length_bytes)::BIGINT
+             + x.shift
+      FROM _map_image_extents e JOIN _links_captures c USING (capture_id)
+      JOIN _links_disks x ON x.capture_id = e.capture_id AND x.dev = e.disk_dev)
+GROUP BY ck, hop, lo;
+
+-- The capture's own store files, where a traced disk holds them
+-- (extent_maps role nestrace_store: the store on the virtual disk, hop 0,
+-- or on a host disk, hop 2), the file systems' journals (fs_journal: the
+-- guest's on the virtual disk, the host's on its disk), and the other
+-- images on the host FS (neighbor_image: other VMs' disks): how far
+-- those starting at or before lo reach.
+CREATE OR REPLACE VIEW _links_placed_reach AS
+SELECT ck, hop, role, lo,
+       max(max(hi)) OVER (PARTITION BY ck, hop, role ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
+FROM (SELECT c.ck, CASE d.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop, e.role,
+             e.physical_bytes::BIGINT + coalesce(x.shift, 0) AS lo,
+             (e.physical_bytes + e.length_bytes)::BIGINT + coalesce(x.shift, 0) AS hi
+      FROM extent_maps e JOIN _links_captures c USING (capture_id)
+      JOIN device_map d ON d.capture_id = e.capture_id AND d.dev = e.physical_dev
+                       AND d.level IN ('vdisk', 'disk')
+      LEFT JOIN _links_disks x ON x.capture_id = e.capture_id AND x.dev = e.physical_dev
+                              AND d.level = 'disk'
+      WHERE e.role IN ('nestrace_store', 'fs_journal', 'neighbor_image')
+        AND (e.flags & 6) = 0)
+GROUP BY ck, hop, role, lo;
+
+-- The traced file systems' partitions on the virtual disk (hop 0: one
+-- per --stack) and on the host disk (hop 2), where known.
+CREATE OR REPLACE VIEW _links_fs_spans AS
+SELECT c.ck, CASE p.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop,
+       list({'lo': p.lo, 'hi': p.hi}) AS spans
+FROM _base_fs_partitions p JOIN _links_captures c USING (capture_id)
+GROUP BY ALL;
+
+-- A lower block whose last upper event (same_op's) covers only part of
+-- it may hold other parts other upper events left: a write-back of a
+-- page an app wrote in 512-byte records, or of a 1 KiB-block guest file
+-- system whose file starts 1 KiB into a 4 KiB block, where two writes
+-- share each block.  There each 512-byte sector of the lower block goes
+-- to its own last upper event: an ASOF join on the block's key and the
+-- sector, over the upper events of those blocks only (few rows, and none
+-- where every block is covered whole).  (Sub-sector parts go with their
+-- sector's last event, as the kernel writes the sector whole; a store
+-- through a mapping counts for the block's last event only: stored.)
+-- part: _links_blocks' part (such blocks, with their key k and last
+-- event first_*), up: its upper events (_links_blocks' up); the rows are
+-- the sectors whose last upper event is another, with its kind and bytes.
+CREATE OR REPLACE MACRO _links_other_sectors(part, up) AS TABLE
+WITH psec AS MATERIALIZED (   -- (the sectors the block's last event does not cover whole: the
+                              -- others are its; ks: the block's key and the sector in one integer)
+  SELECT *, (k::UHUGEINT << 3) | (sec - blk * 8)::UHUGEINT AS ks FROM (
+    SELECT *, unnest(range(greatest(l_off, blk * 4096) // 512,
+                           (least(l_off + l_len, blk * 4096 + 4096) + 511) // 512)) AS sec
+    FROM query_table(part))
+  WHERE NOT (first_off <= sec * 512 AND sec * 512 + 512 <= first_off + first_len)),
+usec AS (
+  SELECT * FROM (
+    SELECT (k::UHUGEINT << 3) | (sec - b * 8)::UHUGEINT AS ks, upper_id, u_start, u_end, uop,
+           u_off, u_len
+    FROM (SELECT *, unnest(range(greatest(u_off, b * 4096) // 512,
+                                 (least(u_off + u_len, b * 4096 + 4096) + 511) // 512)) AS sec
+          FROM (SELECT *, (k & 281474976710655)::BIGINT AS b   -- (the block: the key's low 48 bits)
+                FROM query_table(up)
+                WHERE (NOT moved OR uop IN (0, 2, 4, 5))
+                  AND k IN (SELECT k FROM query_table(part)))))
+  WHERE ks IN (SELECT ks FROM psec))
+SELECT s.ck, s.hop, s.lower_id, s.first_id, s.blk, s.l_off, s.l_len, u.upper_id,
+       CASE WHEN s.l_start <= u.u_end + s.l_err AND (s.lop = u.uop OR (u.uop IN (4, 5) AND s.lop = 1))
+                 THEN 'sync'
+            WHEN u.uop IN (1, 5) AND s.lop = 1 THEN 'writeback'
+            WHEN u.uop = 2 AND s.lop = 2 THEN 'discard' END AS kind0,
+       _overlap(greatest(s.l_off, s.sec * 512),
+                least(s.l_off + s.l_len, s.sec * 512 + 512) - greatest(s.l_off, s.sec * 512),
+                u.u_off, u.u_len) AS attributed,
+       s.l_start, u.u_start, u.u_end
+FROM psec s
+ASOF JOIN usec u ON u.ks = s.ks
+ AND _links_asof_lower(s.l_asof) >= _links_asof_upper(u.u_start, u.u_end)
+WHERE u.upper_id <> s.first_id;
+
+-- The kind of a lower block's bytes no upper event explains (_links_blocks'
+-- rest): a hint's, a fault's, readahead, a store through a
+-- mapping, zeroes, nestrace's own, another VM's, another file system's
+-- by its flags, a guest file's or the image's write-back (filed), the
+-- journal, or by its flags.
+CREATE OR REPLACE MACRO _links_rest_kind(hop, lop, flags, blk, stored, zeroes, hinted, faulted,
+                                         readahead, filed, placed, journaled, spans) AS
+  CASE WHEN hinted THEN 'hint'
+       WHEN hop = 0 AND lop = 0 AND faulted THEN 'fault'
+       WHEN hop IN (0, 2) AND lop = 0 AND flags & 2 = 0 AND readahead THEN 'readahead'
+       WHEN stored THEN 'store'
+       WHEN zeroes THEN 'zeroes'
+       WHEN placed = 'nestrace_store' THEN 'nestrace'
+       -- (another virtual disk's image on the host FS: another VM's)
+       WHEN placed = 'neighbor_image' THEN 'other'
+       -- (another file system's, on another partition of the virtual
+       -- disk or the host disk, in none a traced file system is on: its
+       -- flags alone say what it is)
+       WHEN spans IS NOT NULL AND NOT list_bool_or(list_transform(
+              spans, lambda x: blk * 4096 + 4096 > x.lo AND blk * 4096 < x.hi)) THEN
+            CASE WHEN flags & 2 <> 0 THEN 'metadata'
+                 WHEN lop = 0 AND flags & 32 <> 0 THEN 'readahead'
+                 WHEN lop = 2 THEN 'discard' ELSE 'other' END
+       WHEN filed THEN 'writeback'
+       WHEN placed = 'fs_journal' THEN 'journal'
+       -- (a host-FS write no virtual-disk request explains is no
+       -- write-back: the hypervisor's own, or one from before a guest's
+       -- capture began in a merged capture)
+       WHEN hop = 1 AND lop = 1 AND flags = 0 THEN 'other'
+       -- (outside a known journal: jbd2's checkpoint writes its metadata
+       -- home with REQ_SYNC alone, as it writes the journal)
+       WHEN lop = 1 AND journaled THEN
+            CASE WHEN flags & 2 <> 0 THEN 'metadata' ELSE 'writeback' END
+       ELSE _unattributed_kind(['read', 'write', 'discard', 'other'][lop + 1], flags) END;
+
 -- Per lower block, the upper event that caused it: the latest upper event
 -- of the same op on the same block that started before it (ASOF) — a
 -- write is written back for the last write that dirtied the block, reads
 -- of it in between do not count — and, for a read that no upper read was
 -- waiting for, the write in flight whose partial block it reads (rmw).
+-- A block the latest event explains in part: the other sectors' events
+-- (_links_other_sectors); the bytes no event explains: classed
+-- (_links_rest_kind).
 CREATE OR REPLACE VIEW _links_blocks AS
 WITH up AS MATERIALIZED (   -- (computed once for the three joins that read it)
   SELECT *, false AS moved FROM _links_upper_keyed
@@ -416,91 +591,23 @@ j AS (
   SELECT * FROM stored WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
   UNION ALL BY NAME SELECT * FROM rmw),
 k AS (
-  SELECT *,
-    _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,
-    CASE WHEN upper_id IS NULL THEN NULL
-         WHEN l_start <= u_end + l_err AND lop = uop THEN 'sync'
-         WHEN l_start <= u_end + l_err AND uop IN (4, 5) AND lop = 1 THEN 'sync'   -- (write_freed, _placed)
-         WHEN l_start <= u_end + l_err AND uop IN (1, 4, 5) AND lop = 0 THEN 'rmw'
-         WHEN uop IN (1, 5) AND lop = 1 THEN 'writeback'
-         WHEN uop = 2 AND lop = 2 THEN 'discard'
-    END AS kind0
+  SELECT *, _overlap(l_off, l_len, blk * 4096, 4096) AS block_bytes,
+         _links_kind0(upper_id, l_start <= u_end + l_err, lop, uop) AS kind0
   FROM j),
 m AS (
-  SELECT *, CASE WHEN kind0 IS NULL THEN 0
-                 -- a read-modify-write reads the whole block the write touches part of;
-                 -- a host page-cache access (l_page) moves whole pages: the page a
-                 -- virtual-disk request touches part of is read or dirtied whole for it
-                 WHEN kind0 = 'rmw' OR l_page THEN block_bytes
-                 ELSE _overlap(greatest(l_off, blk * 4096),
-                               least(l_off + l_len, blk * 4096 + 4096) - greatest(l_off, blk * 4096),
-                               u_off, u_len) END AS attributed
+  SELECT *, _links_attributed(kind0, l_page, block_bytes, l_off, l_len, blk, u_off, u_len)
+              AS attributed
   FROM k),
--- A lower block whose last upper event (same_op's) covers only part of
--- it may hold other parts other upper events left: a write-back of a
--- page an app wrote in 512-byte records, or of a 1 KiB-block guest file
--- system whose file starts 1 KiB into a 4 KiB block, where two writes
--- share each block.  There each 512-byte sector of the lower block goes
--- to its own last upper event: an ASOF join on the block's key and the
--- sector, over the upper events of those blocks only (few rows, and none
--- where every block is covered whole).  (Sub-sector parts go with their
--- sector's last event, as the kernel writes the sector whole; a store
--- through a mapping counts for the block's last event only: stored.)
-part AS MATERIALIZED (
+part AS MATERIALIZED (   -- blocks the last event explains in part
   SELECT *, upper_id AS first_id, u_off AS first_off, u_len AS first_len,
          _links_key(ck, hop, lop, blk) AS k
   FROM m WHERE _links_partial(kind0, l_page, attributed, block_bytes)),
-psec AS MATERIALIZED (   -- (the sectors the block's last event does not cover whole: the
-                         -- others are its; ks: the block's key and the sector in one integer)
-  SELECT *, (k::UHUGEINT << 3) | (sec - blk * 8)::UHUGEINT AS ks FROM (
-    SELECT *, unnest(range(greatest(l_off, blk * 4096) // 512,
-                           (least(l_off + l_len, blk * 4096 + 4096) + 511) // 512)) AS sec
-    FROM part)
-  WHERE NOT (first_off <= sec * 512 AND sec * 512 + 512 <= first_off + first_len)),
-usec AS (
-  SELECT * FROM (
-    SELECT (k::UHUGEINT << 3) | (sec - b * 8)::UHUGEINT AS ks, upper_id, u_start, u_end, uop,
-           u_off, u_len
-    FROM (SELECT *, unnest(range(greatest(u_off, b * 4096) // 512,
-                                 (least(u_off + u_len, b * 4096 + 4096) + 511) // 512)) AS sec
-          FROM (SELECT *, (k & 281474976710655)::BIGINT AS b   -- (the block: the key's low 48 bits)
-                FROM up WHERE (NOT moved OR uop IN (0, 2, 4, 5)) AND k IN (SELECT k FROM part))))
-  WHERE ks IN (SELECT ks FROM psec)),
-more AS (     -- the sectors whose last upper event is another
-  SELECT s.ck, s.hop, s.lower_id, s.first_id, s.blk, s.l_off, s.l_len, u.upper_id,
-         CASE WHEN s.l_start <= u.u_end + s.l_err AND (s.lop = u.uop OR (u.uop IN (4, 5) AND s.lop = 1))
-                   THEN 'sync'
-              WHEN u.uop IN (1, 5) AND s.lop = 1 THEN 'writeback'
-              WHEN u.uop = 2 AND s.lop = 2 THEN 'discard' END AS kind0,
-         _overlap(greatest(s.l_off, s.sec * 512),
-                  least(s.l_off + s.l_len, s.sec * 512 + 512) - greatest(s.l_off, s.sec * 512),
-                  u.u_off, u.u_len) AS attributed,
-         s.l_start, u.u_start, u.u_end
-  FROM psec s
-  ASOF JOIN usec u ON u.ks = s.ks
-   AND _links_asof_lower(s.l_asof) >= _links_asof_upper(u.u_start, u.u_end)
-  WHERE u.upper_id <> s.first_id),
+more AS (SELECT * FROM _links_other_sectors('part', 'up')),
 extra AS (
   SELECT ck, hop, lower_id, first_id, blk, l_off, l_len, sum(attributed) AS extra
   FROM more WHERE kind0 IS NOT NULL GROUP BY ALL),
--- The hops where a 4 KiB block is one block of one file, moved whole by
--- a page cache: the virtual disk under a guest FS of 4 KiB blocks or
--- more (a guest file's page), the host disk under a host FS of 4 KiB
--- blocks or more (an image page).  (Host-FS accesses through the page
--- cache count whole already, l_page; the others carry their own range.)
--- There the rest of a block no upper event wrote or read (the old bytes
--- of a page a partial write dirtied, the rest of a page a partial read
--- brought in, what a file system zeroes around a sub-block direct write
--- into a new block) is the latest upper event's, as the page is: the
--- partial I/O is what moved it.  (On a smaller-block FS a 4 KiB block
--- may hold another file's or the FS's own blocks: the rest is left
--- unattributed and classified.)
-whole AS (   -- (every traced file system of the hop: a guest may have several)
-  SELECT c.ck, CASE d.level WHEN 'vfs' THEN 0 ELSE 2 END::UTINYINT AS hop
-  FROM _links_captures c JOIN device_map d USING (capture_id)
-  WHERE d.level IN ('vfs', 'hostfs')
-  GROUP BY ALL HAVING min(d.block_size_bytes) >= 4096),
-part_x AS MATERIALIZED (   -- part's rows, the bytes other events got taken off
+part_x AS MATERIALIZED (   -- part's rows, the bytes other events got taken off; on
+                           -- _links_whole_hops the rest of the block is the event's
   SELECT p.* EXCLUDE (first_id, first_off, first_len, k, attributed),
          CASE WHEN w.hop IS NOT NULL AND p.kind0 <> 'discard' THEN p.block_bytes - coalesce(x.extra, 0)
               ELSE p.attributed END AS attributed,
@@ -509,84 +616,32 @@ part_x AS MATERIALIZED (   -- part's rows, the bytes other events got taken off
   FROM part p
   LEFT JOIN extra x ON x.ck = p.ck AND x.hop = p.hop AND x.lower_id = p.lower_id
    AND x.first_id = p.upper_id AND x.blk = p.blk AND x.l_off = p.l_off AND x.l_len = p.l_len
-  LEFT JOIN (SELECT DISTINCT ck, hop FROM whole) w ON w.ck = p.ck AND w.hop = p.hop),
+  LEFT JOIN (SELECT DISTINCT ck, hop FROM _links_whole_hops) w ON w.ck = p.ck AND w.hop = p.hop),
 rest AS MATERIALIZED (   -- the lower blocks' bytes no upper event explains
   SELECT *, block_bytes - attributed AS left_bytes FROM m
   WHERE block_bytes > attributed AND NOT _links_partial(kind0, l_page, attributed, block_bytes)
   UNION ALL BY NAME
   SELECT * FROM part_x WHERE left_bytes > 0),
-reach AS (    -- guest files' extents on the virtual disk (hop 0), and the
-              -- image's on the host disks at the end, where its bytes are
-              -- (hop 2, in links' disk space): how far those starting at
-              -- or before lo reach
-  SELECT ck, hop, lo, max(max(hi)) OVER (PARTITION BY ck, hop ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
-  FROM (SELECT c.ck, 0::UTINYINT AS hop, e.physical_bytes::BIGINT AS lo,
-               (e.physical_bytes + coalesce(e.disk_length_bytes, e.length_bytes))::BIGINT AS hi
-        FROM map_extents e JOIN _links_captures c USING (capture_id)
-        WHERE e.role = 'guest_file'
-        UNION ALL
-        SELECT c.ck, 2, e.physical_bytes::BIGINT + x.shift,
-               e.physical_bytes::BIGINT + coalesce(e.disk_length_bytes, e.length_bytes)::BIGINT
-               + x.shift
-        FROM _map_image_extents e JOIN _links_captures c USING (capture_id)
-        JOIN _links_disks x ON x.capture_id = e.capture_id AND x.dev = e.disk_dev)
-  GROUP BY ck, hop, lo),
-filed AS (    -- virtual-disk blocks written with no cause found that hold a
-              -- guest file's data (in one of its extents: an ASOF join on
-              -- their reach, not a range join of every such block with
-              -- every extent), and host-disk ones that hold the image's
-              -- (its pages dirtied before the capture, say): write-back,
-              -- whatever the flags say (fsync writes data with REQ_SYNC,
-              -- and so does a flusher writing back for a sync); a
-              -- REQ_META write, which no data write is, is not (below):
-              -- a block written as metadata that a file's mapping event
-              -- puts data in at another time of the capture (ext2's
-              -- indirect block, freed with its file, a later file's
-              -- data) was metadata then
+filed AS (    -- virtual-disk blocks written with no cause found in a guest
+              -- file's extent (an ASOF join on their reach), host-disk ones
+              -- in the image's: write-back, whatever the flags say (fsync
+              -- writes data with REQ_SYNC); not a REQ_META write, which no
+              -- data write is (ext2's indirect block, freed with its file,
+              -- a later file's data, was metadata then)
   SELECT DISTINCT r.ck, r.hop, r.blk
   FROM rest r
-  ASOF JOIN reach e ON e.ck = r.ck AND e.hop = r.hop AND r.blk * 4096 >= e.lo
+  ASOF JOIN _links_extent_reach e ON e.ck = r.ck AND e.hop = r.hop AND r.blk * 4096 >= e.lo
   WHERE r.hop IN (0, 2) AND r.lop = 1 AND r.s_ns IS NULL AND r.l_flags & 2 = 0
     AND r.blk * 4096 < e.reach),
-placed_reach AS (   -- the capture's own store files, where a traced disk
-                    -- holds them (extent_maps role nestrace_store: the
-                    -- store on the virtual disk, hop 0, or on a host disk,
-                    -- hop 2), the file systems' journals (fs_journal:
-                    -- the guest's on the virtual disk, the host's on its
-                    -- disk), and the other images on the host FS
-                    -- (neighbor_image: other VMs' disks)
-  SELECT ck, hop, role, lo,
-         max(max(hi)) OVER (PARTITION BY ck, hop, role ORDER BY lo ROWS UNBOUNDED PRECEDING) AS reach
-  FROM (SELECT c.ck, CASE d.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop, e.role,
-               e.physical_bytes::BIGINT + coalesce(x.shift, 0) AS lo,
-               (e.physical_bytes + e.length_bytes)::BIGINT + coalesce(x.shift, 0) AS hi
-        FROM extent_maps e JOIN _links_captures c USING (capture_id)
-        JOIN device_map d ON d.capture_id = e.capture_id AND d.dev = e.physical_dev
-                         AND d.level IN ('vdisk', 'disk')
-        LEFT JOIN _links_disks x ON x.capture_id = e.capture_id AND x.dev = e.physical_dev
-                                AND d.level = 'disk'
-        WHERE e.role IN ('nestrace_store', 'fs_journal', 'neighbor_image')
-          AND (e.flags & 6) = 0)
-  GROUP BY ck, hop, role, lo),
-placed AS (   -- blocks written with no cause found into those places: the
-              -- agent's batches (the store was on the stack it traced), the
-              -- journal's writes, another VM's
+placed AS (   -- blocks written with no cause found into _links_placed_reach: the
+              -- agent's batches, the journal's writes, another VM's
   SELECT r.ck, r.hop, r.blk, min(e.role) AS role
   FROM (SELECT DISTINCT ck, hop, blk FROM rest WHERE hop IN (0, 2) AND lop = 1 AND s_ns IS NULL) r
   CROSS JOIN (VALUES ('nestrace_store'), ('fs_journal'), ('neighbor_image')) p(role)
-  ASOF JOIN placed_reach e ON e.ck = r.ck AND e.hop = r.hop AND e.role = p.role
-                          AND r.blk * 4096 >= e.lo
+  ASOF JOIN _links_placed_reach e ON e.ck = r.ck AND e.hop = r.hop AND e.role = p.role
+                                 AND r.blk * 4096 >= e.lo
   WHERE r.blk * 4096 < e.reach
   GROUP BY r.ck, r.hop, r.blk),
-journaled AS (   -- the hops whose disk's journal is known: there a write
-                 -- outside it is no journal write, whatever its flags
-  SELECT DISTINCT ck, hop FROM placed_reach WHERE role = 'fs_journal'),
-fs_span AS (  -- the traced file systems' partitions on the virtual disk
-              -- (hop 0: one per --stack) and on the host disk (hop 2), where known
-  SELECT c.ck, CASE p.level WHEN 'vdisk' THEN 0 ELSE 2 END::UTINYINT AS hop,
-         list({'lo': p.lo, 'hi': p.hi}) AS spans
-  FROM _base_fs_partitions p JOIN _links_captures c USING (capture_id)
-  GROUP BY ALL),
 tied AS (     -- the bytes an upper event explains: the latest one's, the other sectors'
   SELECT ck, hop, lower_id, upper_id, kind0, attributed, l_start, u_start, u_end FROM m
   WHERE kind0 IS NOT NULL AND attributed > 0
@@ -596,56 +651,33 @@ tied AS (     -- the bytes an upper event explains: the latest one's, the other 
   WHERE attributed > 0
   UNION ALL
   SELECT ck, hop, lower_id, upper_id, kind0, attributed, l_start, u_start, u_end FROM more
-  WHERE kind0 IS NOT NULL AND attributed > 0),
-out AS (
-  SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
-         CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
-              ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
-  FROM tied
-  UNION ALL
-  SELECT r.ck, r.hop, r.lower_id, CASE WHEN r.l_start <= h.h_end THEN h.h_id END,
-         CASE WHEN r.l_start <= h.h_end THEN 'hint'
-              WHEN r.hop = 0 AND r.lop = 0 AND r.l_start - f.f_ns <= 50000000 THEN 'fault'
-              WHEN r.hop IN (0, 2) AND r.lop = 0 AND r.l_flags & 2 = 0
-                   AND r.l_start - a.ra_ns <= 50000000 THEN 'readahead'
-              WHEN r.s_ns IS NOT NULL THEN 'store'
-              WHEN r.l_zeroes THEN 'zeroes'
-              WHEN o.role = 'nestrace_store' THEN 'nestrace'
-              -- (another virtual disk's image on the host FS: another VM's)
-              WHEN o.role = 'neighbor_image' THEN 'other'
-              -- (another file system's, on another partition of the
-              -- virtual disk or the host disk, in none a traced file
-              -- system is on: its flags alone say what it is)
-              WHEN g.spans IS NOT NULL AND NOT list_bool_or(list_transform(
-                     g.spans, lambda x: r.blk * 4096 + 4096 > x.lo AND r.blk * 4096 < x.hi)) THEN
-                   CASE WHEN r.l_flags & 2 <> 0 THEN 'metadata'
-                        WHEN r.lop = 0 AND r.l_flags & 32 <> 0 THEN 'readahead'
-                        WHEN r.lop = 2 THEN 'discard' ELSE 'other' END
-              WHEN d.blk IS NOT NULL THEN 'writeback'
-              WHEN o.role = 'fs_journal' THEN 'journal'
-              -- (a host-FS write no virtual-disk request explains is no
-              -- write-back: the hypervisor's own, or one from before a
-              -- guest's capture began in a merged capture)
-              WHEN r.hop = 1 AND r.lop = 1 AND r.l_flags = 0 THEN 'other'
-              -- (outside a known journal: jbd2's checkpoint writes its
-              -- metadata home with REQ_SYNC alone, as it writes the journal)
-              WHEN r.lop = 1 AND j.hop IS NOT NULL THEN
-                   CASE WHEN r.l_flags & 2 <> 0 THEN 'metadata' ELSE 'writeback' END
-              ELSE _unattributed_kind(['read', 'write', 'discard', 'other'][r.lop + 1], r.l_flags) END,
-         r.left_bytes,
-         r.l_start::BIGINT - CASE WHEN r.l_start <= h.h_end THEN h.h_ns ELSE r.s_ns END::BIGINT
-  FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM rest) r
-  -- (the hints' keys are virtual-disk reads': no other row matches)
-  ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
-  ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
-  -- (the readahead's keys are virtual- and host-disk reads': no other row matches)
-  ASOF LEFT JOIN _links_ra_keyed a ON a.k = r.k AND r.l_start >= a.ra_ns
-  LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1
-                   AND r.l_flags & 2 = 0
-  LEFT JOIN placed o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1
-  LEFT JOIN journaled j ON j.ck = r.ck AND j.hop = r.hop
-  LEFT JOIN fs_span g ON g.ck = r.ck AND g.hop = r.hop)
-SELECT * FROM out;
+  WHERE kind0 IS NOT NULL AND attributed > 0)
+SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
+       CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
+            ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
+FROM tied
+UNION ALL
+SELECT r.ck, r.hop, r.lower_id, CASE WHEN r.l_start <= h.h_end THEN h.h_id END,
+       _links_rest_kind(r.hop, r.lop, r.l_flags, r.blk, r.s_ns IS NOT NULL, r.l_zeroes,
+                        r.l_start <= h.h_end, r.l_start - f.f_ns <= 50000000,
+                        r.l_start - a.ra_ns <= 50000000, d.blk IS NOT NULL, o.role,
+                        j.hop IS NOT NULL, g.spans),
+       r.left_bytes,
+       r.l_start::BIGINT - CASE WHEN r.l_start <= h.h_end THEN h.h_ns ELSE r.s_ns END::BIGINT
+FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM rest) r
+-- (the hints' keys are virtual-disk reads': no other row matches)
+ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
+ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
+-- (the readahead's keys are virtual- and host-disk reads': no other row matches)
+ASOF LEFT JOIN _links_ra_keyed a ON a.k = r.k AND r.l_start >= a.ra_ns
+LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1
+                 AND r.l_flags & 2 = 0
+LEFT JOIN placed o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1
+-- (the hops whose disk's journal is known: there a write outside it is
+-- no journal write, whatever its flags)
+LEFT JOIN (SELECT DISTINCT ck, hop FROM _links_placed_reach WHERE role = 'fs_journal') j
+       ON j.ck = r.ck AND j.hop = r.hop
+LEFT JOIN _links_fs_spans g ON g.ck = r.ck AND g.hop = r.hop;
 
 -- Links as computed (`links` reads the rows `nestrace correlate` stored,
 -- where it has been run).

@@ -1801,12 +1801,31 @@ static int capture__end(struct ring_buffer *rb, struct family *first, __u64 end)
 	return env.guest_dir && gcap__end() ? 1 : 0;
 }
 
+/* The stream's start frame, and the line that says tracing began. */
+static void start__frame(__u64 start, __u64 attach_ns, __u64 ends_ns, int nloaded)
+{
+	static char hooks_json[4096];
+
+	hooks__json(hooks_json, sizeof(hooks_json));
+	out__json("{\"type\":\"start\",\"agent_version\":\"%s\",\"start_ns\":%llu,"
+		  "\"attach_ns\":%llu,\"ends_attached_ns\":%llu,"
+		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"flush_ms\":%ld,\"ncpu\":%d,"
+		  "\"families\":\"%s\",\"mode\":\"%s\",\"hooks\":%s}",
+		  NT_AGENT_VERSION, (unsigned long long)start,
+		  (unsigned long long)attach_ns, (unsigned long long)ends_ns,
+		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
+		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
+	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB%s)\n",
+		nloaded, (unsigned long long)env.ringbuf_bytes >> 10,
+		env.empty_programs ? "; empty programs: nothing is recorded" :
+		env.floor_records ? "; floor records: headers alone, no capture's" : "");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
 	struct family *first = NULL;
 	struct ring_buffer *rb = NULL;
-	char hooks_json[4096];
 	__u64 start, attach_ns, ends_ns = 0;
 	int err, nloaded = 0;
 
@@ -1860,19 +1879,7 @@ int main(int argc, char **argv)
 	attach_ns = families__attach(&ends_ns);
 
 	start = now_ns();
-	hooks__json(hooks_json, sizeof(hooks_json));
-	out__json("{\"type\":\"start\",\"agent_version\":\"%s\",\"start_ns\":%llu,"
-		  "\"attach_ns\":%llu,\"ends_attached_ns\":%llu,"
-		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"flush_ms\":%ld,\"ncpu\":%d,"
-		  "\"families\":\"%s\",\"mode\":\"%s\",\"hooks\":%s}",
-		  NT_AGENT_VERSION, (unsigned long long)start,
-		  (unsigned long long)attach_ns, (unsigned long long)ends_ns,
-		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
-		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
-	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB%s)\n",
-		nloaded, (unsigned long long)env.ringbuf_bytes >> 10,
-		env.empty_programs ? "; empty programs: nothing is recorded" :
-		env.floor_records ? "; floor records: headers alone, no capture's" : "");
+	start__frame(start, attach_ns, ends_ns, nloaded);
 	if (env.cmd && command__start())
 		exiting = 1, exit_reason = "command failed to start";
 	capture__loop(rb, first, start);

@@ -94,6 +94,7 @@ static volatile sig_atomic_t child_done, child_signalled;
 static struct guest_stack guests[GUEST_MAX];	/* the file systems traced: those of --guest, */
 static int nguests;				/* an overlay's base before it */
 static cpu_set_t cpus_before;		/* the command runs where the agent could */
+static mode_t user_umask = 022;		/* the command's (a guest capture) */
 static char cpus_json[256] = "null";	/* where the agent was pinned, for guest.json */
 
 const char *argp_program_version = "nestrace-agent " NT_AGENT_VERSION " build " NT_BUILD_ID;
@@ -1392,7 +1393,11 @@ static int gcap__begin(void)
 	struct dirent *de;
 	DIR *d;
 
-	if (!mkdir(env.guest_dir, 0755))
+	/* the capture's files are its owner's alone, whatever the umask (they
+	 * hold command lines and file names); the command runs with the
+	 * user's */
+	user_umask = umask(077);
+	if (!mkdir(env.guest_dir, 0700))
 		gcap.made_dir = true;
 	else if (errno != EEXIST) {
 		fprintf(stderr, "nestrace-agent: --guest-capture %s: %s\n", env.guest_dir,
@@ -1556,6 +1561,7 @@ static int command__start(void)
 		signal(SIGPIPE, SIG_DFL);
 		signal(SIGCHLD, SIG_DFL);
 		sched_setaffinity(0, sizeof(cpus_before), &cpus_before);
+		umask(user_umask);
 		execvp(env.cmd[0], env.cmd);
 		fprintf(stderr, "nestrace-agent: %s: %s\n", env.cmd[0], strerror(errno));
 		_exit(127);

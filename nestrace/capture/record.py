@@ -35,6 +35,7 @@ from nestrace.capture.status import StatusLines
 from nestrace.errors import RecordError
 from nestrace.schema import table_schema
 from nestrace.store.files import LiveCapture, StoreError, init_store
+from nestrace.store.modes import user_umask
 from nestrace.store.seal import SealResult, seal
 from nestrace.store.stream import DecodeState, StreamError, iter_frames
 
@@ -116,7 +117,7 @@ def run_workload(command: list[str], cwd: str | None = None,
     128 + N for signal N.  The handlers only note the signal (an exception
     raised inside Popen.wait can leave its lock taken: see record), and a
     handler that was in place, a caller's noting one, still hears it."""
-    child = subprocess.Popen(command, cwd=cwd, env=env)
+    child = subprocess.Popen(command, cwd=cwd, env=env, umask=user_umask())
     pending: list[int] = []
     handlers = {}
 

@@ -155,6 +155,34 @@ def lab_name_option(fn):
               help="The package's version and its agent's build, then exit.")
 def cli() -> None:
     """nestrace: multi-level I/O tracing for nested storage stacks."""
+    from nestrace.store.modes import private_files
+    private_files()
+
+
+def _keep_group(ctx, _param, value):
+    ctx.meta["nestrace.group"] = value
+
+
+def group_option(f):
+    """--group NAME, for the commands that write a store."""
+    return click.option(
+        "--group", metavar="NAME", default=None, expose_value=False, callback=_keep_group,
+        help="Share the store with this group: readable by it (directories setgid, so what "
+             "is added later is too).  Default: readable by its owner only.")(f)
+
+
+def group_given() -> str | None:
+    return click.get_current_context().meta.get("nestrace.group")
+
+
+def share_store(store) -> None:
+    """Give the store to --group's group, if given (made first if new)."""
+    from nestrace.store.files import init_store, share_with_group
+    from nestrace.store.modes import group_id
+    group = group_given()
+    if group:
+        group_id(group)     # (an unknown one: no store made)
+        share_with_group(init_store(store), group)
 
 
 # ---- options shared by record and lab run ------------------------------------

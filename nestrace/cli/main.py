@@ -18,9 +18,11 @@ from nestrace.cli.common import (
     LEVEL_NAMES,
     UserError,
     cli,
+    group_option,
     memory_limit_option,
     output_file,
     report_capture,
+    share_store,
     store_with_captures,
     user_errors,
 )
@@ -59,6 +61,7 @@ def kdev_arg(spec: str, option: str = "--vdisk") -> int:
               help="A device at the virtual-disk level (MAJ:MIN or /dev path); the others are disk.")
 @click.option("--capture-id", default=None, help="Default: blktrace-<first file name>.")
 @click.option("--machine", default="", help="Machine the trace was recorded on.")
+@group_option
 @user_errors
 def import_cmd(files, output, vdisks, capture_id, machine) -> None:
     """Import block traces as a capture of block events: blktrace binary
@@ -82,6 +85,7 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
         if vdisks or machine:
             raise UserError("--vdisk and --machine are for block traces: a guest capture "
                             "directory names its disk and machine itself")
+        share_store(output)
         try:
             r = import_guest_dir(files[0], output, capture_id)
         except GuestDirError as e:
@@ -96,6 +100,7 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
         if not Path(f).is_file():
             raise UserError(f"{f}: not a regular file, nor a guest capture directory "
                             "(no guest.json)")
+    share_store(output)
     levels = {kdev_arg(v): "vdisk" for v in vdisks}
     dat = [f for f in files if is_dat(f)]
     if dat and len(files) > 1:
@@ -137,12 +142,14 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
               help="Byte offset of the virtual disk's first sector in the image file (raw: 0).")
 @click.option("--offset-ns", type=int, default=None,
               help="Host clock minus guest clock, if known; default: estimated from the I/Os.")
+@group_option
 @user_errors
 def merge_cmd(guest_store, host_store, output, guest_capture, host_capture, image_offset,
               offset_ns) -> None:
     """Merge a guest capture (record --side guest) and a host capture
     (record --side host) of one VM into one four-level capture, with the
     host's times moved onto the guest's clock by an estimated offset."""
+    share_store(output)
     from nestrace.importers.merge import MergeError, merge
     try:
         r = merge(guest_store, host_store, output, guest_capture=guest_capture,

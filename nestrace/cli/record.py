@@ -14,9 +14,12 @@ from nestrace.cli.common import (
     UserError,
     capture_options,
     cli,
+    group_given,
+    group_option,
     needs_btf,
     needs_root,
     report_capture,
+    share_store,
     user_errors,
 )
 from nestrace.images.base import MAPPED, ImageMapError
@@ -60,6 +63,7 @@ from nestrace.images.chain import backing_chain
                    "vdisk: --stack MOUNT [--vdisk DEV]) in the guest, host (hostfs and disk: "
                    "--image FILE [--disk DEV]) on the host; then `nestrace merge`.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@group_option
 @user_errors
 @needs_root
 @needs_btf
@@ -95,6 +99,7 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     if len(images) > 1 and side != "host":
         raise UserError("--image again is for --side host (the host's side of several "
                         "images): with --stack, --image names the one stack's image")
+    share_store(store)
     groups = _disk_groups(side, mount, more) if more and side != "host" else \
         _image_groups(images, disk) if len(images) > 1 else []
     if len(groups) > 1:
@@ -126,7 +131,8 @@ def _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_
             "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
             "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
             *(("--cgroup", cgroup) if cgroup is not None else ()),
-            "--status", str(status), "--side", side]
+            "--status", str(status), "--side", side,
+            *(("--group", group_given()) if group_given() else ())]
     rc = disks.record_disks(store, groups, opts, duration=duration,
                             command=list(command) or None, log=lambda m: click.echo(m, err=True),
                             out=click.echo)

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nestrace.errors import StoreError
+from nestrace.store.modes import group_id
 
 MARKER = "nestrace-store.json"
 FORMAT = {"format": "nestrace-store", "version": 1}
@@ -38,15 +39,37 @@ RECORDING_LOCK = "recording.lock"
 
 
 def init_store(path: str | os.PathLike) -> Path:
-    """Create a store directory (or accept an existing store)."""
+    """Create a store directory (or accept an existing store).  A new one
+    is its owner's alone (mode 0700, whatever the umask): it holds command
+    lines, process names, file and host names."""
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise StoreError(f"{p}: exists and is not a directory")
     if p.is_dir() and any(p.iterdir()) and not (p / MARKER).exists():
         raise StoreError(f"{p}: not empty and not a nestrace store (no {MARKER})")
-    p.mkdir(parents=True, exist_ok=True)
+    if not p.is_dir():
+        p.mkdir(parents=True, mode=0o700)
+        p.chmod(0o700)
     (p / MARKER).write_text(json.dumps(FORMAT) + "\n")
     return p
+
+
+def share_with_group(store: Path, group: str) -> None:
+    """`--group NAME`: the store readable by that group: its files and
+    directories given to the group (g+r, g+rx), its directories setgid so
+    what is made in them later is the group's too, and this process's
+    umask 027 so that it is group-readable."""
+    gid = group_id(group)
+    os.umask(0o027)
+    for d, dirs, files in os.walk(store):
+        for name in [*dirs, *files]:
+            q = Path(d) / name
+            os.chown(q, -1, gid, follow_symlinks=False)
+            mode = q.lstat().st_mode
+            if not q.is_symlink():
+                q.chmod((mode & 0o7777) | (0o2050 if q.is_dir() else 0o040))
+    os.chown(store, -1, gid)
+    store.chmod((store.stat().st_mode & 0o7777) | 0o2050)
 
 
 def check_store(path: str | os.PathLike) -> Path:

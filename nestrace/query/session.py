@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from nestrace.query import sqlmod
 from nestrace.schema import RECORDS, TABLES, record_schema, table_schema
 from nestrace.store.files import captures, check_store
+from nestrace.store.manifest import store_files
 from nestrace.store.seal import DAMAGE_NOTE, damage_of
 
 
@@ -121,6 +122,11 @@ def _names_any(sql: str, names: set[str]) -> bool:
         r"\b(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b", sql, re.I) is not None
 
 
+def _sql_list(files: list[Path]) -> str:
+    """Files as a DuckDB list of strings."""
+    return "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+
+
 def arrow_of(rel) -> pa.Table:
     """A DuckDB relation's rows as an Arrow table (DuckDB 2 calls it
     to_arrow_table; older versions arrow())."""
@@ -135,7 +141,7 @@ class Session:
     """
 
     def __init__(self, store: str | os.PathLike | None, *, memory_limit: str | None = None,
-                 late_modules: bool = True):
+                 late_modules: bool = True, read_anyway: bool | None = None):
         self.store = check_store(store) if store is not None else None
         self._cached: set[str] = set()     # views cache() made tables of
         self.con = duckdb.connect()
@@ -146,11 +152,17 @@ class Session:
         self.con.execute("SET parquet_metadata_cache = true")
         if memory_limit:
             self.con.execute(f"SET memory_limit = '{memory_limit}'")
+        # the published captures' files, checked against their manifests
+        # (read_anyway: a file its manifest does not describe is a warning,
+        # not an error; default: $NESTRACE_READ_ANYWAY, `nestrace --read-anyway`)
+        self._read_anyway = read_anyway
+        self._files = store_files(self.store, read_anyway, frozenset(MATERIALIZED)) \
+            if self.store else {}
         for table, schema in raw_tables().items():
-            files = sorted(self.store.glob(f"{table}/capture=*/*.parquet")) if self.store else []
+            files = self._table_files(table)
             if files:
-                glob = str(self.store / table / "capture=*" / "*.parquet").replace("'", "''")
-                src = f"read_parquet('{glob}', hive_partitioning = false, union_by_name = true)"
+                src = f"read_parquet({_sql_list(files)}, hive_partitioning = false, " \
+                      "union_by_name = true)"
                 if table in GROWN:
                     # a store written before a column was added: NULL there
                     self.con.execute(_empty_view(f"_{table}_now", schema))
@@ -174,15 +186,17 @@ class Session:
         self._links_names = _names_reading(self.modules, "links.links")
         self._auto_links = "links" not in self.stored_views
 
-    def _use_stored_views(self) -> None:
+    def _use_stored_views(self, refresh: bool = False) -> None:
         """Read what `nestrace correlate` stored (block_requests, links, rmw) from
         the store; compute it for captures it has not been run on."""
         self.stored_views = set()
         if not self.store:
             return
+        if refresh and self._files is not None:   # (what `correlate` has stored since)
+            self._files = store_files(self.store, self._read_anyway, frozenset(MATERIALIZED))
         caps = set(captures(self.store))
         for view in MATERIALIZED:
-            files = list(self.store.glob(f"{view}/capture=*/data.parquet"))
+            files = self._table_files(view)
             if not files:
                 continue
             target = MATERIALIZED[view]
@@ -195,11 +209,11 @@ class Session:
                         stale.append(f)
                 except (pa.ArrowException, OSError) as e:
                     damaged.append(f)
-                    print(f"nestrace: {f}: unreadable ({str(e).splitlines()[0]}): computing "
+                    print(f"nestrace: warning: {f}: unreadable ({str(e).splitlines()[0]}): computing "
                           f"{view} for that capture; run `nestrace correlate` again to store "
                           "it anew", file=sys.stderr)
             if stale:   # written by an older nestrace: computed again until re-run
-                print(f"nestrace: {view} stored by an older version in {len(stale)} "
+                print(f"nestrace: warning: {view} stored by an older version in {len(stale)} "
                       f"capture(s) of {self.store} (e.g. {stale[0]}): computing it; "
                       "run `nestrace correlate` again to store it anew", file=sys.stderr)
             if stale or damaged:
@@ -207,10 +221,9 @@ class Session:
                 if not files:
                     continue
             stored = {f.parent.name.split("=", 1)[1] for f in files}
-            paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in sorted(files))
             self.con.execute(sqlmod.deferred(
                 f"CREATE OR REPLACE VIEW _{view}_stored AS SELECT * FROM "
-                f"read_parquet([{paths}], hive_partitioning = false)"))
+                f"read_parquet({_sql_list(files)}, hive_partitioning = false)"))
             missing = sorted(caps - stored)
             if not missing:         # the common case: never plan the computation
                 self.stored_views.add(view)
@@ -222,6 +235,15 @@ class Session:
                 f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM _{view}_stored "
                 f"UNION ALL BY NAME SELECT * FROM _{view}_computed "
                 f"WHERE capture_id IN ({ids})"))
+
+    def _table_files(self, table: str) -> list[Path]:
+        """A table's files: the published captures' (a store written
+        before manifests: every capture's there)."""
+        if not self.store:
+            return []
+        if self._files is None:
+            return sorted(self.store.glob(f"{table}/capture=*/data.parquet"))
+        return sorted(self._files.get(table, []))
 
     def _documented_columns(self, view: str) -> list[str]:
         """The public view's columns, as its module documents them."""

@@ -10,6 +10,7 @@ import time
 import pyarrow.parquet as pq
 
 from nestrace.query.session import LINKS_INPUTS, Session
+from nestrace.store import manifest
 from nestrace.store.files import check_store, writing
 
 REPORT_VERSION = 1
@@ -61,6 +62,7 @@ def _limits(settings_json: str | None) -> dict:
     return {"max_size_reached": bool(max_size), "max_size_bytes": max_size[0] if max_size else None,
             "store_traced_at": traced[0] if traced else None,
             "start_snapshot_truncated": any(x.get("start_snapshot_truncated") for x in sides),
+            "redacted": any(x.get("redact") for x in sides),
             "vfs_only": only if any(v is not None for v in only.values()) else None}
 
 
@@ -352,14 +354,18 @@ def correlate(store: str | os.PathLike, memory_limit: str | None = None,
                 path = str(tmp).replace("'", "''")
                 s.con.execute(f"COPY (SELECT * FROM {src} WHERE capture_id = ?) TO "
                               f"'{path}' (FORMAT parquet, COMPRESSION zstd)", [cid])
+                # (out of the manifest while replaced: a correlate killed
+                # here leaves the capture without it, computed when read)
+                manifest.update(p, cid, drop=[d / "data.parquet"])
                 os.replace(tmp, d / "data.parquet")
+                manifest.update(p, cid, add=[d / "data.parquet"])
                 n = pq.ParquetFile(d / "data.parquet").metadata.num_rows
                 rows += n
                 if view == "links":
                     out[cid] = n
             if len(caps) > 1:
                 s.con.execute(f"DROP TABLE temp._correlate_{view}")
-            s._use_stored_views()   # later views read what was just stored
+            s._use_stored_views(refresh=True)   # later views read what was just stored
             if progress:
                 progress(view, rows, time.monotonic() - t0)
     return out

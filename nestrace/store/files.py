@@ -92,11 +92,10 @@ def check_store(path: str | os.PathLike) -> Path:
 
 
 def captures(store: Path) -> list[str]:
-    """Sealed capture ids in a store."""
-    d = store / "capture_meta"
-    if not d.is_dir():
-        return []
-    return sorted(x.name.split("=", 1)[1] for x in d.iterdir() if x.name.startswith("capture="))
+    """Published capture ids in a store (manifest.published; a store written
+    before manifests: those with a capture_meta)."""
+    from nestrace.store.manifest import _legacy, has_manifests, published
+    return published(store) if has_manifests(store) else _legacy(store)
 
 
 def live_captures(store: Path) -> list[str]:

@@ -21,6 +21,7 @@ from nestrace.store.files import (
     with_crc_marker,
     write_parquet_file,
 )
+from nestrace.store.manifest import clean_unpublished, publish
 
 STORE_TABLES = ("device_map", "extent_maps", "capture_meta", "lost_events", "agent_stats")
 
@@ -38,6 +39,7 @@ def replicate(src: str | Path, dst: str | Path, copies: int, capture_id: str | N
     caps = sorted(p.name.split("=", 1)[1] for p in (src_p / "capture_meta").iterdir())
     cid = capture_id or caps[-1]
     dst_p = init_store(dst)
+    clean_unpublished(dst_p, new_id)
     meta = _read(src_p, "capture_meta", cid).to_pylist()[0]
     ev = {t: _read(src_p, t, cid) for t in kernel_tables() if t != "agent_stats"}
     t0 = min(pc.min(t["ts_ns"]).as_py() for t in ev.values() if t.num_rows)
@@ -74,4 +76,5 @@ def replicate(src: str | Path, dst: str | Path, copies: int, capture_id: str | N
         out_dir = dst_p / table / f"capture={new_id}"
         out_dir.mkdir(parents=True, exist_ok=True)
         write_parquet_file(t, out_dir / "data.parquet")
+    publish(dst_p, new_id)
     return total

@@ -128,7 +128,8 @@ SHIFT = 3_141_592_653_589   # the "host" booted ~52 minutes before the "guest"
 
 def shift_store(store: Path, shift_ns: int, machine: str) -> None:
     """Make a capture look recorded on another machine: every time moved
-    by shift_ns, another host name."""
+    by shift_ns, another host name; its manifest written anew (as the
+    other machine's record wrote it)."""
     for f in store.glob("*/capture=*/*.parquet"):
         t = pq.read_table(f)
         table = f.parent.parent.name
@@ -142,6 +143,7 @@ def shift_store(store: Path, shift_ns: int, machine: str) -> None:
             i = t.schema.get_field_index("machine")
             t = t.set_column(i, t.schema.field(i), pa.array([machine] * t.num_rows, pa.string()))
         write_parquet_file(t, f)
+    _republish(store)
 
 
 def record_both_sides(lab, tmp_path: Path, guest_by: str = "record"
@@ -359,6 +361,16 @@ def recode_devs(store: Path, old: int, new: int) -> None:
                     [new if v == old else v for v in t.column(col).to_pylist()],
                     t.schema.field(i).type))
         write_parquet_file(t, f)
+    _republish(store)
+
+
+def _republish(store: Path) -> None:
+    """A capture's manifest written anew, as the machine that recorded the
+    capture (changed here by hand) wrote it."""
+    from nestrace.store.files import captures
+    from nestrace.store.manifest import publish
+    for cid in captures(store):
+        publish(store, cid)
 
 
 @pytest.mark.root

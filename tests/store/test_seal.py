@@ -12,6 +12,7 @@ import pytest
 from conftest import NESTRACE, ROOT, run_cli
 
 import nestrace
+from nestrace.errors import StoreError
 from nestrace.schema import RECORDS, record_schema
 from nestrace.store.files import (
     LIVE,
@@ -201,17 +202,28 @@ def test_verify_names_a_damaged_page(tmp_path):
     assert f"damaged: {f}: byte {start}..{end}: row group 0, column ts_ns: " in r.stdout
     assert "CRC checksum verification failed" in r.stdout
     assert r.stderr.strip() == f"nestrace: error: {store}: 1 damaged file"
-    # DuckDB's error for it names no file and no offset; the commands that
-    # read the store name both, and the Python API adds them as a note
-    damage = f"damaged store file: {f}: byte {start}..{end}: row group 0, column ts_ns: "
-    for cmd in (["report", str(store)], ["sql", str(store), "SELECT sum(ts_ns) FROM block_events"]):
+    # the file is not the one the capture's manifest names: the commands
+    # that read the store stop at once, naming it
+    changed = f"nestrace: error: {f}: its SHA-256 is not the one written: changed or damaged"
+    for cmd in (["report", str(store)], ["sql", str(store), "SELECT 1"]):
         r = run_cli(*cmd, check=False)
-        assert r.returncode == 2 and r.stderr.startswith(f"nestrace: error: {damage}"), r.stderr
+        assert r.returncode == 2 and r.stderr.startswith(changed), r.stderr
+    with pytest.raises(StoreError, match="its SHA-256 is not the one written"):
+        nestrace.open(store)
+    # read anyway (a warning): DuckDB's error for it names no file and no
+    # offset; the commands that read the store name both, and the Python
+    # API adds them as a note
+    damage = f"damaged store file: {f}: byte {start}..{end}: row group 0, column ts_ns: "
+    warned = f"nestrace: warning: {f}: its SHA-256 is not the one written"
+    for cmd in (["report", str(store)], ["sql", str(store), "SELECT sum(ts_ns) FROM block_events"]):
+        r = run_cli("--read-anyway", *cmd, check=False)
+        assert r.returncode == 2 and r.stderr.startswith(warned) and \
+            f"\nnestrace: error: {damage}" in r.stderr, r.stderr
     # the shell says so and goes on (piped: exit 1 at the end, a statement failed)
-    r = run_cli("sql", str(store), input="SELECT sum(ts_ns) FROM block_events;\nSELECT 41 + 1 AS a;\n",
-                check=False)
+    r = run_cli("--read-anyway", "sql", str(store),
+                input="SELECT sum(ts_ns) FROM block_events;\nSELECT 41 + 1 AS a;\n", check=False)
     assert f"\n  {damage}" in r.stderr and "42" in r.stdout and r.returncode == 1
-    s = nestrace.open(store)
+    s = nestrace.open(store, read_anyway=True)
     with pytest.raises(duckdb.Error) as e:
         s.query("SELECT sum(ts_ns) FROM block_events")
     assert e.value.__notes__[0].startswith(damage)
@@ -226,7 +238,8 @@ def test_verify_names_a_damaged_page(tmp_path):
         damage.removeprefix("damaged store file: "))
     other = next(store.glob("capture_meta/capture=c1/data.parquet"))
     assert damage_of(store, duckdb.InvalidInputException(f"No magic bytes found at end of file '{other}'")) is None
-    assert nestrace.open(store).rows("SELECT count(*) AS n FROM capture_meta") == [{"n": 1}]
+    assert nestrace.open(store, read_anyway=True).rows(
+        "SELECT count(*) AS n FROM capture_meta") == [{"n": 1}]
 
 
 def test_verify_names_a_truncated_file(tmp_path):
@@ -246,17 +259,25 @@ def test_verify_names_a_truncated_file(tmp_path):
     r = run_cli("verify", str(store), check=False)
     assert f"damaged: {f}: byte {len(data) - 8 - footer}..{len(data) - 8}: the footer (the file's " \
            "metadata): unreadable: " in " ".join(r.stdout.split())
-    # and a command that reads the store names the file and the range
-    # (DuckDB's own error for this footer names neither) and points to verify
+    # a command that reads the store stops at the manifest; read anyway, it
+    # names the file and the range (DuckDB's own error for this footer
+    # names neither) and points to verify
     r = run_cli("report", str(store), check=False)
     assert r.returncode == 2 and r.stderr.startswith(
+        f"nestrace: error: {f}: its SHA-256 is not the one written"), r.stderr
+    r = run_cli("--read-anyway", "report", str(store), check=False)
+    err = r.stderr.splitlines()[-1]
+    assert r.returncode == 2 and err.startswith(
         f"nestrace: error: damaged store file: {f}: byte {len(data) - 8 - footer}..{len(data) - 8}: "
-        "the footer (the file's metadata) (DuckDB: ")
-    assert r.stderr.rstrip().endswith(f"`nestrace verify {store}` checks every file")
-    assert r.stderr.rstrip("\n").isprintable()      # DuckDB's control bytes escaped
+        "the footer (the file's metadata) (DuckDB: "), r.stderr
+    assert err.endswith(f"`nestrace verify {store}` checks every file")
+    assert err.isprintable()      # DuckDB's control bytes escaped
     f.write_bytes(data[:-20])
     r = run_cli("sql", str(store), "SELECT * FROM capture_meta", check=False)
     assert r.returncode == 2 and r.stderr.startswith(
+        f"nestrace: error: {f}: {n} bytes, its manifest says {len(data)}"), r.stderr
+    r = run_cli("--read-anyway", "sql", str(store), "SELECT * FROM capture_meta", check=False)
+    assert r.returncode == 2 and r.stderr.splitlines()[-1].startswith(
         f"nestrace: error: damaged store file: {f}: byte {n - 4}..{n}: no PAR1 at the end")
 
 

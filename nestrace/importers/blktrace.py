@@ -28,12 +28,14 @@ from __future__ import annotations
 import os
 import struct
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from nestrace.schema import code
+from nestrace.store.seqs import seq_gaps
 
 MAGIC = 0x65617400
 VERSION = 7
@@ -44,6 +46,7 @@ DTYPE = np.dtype([("magic", "=u4"), ("sequence", "=u4"), ("time", "=u8"), ("sect
                   ("cpu", "=u4"), ("error", "=u2"), ("pdu_len", "=u2")])
 assert DTYPE.itemsize == HEADER.size
 _MAGIC_PDU = struct.Struct("=I42xH")        # magic and pdu_len of a header
+_PAT = struct.pack("=I", MAGIC | VERSION)   # a record's first bytes
 
 # __BLK_TA_* (the action's low 16 bits) -> blkparse's letter
 ACTIONS = {1: "Q", 2: "M", 3: "F", 4: "G", 5: "S", 6: "R", 7: "D", 8: "C", 9: "P", 10: "U",
@@ -120,6 +123,12 @@ def op_name(categories: int, nbytes: int) -> str:
     return "read" if nbytes else "other"
 
 
+# the longest payload a kernel writes: a message (BLK_TN_MAX_MSG, 128
+# bytes) after a cgroup id (8); a longer pdu_len is damage, which would
+# swallow the records after it
+MAX_PDU = 8 + 128
+
+
 def _problem(path: Path, data, off: int) -> str | None:
     """Why the record at off is not whole, or None."""
     end = len(data)
@@ -130,15 +139,39 @@ def _problem(path: Path, data, off: int) -> str | None:
         return f"{path}: byte {off}: bad magic 0x{magic:08x} (not a blktrace record)"
     if magic & 0xFF != VERSION:
         return f"{path}: byte {off}: blktrace version {magic & 0xFF} (this reader knows {VERSION})"
+    if pdu_len > MAX_PDU:
+        return (f"{path}: byte {off}: a payload of {pdu_len} bytes (a kernel's is at most "
+                f"{MAX_PDU})")
     if off + HEADER.size + pdu_len > end:
         return (f"{path}: byte {off}: payload cut short "
                 f"({end - off - HEADER.size} of {pdu_len} bytes)")
+    if _swallows(data, off, pdu_len):
+        return (f"{path}: byte {off}: a payload of {pdu_len} bytes over the record at byte "
+                f"{_swallows(data, off, pdu_len)} (its length damaged)")
+    return None
+
+
+def _swallows(data, off: int, pdu_len: int) -> int | None:
+    """Where a whole record starts inside the payload of the record at
+    off (its length is damage: no payload a kernel writes holds a record's
+    first bytes)."""
+    nxt, pat = off + HEADER.size + pdu_len, _PAT
+    if not pdu_len:
+        return None
+    # (one starting in the payload and going on past it too)
+    at = data.find(pat, off + HEADER.size, nxt + len(pat) - 1)
+    while at != -1:
+        if len(data) - at >= HEADER.size and \
+                _MAGIC_PDU.unpack_from(data, at)[1] <= MAX_PDU and \
+                at + HEADER.size + _MAGIC_PDU.unpack_from(data, at)[1] <= len(data):
+            return at
+        at = data.find(pat, at + 1, nxt + len(pat) - 1)
     return None
 
 
 def _resync(data, off: int) -> int | None:
     """The next offset after off where a whole record starts."""
-    pat = struct.pack("=I", MAGIC | VERSION)
+    pat = _PAT
     at = data.find(pat, off + 1)
     while at != -1 and _problem(Path(), data, at):
         at = data.find(pat, at + 1)
@@ -179,36 +212,85 @@ def _implausible(path: Path, data: bytes, offs: np.ndarray) -> list[tuple[int, s
     return out
 
 
-def _walk(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[str]]:
-    """The byte offsets of path's whole and plausible records, and the
-    problems met, in file order (without resync, the first one ends the
-    file)."""
+@dataclass
+class Damage:
+    """What a file's damage cost: the places skipped, their bytes, and the
+    records lost there (each place at least one: a record whose length
+    is damaged hides how many it covered)."""
+    places: int = 0
+    bytes: int = 0
+    records: int = 0
+
+    def add(self, other: "Damage") -> None:
+        self.places += other.places
+        self.bytes += other.bytes
+        self.records += other.records
+
+
+def _foreign(path: Path, data: bytes, offs: np.ndarray) -> list[tuple[int, str]]:
+    """(offset, problem) of the records of a blktrace file (one device's,
+    its records numbered per CPU) whose device is damage: one seen once or
+    twice, its sequence number between two of the file's device's on its
+    CPU."""
+    if len(offs) < 8:
+        return []
+    h = _headers(np.frombuffer(data, dtype=np.uint8), offs)
+    if not h["sequence"].any():
+        return []
+    devs, counts = np.unique(h["device"], return_counts=True)
+    main = devs[np.argmax(counts)]
+    odd = np.flatnonzero(np.isin(h["device"], devs[counts <= 2]) & (h["device"] != main))
+    if not len(odd):
+        return []
+    mine = h["device"] == main
+    known = set(zip(h["cpu"][mine].tolist(), h["sequence"][mine].tolist()))
+    out = []
+    for j in odd:
+        c, q = int(h["cpu"][j]), int(h["sequence"][j])
+        if (c, q - 1) in known and (c, q + 1) in known:
+            d = int(h["device"][j])
+            out.append((int(offs[j]), f"{path}: byte {int(offs[j])}: device {dev_name(d)} "
+                                      f"between two records of {dev_name(int(main))} on CPU "
+                                      f"{c}: a damaged record"))
+    return out
+
+
+def _walk(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[str], Damage]:
+    """The byte offsets of path's whole and plausible records, the problems
+    met in file order (without resync, the first one ends the file), and
+    what the damage cost."""
     offs, problems = _walk_whole(path, data, resync)
-    bad = _implausible(path, data, offs)
-    if not bad:
-        return offs, [p for _, p in problems]
-    if not resync:      # the first bad record ends the file: before any problem the walk met
-        return offs[offs < bad[0][0]], [bad[0][1]]
-    drop = np.array([o for o, _ in bad], np.int64)
-    return offs[~np.isin(offs, drop)], [p for _, p in sorted(problems + bad)]
+    bad = sorted(_implausible(path, data, offs) + _foreign(path, data, offs))
+    if bad and not resync:      # the first bad record ends the file: before any problem met
+        return offs[offs < bad[0][0]], [bad[0][1]], Damage(1, 0, 1)
+    dmg = Damage(len(problems) + len(bad), sum(n for _, _, n in problems), len(problems) + len(bad))
+    if bad:
+        drop = np.array([o for o, _ in bad], np.int64)
+        dmg.bytes += sum(HEADER.size + _MAGIC_PDU.unpack_from(data, o)[1] for o, _ in bad)
+        offs = offs[~np.isin(offs, drop)]
+    return offs, [p for _, p in sorted([(o, p) for o, p, _ in problems] + bad)], dmg
 
 
-def _walk_whole(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """The byte offsets of path's whole records, and (offset, problem) of
-    the damage met (without resync, the first one ends the file)."""
+def _walk_whole(path: Path, data: bytes, resync: bool
+                ) -> tuple[np.ndarray, list[tuple[int, str, int]]]:
+    """The byte offsets of path's whole records, and (offset, problem,
+    bytes skipped) of the damage met (without resync, the first one ends
+    the file)."""
     offs, problems = array("q"), []
     off, end, want = 0, len(data), MAGIC | VERSION
     unpack, size = _MAGIC_PDU.unpack_from, HEADER.size
     while off < end:
         if end - off >= size:
             magic, pdu_len = unpack(data, off)
-            if magic == want and off + size + pdu_len <= end:
+            if magic == want and pdu_len <= MAX_PDU and off + size + pdu_len <= end and \
+                    (not pdu_len or not _swallows(data, off, pdu_len)):
                 offs.append(off)
                 off += size + pdu_len
                 continue
         problem = _problem(path, data, off)
         nxt = _resync(data, off) if resync else None
-        problems.append((off, problem + ("" if nxt is None else f"; resumed at byte {nxt}")))
+        problems.append((off, problem + ("" if nxt is None else f"; resumed at byte {nxt}"),
+                         (end if nxt is None else nxt) - off))
         if nxt is None:
             break
         off = nxt
@@ -263,16 +345,23 @@ def _concat(parts: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
 
 
-def _read(paths, resync: bool) -> tuple[list[pa.Table], list[str]]:
-    parts, problems = [], []
+def _read(paths, resync: bool) -> tuple[list[pa.Table], list[str], Damage]:
+    parts, problems, damage = [], [], Damage()
     for p in map(Path, paths):
-        data = p.read_bytes()
-        offs, pr = _walk(p, data, resync)
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            raise BlktraceError(f"{p}: cannot read: {e.strerror}", _concat(parts)) from None
+        offs, pr, dmg = _walk(p, data, resync)
         parts.append(_table(p, data, offs))
+        damage.add(dmg)
+        if len(pr) > 1:     # (said once per file)
+            pr = [f"{pr[0]}; and {len(pr) - 1} more damaged place(s): {dmg.bytes} bytes, "
+                  f"at least {dmg.records} records skipped in all"]
         problems += pr
         if pr and not resync:
             break
-    return parts, problems
+    return parts, problems, damage
 
 
 def read(*paths: str | os.PathLike) -> pa.Table:
@@ -280,7 +369,7 @@ def read(*paths: str | os.PathLike) -> pa.Table:
     ftrace blk tracer in bin mode), file after file.  The first record
     that is not whole raises BlktraceError (the records before it on
     `.good`)."""
-    parts, problems = _read(paths, resync=False)
+    parts, problems, _ = _read(paths, resync=False)
     if problems:
         raise BlktraceError(problems[0], _concat(parts))
     return _concat(parts)
@@ -288,10 +377,16 @@ def read(*paths: str | os.PathLike) -> pa.Table:
 
 def read_tolerant(*paths: str | os.PathLike) -> tuple[pa.Table, list[str]]:
     """Like read, but past damage: a record that is not whole is named (file
-    and byte offset) in the problems returned, and reading resumes at the
-    next whole record, so that no good record is lost."""
-    parts, problems = _read(paths, resync=True)
-    return _concat(parts), problems
+    and byte offset) in the problems returned, once per file, and reading
+    resumes at the next whole record, so that no good record is lost."""
+    t, problems, _ = read_damaged(*paths)
+    return t, problems
+
+
+def read_damaged(*paths: str | os.PathLike) -> tuple[pa.Table, list[str], Damage]:
+    """read_tolerant, and what the damage cost."""
+    parts, problems, damage = _read(paths, resync=True)
+    return _concat(parts), problems, damage
 
 
 # ---- import into a store ------------------------------------------------------
@@ -440,48 +535,74 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
     the levels blktrace does not see.  Damaged records are skipped, named
     in the result's problems (reading resumes at the next whole record).
     Returns what was imported."""
-    t, problems = read_tolerant(*paths)
+    t, problems, damage = read_damaged(*paths)
+    t, dups = _without_duplicates(t)
+    if dups:
+        problems.append(f"{', '.join(map(str, paths))}: {dups} record(s) a second time (the same "
+                        "device, CPU and sequence number): left out")
     ev, skipped = block_events(t)
-    # relay blktrace numbers each device's records per CPU from 1 (the ftrace
-    # blk tracer writes 0): a number missing is a record lost
-    per: dict[tuple[int, int], list[int]] = {}
-    for d, c, n in zip(t.column("dev").to_pylist(), t.column("cpu").to_pylist(),
-                       t.column("sequence").to_pylist()):
-        if n:
-            x = per.setdefault((d, c), [0, 0])
-            x[0], x[1] = x[0] + 1, max(x[1], n)
-    by_cpu: dict[int, list[int]] = {}
-    for (_, c), (cnt, mx) in per.items():
-        x = by_cpu.setdefault(c, [0, 0])
-        x[0], x[1] = x[0] + cnt, x[1] + mx
-    lost = [{"capture_id": capture_id, "cpu": c, "emitted": mx, "received": cnt,
-             "ringbuf_drops": 0, "seq_gaps": mx - cnt} for c, (cnt, mx) in sorted(by_cpu.items())]
+    lost = _lost_by_sequence(t, capture_id)
+    numbered = bool(lost)
+    # (without sequence numbers the damaged places are the only count of
+    # what was lost; with them, the gaps count those records already)
+    lost_total = sum(r["seq_gaps"] for r in lost) + (0 if numbered else damage.records)
     r = write_import(ev, skipped, problems, paths, store, levels, capture_id, machine,
                      source="blktrace", clock="blktrace", lost=lost, records=t.num_rows,
-                     extra={"sequence_numbers": bool(per)})
-    return r | {"sequence_numbers": bool(per)}
+                     lost_total=lost_total,
+                     extra={"sequence_numbers": numbered,
+                            "damaged": {"places": damage.places, "bytes": damage.bytes,
+                                        "records_at_least": damage.records,
+                                        "duplicates": dups}})
+    return r | {"sequence_numbers": numbered, "damage": damage, "duplicates": dups}
+
+
+def _without_duplicates(t: pa.Table) -> tuple[pa.Table, int]:
+    """The records but a second one of a device, CPU and sequence number
+    (not 0: the ftrace blk tracer numbers none), and how many there were."""
+    if not t.num_rows:
+        return t, 0
+    seq = t.column("sequence").to_numpy()
+    key = np.stack([t.column("dev").to_numpy().astype(np.uint64),
+                    t.column("cpu").to_numpy().astype(np.uint64), seq.astype(np.uint64)], axis=1)
+    _, first = np.unique(key, axis=0, return_index=True)
+    keep = np.zeros(t.num_rows, bool)
+    keep[first] = True
+    keep |= seq == 0
+    n = int((~keep).sum())
+    return (t.filter(pa.array(keep)) if n else t), n
+
+
+def _lost_by_sequence(t: pa.Table, capture_id: str) -> list[dict]:
+    """lost_events rows (per CPU) of records missing by blktrace's sequence
+    numbers: relay blktrace numbers each device's records per CPU from 1
+    (the ftrace blk tracer writes 0: none)."""
+    seq = t.column("sequence").to_numpy()
+    if not seq.any():
+        return []
+    dev, cpu = t.column("dev").to_numpy(), t.column("cpu").to_numpy()
+    by_cpu: dict[int, list[int]] = {}
+    numbered = seq != 0
+    keys = np.stack([dev[numbered], cpu[numbered]], axis=1)
+    qs = seq[numbered]
+    for d, c in np.unique(keys, axis=0):
+        sel = (keys[:, 0] == d) & (keys[:, 1] == c)
+        gaps, _ = seq_gaps(qs[sel])
+        x = by_cpu.setdefault(int(c), [0, 0])
+        x[0], x[1] = x[0] + int(sel.sum()), x[1] + gaps
+    return [{"capture_id": capture_id, "cpu": c, "emitted": cnt + gaps, "received": cnt,
+             "ringbuf_drops": 0, "seq_gaps": gaps} for c, (cnt, gaps) in sorted(by_cpu.items())]
 
 
 def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
                  levels: dict[int, str], capture_id: str, machine: str, *, source: str,
                  clock: str, lost: list[dict], records: int, kernel: str = "unknown",
-                 extra: dict | None = None) -> dict:
+                 extra: dict | None = None, lost_total: int | None = None) -> dict:
     """Write imported block events (block_events rows) as a capture: the
     device map (`levels`: dev -> vdisk or disk, else disk), the lost
     events per CPU (lost_events rows), capture_meta, and empty tables for
     what the source does not see."""
-    import json
-
-    from nestrace._version import __version__
-    from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
-    from nestrace.store.files import (
-        StoreError,
-        captures,
-        init_store,
-        with_capture_id,
-        write_capture_table,
-        writing,
-    )
+    from nestrace.store.files import StoreError, captures, init_store, writing
+    from nestrace.store.manifest import clean_unpublished
 
     if not ev.num_rows:
         raise StoreError(problems[0] if problems else
@@ -496,28 +617,49 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
     with writing(p, f"nestrace import {capture_id}"):
         if capture_id in captures(p):
             raise StoreError(f"{p}: already holds a capture {capture_id!r}")
-        for table, rec in kernel_tables().items():
-            out = ev if table == "block_events" else record_schema(rec).empty_table()
-            write_capture_table(p, table, capture_id, with_capture_id(out, capture_id))
-        dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
-               "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
-        write_capture_table(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
-        write_capture_table(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
-        write_capture_table(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
-        ts = ev.column("ts_ns").to_pylist()
-        meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
-                "clock": clock,
-                "start_ns": min(ts), "end_ns": max(ts), "start_wall": "",
-                "command": "nestrace import " + " ".join(map(str, paths)), "hooks_json": "{}",
-                "stack_json": json.dumps({"source": source, "files": [str(x) for x in paths],
-                                          "levels": {dev_name(d["dev"]): d["level"] for d in dm},
-                                          "not_imported": skipped, **(extra or {})}),
-                "lost_total": sum(r["seq_gaps"] for r in lost), "records_total": ev.num_rows,
-                "tool_version": __version__,
-                "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
-        write_capture_table(p, "capture_meta", capture_id,
-                       pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+        clean_unpublished(p, capture_id)
+        try:
+            meta = _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel,
+                                 clock, source, skipped, extra, lost_total)
+        except BaseException:       # (a write that failed leaves nothing behind)
+            clean_unpublished(p, capture_id, say=lambda _: None)
+            raise
     return {"capture_id": capture_id, "problems": problems, "records": records,
             "block_events": ev.num_rows,
-            "devices": {dev_name(d["dev"]): d["level"] for d in dm}, "not_imported": skipped,
-            "lost": meta["lost_total"]}
+            "devices": {dev_name(d): levels.get(d, "disk") for d in devs},
+            "not_imported": skipped, "lost": meta["lost_total"]}
+
+
+def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel, clock, source,
+              skipped, extra, lost_total) -> dict:
+    """write_import's tables, capture_meta last, then the manifest."""
+    import json
+
+    from nestrace._version import __version__
+    from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
+    from nestrace.store.files import with_capture_id, write_capture_table
+    from nestrace.store.manifest import publish
+    for table, rec in kernel_tables().items():
+        out = ev if table == "block_events" else record_schema(rec).empty_table()
+        write_capture_table(p, table, capture_id, with_capture_id(out, capture_id))
+    dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
+           "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
+    write_capture_table(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
+    write_capture_table(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
+    write_capture_table(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
+    ts = ev.column("ts_ns").to_pylist()
+    meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
+            "clock": clock,
+            "start_ns": min(ts), "end_ns": max(ts), "start_wall": "",
+            "command": "nestrace import " + " ".join(map(str, paths)), "hooks_json": "{}",
+            "stack_json": json.dumps({"source": source, "files": [str(x) for x in paths],
+                                      "levels": {dev_name(d["dev"]): d["level"] for d in dm},
+                                      "not_imported": skipped, **(extra or {})}),
+            "lost_total": sum(r["seq_gaps"] for r in lost) if lost_total is None
+            else lost_total, "records_total": ev.num_rows,
+            "tool_version": __version__,
+            "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
+    write_capture_table(p, "capture_meta", capture_id,
+                   pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+    publish(p, capture_id)
+    return meta

@@ -51,6 +51,9 @@ from nestrace.importers.datfile import (
 TYPE_PADDING, TYPE_TIME_EXTEND, TYPE_TIME_STAMP = 29, 30, 31
 TS_SHIFT = 27
 MISSED_EVENTS, MISSED_STORED = 1 << 31, 1 << 30
+# the most events a page can say were missed before it: more than any
+# ring buffer of the largest machine holds (2^40 events) is damage
+MAX_MISSED = 1 << 40
 COMMIT_MASK = (1 << 27) - 1
 _U32 = struct.Struct("<I").unpack_from
 
@@ -251,7 +254,11 @@ def read(path: str | os.PathLike) -> Events:
     parts: list[dict[str, np.ndarray]] = []
     by_page = dat.compression == "none" or dat.version == 6
     for ci, (cpu, off, size) in enumerate(dat.cpus):
-        data = _cpu_data(dat, b, cpu, off, size)
+        try:
+            data = _cpu_data(dat, b, cpu, off, size)
+        except TraceCmdError as e:      # (one CPU's section: the others are read)
+            found.append((ci, 0, 0, f"{e}: cpu {cpu}'s events left out"))
+            continue
 
         def where(page: int, cpu=cpu, off=off) -> str:
             return (f"{dat.path}: cpu {cpu}, page at byte {page} of its data"
@@ -268,6 +275,11 @@ def read(path: str | os.PathLike) -> Events:
                 if commit & MISSED_STORED:
                     at = page + data_off + used
                     missed = int.from_bytes(data[at:at + dat.long_size], "little") or 1
+                    if missed > MAX_MISSED:
+                        found.append((ci, page, 0, f"{where(page)}: {missed} events missed "
+                                                   "(no ring buffer holds that many: a damaged "
+                                                   "count): counted as 1"))
+                        missed = 1
                 lost[cpu] = lost.get(cpu, 0) + missed
             if data_off + used > ps:
                 found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
@@ -490,11 +502,14 @@ def import_file(path: str | os.PathLike, store: str | os.PathLike, levels: dict[
              "emitted": r.received.get(c, 0) + r.lost.get(c, 0), "received": r.received.get(c, 0),
              "ringbuf_drops": r.lost.get(c, 0), "seq_gaps": r.lost.get(c, 0)} for c in cpus]
     uname = r.dat.uname.split()
-    out = bt.write_import(ev, skipped, r.problems, [path], store, levels, capture_id,
+    problems = r.problems if len(r.problems) < 2 else [   # (said once per file)
+        f"{r.problems[0]}; and {len(r.problems) - 1} more damaged place(s) in the file"]
+    out = bt.write_import(ev, skipped, problems, [path], store, levels, capture_id,
                           machine or (uname[1] if len(uname) > 1 else ""),
                           source="trace-cmd", clock=f"ftrace {r.dat.clock}", lost=lost,
                           records=sum(r.received.values()),
                           kernel=uname[2] if len(uname) > 2 else "unknown",
                           extra={"trace_cmd_version": r.dat.version,
-                                 "compression": r.dat.compression})
+                                 "compression": r.dat.compression,
+                                 "damaged": {"places": len(r.problems)}})
     return out

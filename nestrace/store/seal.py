@@ -8,9 +8,11 @@ import platform
 import re
 import shutil
 import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -27,6 +29,9 @@ from nestrace.store.files import (
     write_capture_table,
     writing,
 )
+from nestrace.store.manifest import clean_unpublished, publish
+from nestrace.store.modes import redactor
+from nestrace.store.seqs import missing_upto
 
 # Block events of one request address in time order (I, D, C, requeue): a
 # D followed by an I or D again completed unseen.  A D with nothing after
@@ -102,6 +107,46 @@ def seal(store: Path, capture_id: str) -> SealResult:
         return _seal(store, capture_id)
 
 
+# `record --redact`: the columns that name files and processes
+REDACTED = {"comm": "process names", "path": "file paths", "name": "mount points",
+            "backing_path": "image paths"}
+
+
+def _redact(store: Path, facts: dict, tables: dict[str, list[pa.RecordBatch]]) -> dict:
+    """A capture's process names, file paths, mount points, image paths and
+    command line as hashes (store.modes.redactor: one value, one hash,
+    within the store), in its tables and its facts (the stack's paths,
+    the cgroup)."""
+    import pyarrow.compute as pc
+    hash_of = redactor(store)
+
+    def col(a: pa.Array, paths: bool) -> pa.Array:
+        uniq = pc.unique(a)
+        hashed = [hash_of(v) if v and (not paths or v.startswith("/")) else v
+                  for v in uniq.to_pylist()]
+        return pc.take(pa.array(hashed, a.type), pc.index_in(a, uniq))
+
+    for name, batches in tables.items():
+        out = []
+        for b in batches:
+            for c in REDACTED:
+                i = b.schema.get_field_index(c)
+                if i >= 0:      # (a device's name, not a path, is kept: loop0, vda)
+                    b = b.set_column(i, b.schema.field(i), col(b.column(i), c != "comm"))
+            out.append(b)
+        tables[name] = out
+
+    def walk(v, key=""):
+        if isinstance(v, dict):
+            return {k: walk(x, k) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x, key) for x in v]
+        if isinstance(v, str) and (v.startswith("/") or key in ("command", "cgroup")):
+            return hash_of(v)
+        return v
+    return walk(facts) | {"command": hash_of(facts.get("command", ""))}
+
+
 def _read_live(live: Path, problems: list[str]) -> dict[str, list[pa.RecordBatch]]:
     """Every table's intact batches in a live capture directory."""
     tables: dict[str, list[pa.RecordBatch]] = {}
@@ -117,10 +162,10 @@ def _read_live(live: Path, problems: list[str]) -> dict[str, list[pa.RecordBatch
 
 
 def _write_records(store: Path, capture_id: str, tables: dict
-                   ) -> tuple[int, dict[int, list[int]], pa.Table]:
-    """The kernel record tables written; their rows, per-CPU [count,
-    max sequence], and the block events (for completion accounting)."""
-    seqs: dict[int, list[int]] = {}   # cpu -> [count, max_seq]
+                   ) -> tuple[int, dict[int, list], pa.Table]:
+    """The kernel record tables written; their rows, each CPU's sequence
+    numbers, and the block events (for completion accounting)."""
+    seqs: dict[int, list] = {}   # cpu -> its records' sequence numbers, table by table
     records = 0
     block = record_schema("block_event").empty_table()
     for table, rec_name in kernel_tables().items():
@@ -131,12 +176,9 @@ def _write_records(store: Path, capture_id: str, tables: dict
         t = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
         records += t.num_rows
         if t.num_rows:
-            g = t.group_by("cpu").aggregate([("seq", "count"), ("seq", "max")])
-            for cpu, n, mx in zip(g["cpu"].to_pylist(), g["seq_count"].to_pylist(),
-                                  g["seq_max"].to_pylist()):
-                c = seqs.setdefault(cpu, [0, 0])
-                c[0] += n
-                c[1] = max(c[1], mx)
+            cpu, seq = t.column("cpu").to_numpy(), t.column("seq").to_numpy()
+            for c in np.unique(cpu):
+                seqs.setdefault(int(c), []).append(seq[cpu == c])
         if rec_name == "block_event":
             block = t
         write_capture_table(store, table, capture_id, with_capture_id(t, capture_id))
@@ -158,17 +200,20 @@ def _write_losses(store: Path, capture_id: str, live: Path, tables: dict,
                         "ring-buffer drops unknown (sequence gaps still counted)")
     lost_rows = []
     for cpu in sorted(set(seqs) | set(emitted)):
-        cnt, mx = seqs.get(cpu, [0, 0])
-        st = emitted.get(cpu, {})
-        # the agent's counter is the truth for the last sequence number taken
-        last = max(mx, st.get("emitted", 0) + st.get("ringbuf_drops", 0))
-        if cnt > last:
-            problems.append(f"{live}: CPU {cpu}: {cnt} records but only {last} sequence "
-                            f"numbers taken: {cnt - last} duplicated records")
+        q = np.concatenate(seqs[cpu]) if cpu in seqs else np.zeros(0, np.uint64)
+        cnt = len(q)
+        st = emitted.get(cpu)
+        # the agent's counter is the truth for the last sequence number
+        # taken; without it the numbers tell, damage not taken for loss
+        last = st["emitted"] + st["ringbuf_drops"] if st else None
+        gaps, damaged, dups = missing_upto(q, last)
+        if dups or damaged:
+            problems.append(f"{live}: CPU {cpu}: of {cnt} records, {dups} a second time and "
+                            f"{damaged} with a sequence number that is damage (not counted "
+                            "as losses)")
         lost_rows.append({"capture_id": capture_id, "cpu": cpu,
-                          "emitted": st.get("emitted", cnt), "received": cnt,
-                          "ringbuf_drops": st.get("ringbuf_drops", 0),
-                          "seq_gaps": max(last - cnt, 0)})
+                          "emitted": st["emitted"] if st else cnt, "received": cnt,
+                          "ringbuf_drops": st["ringbuf_drops"] if st else 0, "seq_gaps": gaps})
     write_capture_table(store, "lost_events", capture_id,
                         pa.Table.from_pylist(lost_rows, schema=table_schema("lost_events")))
     return lost_rows
@@ -177,8 +222,11 @@ def _write_losses(store: Path, capture_id: str, live: Path, tables: dict,
 def _seal(store: Path, capture_id: str) -> SealResult:
     live = store / LIVE / capture_id
     problems: list[str] = []
+    clean_unpublished(store, capture_id)
     facts = _live_facts(live / "capture.json", problems)
     tables = _read_live(live, problems)
+    if facts.get("settings", {}).get("redact"):
+        facts = _redact(store, facts, tables)
     records, seqs, block = _write_records(store, capture_id, tables)
     lost_rows = _write_losses(store, capture_id, live, tables, seqs, problems)
     end_meta = facts.get("agent_end", {})
@@ -222,6 +270,7 @@ def _seal(store: Path, capture_id: str) -> SealResult:
     }
     write_capture_table(store, "capture_meta", capture_id,
                         pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+    publish(store, capture_id)
     shutil.rmtree(live)
     try:
         (store / LIVE).rmdir()
@@ -260,6 +309,16 @@ def check_file(f: Path) -> FileCheck:
     """Read back one Parquet file column chunk by column chunk, checking
     page CRCs where the file has them; a damaged chunk is named by byte
     range, row group and column."""
+    try:
+        mode = f.stat().st_mode
+        if not stat.S_ISREG(mode):
+            return FileCheck(f, 0, False, f"{f}: not a regular file (a "
+                                          f"{'directory' if stat.S_ISDIR(mode) else 'FIFO' if stat.S_ISFIFO(mode) else 'device or socket'}"
+                                          "): a table file was written there")
+        with open(f, "rb"):
+            pass
+    except OSError as e:
+        return FileCheck(f, 0, False, f"{f}: cannot read: {e.strerror}")
     try:
         pf = pq.ParquetFile(f, page_checksum_verification=True)
     except Exception as e:   # a footer that does not parse: pyarrow's many error types

@@ -279,13 +279,13 @@ def map_extent_rows(extents: list[tuple[int, int, int, int]], path: str, dev: in
             continue
         pieces = btrfs_pieces(chunks, ph, ln)
         if pieces is None:
-            print(f"nestrace: {path}: btrfs logical bytes {ph}+{ln} (file offset {lo}) are "
+            print(f"nestrace: warning: {path}: btrfs logical bytes {ph}+{ln} (file offset {lo}) are "
                   "in no chunk of the chunk tree: extent left out of the map", file=sys.stderr)
             continue
         for plog, devid, poff, plen in pieces:
             bd = (devices or {}).get(devid)
             if bd is None:
-                print(f"nestrace: {path}: btrfs devid {devid} (file offset {lo}) is not among "
+                print(f"nestrace: warning: {path}: btrfs devid {devid} (file offset {lo}) is not among "
                       "the file system's devices: piece left out of the map", file=sys.stderr)
                 continue
             row(lo + plog - ph, poff, plen, fl, bd.kdev)

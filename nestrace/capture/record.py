@@ -370,7 +370,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            mode: str = "auto", families: str | None = None, cpus: str = "auto",
            pid: int | None = None, cgroup: str | None = None, cwd: str | None = None,
            env: dict[str, str] | None = None, status: float = 0, max_bytes: int | None = None,
-           workload=None,
+           workload=None, redact: bool = False,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
@@ -405,6 +405,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     try:
         cap = Capture(store_p, cid)
         settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
+                    **({"redact": True} if redact else {}),
                     "pid": pid, "cgroup": cgroup, "store_traced_at": store_level,
                     "max_size_bytes": max_bytes}
         neighbors = _start_facts(live, stack, cid, settings, " ".join(command or [])

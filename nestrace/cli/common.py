@@ -58,8 +58,11 @@ def user_errors(fn=None, *, detail: bool = False):
         try:
             return fn(*a, **kw)
         except (LabError, StackError, StoreError, StreamError, RecordError,
-                AgentNotFound, AgentMismatch, FileNotFoundError, PermissionError) as e:
+                AgentNotFound, AgentMismatch) as e:
             raise UserError(str(e)) from None
+        except OSError as e:    # (a file that is a directory, a FIFO, unreadable, ...)
+            raise UserError(f"{e.filename}: {e.strerror}" if e.filename and e.strerror
+                            else str(e)) from None
         except Exception as e:
             # (a DuckDB error comes only from a command that imported it:
             # the others do not pay its import)
@@ -153,10 +156,15 @@ def lab_name_option(fn):
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=lambda ctx, _p, v: _print_version(ctx) if v else None,
               help="The package's version and its agent's build, then exit.")
-def cli() -> None:
+@click.option("--read-anyway", is_flag=True,
+              help="Read a store whose files are not those its manifests name (changed, "
+                   "damaged, missing): each named as a warning, not an error.")
+def cli(read_anyway) -> None:
     """nestrace: multi-level I/O tracing for nested storage stacks."""
     from nestrace.store.modes import private_files
     private_files()
+    if read_anyway:
+        os.environ["NESTRACE_READ_ANYWAY"] = "1"     # (store.manifest.READ_ANYWAY_ENV)
 
 
 def _keep_group(ctx, _param, value):

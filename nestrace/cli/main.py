@@ -26,6 +26,7 @@ from nestrace.cli.common import (
     store_with_captures,
     user_errors,
 )
+from nestrace.errors import StoreError
 
 # ---- record / seal ----------------------------------------------------------
 
@@ -123,9 +124,13 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
             click.secho(f"nestrace: warning: the kernel lost {r['lost']} events while tracing "
                         "(ring buffer overruns and drops, per CPU in lost_events)",
                         err=True, fg="red", bold=True)
-    elif r["lost"]:
+    elif r["lost"] and r["sequence_numbers"]:
         click.secho(f"nestrace: warning: {r['lost']} records missing by blktrace's sequence numbers",
                     err=True, fg="red", bold=True)
+    elif r["lost"]:
+        click.secho(f"nestrace: warning: at least {r['lost']} records lost to the damage above "
+                    "(in lost_total); without sequence numbers (the ftrace blk tracer writes "
+                    "none) no other loss can be counted", err=True, fg="red", bold=True)
     elif not r["sequence_numbers"]:
         click.echo("note: the records carry no sequence numbers (the ftrace blk tracer's do not): "
                    "losses cannot be counted", err=True)
@@ -206,11 +211,15 @@ def export_cmd(store, output, capture, window) -> None:
 def verify_cmd(store) -> None:
     """Read back every Parquet file of STORE, checking page checksums: a
     damaged file is named with the byte range, row group and column."""
+    from nestrace.store.manifest import audit
     from nestrace.store.seal import verify
     files, unsealed = verify(store)
     bad = [f for f in files if f.problem]
     for f in bad:
         click.secho(f"damaged: {f.problem}", fg="red", bold=True)
+    sums = audit(Path(store))
+    for _, line in sums:
+        click.secho(f"damaged: {line}", fg="red", bold=True)
     crc = sum(1 for f in files if f.checksummed and not f.problem)
     plain = [f for f in files if not f.checksummed and not f.problem]
     click.echo(f"{len(files)} files, {sum(f.rows for f in files)} rows: {crc} with page checksums "
@@ -219,8 +228,9 @@ def verify_cmd(store) -> None:
                   if plain else ""))
     for cid in unsealed:
         click.echo(f"capture {cid} is not sealed: nestrace seal {store}")
-    if bad:
-        raise UserError(f"{store}: {len(bad)} damaged file{'s' if len(bad) > 1 else ''}")
+    if bad or sums:
+        n = len({f.path for f in bad} | {f for f, _ in sums})
+        raise UserError(f"{store}: {n} damaged file{'s' if n > 1 else ''}")
 
 
 @cli.command("seal")
@@ -452,6 +462,8 @@ def summary_cmd(store, capture) -> None:
     p = store_with_captures(store)
     try:
         click.echo(format_summary(level_summary(p, capture)))
+    except StoreError:
+        raise
     except ValueError as e:
         raise UserError(f"{store}: {e}") from None
 
@@ -500,6 +512,14 @@ def main() -> None:
         sys.exit(130)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except Exception as e:      # (a bug: one line, not a traceback, unless asked)
+        if os.environ.get("NESTRACE_DEBUG"):
+            raise
+        first = (str(e).splitlines() or [""])[0]
+        click.echo(f"nestrace: error: internal error: {type(e).__name__}: {first} (a bug in "
+                   "nestrace: NESTRACE_DEBUG=1 shows where; please report it with its input)",
+                   err=True)
+        sys.exit(70)
 
 
 if __name__ == "__main__":

@@ -62,13 +62,17 @@ from nestrace.images.chain import backing_chain
               help="both: all four levels on this kernel (the lab).  In a VM: guest (vfs and "
                    "vdisk: --stack MOUNT [--vdisk DEV]) in the guest, host (hostfs and disk: "
                    "--image FILE [--disk DEV]) on the host; then `nestrace merge`.")
+@click.option("--redact", is_flag=True,
+              help="Store hashes instead of file paths, mount points, process names and the "
+                   "command line (one name, one hash within the store: joins and counts "
+                   "still work).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @group_option
 @user_errors
 @needs_root
 @needs_btf
 def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flush_ms, mode,
-           all_hooks, agent_cpus, pid, cgroup, status, side, command) -> None:
+           all_hooks, agent_cpus, pid, cgroup, status, side, redact, command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from nestrace.capture import disks
@@ -107,13 +111,13 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
             raise UserError("--vdisk, --image and --disk name the devices of one stack: with "
                             "--stack on several virtual disks, give none of them")
         _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_ms, mode,
-                      all_hooks, agent_cpus, pid, cgroup, status, side)
+                      all_hooks, agent_cpus, pid, cgroup, status, side, redact)
         return
     stack = _stack(side, [mount, *more] if mount else [], vdisk, image, disk)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
                      all_hooks=all_hooks, cpus=agent_cpus, pid=pid, cgroup=cgroup,
-                     status=status, max_bytes=max_bytes, workload=workload)
+                     status=status, max_bytes=max_bytes, workload=workload, redact=redact)
     report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)
@@ -121,7 +125,7 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
 
 
 def _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_ms, mode,
-                  all_hooks, agent_cpus, pid, cgroup, status, side) -> None:
+                  all_hooks, agent_cpus, pid, cgroup, status, side, redact) -> None:
     """One recorder per virtual disk (or image), each given the options as
     they were given here."""
     from nestrace.capture import disks
@@ -131,7 +135,7 @@ def _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_
             "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
             "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
             *(("--cgroup", cgroup) if cgroup is not None else ()),
-            "--status", str(status), "--side", side,
+            "--status", str(status), "--side", side, *(("--redact",) if redact else ()),
             *(("--group", group_given()) if group_given() else ())]
     rc = disks.record_disks(store, groups, opts, duration=duration,
                             command=list(command) or None, log=lambda m: click.echo(m, err=True),

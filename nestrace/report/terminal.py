@@ -60,6 +60,9 @@ def _header(con, rep, captures) -> None:
     of = f" (of {captures} in the store; --capture picks one)" if captures > 1 else ""
     con.print(f"[bold]capture {rep['capture_id']}[/]{of} on {rep['machine']} ({rep['kernel']}), "
               f"{rep['duration_s']:.1f} s, {rep['records']} records")
+    if rep.get("redacted"):
+        con.print("[yellow]redacted (record --redact): file paths, mount points, process names "
+                  "and the command line are hashes (h:...), one per name[/]")
     if rep.get("max_size_reached"):
         con.print(f"[yellow]tracing stopped at --max-size ({_fmt_bytes(rep['max_size_bytes'])} of "
                   "records): what ran after it is not in this capture[/]")

@@ -38,3 +38,36 @@ def group_id(group: str) -> int:
         return grp.getgrnam(group).gr_gid
     except KeyError:
         raise StoreError(f"--group {group}: no such group") from None
+
+
+# `record --redact`: a store's own secret, beside it (its owner's alone),
+# so that one name gets one hash within the store and another store's
+# hashes do not match it
+SALT_FILE = "_redact_salt"
+
+
+def redactor(store):
+    """value -> its hash ("h:" and 16 hex digits; "" stays ""), keyed by
+    the store's own salt (made the first time)."""
+    import hashlib
+    import secrets
+    from pathlib import Path
+    path = Path(store) / SALT_FILE
+    try:
+        salt = path.read_bytes()
+    except FileNotFoundError:
+        salt = secrets.token_bytes(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(salt)
+    cache: dict[str, str] = {}
+
+    def hash_of(value: str | None) -> str | None:
+        if not value:
+            return value
+        h = cache.get(value)
+        if h is None:
+            h = cache[value] = "h:" + hashlib.blake2b(value.encode(), key=salt[:32],
+                                                      digest_size=8).hexdigest()
+        return h
+    return hash_of

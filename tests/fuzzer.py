@@ -8,8 +8,15 @@ one line per finding, the last mutant kept at BASE + ".mutant"; exit 1
 when there is any.
 
 KIND: ipc (a live capture's Arrow IPC stream: nestrace.store.files.read_ipc_tolerant),
+frames (the agent's frame stream: nestrace.store.stream.iter_frames),
 image:FMT (an image's map: nestrace.images.chain.cluster_map), dat (a
-trace-cmd trace.dat: nestrace.importers.tracecmd.read)."""
+trace-cmd trace.dat: nestrace.importers.tracecmd.read), blktrace (a
+blktrace file: nestrace.importers.blktrace.read_damaged, which must also
+keep every record the mutation left intact; every 10th mutant imported
+into a store too), guest:FILE (a guest capture directory of the agent with
+FILE damaged: nestrace import), store:TABLE (a store with TABLE's file
+damaged, or its capture's manifest (TABLE manifest): its capture checked
+against its manifest, the file verified)."""
 from __future__ import annotations
 
 import os
@@ -68,7 +75,119 @@ def reader(kind: str):
     if kind == "dat":
         from nestrace.importers import datfile, tracecmd
         return (lambda p: tracecmd.read(p).problems), (datfile.TraceCmdError,)
+    if kind == "frames":
+        from nestrace.store.stream import DecodeState, iter_frames
+
+        def frames(p):
+            state = DecodeState(str(p))
+            with open(p, "rb") as f:
+                for _ in iter_frames(f, str(p), state):
+                    pass
+            return [str(x) for x in state.problems]
+        return frames, ()
+    if kind == "blktrace":
+        return _blktrace_reader(), ()
+    if kind.startswith("guest:"):
+        return _guest_reader(kind.split(":", 1)[1])
+    if kind.startswith("store:"):
+        return _store_reader(kind.split(":", 1)[1])
     raise SystemExit(f"fuzzer: unknown kind {kind}")
+
+
+class Lost(Exception):
+    """A record the mutation left intact is not in what was read."""
+
+
+_base_records: dict[int, int] = {}      # blktrace base: record offset -> its length
+_base_bytes = b""
+
+
+def _blktrace_reader():
+    """read_damaged of the mutant; every record of the base whose bytes the
+    mutant still has at the same place must be among those read."""
+    import tempfile
+
+    from nestrace.importers import blktrace
+    from nestrace.store.files import StoreError
+    count = [0]
+
+    def read(p):
+        data = Path(p).read_bytes()
+        t, problems, _ = blktrace.read_damaged(p)
+        got = set(t.column("file_offset").to_pylist())
+        for off, n in _base_records.items():
+            if off + n <= len(data) and data[off:off + n] == _base_bytes[off:off + n] \
+                    and off not in got:
+                raise Lost(f"the intact record at byte {off} was not read")
+        count[0] += 1
+        if count[0] % 10 == 0:          # (and a store of it: no traceback, a manifest)
+            with tempfile.TemporaryDirectory() as d:
+                try:
+                    blktrace.import_files([p], Path(d) / "s", {}, "f")
+                except StoreError as e:
+                    problems.append(str(e))
+                else:
+                    from nestrace.store.manifest import store_files
+                    store_files(Path(d) / "s")
+        return problems
+    return read
+
+
+def _guest_reader(name: str):
+    """nestrace import of a copy of the guest capture directory beside
+    BASE (BASE is its file `name`), with that file damaged; each mutant
+    into a store of its own."""
+    import tempfile
+
+    from nestrace.importers.guestdir import GuestDirError, import_guest_dir
+    from nestrace.store.files import StoreError
+
+    def read(p):
+        src = Path(p).parent
+        with tempfile.TemporaryDirectory() as d:
+            g = Path(d) / "g"
+            shutil.copytree(src, g, ignore=shutil.ignore_patterns("*.mutant*", "*.base"))
+            shutil.copy(p, g / name)
+            try:
+                msgs = import_guest_dir(g, Path(d) / "s").problems
+            except (GuestDirError, StoreError) as e:
+                msgs = [str(e)]
+            # (what names the damaged file must name it with an offset;
+            # the others are of the intact files)
+            return [m.replace(str(g / name), str(p)) for m in msgs if str(g / name) in m]
+    return read, ()
+
+
+def _store_reader(table: str):
+    """A copy of the store beside BASE (BASE is its TABLE file) with that
+    file damaged: its manifest check (store_files: sizes, SHA-256) and
+    verify's read-back; a mutant the manifest passes must read whole."""
+    import tempfile
+
+    from nestrace.store.files import StoreError
+    from nestrace.store.manifest import store_files
+    from nestrace.store.seal import check_file
+
+    def read(p):
+        store = Path(p).parents[1 if table == "manifest" else 2]
+        with tempfile.TemporaryDirectory() as d:
+            s = Path(d) / "s"
+            shutil.copytree(store, s, ignore=shutil.ignore_patterns("*.mutant*", "*.base"))
+            f = next(s.glob("_manifests/*[!d].json" if table == "manifest"
+                            else f"{table}/capture=*/data.parquet"))
+            shutil.copy(p, f)
+            for v in (s / "_manifests").glob("*.verified.json"):
+                v.unlink()      # (read as written since: its sums checked)
+            try:
+                store_files(s)
+            except StoreError as e:
+                return [str(e).replace(str(f), str(p))]    # (the table file, or the manifest)
+            # (the manifest passed: a table file's bytes are those written)
+            problem = None if table == "manifest" else check_file(f).problem
+            if problem:
+                raise Lost(f"the manifest passed a file that does not read: {problem}")
+        return []
+    return read, ()
 
 
 class Timeout(Exception):
@@ -83,7 +202,15 @@ def main(kind: str, base: str, n: int, seed: int, hot: int = 1 << 16) -> int:
     signal.signal(signal.SIGALRM, _alarm)
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))   # a huge allocation is a finding
     read, own = reader(kind)
+    needs_offset = not kind.startswith("store:")
     data = Path(base).read_bytes()
+    if kind == "blktrace":
+        global _base_bytes
+        from nestrace.importers import blktrace
+        t = blktrace.read(base)
+        _base_bytes = data
+        _base_records.update((o, blktrace.HEADER.size + blktrace._MAGIC_PDU.unpack_from(data, o)[1])
+                             for o in t.column("file_offset").to_pylist())
     read(base)                              # the base itself reads
     rng = random.Random(seed)
     mut = base + ".mutant"
@@ -93,6 +220,10 @@ def main(kind: str, base: str, n: int, seed: int, hot: int = 1 << 16) -> int:
         signal.alarm(30)
         try:
             msgs = read(mut)
+        except Lost as e:
+            findings.setdefault(("lost",), f"mutant {i}: {e}")
+            shutil.copy(mut, f"{mut}.{i}")
+            msgs = []
         except own as e:
             msgs = [str(e)]
         except Timeout:
@@ -107,7 +238,10 @@ def main(kind: str, base: str, n: int, seed: int, hot: int = 1 << 16) -> int:
         finally:
             signal.alarm(0)
         for m in msgs:
-            if not m.startswith(mut) or "offset" not in m and "byte" not in m:
+            # (a store file that is not the one written is named; where it
+            # differs `nestrace verify` says, which the manifest cannot)
+            if not (m.startswith(mut) or not needs_offset and mut in m) or \
+                    needs_offset and "offset" not in m and "byte" not in m:
                 findings.setdefault(("message", m[:40]), f"mutant {i}: names no file and offset: {m[:200]}")
     for f in findings.values():
         print(f"{kind} seed {seed}: {f}")

@@ -178,7 +178,7 @@ def main() -> int:
     print("| events | store MiB | first read s | MiB/s | later reads s |")
     print("|---|---|---|---|---|")
     for n, mib, first, later in sums:
-        print(f"| {n} | {mib:.0f} | {first:.2f} | {mib / first:,.0f} | {later:.3f} |")
+        print(f"| {n} | {mib:.0f} | {first:.3f} | {mib / first:,.0f} | {later:.4f} |")
     if floors:
         cores = os.cpu_count()
         print(f"\nThe floor of correlate + report on this machine, against the target's time "

@@ -107,7 +107,7 @@ def _blktrace_reader():
     mutant still has at the same place must be among those read."""
     import tempfile
 
-    from nestrace.importers import blktrace
+    from nestrace.importers import blkimport, blktrace
     from nestrace.store.files import StoreError
     count = [0]
 
@@ -123,7 +123,7 @@ def _blktrace_reader():
         if count[0] % 10 == 0:          # (and a store of it: no traceback, a manifest)
             with tempfile.TemporaryDirectory() as d:
                 try:
-                    blktrace.import_files([p], Path(d) / "s", {}, "f")
+                    blkimport.import_files([p], Path(d) / "s", {}, "f")
                 except StoreError as e:
                     problems.append(str(e))
                 else:

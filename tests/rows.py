@@ -2,7 +2,7 @@
 default so a test names only what it is about."""
 from __future__ import annotations
 
-from nestrace.importers.blktrace import NT_ACTIONS
+from nestrace.importers.blkimport import NT_ACTIONS
 
 CAP = "c1"
 GUEST, VDISK, HOSTFS, DISK = (7 << 20) | 1, (7 << 20) | 1, (7 << 20) | 0, (7 << 20) | 0

@@ -72,7 +72,7 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
     report work on it.  Or one directory the agent wrote alone in a guest
     (`nestrace-agent --guest MOUNT --guest-capture DIR -- CMD`): a guest
     capture like `record --side guest` makes, for `merge`."""
-    from nestrace.importers.blktrace import import_files
+    from nestrace.importers.blkimport import import_files
     from nestrace.importers.guestdir import (
         GuestDirError,
         import_guest_dir,

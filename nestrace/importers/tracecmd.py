@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from nestrace.importers import blkimport
 from nestrace.importers import blktrace as bt
 from nestrace.importers.datfile import (
     MAGIC,
@@ -493,9 +494,9 @@ def is_dat(path: str | os.PathLike) -> bool:
 def import_file(path: str | os.PathLike, store: str | os.PathLike, levels: dict[int, str],
                 capture_id: str, machine: str = "") -> dict:
     """Write a trace.dat's block events as capture `capture_id` of `store`
-    (like nestrace.importers.blktrace.import_files)."""
+    (like nestrace.importers.blkimport.import_files)."""
     r = read(path)
-    ev, skipped = bt.block_events(r.table, r.comms)
+    ev, skipped = blkimport.block_events(r.table, r.comms)
     skipped = skipped | r.other
     cpus = sorted(set(r.received) | set(r.lost))
     lost = [{"capture_id": capture_id, "cpu": c,
@@ -504,7 +505,7 @@ def import_file(path: str | os.PathLike, store: str | os.PathLike, levels: dict[
     uname = r.dat.uname.split()
     problems = r.problems if len(r.problems) < 2 else [   # (said once per file)
         f"{r.problems[0]}; and {len(r.problems) - 1} more damaged place(s) in the file"]
-    out = bt.write_import(ev, skipped, problems, [path], store, levels, capture_id,
+    out = blkimport.write_import(ev, skipped, problems, [path], store, levels, capture_id,
                           machine or (uname[1] if len(uname) > 1 else ""),
                           source="trace-cmd", clock=f"ftrace {r.dat.clock}", lost=lost,
                           records=sum(r.received.values()),

@@ -24,8 +24,11 @@ def test_bench_correlate_runs():
     out = bench("correlate", "--sizes", "200000")
     rows = [l for l in out.splitlines() if re.match(r"\| \d+ \| \d+[MG]B \|", l)]
     assert len(rows) == 2, out        # the size, with 6 GB and held to 256 MB
-    floor = [l.split(" | ") for l in out.splitlines() if re.match(r"\| \d+ \| [\d.]+ \|", l)]
+    cells = [l.split(" | ") for l in out.splitlines() if re.match(r"\| \d+ \| [\d.]+ \|", l)]
+    floor = [c for c in cells if len(c) == 7]
     assert len(floor) == 1 and float(floor[0][5]) > 0, out   # and its floor
+    sums = [c for c in cells if len(c) == 5]
+    assert len(sums) == 1 and float(sums[0][3].replace(",", "")) > 0, out   # the first read
 
 
 def test_bench_render_runs():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nestrace.importers import blktrace
+from nestrace.importers import blkimport, blktrace
 
 TC_WRITE, TC_SYNC, TC_FLUSH, TC_FUA, TC_AHEAD = 0x2, 0x8, 0x4, 0x8000, 0x800
 
@@ -96,7 +96,7 @@ def test_imported_records_pair_into_requests_like_btt(tmp_path):
         + rec(1, R, 8192, 512, 500) + rec(4, R, 8192, 512, 505) + rec(12, R, 8192, 512, 510)
         + rec(7, R, 8192, 512, 520) + rec(6, R, 8192, 512, 530) + rec(12, R, 8192, 512, 540)
         + rec(7, R, 8192, 512, 550) + rec(8, R, 8192, 512, 700))
-    r = blktrace.import_files([f], tmp_path / "s", {}, "imp", "m1")
+    r = blkimport.import_files([f], tmp_path / "s", {}, "imp", "m1")
     assert r["not_imported"] == {"P": 1, "U": 1} and r["block_events"] == 17
     s = nestrace.open(tmp_path / "s")
     got = s.rows("SELECT level, sector, bytes, op, rwbs, q_ns, g_ns, i_ns, d_ns, c_ns, q2g_ns, "
@@ -131,7 +131,7 @@ def test_imported_split_pieces_and_the_remainder_have_the_q_of_the_bio_they_were
         + rec(7, W, 0, 4096, 103) + x(104, 8, 16) + rec(4, W, 8, 4096, 105)
         + rec(7, W, 8, 4096, 106) + rec(4, W, 16, 4096, 107) + rec(7, W, 16, 4096, 108)
         + rec(8, W, 0, 4096, 200) + rec(8, W, 8, 4096, 201) + rec(8, W, 16, 4096, 202))
-    blktrace.import_files([f], tmp_path / "s", {}, "imp")
+    blkimport.import_files([f], tmp_path / "s", {}, "imp")
     s = nestrace.open(tmp_path / "s")
     got = s.rows("SELECT sector, q_ns, g_ns, q2c_ns FROM block_requests ORDER BY d_ns")
     assert got == [{"sector": 8, "q_ns": 10, "g_ns": 11, "q2c_ns": 10},
@@ -151,7 +151,7 @@ def test_import_skips_a_record_from_an_impossible_cpu_names_it_and_keeps_the_res
     f.write_bytes(rec(1, W, 8, 4096, 10) + rec(7, W, 8, 4096, 12) + rec(8, W, 8, 4096, 20)
                   + rec(1, W, 64, 4096, 30, cpu=(1 << 16) | 1) + rec(1, W, 16, 4096, 40)
                   + rec(7, W, 16, 4096, 41) + rec(8, W, 16, 4096, 50))
-    r = blktrace.import_files([f], tmp_path / "s", {}, "imp")
+    r = blkimport.import_files([f], tmp_path / "s", {}, "imp")
     assert r["problems"] == [f"{f}: byte 144: cpu 65537 (no kernel numbers CPUs past 65535: "
                              "a damaged record)"]
     assert r["block_events"] == 6
@@ -170,7 +170,7 @@ def test_import_counts_records_missing_by_sequence_number(tmp_path):
     f = tmp_path / "vda.blktrace.1"
     f.write_bytes(numbered(1, 1, TC_WRITE, 8, 4096, 1) + numbered(2, 7, TC_WRITE, 8, 4096, 2)
                   + numbered(5, 8, TC_WRITE, 8, 4096, 3))
-    r = blktrace.import_files([f], tmp_path / "s", {}, "imp")
+    r = blkimport.import_files([f], tmp_path / "s", {}, "imp")
     assert r["lost"] == 2 and r["sequence_numbers"]
 
 
@@ -179,7 +179,7 @@ def test_import_of_a_file_that_is_not_blktrace_names_it(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("not a trace at all, just some words" * 3)
     with pytest.raises(StoreError, match=f"{f}: byte 0: bad magic"):
-        blktrace.import_files([f], tmp_path / "s", {}, "imp")
+        blkimport.import_files([f], tmp_path / "s", {}, "imp")
 
 
 def test_import_refuses_a_vdisk_the_files_do_not_have(tmp_path):
@@ -187,7 +187,7 @@ def test_import_refuses_a_vdisk_the_files_do_not_have(tmp_path):
     f = tmp_path / "vda.blktrace.0"
     f.write_bytes(rec(1, TC_WRITE, 8, 4096, 1))
     with pytest.raises(StoreError, match=r"^7:5: no request events of this device in .* \(it has 7:1\)"):
-        blktrace.import_files([f], tmp_path / "s", {(7 << 20) | 5: "vdisk"}, "imp")
+        blkimport.import_files([f], tmp_path / "s", {(7 << 20) | 5: "vdisk"}, "imp")
     assert not (tmp_path / "s").exists()
 
 
@@ -212,7 +212,7 @@ def test_a_duplicated_record_is_left_out_and_said_and_loses_nothing(tmp_path):
     recs = _numbered_requests(10)
     f = tmp_path / "vda.blktrace.1"
     f.write_bytes(b"".join(recs[:7] + [recs[6]] + recs[7:]))
-    r = blktrace.import_files([f], tmp_path / "s", {}, "imp")
+    r = blkimport.import_files([f], tmp_path / "s", {}, "imp")
     assert r["block_events"] == 30 and r["lost"] == 0 and r["duplicates"] == 1
     assert r["problems"] == [f"{f}: 1 record(s) a second time (the same device, CPU and "
                              "sequence number): left out"]
@@ -226,7 +226,7 @@ def test_one_damaged_sequence_number_or_device_is_damage_not_loss(tmp_path):
     struct.pack_into("=I", dev, 36, (9 << 20) | 9)
     f = tmp_path / "vda.blktrace.1"
     f.write_bytes(b"".join(recs[:10] + [bytes(seq)] + recs[11:20] + [bytes(dev)] + recs[21:]))
-    r = blktrace.import_files([f], tmp_path / "s", {}, "imp")
+    r = blkimport.import_files([f], tmp_path / "s", {}, "imp")
     # (the record of the damaged device is left out: its number missing,
     # one record lost; the one of the damaged number is kept, none lost)
     assert r["lost"] == 1 and r["devices"] == {"7:1": "disk"} and r["block_events"] == 29, r
@@ -248,7 +248,7 @@ def test_a_damaged_payload_length_swallows_no_record_and_is_counted(tmp_path):
         recs[at] = bytes(b)
         f = tmp_path / f"vda{bad_len}.blktrace.0"
         f.write_bytes(b"".join(recs))
-        r = blktrace.import_files([f], tmp_path / f"s{bad_len}", {}, "imp")
+        r = blkimport.import_files([f], tmp_path / f"s{bad_len}", {}, "imp")
         assert r["block_events"] == 29, (bad_len, r)
         assert len(r["problems"]) == 1 and r["problems"][0].startswith(
             f"{f}: byte {at * 48}: a payload of {bad_len} bytes"), r["problems"]
@@ -271,11 +271,11 @@ def test_regression_inputs_keep_every_intact_record(name, tmp_path):
     got = set(t.column("file_offset").to_pylist())
     intact = {o for o in range(0, len(base), 48) if data[o:o + 48] == base[o:o + 48]}
     assert intact <= got and len(intact) >= 178, (name, sorted(intact - got))
-    r = blktrace.import_files([bad], tmp_path / "s", {}, "r")
+    r = blkimport.import_files([bad], tmp_path / "s", {}, "r")
     assert 0 <= r["lost"] <= 2 and r["devices"] == {"7:1": "disk"}, (name, r)
     assert all(p.startswith(f"{bad}: byte ") for p in r["problems"]), r["problems"]
 
 
 def test_regression_a_duplicated_record(tmp_path):
-    r = blktrace.import_files([REGRESS / "duplicate.blktrace"], tmp_path / "s", {}, "r")
+    r = blkimport.import_files([REGRESS / "duplicate.blktrace"], tmp_path / "s", {}, "r")
     assert r["duplicates"] == 1 and r["lost"] == 0 and r["block_events"] == 180, r

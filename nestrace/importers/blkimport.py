@@ -1,0 +1,294 @@
+"""blktrace records into a store: nestrace block_events rows, paired the
+way btt pairs them (`block_events`), and the capture written and
+published (`import_files` for blktrace files, `write_import` for any
+source of block events: trace-cmd's too)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from nestrace.importers.blktrace import (
+    ACTIONS,
+    TC_AHEAD,
+    TC_FLUSH,
+    TC_FUA,
+    TC_META,
+    TC_SYNC,
+    _strings,
+    dev_name,
+    op_name,
+    read_damaged,
+)
+from nestrace.schema import code
+from nestrace.store.seqs import seq_gaps
+
+# blktrace's letter -> nestrace's block_events action
+NT_ACTIONS = {letter: code("block_action", name) for letter, name in (
+    ("Q", "q"), ("M", "backmerge"), ("F", "frontmerge"), ("G", "g"), ("I", "i"), ("D", "d"),
+    ("C", "c"), ("X", "x"), ("R", "requeue"))}
+TC_NOTIFY = 0x400
+TN_PROCESS = 0          # notify record: pdu = the task's comm
+
+
+# nestrace's req_op per op name, and its flag bits per BLK_TC_* category
+NT_OPS = {"read": 0, "write": 1, "flush": 2, "discard": 3}
+NT_FLAGS = ((TC_SYNC, 1), (TC_META, 2), (TC_FUA, 8), (TC_FLUSH, 16), (TC_AHEAD, 32))
+
+
+def _bio_ids(a: np.ndarray, k: np.ndarray, sec: np.ndarray, dev: np.ndarray,
+             aux: np.ndarray) -> np.ndarray:
+    """Bio ids by (dev, sector) stream, for events with time ranks k: Q and
+    X start one (2k + 1) at their sector; each X also puts the bio it cut
+    from (the id its own sector had just before it) on at the remainder's
+    sector, as a start right after it (2k + 2) that stands for that id."""
+    m = len(a)
+    xs = np.flatnonzero((a == 8) & (aux > sec))
+    pos = np.concatenate([2 * k, 2 * k[xs] + 1])
+    s_sec = np.concatenate([sec, aux[xs]])
+    s_dev = np.concatenate([dev, dev[xs]])
+    start = np.concatenate([np.isin(a, (1, 8)), np.ones(len(xs), bool)])
+    g = np.lexsort((pos, s_sec, s_dev))
+    new = np.ones(len(g), bool)
+    new[1:] = (s_dev[g][1:] != s_dev[g][:-1]) | (s_sec[g][1:] != s_sec[g][:-1])
+    gid = np.cumsum(new) - 1
+    base = gid * (2 * m + 3)
+    # the last start at or before each row of its stream (position + 1; 0:
+    # none), by a running maximum that a stream's own base keeps inside it
+    last = np.maximum.accumulate(np.where(start[g], base + pos[g] + 1, base)) - base
+    at = np.zeros(len(g), np.int64)
+    at[g] = last
+    before = np.zeros(len(g), np.int64)       # the same, just before the row
+    before[g[1:]] = np.where(new[1:], 0, last[:-1])
+    # a remainder's start stands for the id its X's sector had before the X
+    stands = np.arange(2 * m + 3, dtype=np.int64)
+    stands[2 * k[xs] + 2] = before[xs]
+    ids = at[:m]
+    while True:
+        nxt = stands[ids]
+        if np.array_equal(nxt, ids):
+            break
+        ids = nxt
+    return np.where(np.isin(a, (1, 2, 3, 4, 5, 6, 8)), ids, 0).astype(np.uint64)
+
+
+def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.Table, dict]:
+    """blktrace records as nestrace block_events rows (without capture_id),
+    in time order, and counts of what was left out.
+
+    blktrace has no request or bio addresses; they are given the way btt
+    pairs events, by device and sector in time order: a Q starts a bio,
+    the G, M/F, I and D at its sector carry it; an X starts the piece it
+    cut off at its sector, and the bio it was cut from goes on at the
+    remainder's sector (the kernel's split: the piece is a new bio, the
+    remainder keeps the old one); an I or D starts a
+    request at its sector unless one is open there, and the C at that
+    sector closes it.  A requeued request (R, then I and D again) keeps
+    its id.  comms: pid -> task name, beside blktrace's notify records."""
+    from nestrace.schema import record_schema
+    schema = record_schema("block_event")
+    col = {c: t.column(c).to_numpy() for c in ("action_code", "categories", "time_ns", "sector",
+                                               "bytes", "pid", "dev", "cpu", "error")}
+    notify = (col["categories"] & TC_NOTIFY) != 0
+    lut = np.zeros(1 << 16, np.uint16)
+    for letter, a in NT_ACTIONS.items():
+        lut[next(c for c, x in ACTIONS.items() if x == letter)] = a
+    nt = np.where(notify, 0, lut[col["action_code"]])
+    keep = nt > 0
+    left = col["action_code"][~keep & ~notify]
+    skipped = {ACTIONS.get(int(c), f"0x{int(c):x}"): int(k)
+               for c, k in zip(*np.unique(left, return_counts=True))}
+    pdu = t.column("pdu")
+    comms = dict(comms or {}) | {
+        int(col["pid"][i]): pdu[int(i)].as_py().split(b"\0", 1)[0].decode(errors="replace")
+        for i in np.flatnonzero(notify & (col["action_code"] == TN_PROCESS))}
+    rows = np.flatnonzero(keep)
+    m = len(rows)
+    a, ts, sec, dev, cpu = (nt[rows], col["time_ns"][rows], col["sector"][rows],
+                            col["dev"][rows], col["cpu"][rows])
+    order = np.lexsort((rows, ts))                  # time order, file order within a tie
+    k = np.empty(m, np.int64)
+    k[order] = np.arange(m)
+    # streams: (dev, sector) in time order
+    g = np.lexsort((k, sec, dev))
+    new = np.ones(m, bool)
+    new[1:] = (dev[g][1:] != dev[g][:-1]) | (sec[g][1:] != sec[g][:-1])
+    gid = np.cumsum(new) - 1
+    ag = a[g]
+    # a stream's requests end at each C: the Cs before an event number it
+    is_c = (ag == 7).astype(np.int64)
+    before = np.cumsum(is_c) - is_c
+    seg = before - before[np.flatnonzero(new)][gid]
+    rq_g = (gid + 1) * (int(seg.max(initial=0)) + 1) + seg + 1
+    rq = np.zeros(m, np.uint64)
+    rq[g] = np.where(np.isin(ag, (5, 6, 7, 10)), rq_g, 0)
+    # X carries the sector where the bio was split (big-endian, in its payload)
+    aux = np.zeros(m, np.uint64)
+    for i in np.flatnonzero(a == 8):
+        b = pdu[int(rows[i])].as_py()
+        if len(b) >= 8:
+            aux[i] = int.from_bytes(b[:8], "big")
+    bio = _bio_ids(a, k, sec, dev, aux)
+    # per-CPU sequence numbers in time order
+    c = np.lexsort((k, cpu))
+    first = np.ones(m, bool)
+    first[1:] = cpu[c][1:] != cpu[c][:-1]
+    idx = np.arange(m)
+    seq = np.empty(m, np.uint64)
+    seq[c] = idx - np.maximum.accumulate(np.where(first, idx, 0)) + 1
+    cats, nbytes = col["categories"][rows], col["bytes"][rows]
+    # req_op by op_name, once per distinct (categories, has bytes)
+    kinds, inverse = np.unique(cats.astype(np.int64) * 2 + (nbytes > 0), return_inverse=True)
+    op = np.array([NT_OPS.get(op_name(int(k) >> 1, int(k) & 1), 0) for k in kinds],
+                  np.uint16)[inverse] if m else np.zeros(0, np.uint16)
+    flags = np.zeros(m, np.uint16)
+    for tc, f in NT_FLAGS:
+        flags |= np.where(cats & tc != 0, f, 0).astype(np.uint16)
+    pids = col["pid"][rows]
+    out = {"kind": np.full(m, 2, np.uint16), "version": np.ones(m, np.uint16), "cpu": cpu,
+           "seq": seq, "ts_ns": ts, "sector": sec, "rq_id": rq, "bio_id": bio,
+           "aux_sector": aux, "dev": dev, "nr_sectors": (nbytes >> 9).astype(np.uint32),
+           "pid": pids, "error": col["error"][rows].astype(np.int32), "action": a,
+           "req_op": op, "req_flags": flags}
+    arrays = {n: pa.array(v[order]) for n, v in out.items()}
+    arrays["comm"] = _strings(pids[order], lambda p: comms.get(p, ""))
+    return pa.Table.from_pydict(arrays, schema=schema), skipped
+
+
+def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
+                 levels: dict[int, str], capture_id: str, machine: str = "") -> dict:
+    """Write blktrace files as capture `capture_id` of `store`: block_events,
+    a device_map naming each device's level (`levels`: dev -> vdisk or
+    disk; devices not named are disk), capture_meta, and empty tables for
+    the levels blktrace does not see.  Damaged records are skipped, named
+    in the result's problems (reading resumes at the next whole record).
+    Returns what was imported."""
+    t, problems, damage = read_damaged(*paths)
+    t, dups = _without_duplicates(t)
+    if dups:
+        problems.append(f"{', '.join(map(str, paths))}: {dups} record(s) a second time (the same "
+                        "device, CPU and sequence number): left out")
+    ev, skipped = block_events(t)
+    lost = _lost_by_sequence(t, capture_id)
+    numbered = bool(lost)
+    # (without sequence numbers the damaged places are the only count of
+    # what was lost; with them, the gaps count those records already)
+    lost_total = sum(r["seq_gaps"] for r in lost) + (0 if numbered else damage.records)
+    r = write_import(ev, skipped, problems, paths, store, levels, capture_id, machine,
+                     source="blktrace", clock="blktrace", lost=lost, records=t.num_rows,
+                     lost_total=lost_total,
+                     extra={"sequence_numbers": numbered,
+                            "damaged": {"places": damage.places, "bytes": damage.bytes,
+                                        "records_at_least": damage.records,
+                                        "duplicates": dups}})
+    return r | {"sequence_numbers": numbered, "damage": damage, "duplicates": dups}
+
+
+def _without_duplicates(t: pa.Table) -> tuple[pa.Table, int]:
+    """The records but a second one of a device, CPU and sequence number
+    (not 0: the ftrace blk tracer numbers none), and how many there were."""
+    if not t.num_rows:
+        return t, 0
+    seq = t.column("sequence").to_numpy()
+    key = np.stack([t.column("dev").to_numpy().astype(np.uint64),
+                    t.column("cpu").to_numpy().astype(np.uint64), seq.astype(np.uint64)], axis=1)
+    _, first = np.unique(key, axis=0, return_index=True)
+    keep = np.zeros(t.num_rows, bool)
+    keep[first] = True
+    keep |= seq == 0
+    n = int((~keep).sum())
+    return (t.filter(pa.array(keep)) if n else t), n
+
+
+def _lost_by_sequence(t: pa.Table, capture_id: str) -> list[dict]:
+    """lost_events rows (per CPU) of records missing by blktrace's sequence
+    numbers: relay blktrace numbers each device's records per CPU from 1
+    (the ftrace blk tracer writes 0: none)."""
+    seq = t.column("sequence").to_numpy()
+    if not seq.any():
+        return []
+    dev, cpu = t.column("dev").to_numpy(), t.column("cpu").to_numpy()
+    by_cpu: dict[int, list[int]] = {}
+    numbered = seq != 0
+    keys = np.stack([dev[numbered], cpu[numbered]], axis=1)
+    qs = seq[numbered]
+    for d, c in np.unique(keys, axis=0):
+        sel = (keys[:, 0] == d) & (keys[:, 1] == c)
+        gaps, _ = seq_gaps(qs[sel])
+        x = by_cpu.setdefault(int(c), [0, 0])
+        x[0], x[1] = x[0] + int(sel.sum()), x[1] + gaps
+    return [{"capture_id": capture_id, "cpu": c, "emitted": cnt + gaps, "received": cnt,
+             "ringbuf_drops": 0, "seq_gaps": gaps} for c, (cnt, gaps) in sorted(by_cpu.items())]
+
+
+def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
+                 levels: dict[int, str], capture_id: str, machine: str, *, source: str,
+                 clock: str, lost: list[dict], records: int, kernel: str = "unknown",
+                 extra: dict | None = None, lost_total: int | None = None) -> dict:
+    """Write imported block events (block_events rows) as a capture: the
+    device map (`levels`: dev -> vdisk or disk, else disk), the lost
+    events per CPU (lost_events rows), capture_meta, and empty tables for
+    what the source does not see."""
+    from nestrace.store.files import StoreError, captures, init_store, writing
+    from nestrace.store.manifest import clean_unpublished
+
+    if not ev.num_rows:
+        raise StoreError(problems[0] if problems else
+                         f"{', '.join(map(str, paths))}: no block request events to import")
+    devs = sorted(set(ev.column("dev").to_pylist()))
+    unknown = sorted(set(levels) - set(devs))
+    if unknown:
+        raise StoreError(f"{', '.join(dev_name(d) for d in unknown)}: no request events of this "
+                         f"device in {', '.join(map(str, paths))} (it has "
+                         f"{', '.join(dev_name(d) for d in devs)})")
+    p = init_store(store)
+    with writing(p, f"nestrace import {capture_id}"):
+        if capture_id in captures(p):
+            raise StoreError(f"{p}: already holds a capture {capture_id!r}")
+        clean_unpublished(p, capture_id)
+        try:
+            meta = _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel,
+                                 clock, source, skipped, extra, lost_total)
+        except BaseException:       # (a write that failed leaves nothing behind)
+            clean_unpublished(p, capture_id, say=lambda _: None)
+            raise
+    return {"capture_id": capture_id, "problems": problems, "records": records,
+            "block_events": ev.num_rows,
+            "devices": {dev_name(d): levels.get(d, "disk") for d in devs},
+            "not_imported": skipped, "lost": meta["lost_total"]}
+
+
+def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel, clock, source,
+              skipped, extra, lost_total) -> dict:
+    """write_import's tables, capture_meta last, then the manifest."""
+    import json
+
+    from nestrace._version import __version__
+    from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
+    from nestrace.store.files import with_capture_id, write_capture_table
+    from nestrace.store.manifest import publish
+    for table, rec in kernel_tables().items():
+        out = ev if table == "block_events" else record_schema(rec).empty_table()
+        write_capture_table(p, table, capture_id, with_capture_id(out, capture_id))
+    dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
+           "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
+    write_capture_table(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
+    write_capture_table(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
+    write_capture_table(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
+    ts = ev.column("ts_ns").to_pylist()
+    meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
+            "clock": clock,
+            "start_ns": min(ts), "end_ns": max(ts), "start_wall": "",
+            "command": "nestrace import " + " ".join(map(str, paths)), "hooks_json": "{}",
+            "stack_json": json.dumps({"source": source, "files": [str(x) for x in paths],
+                                      "levels": {dev_name(d["dev"]): d["level"] for d in dm},
+                                      "not_imported": skipped, **(extra or {})}),
+            "lost_total": sum(r["seq_gaps"] for r in lost) if lost_total is None
+            else lost_total, "records_total": ev.num_rows,
+            "tool_version": __version__,
+            "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
+    write_capture_table(p, "capture_meta", capture_id,
+                   pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
+    publish(p, capture_id)
+    return meta

@@ -231,7 +231,7 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
     events per CPU (lost_events rows), capture_meta, and empty tables for
     what the source does not see."""
     from nestrace.store.files import StoreError, captures, init_store, writing
-    from nestrace.store.manifest import clean_unpublished
+    from nestrace.store.manifest import publishing
 
     if not ev.num_rows:
         raise StoreError(problems[0] if problems else
@@ -246,13 +246,9 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
     with writing(p, f"nestrace import {capture_id}"):
         if capture_id in captures(p):
             raise StoreError(f"{p}: already holds a capture {capture_id!r}")
-        clean_unpublished(p, capture_id)
-        try:
+        with publishing(p, capture_id):
             meta = _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel,
                                  clock, source, skipped, extra, lost_total)
-        except BaseException:       # (a write that failed leaves nothing behind)
-            clean_unpublished(p, capture_id, say=lambda _: None)
-            raise
     return {"capture_id": capture_id, "problems": problems, "records": records,
             "block_events": ev.num_rows,
             "devices": {dev_name(d): levels.get(d, "disk") for d in devs},
@@ -261,13 +257,12 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
 
 def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel, clock, source,
               skipped, extra, lost_total) -> dict:
-    """write_import's tables, capture_meta last, then the manifest."""
+    """write_import's tables, capture_meta last."""
     import json
 
     from nestrace._version import __version__
     from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
     from nestrace.store.files import with_capture_id, write_capture_table
-    from nestrace.store.manifest import publish
     for table, rec in kernel_tables().items():
         out = ev if table == "block_events" else record_schema(rec).empty_table()
         write_capture_table(p, table, capture_id, with_capture_id(out, capture_id))
@@ -290,5 +285,4 @@ def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel,
             "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
     write_capture_table(p, "capture_meta", capture_id,
                    pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
-    publish(p, capture_id)
     return meta

@@ -34,7 +34,7 @@ from nestrace.capture.devices import kdev
 from nestrace.images.base import FOLLOWED, MAPPED
 from nestrace.schema import kernel_tables, table_schema
 from nestrace.store.files import captures, check_store, init_store, write_capture_table, writing
-from nestrace.store.manifest import clean_unpublished, publish
+from nestrace.store.manifest import publishing
 
 # CPUs of the host side are renumbered from here in a merged capture, so
 # that (cpu, seq), and the io_ids made of it, stay unique across machines.
@@ -259,18 +259,13 @@ def merge(guest_store, host_store, out_store, *, guest_capture: str | None = Non
     with writing(out, f"nestrace merge {cid}"):
         if cid in captures(out):
             raise MergeError(f"{out}: already has capture {cid}")
-        clean_unpublished(out, cid)
-        try:
+        with publishing(out, cid):
             records, before_guest = _write_tables(out, cid, schemas, g, h, hs, offset_ns,
                                                   remapped, image, image_offset, gmeta, hmeta)
             meta = _merged_meta(cid, gs, hs, gid, hid, gmeta, hmeta, image, image_offset,
                                 offset_ns, est, remapped, before_guest, records)
             write_capture_table(out, "capture_meta", cid,
                                 pa.Table.from_pylist([meta], schema=table_schema("capture_meta")))
-            publish(out, cid)
-        except BaseException:       # (a write that failed leaves nothing behind)
-            clean_unpublished(out, cid, say=lambda _: None)
-            raise
     return MergeResult(cid, est, offset_ns, remapped, records, before_guest)
 
 

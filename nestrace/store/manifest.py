@@ -22,6 +22,7 @@ its captures by their capture_meta, no sums; the first capture published
 into it gives the others manifests of what they hold."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -104,6 +105,20 @@ def publish(store: Path, capture_id: str, files: list[Path] | None = None) -> Pa
     path = manifest_path(store, capture_id)
     _write_json(path, FORMAT | {"capture_id": capture_id, "files": entry})
     return path
+
+
+@contextlib.contextmanager
+def publishing(store: Path, capture_id: str, say=_say):
+    """Write a capture inside: the leftovers of an earlier write of it
+    removed first (and said), the capture published at the end; a write
+    that fails leaves nothing behind."""
+    clean_unpublished(store, capture_id, say)
+    try:
+        yield
+        publish(store, capture_id)
+    except BaseException:
+        clean_unpublished(store, capture_id, say=lambda _: None)
+        raise
 
 
 def read_manifest(store: Path, capture_id: str) -> dict:

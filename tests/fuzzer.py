@@ -215,26 +215,32 @@ def main(kind: str, base: str, n: int, seed: int, hot: int = 1 << 16) -> int:
     rng = random.Random(seed)
     mut = base + ".mutant"
     findings: dict[tuple, str] = {}
+    # each mutant's outcome: read whole, read with its damage named,
+    # refused (the reader's own error), or a finding
+    classes = dict.fromkeys(("whole", "damage named", "refused", "finding"), 0)
     for i in range(n):
         Path(mut).write_bytes(mutate(rng, data, hot))
+        before = len(findings)
+        outcome = "whole"
         signal.alarm(30)
         try:
             msgs = read(mut)
+            outcome = "damage named" if msgs else "whole"
         except Lost as e:
             findings.setdefault(("lost",), f"mutant {i}: {e}")
             shutil.copy(mut, f"{mut}.{i}")
-            msgs = []
+            msgs, outcome = [], "finding"
         except own as e:
-            msgs = [str(e)]
+            msgs, outcome = [str(e)], "refused"
         except Timeout:
-            msgs, findings[("timeout",)] = [], f"mutant {i}: no answer in 30 s"
+            msgs, findings[("timeout",)], outcome = [], f"mutant {i}: no answer in 30 s", "finding"
         except BaseException as e:          # (MemoryError too)
             tb = traceback.extract_tb(e.__traceback__)[-1]
             key = (type(e).__name__, os.path.basename(tb.filename), tb.lineno)
             findings.setdefault(key, f"mutant {i}: {type(e).__name__}: {str(e)[:200]} "
                                      f"at {os.path.basename(tb.filename)}:{tb.lineno}")
             shutil.copy(mut, f"{mut}.{i}")
-            msgs = []
+            msgs, outcome = [], "finding"
         finally:
             signal.alarm(0)
         for m in msgs:
@@ -243,8 +249,11 @@ def main(kind: str, base: str, n: int, seed: int, hot: int = 1 << 16) -> int:
             if not (m.startswith(mut) or not needs_offset and mut in m) or \
                     needs_offset and "offset" not in m and "byte" not in m:
                 findings.setdefault(("message", m[:40]), f"mutant {i}: names no file and offset: {m[:200]}")
+        classes["finding" if len(findings) > before else outcome] += 1
     for f in findings.values():
         print(f"{kind} seed {seed}: {f}")
+    print(f"{kind} seed {seed}: {n} mutants: "
+          + ", ".join(f"{v} {k}" for k, v in classes.items()), file=sys.stderr)
     return 1 if findings else 0
 
 

@@ -1468,7 +1468,7 @@ static int gcap__begin(void)
 	return gcap__facts(-2);
 }
 
-/* As `record --agent-cpus auto` (nestrace/capture/record.py quiet_cpus): the
+/* --agent-cpus auto in a guest capture: the
  * CPUs of `allowed` that take under 1 % of the block devices' interrupts
  * (virtio-blk queues, NVMe queues, AHCI), from /proc/interrupts; false
  * when there is no such split. */

@@ -48,8 +48,12 @@ def init_store(path: str | os.PathLike) -> Path:
     if p.is_dir() and any(p.iterdir()) and not (p / MARKER).exists():
         raise StoreError(f"{p}: not empty and not a nestrace store (no {MARKER})")
     if not p.is_dir():
-        p.mkdir(parents=True, mode=0o700)
-        p.chmod(0o700)
+        try:
+            p.mkdir(parents=True, mode=0o700)
+            p.chmod(0o700)
+        except FileExistsError:     # (made meanwhile: another disk's recorder)
+            if not p.is_dir():
+                raise StoreError(f"{p}: exists and is not a directory") from None
     (p / MARKER).write_text(json.dumps(FORMAT) + "\n")
     return p
 

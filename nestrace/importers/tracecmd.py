@@ -23,7 +23,8 @@ unknown record type) stops the read with a TraceCmdError naming the
 file and the byte offset, except inside a CPU's data, where a damaged
 page is named in `problems` and the next page is read, and a block event
 with fields no kernel writes is named and left out: no good event is
-lost.
+lost.  What was skipped is counted (`damage`: places, bytes, and at
+least one record each) and stored with the import as lost records.
 """
 from __future__ import annotations
 
@@ -175,6 +176,7 @@ class Events:
     lost: dict[int, int]             # cpu -> events the kernel lost
     received: dict[int, int]         # cpu -> events read
     problems: list[str]
+    damage: bt.Damage                # what the damage in the CPUs' data cost
     dat: DatFile
 
 
@@ -187,7 +189,8 @@ def _page_records(data: bytes, page: int, p: int, end: int, ts: int, kinds: dict
     while p < end:
         if p + 4 > end:
             found.append((ci, page, p - page, f"{where(page)}: a record header cut at "
-                                              f"byte {p - page}: rest of the page skipped"))
+                                              f"byte {p - page}: rest of the page skipped",
+                          end - p, 1))
             break
         h, = _U32(data, p)
         tl, delta = h & 0x1F, h >> 5
@@ -220,7 +223,7 @@ def _page_records(data: bytes, page: int, p: int, end: int, ts: int, kinds: dict
         if length < 8 or ev + length > end:
             found.append((ci, page, p - page, f"{where(page)}: a record of {length} bytes "
                                               f"at byte {p - page} runs past the page's "
-                                              "data: rest of the page skipped"))
+                                              "data: rest of the page skipped", end - p, 1))
             break
         if ts < bt.MAX_TIME:
             tss.append(ts)
@@ -230,7 +233,7 @@ def _page_records(data: bytes, page: int, p: int, end: int, ts: int, kinds: dict
                 found.append((ci, page, p - page, f"{where(page)}: a "
                               f"{dat.formats[eid].name} record at byte {p - page}: time "
                               f"{ts} (past 2^63): the page's times are damaged, rest of "
-                              "the page skipped"))
+                              "the page skipped", end - p, 1))
                 return 1
             tss.append(min(ts, (1 << 64) - 1))   # (another kind's: not kept)
         hdrs.append(p)
@@ -251,14 +254,15 @@ def read(path: str | os.PathLike) -> Events:
     other: dict[str, int] = {}
     lost: dict[int, int] = {}
     received: dict[int, int] = {}
-    found: list[tuple[int, int, int, str]] = []      # (cpu index, page, byte, problem)
+    # (cpu index, page, byte, problem, bytes skipped, records skipped: at least)
+    found: list[tuple[int, int, int, str, int, int]] = []
     parts: list[dict[str, np.ndarray]] = []
     by_page = dat.compression == "none" or dat.version == 6
     for ci, (cpu, off, size) in enumerate(dat.cpus):
         try:
             data = _cpu_data(dat, b, cpu, off, size)
         except TraceCmdError as e:      # (one CPU's section: the others are read)
-            found.append((ci, 0, 0, f"{e}: cpu {cpu}'s events left out"))
+            found.append((ci, 0, 0, f"{e}: cpu {cpu}'s events left out", size, 1))
             continue
 
         def where(page: int, cpu=cpu, off=off) -> str:
@@ -279,12 +283,12 @@ def read(path: str | os.PathLike) -> Events:
                     if missed > MAX_MISSED:
                         found.append((ci, page, 0, f"{where(page)}: {missed} events missed "
                                                    "(no ring buffer holds that many: a damaged "
-                                                   "count): counted as 1"))
+                                                   "count): counted as 1", 0, 0))
                         missed = 1
                 lost[cpu] = lost.get(cpu, 0) + missed
             if data_off + used > ps:
                 found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
-                                           f"({ps} bytes): page skipped"))
+                                           f"({ps} bytes): page skipped", ps - data_off, 1))
                 continue
             n_damaged += _page_records(data, page, page + data_off, page + data_off + used, ts,
                                        kinds, dat, where, ci, found, hdrs, tss)
@@ -297,8 +301,10 @@ def read(path: str | os.PathLike) -> Events:
         n = sum(int(m[1]) for m in re.finditer(r"^(?:overrun|dropped events):\s*(\d+)", text, re.M))
         if n:
             lost[cpu] = lost.get(cpu, 0) + n
-    problems = [msg for *_, msg in sorted(found, key=lambda x: x[:3])]
-    return Events(_table(dat, parts), comms, other, lost, received, problems, dat)
+    found.sort(key=lambda x: x[:3])
+    damage = bt.Damage(len(found), sum(f[4] for f in found), sum(f[5] for f in found))
+    return Events(_table(dat, parts), comms, other, lost, received, [f[3] for f in found],
+                  damage, dat)
 
 
 def _gather(buf: np.ndarray, pos: np.ndarray, f: Field, signed: bool | None = None) -> np.ndarray:
@@ -393,7 +399,8 @@ def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: i
         for i in m[length[m] < k.need]:
             found.append((ci, int(page[i]), int(at[i]),
                           f"{where(int(page[i]))}: a {length[i]}-byte {name(i)} record at byte "
-                          f"{at[i]}: its format's fields need {k.need}: a damaged record, left out"))
+                          f"{at[i]}: its format's fields need {k.need}: a damaged record, left out",
+                          int(length[i]), 1))
             keep[i] = False
         m = m[length[m] >= k.need]
         pos = ev[m]
@@ -408,7 +415,8 @@ def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: i
             why = _implausible(int(sec[j]), int(nr[j]), int(d[j]))
             found.append((ci, int(page[i]), int(at[i]), f"{where(int(page[i]))}: a {name(i)} "
                                                         f"record at byte {at[i]}: {why}): a "
-                                                        "damaged record, left out"))
+                                                        "damaged record, left out",
+                          int(length[i]), 1))
             keep[i] = False
         m, pos, sec, nr, d = m[~bad], pos[~bad], sec[~bad], nr[~bad], d[~bad]
         sector[m], nbytes[m], dev[m], action[m] = sec, nr * 512, d, k.action
@@ -503,14 +511,19 @@ def import_file(path: str | os.PathLike, store: str | os.PathLike, levels: dict[
              "emitted": r.received.get(c, 0) + r.lost.get(c, 0), "received": r.received.get(c, 0),
              "ringbuf_drops": r.lost.get(c, 0), "seq_gaps": r.lost.get(c, 0)} for c in cpus]
     uname = r.dat.uname.split()
+    d = r.damage
     problems = r.problems if len(r.problems) < 2 else [   # (said once per file)
-        f"{r.problems[0]}; and {len(r.problems) - 1} more damaged place(s) in the file"]
+        f"{r.problems[0]}; and {len(r.problems) - 1} more damaged place(s) in the file: "
+        f"{d.bytes} bytes, at least {d.records} records skipped in all"]
     out = blkimport.write_import(ev, skipped, problems, [path], store, levels, capture_id,
                           machine or (uname[1] if len(uname) > 1 else ""),
                           source="trace-cmd", clock=f"ftrace {r.dat.clock}", lost=lost,
                           records=sum(r.received.values()),
+                          # (the kernel's missed events, and the records damage hid)
+                          lost_total=sum(r.lost.values()) + d.records,
                           kernel=uname[2] if len(uname) > 2 else "unknown",
                           extra={"trace_cmd_version": r.dat.version,
                                  "compression": r.dat.compression,
-                                 "damaged": {"places": len(r.problems)}})
+                                 "damaged": {"places": d.places, "bytes": d.bytes,
+                                             "records_at_least": d.records}})
     return out

@@ -5,6 +5,7 @@ uncompressed; version 6), read event for event as `trace-cmd report`
 reads them, imported, and damaged."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import pytest
 from conftest import loop_devices, run_cli
 
 import nestrace
+from nestrace.importers import blktrace as bt
 from nestrace.importers import datfile, tracecmd
 
 TRACING = Path("/sys/kernel/tracing")
@@ -171,8 +173,16 @@ def test_a_damaged_page_is_named_and_the_other_pages_are_read(dats, tmp_path):
     assert re.search(rf"{bad}: cpu \d+, page at byte \d+ of its data \(file offset {page}\): "
                      r"commit 1048576 runs past the page", r.problems[0]), r.problems
     assert r.table.num_rows == clean.table.num_rows - n_page
+    # (the page's data skipped: its size less its time and commit words)
+    data_size = r.dat.page_size - 8 - r.dat.long_size
+    assert r.damage == bt.Damage(places=1, bytes=data_size, records=1), r.damage
     rc = run_cli("import", str(bad), "-o", str(tmp_path / "s"), check=False)
     assert rc.returncode == 0 and "commit 1048576 runs past the page" in rc.stderr
+    # in the store: the damage, and the record it hid among the lost
+    [m] = nestrace.open(tmp_path / "s").rows("SELECT lost_total, stack_json FROM capture_meta")
+    assert json.loads(m["stack_json"])["damaged"] == {
+        "places": 1, "bytes": data_size, "records_at_least": 1}, m
+    assert m["lost_total"] == sum(clean.lost.values()) + 1, m
 
 
 def raw_records(data: bytes, page: int, long_size: int) -> list[tuple[int, int, int, int]]:
@@ -462,7 +472,6 @@ except datfile.TraceCmdError as e:
 
 
 def test_rwbs_letters_become_blktrace_categories():
-    from nestrace.importers import blktrace as bt
     for rwbs, cats in [("R", 0), ("RA", bt.TC_AHEAD), ("WS", bt.TC_WRITE | bt.TC_SYNC),
                        ("FWFS", bt.TC_FLUSH | bt.TC_WRITE | bt.TC_FUA | bt.TC_SYNC),
                        ("F", bt.TC_FLUSH), ("FF", bt.TC_FLUSH), ("D", bt.TC_DISCARD),

@@ -7,14 +7,17 @@ message) fails the test that runs it instead of killing pytest.  Prints
 one line per finding, the last mutant kept at BASE + ".mutant"; exit 1
 when there is any.
 
-KIND: ipc (a live capture's Arrow IPC stream: nestrace.store.files.read_ipc_tolerant),
+KIND: ipc (a live capture's Arrow IPC stream: nestrace.store.files.read_ipc_tolerant,
+which must read every batch the mutation left intact),
 frames (the agent's frame stream: nestrace.store.stream.iter_frames),
 image:FMT (an image's map: nestrace.images.chain.cluster_map), dat (a
-trace-cmd trace.dat: nestrace.importers.tracecmd.read), blktrace (a
+trace-cmd trace.dat: nestrace.importers.tracecmd.read; where only CPU data
+was touched, each intact page's events must be read), blktrace (a
 blktrace file: nestrace.importers.blktrace.read_damaged, which must also
 keep every record the mutation left intact; every 10th mutant imported
 into a store too), guest:FILE (a guest capture directory of the agent with
-FILE damaged: nestrace import), store:TABLE (a store with TABLE's file
+FILE damaged: nestrace import; with block_events.arrows damaged, the
+block events of each batch left intact must be in the store), store:TABLE (a store with TABLE's file
 damaged, or its capture's manifest (TABLE manifest): its capture checked
 against its manifest, the file verified)."""
 from __future__ import annotations
@@ -26,6 +29,7 @@ import shutil
 import signal
 import sys
 import traceback
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -34,13 +38,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 EDGES = (0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**63 - 1, 2**64 - 1)
 
 
-def mutate(rng: random.Random, data: bytes, hot: int) -> bytes:
+def mutate(rng: random.Random, data: bytes, hot: int,
+           records: list[tuple[int, int]] = ()) -> bytes:
     """Bytes flipped, set to edge values, or whole 4- and 8-byte fields set
     to edge values, mostly within the first `hot` bytes (headers and
-    tables); now and then the file cut short."""
+    tables), or, in every other mutant, in `records` ((offset, size): where
+    a file keeps its records, when that is not its start); now and then the
+    file cut short."""
     d = bytearray(data)
+    inside = records and rng.random() < 0.5
     for _ in range(rng.choice((1, 1, 2, 4, 16))):
-        pos = rng.randrange(min(len(d), hot) if rng.random() < 0.7 else len(d))
+        if inside:
+            o, n = rng.choice(records)
+            pos = o + rng.randrange(n)
+        else:
+            pos = rng.randrange(min(len(d), hot) if rng.random() < 0.7 else len(d))
         r = rng.random()
         if r < 0.4:
             d[pos] ^= 1 << rng.randrange(8)
@@ -64,7 +76,8 @@ def reader(kind: str):
         schema = record_schema("block_event")
 
         def read(p):
-            _, problem = read_ipc_tolerant(Path(p), schema)
+            batches, problem = read_ipc_tolerant(Path(p), schema)
+            _intact_batches_read(Path(p).read_bytes(), batches)
             return [problem] if problem else []
         return read, ()
     if kind.startswith("image:"):
@@ -73,8 +86,8 @@ def reader(kind: str):
         fmt = kind.split(":", 1)[1]
         return (lambda p: cluster_map(p, fmt) and []), (ImageMapError,)
     if kind == "dat":
-        from nestrace.importers import datfile, tracecmd
-        return (lambda p: tracecmd.read(p).problems), (datfile.TraceCmdError,)
+        from nestrace.importers import datfile
+        return _dat_reader(), (datfile.TraceCmdError,)
     if kind == "frames":
         from nestrace.store.stream import DecodeState, iter_frames
 
@@ -133,6 +146,70 @@ def _blktrace_reader():
     return read
 
 
+_ipc_base: list[tuple[int, int, object]] = []   # IPC stream base: (offset, end, batch)
+
+
+def _ipc_batches(data: bytes) -> list[tuple[int, int, object]]:
+    """(offset, end, batch) of each record batch of an IPC stream."""
+    import pyarrow as pa
+    src = pa.BufferReader(pa.py_buffer(data))
+    schema = pa.ipc.read_schema(pa.ipc.read_message(src))
+    out = []
+    while True:
+        off = src.tell()
+        try:
+            m = pa.ipc.read_message(src)
+        except EOFError:
+            return out
+        out.append((off, src.tell(), pa.ipc.read_record_batch(m, schema)))
+
+
+def _intact_batches(data: bytes) -> list:
+    """The base's batches whose bytes the mutant still has in place."""
+    out = [b for off, end, b in _ipc_base
+           if end <= len(data) and data[off:end] == _base_bytes[off:end]]
+    _oracle[0] += bool(out)
+    return out
+
+
+def _intact_batches_read(data: bytes, batches: list) -> None:
+    for b in _intact_batches(data):
+        if not any(b.equals(x) for x in batches):
+            raise Lost(f"an intact batch of {b.num_rows} records was not read")
+
+
+_dat_pages: dict[int, int] = {}         # trace.dat base: page's file offset -> its block events
+_dat_data: list[tuple[int, int]] = []   # (offset, size) of each CPU's data
+_dat_page_size = 0
+_oracle = [0]                           # mutants checked record by record
+
+
+def _dat_reader():
+    """tracecmd.read of the mutant; where the mutation touched only CPU
+    data of pages stored as such (v6, uncompressed v7), every page the
+    mutant still has whole must give all the block events it gave."""
+    import numpy as np
+
+    from nestrace.importers import tracecmd
+
+    def read(p):
+        r = tracecmd.read(p)
+        data = Path(p).read_bytes()
+        if not _dat_pages or len(data) != len(_base_bytes):
+            return r.problems
+        diff = np.nonzero(np.frombuffer(data, np.uint8) != np.frombuffer(_base_bytes, np.uint8))[0]
+        if not all(any(o <= d < o + n for o, n in _dat_data) for d in diff.tolist()):
+            return r.problems       # (headers or formats touched: no page-wise oracle)
+        _oracle[0] += 1
+        got = Counter(r.table.column("file_offset").to_pylist())
+        for page, n in _dat_pages.items():
+            whole = data[page:page + _dat_page_size] == _base_bytes[page:page + _dat_page_size]
+            if whole and got[page] != n:
+                raise Lost(f"the intact page at byte {page} gave {got[page]} of its {n} events")
+        return r.problems
+    return read
+
+
 def _guest_reader(name: str):
     """nestrace import of a copy of the guest capture directory beside
     BASE (BASE is its file `name`), with that file damaged; each mutant
@@ -149,13 +226,28 @@ def _guest_reader(name: str):
             shutil.copytree(src, g, ignore=shutil.ignore_patterns("*.mutant*", "*.base"))
             shutil.copy(p, g / name)
             try:
-                msgs = import_guest_dir(g, Path(d) / "s").problems
+                r = import_guest_dir(g, Path(d) / "s")
+                msgs = r.problems + r.seal.problems
             except (GuestDirError, StoreError) as e:
                 msgs = [str(e)]
+            else:
+                if name == "block_events.arrows":   # (each intact batch's records stored)
+                    _intact_records_stored(Path(p).read_bytes(), Path(d) / "s")
             # (what names the damaged file must name it with an offset;
             # the others are of the intact files)
             return [m.replace(str(g / name), str(p)) for m in msgs if str(g / name) in m]
     return read, ()
+
+
+def _intact_records_stored(data: bytes, store: Path) -> None:
+    import pyarrow.parquet as pq
+    t = pq.read_table(next(store.glob("block_events/capture=*/data.parquet")),
+                      columns=["cpu", "seq"])
+    stored = set(zip(t.column("cpu").to_pylist(), t.column("seq").to_pylist()))
+    for b in _intact_batches(data):
+        cs = zip(b.column("cpu").to_pylist(), b.column("seq").to_pylist())
+        if not stored.issuperset(cs):
+            raise Lost(f"an intact batch of {b.num_rows} block events is not all in the store")
 
 
 def _store_reader(table: str):
@@ -199,13 +291,24 @@ def _alarm(*_):
 
 
 def main(kind: str, base: str, n: int, seed: int, hot: int = 1 << 16) -> int:
+    global _base_bytes, _dat_page_size
     signal.signal(signal.SIGALRM, _alarm)
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))   # a huge allocation is a finding
     read, own = reader(kind)
     needs_offset = not kind.startswith("store:")
     data = Path(base).read_bytes()
+    if kind == "dat":
+        from nestrace.importers import tracecmd
+        r = tracecmd.read(base)
+        _base_bytes = data
+        if r.dat.version == 6 or r.dat.compression == "none":
+            _dat_page_size = r.dat.page_size
+            _dat_data.extend((o, n) for _, o, n in r.dat.cpus)
+            _dat_pages.update(Counter(r.table.column("file_offset").to_pylist()))
+    if kind == "ipc" or kind == "guest:block_events.arrows":
+        _base_bytes = data
+        _ipc_base.extend(_ipc_batches(data))
     if kind == "blktrace":
-        global _base_bytes
         from nestrace.importers import blktrace
         t = blktrace.read(base)
         _base_bytes = data
@@ -219,7 +322,7 @@ def main(kind: str, base: str, n: int, seed: int, hot: int = 1 << 16) -> int:
     # refused (the reader's own error), or a finding
     classes = dict.fromkeys(("whole", "damage named", "refused", "finding"), 0)
     for i in range(n):
-        Path(mut).write_bytes(mutate(rng, data, hot))
+        Path(mut).write_bytes(mutate(rng, data, hot, _dat_data))
         before = len(findings)
         outcome = "whole"
         signal.alarm(30)
@@ -253,7 +356,9 @@ def main(kind: str, base: str, n: int, seed: int, hot: int = 1 << 16) -> int:
     for f in findings.values():
         print(f"{kind} seed {seed}: {f}")
     print(f"{kind} seed {seed}: {n} mutants: "
-          + ", ".join(f"{v} {k}" for k, v in classes.items()), file=sys.stderr)
+          + ", ".join(f"{v} {k}" for k, v in classes.items())
+          + (f" ({_oracle[0]} with intact pages or batches checked one by one)"
+             if _dat_pages or _ipc_base else ""), file=sys.stderr)
     return 1 if findings else 0
 
 

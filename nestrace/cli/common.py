@@ -232,8 +232,8 @@ def capture_options(f):
 
 def report_capture(store: Path, capture_id: str, result, stream_problems=()) -> None:
     from nestrace.report.summary import format_summary, level_summary
-    for p in list(stream_problems) + list(result.problems):
-        click.echo(f"nestrace: error: {p}", err=True)
+    for p in list(stream_problems) + list(result.problems):   # (what was kept is stored)
+        click.echo(f"nestrace: warning: {p}", err=True)
     click.echo(f"capture {capture_id}: {result.records} records -> {store}")
     summary = level_summary(store, capture_id)
     summary.pop("captures", None)   # (the line above names it)

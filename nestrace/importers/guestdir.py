@@ -184,6 +184,9 @@ def import_guest_dir(d: str | Path, store: str | Path, capture_id: str | None = 
             live.close()
             shutil.rmtree(live.dir, ignore_errors=True)
             raise GuestDirError(f"{d}: cannot import into {store_p}: {e}") from None
-        return Imported(cid, seal(store_p, cid), problems, facts.get("command_exit"))
+        sealed = seal(store_p, cid)
+        # (damage is named in the guest directory's files, not in their copies)
+        sealed.problems = [m.replace(str(live.dir), str(d)) for m in sealed.problems]
+        return Imported(cid, sealed, problems, facts.get("command_exit"))
     finally:
         live.release()

@@ -24,6 +24,7 @@ def fuzz(kind: str, base, n: int, seed: int = 1) -> None:
                        text=True, timeout=600)
     assert r.returncode == 0, (f"{kind}: exit {r.returncode} (a negative one: killed by that "
                                f"signal; the mutant is {base}.mutant)\n{r.stdout}{r.stderr[-2000:]}")
+    print(r.stderr.strip().splitlines()[-1])      # (its count per class: seen with -s)
 
 
 def test_a_live_captures_damaged_ipc_streams_are_read_or_named(tmp_path):

@@ -129,6 +129,7 @@ def assert_traced_through(s, offsets: list[int], syscall: str = "pread64") -> No
     lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
     assert lost == {"drops": 0, "gaps": 0}
     assert_each_record_once(s)
+    assert_chain(s)
 
 
 KERNEL_TABLES = ("vfs_events", "block_events", "hostfs_events", "pagecache_events",
@@ -195,3 +196,14 @@ def two_overlays(lab, tmp_path: Path):
         for mp in reversed(made):
             if os.path.ismount(mp):
                 subprocess.run(["umount", str(mp)], check=True)
+
+
+def assert_chain(s) -> None:
+    """The capture's four levels in chain order, and chain_io holding each
+    level's I/Os once: the rows of its own view."""
+    assert s.rows("SELECT DISTINCT position, level, below FROM chain_levels ORDER BY position") == [
+        dict(position=1, level="vfs", below="vdisk"), dict(position=2, level="vdisk", below="hostfs"),
+        dict(position=3, level="hostfs", below="disk"), dict(position=4, level="disk", below=None)]
+    got = {r["level"]: r["n"] for r in s.rows("SELECT level, count(*) AS n FROM chain_io GROUP BY level")}
+    assert got == {lv: s.rows(f"SELECT count(*) AS n FROM {lv}_io")[0]["n"]
+                   for lv in ("vfs", "vdisk", "hostfs", "disk")}

@@ -216,6 +216,12 @@ ENUMS = {
         (10, 'ext4_punch_hole', ('ext2', 'ext3', 'ext4')),
         (11, 'ext4_zero_range', ('ext2', 'ext3', 'ext4')),
     ]},
+    'level': {'field': 'device_map.level', 'doc': "The levels of a traced stack in chain order, top to bottom: the code is the level's place in the chain (chain_levels.position). A capture holds the levels its stack has; the chain stops at the lowest one traced.", 'columns': ('what',), 'values': [
+        (1, 'vfs', "the application's file calls on the guest file system"),
+        (2, 'vdisk', 'the requests on the virtual disk under the guest file system (a loop device; virtio-blk in a guest)'),
+        (3, 'hostfs', 'the accesses of the disk image through the host file system'),
+        (4, 'disk', 'the requests on the disk under the host file system'),
+    ]},
     'vfs_syscall': {'field': 'vfs_event.syscall', 'doc': "The call a vfs_event records. Linux AIO: one record per iocb, from io_submit to the io_getevents that reaped it. io_uring: one record per request, from submission to its CQE. copy_file_range, sendfile and splice: a record per side on a traced file system (the file read: _in, the file written: _out, always _in + 1), both with the call's return.", 'columns': ('call', 'op'), 'values': [
         (1, 'read', 'read', 'read'),
         (2, 'write', 'write', 'write'),

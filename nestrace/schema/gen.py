@@ -72,7 +72,8 @@ def load(path: Path = SCHEMA) -> dict:
                               "not a multiple of 8; add explicit padding")
         rec["layout"] = layout
         rec["size"] = offset
-    fields = {f"{r['name']}.{f[0]}" for r in spec["record"] for f in r["fields"]}
+    fields = {f"{r['name']}.{f[0]}" for r in spec["record"] + spec.get("table", [])
+              for f in r["fields"]}
     for en in spec.get("enum", []):
         if en["field"] not in fields:
             raise SchemaError(f"{path}: enum {en['name']} is for unknown field {en['field']}")
@@ -130,7 +131,10 @@ def gen_header(spec: dict) -> str:
         for f in rec["fields"]:
             out.append(_c_field(f))
         out += ["};", ""]
+    records = {r["name"] for r in spec["record"]}
     for en in spec.get("enum", []):
+        if en["field"].split(".")[0] not in records:
+            continue        # (a stored table's code: the programs never see it)
         out.append(f"/* {en['field']}: {en['doc']} */")
         out += [f"#define {enum_const(en, v[1])} {v[0]}" for v in en["values"]]
         # (the names as one list: hostfs_source's are the tracepoints a

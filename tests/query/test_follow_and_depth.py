@@ -17,6 +17,38 @@ from rows import (
 )
 from views_helpers import MiB, direct_read_stack, session
 
+# ---- chain_levels, chain_io: the stack as one chain ------------------------
+
+def test_chain_levels_and_chain_io_give_every_level_in_one_shape():
+    """The four levels in chain order, each naming the one below; each
+    level's I/O once in chain_io with the same columns, from the
+    per-level views (a call's offset in its file, a request's on its
+    disk, an fsync's none)."""
+    t = direct_read_stack()
+    t["vfs_events"] = t["vfs_events"] + [vfs(2000, 50, off=-1, req=0, syscall=11, ret=0)]
+    s = session(**t)
+    assert s.rows("SELECT position, level, below FROM chain_levels") == [
+        dict(position=1, level="vfs", below="vdisk"), dict(position=2, level="vdisk", below="hostfs"),
+        dict(position=3, level="hostfs", below="disk"), dict(position=4, level="disk", below=None)]
+    got = s.rows("SELECT position, level, op, offset_bytes, bytes, start_ns, end_ns, latency_ns "
+                 "FROM chain_io ORDER BY position, start_ns")
+    assert got == [
+        dict(position=1, level="vfs", op="read", offset_bytes=8192, bytes=4096, start_ns=100,
+             end_ns=1000, latency_ns=900),
+        dict(position=1, level="vfs", op="sync", offset_bytes=None, bytes=0, start_ns=2000,
+             end_ns=2050, latency_ns=50),
+        dict(position=2, level="vdisk", op="read", offset_bytes=4 * MiB + 8192, bytes=4096,
+             start_ns=200, end_ns=900, latency_ns=700),
+        dict(position=3, level="hostfs", op="read", offset_bytes=4 * MiB + 8192, bytes=4096,
+             start_ns=300, end_ns=None, latency_ns=None),
+        dict(position=4, level="disk", op="read", offset_bytes=104 * MiB + 8192, bytes=4096,
+             start_ns=310, end_ns=800, latency_ns=490)]
+    # the same rows as the level's own view, by io_id
+    for lv in ("vfs", "vdisk", "hostfs", "disk"):
+        assert s.rows("SELECT io_id FROM chain_io WHERE level = ? ORDER BY io_id", [lv]) == \
+            s.rows(f"SELECT io_id FROM {lv}_io ORDER BY io_id"), lv
+
+
 # ---- follow_io: one I/O up and down through links -----------------------
 
 FOLLOW_COLS = "depth, level, via_level, kind, link_bytes, lag_ns, start_ns, latency_ns, op, offset_bytes, bytes"

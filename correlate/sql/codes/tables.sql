@@ -25,6 +25,21 @@ CREATE OR REPLACE MACRO _hostfs_source(n) AS CASE n WHEN 'xfs_file_buffered_read
 CREATE OR REPLACE MACRO _hostfs_source_name(code) AS ([NULL, 'xfs_file_buffered_read', 'xfs_file_buffered_write', 'xfs_file_direct_read', 'xfs_file_direct_write', 'iomap_dio_rw_begin', 'mm_filemap_get_pages', 'ext4_write_begin', 'ext4_da_write_begin', 'xfs_bunmap', 'ext4_punch_hole', 'ext4_zero_range']::VARCHAR[])[code + 1];
 CREATE OR REPLACE MACRO _hostfs_source_fs_types(code) AS ([NULL, ['xfs'], ['xfs'], ['xfs'], ['xfs'], ['ext2', 'ext3', 'ext4', 'btrfs', '*'], ['ext2', 'ext3', 'ext4', 'btrfs', '*'], ['ext2', 'ext3', 'ext4'], ['ext2', 'ext3', 'ext4'], ['xfs'], ['ext2', 'ext3', 'ext4'], ['ext2', 'ext3', 'ext4']]::VARCHAR[][])[code + 1];
 
+-- device_map.level: The levels of a traced stack in chain order, top to
+-- bottom: the code is the level's place in the chain
+-- (chain_levels.position). A capture holds the levels its stack has; the
+-- chain stops at the lowest one traced.
+CREATE OR REPLACE VIEW _code_level AS
+SELECT * FROM (VALUES
+  (1, 'vfs', 'the application''s file calls on the guest file system'),
+  (2, 'vdisk', 'the requests on the virtual disk under the guest file system (a loop device; virtio-blk in a guest)'),
+  (3, 'hostfs', 'the accesses of the disk image through the host file system'),
+  (4, 'disk', 'the requests on the disk under the host file system')
+) AS t(code, name, what);
+CREATE OR REPLACE MACRO _level(n) AS CASE n WHEN 'vfs' THEN 1 WHEN 'vdisk' THEN 2 WHEN 'hostfs' THEN 3 WHEN 'disk' THEN 4 END;
+CREATE OR REPLACE MACRO _level_name(code) AS ([NULL, 'vfs', 'vdisk', 'hostfs', 'disk']::VARCHAR[])[code + 1];
+CREATE OR REPLACE MACRO _level_what(code) AS ([NULL, 'the application''s file calls on the guest file system', 'the requests on the virtual disk under the guest file system (a loop device; virtio-blk in a guest)', 'the accesses of the disk image through the host file system', 'the requests on the disk under the host file system']::VARCHAR[])[code + 1];
+
 -- vfs_event.syscall: The call a vfs_event records. Linux AIO: one record
 -- per iocb, from io_submit to the io_getevents that reaped it. io_uring:
 -- one record per request, from submission to its CQE. copy_file_range,

@@ -1,27 +1,20 @@
 -- Module follow.io: one I/O followed up and down the stack through links.
 -- INCLUDE links.links
+-- INCLUDE chain.io
 -- INCLUDE hostfs.io
 -- INCLUDE depth.outstanding
 -- LATE (follow_io is bound when created: after the stored links, it reads them)
 
--- Every level's I/Os in one shape: when each began and ended, and where.
--- (Block requests from block_requests: vdisk_io and disk_io are its rows.)
+-- Every level's I/Os in one shape (chain_io), and the hints, which links
+-- ties the reads they ask for to (kind hint).
 CREATE OR REPLACE VIEW _follow_rows AS
-SELECT capture_id, level, io_id, ts_ns AS start_ns, end_ns, duration_ns::BIGINT AS latency_ns, op,
-       dev, ino, offset_bytes, ret_bytes AS bytes, comm
-FROM vfs_io
-UNION ALL   -- (the hints: links ties the reads they ask for to them, kind hint)
+SELECT capture_id, level, io_id, start_ns, end_ns, latency_ns, op, dev, ino, offset_bytes, bytes,
+       comm
+FROM chain_io
+UNION ALL
 SELECT capture_id, level, io_id, ts_ns, end_ns, duration_ns::BIGINT, 'other', dev, ino,
        offset_bytes, req_bytes::BIGINT, comm
-FROM vfs_hints
-UNION ALL
-SELECT capture_id, level, io_id, start_ns, coalesce(c_ns, done_by_ns),
-       coalesce(c_ns, done_by_ns)::BIGINT - start_ns::BIGINT, op, dev, NULL, offset_bytes::BIGINT,
-       bytes::BIGINT, comm
-FROM block_requests
-UNION ALL
-SELECT capture_id, level, io_id, ts_ns, NULL, NULL, op, dev, ino, offset_bytes, bytes::BIGINT, comm
-FROM hostfs_io;
+FROM vfs_hints;
 
 -- One I/O of capture `cid` (level `lvl`, io_id `id`) and what `links` ties
 -- to it: the lower requests it caused (depth 1, 2: a vfs call's
@@ -44,7 +37,7 @@ FROM hostfs_io;
 -- @column op VARCHAR           the row's op (a vfs_hints row: other)
 -- @column dev UINTEGER         kernel dev_t
 -- @column ino UBIGINT          file (vfs, hostfs)
--- @column offset_bytes BIGINT  file offset (vfs, hostfs) or device offset (block levels)
+-- @column offset_bytes BIGINT  file offset (vfs, hostfs) or device offset (block levels); NULL where there is none (fsync, a flush)
 -- @column bytes BIGINT         the row's whole size (vfs: bytes done; a vfs_hints row: its range, 0 to the file's end)
 -- @column comm VARCHAR         task
 -- @column in_flight BIGINT     I/Os of its device in flight when it arrived, itself included (as depth_arrivals.depth; NULL for hostfs, and for an I/O whose end was not seen)

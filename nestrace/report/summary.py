@@ -5,38 +5,45 @@ from pathlib import Path
 
 from nestrace.query.session import Session
 
-LEVELS = (("vfs", "vfs_io"), ("vdisk", "vdisk_io"), ("hostfs", "hostfs_io"), ("disk", "disk_io"))
+# what a chain that stops short lacks, by the level it stops at
+STOPS = {"vfs": "the levels under the guest file system were not traced",
+         "vdisk": "the host side was not traced (in a VM: `record --side host` on the host, "
+                  "then `nestrace merge`)",
+         "hostfs": "the host file system's disk was not traced"}
 
 
 def level_summary(store: Path, capture_id: str | None = None) -> dict:
-    """ValueError for a capture the store does not hold (naming those it does)."""
+    """Per level of a capture, in chain order (chain_levels, chain_io):
+    its I/Os, reads, writes and others, and their bytes.  ValueError for a
+    capture the store does not hold (naming those it does)."""
     with Session(store) as s:
         caps = s.captures()
         if not caps:
-            return {"capture_id": None, "levels": [], "lost": 0}
+            return {"capture_id": None, "levels": [], "chain": [], "lost": 0}
         # (the newest by start, as report and follow take it)
         cid = s.capture(capture_id)
-        # the levels the capture traced (one side of a VM has two)
-        traced = {r["level"] for r in s.rows(
-            "SELECT DISTINCT level FROM device_map WHERE capture_id = ?", [cid])}
-        levels = []
-        for level, view in LEVELS:
-            if traced and level not in traced:
-                continue
-            r = s.rows(f"""
-                SELECT count(*) AS n,
-                       count(*) FILTER (WHERE op = 'read') AS reads,
-                       coalesce(sum(bytes) FILTER (WHERE op = 'read'), 0) AS read_bytes,
-                       count(*) FILTER (WHERE op = 'write') AS writes,
-                       coalesce(sum(bytes) FILTER (WHERE op = 'write'), 0) AS write_bytes,
-                       count(*) FILTER (WHERE op NOT IN ('read', 'write')) AS other
-                FROM {view} WHERE capture_id = ?""", [cid])[0]
-            levels.append({"level": level, **r})
+        # the levels the capture traced (one side of a VM has two), a
+        # level with no I/O too
+        levels = s.rows("""
+            WITH l AS (SELECT DISTINCT position, level FROM chain_levels WHERE capture_id = $1),
+            io AS (
+              SELECT level, count(*) AS n,
+                     count(*) FILTER (WHERE op = 'read') AS reads,
+                     coalesce(sum(bytes) FILTER (WHERE op = 'read'), 0) AS read_bytes,
+                     count(*) FILTER (WHERE op = 'write') AS writes,
+                     coalesce(sum(bytes) FILTER (WHERE op = 'write'), 0) AS write_bytes,
+                     count(*) FILTER (WHERE op NOT IN ('read', 'write')) AS other
+              FROM chain_io WHERE capture_id = $1 GROUP BY level)
+            SELECT l.level, coalesce(n, 0) AS n, coalesce(reads, 0) AS reads,
+                   coalesce(read_bytes, 0)::BIGINT AS read_bytes, coalesce(writes, 0) AS writes,
+                   coalesce(write_bytes, 0)::BIGINT AS write_bytes, coalesce(other, 0) AS other
+            FROM l LEFT JOIN io USING (level) ORDER BY l.position""", [cid])
         meta = s.rows("SELECT lost_total, records_total, hooks_json FROM capture_meta "
                       "WHERE capture_id = ?", [cid])
         lost = meta[0]["lost_total"] if meta else 0
-        return {"capture_id": cid, "levels": levels, "lost": lost,
-                "records": meta[0]["records_total"] if meta else 0, "captures": len(caps)}
+        return {"capture_id": cid, "levels": levels, "chain": [r["level"] for r in levels],
+                "lost": lost, "records": meta[0]["records_total"] if meta else 0,
+                "captures": len(caps)}
 
 
 def _mib(b: int) -> str:
@@ -54,4 +61,8 @@ def format_summary(summary: dict) -> str:
         out.append(f"{r['level']:<8}{r['n']:>10}{r['reads']:>10}{_mib(r['read_bytes']):>10}"
                    f"{r['writes']:>10}{_mib(r['write_bytes']):>11}{r['other']:>8}")
     out.append(f"lost events: {summary['lost']}")
+    chain = summary.get("chain", [])
+    if chain:
+        stop = f"; it stops at {chain[-1]}: {STOPS[chain[-1]]}" if chain[-1] in STOPS else ""
+        out.append("chain: " + " > ".join(chain) + stop)
     return "\n".join(out)

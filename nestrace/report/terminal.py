@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from nestrace.report.summary import STOPS
+
 EXTENT_LINES = 8    # extent files of a split vmdk the terminal report names
 
 
@@ -116,9 +118,11 @@ def _levels(con, rep) -> None:
     # (seeks in bytes at every level, as the sizes: the JSON keeps btt's
     # sectors for the block levels, seek_unit)
     levels = [lv for lv in rep["levels"] if lv.get("traced", True)]
+    bottom = levels[-1]["level"] if levels else ""
     t = _table("Per level", ("level", "I/Os", "read", "written", "median\nsize", "sequential",
                              "seek\nmedian", "seek\np90"),
-               caption="seek: |distance| from the end of the I/O before")
+               caption="seek: |distance| from the end of the I/O before"
+               + (f"; the chain stops at {bottom}: {STOPS[bottom]}" if bottom in STOPS else ""))
     for lv in levels:
         per = 512 if lv["seek_unit"] == "sectors" else 1
         seek = lambda d, per=per: _fmt_bytes(None if d is None else d * per)  # noqa: E731

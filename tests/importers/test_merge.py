@@ -175,6 +175,10 @@ def record_both_sides(lab, tmp_path: Path, guest_by: str = "record"
     # (losses: assert_losses_counted, against the guest side's output; a
     # warning only with them)
     assert "lost events: 0" not in g.stdout or "warning" not in g.stderr, (g.stdout, g.stderr)
+    # each side's chain, and where it stops
+    assert "\nchain: vfs > vdisk; it stops at vdisk: the host side was not traced" in g.stdout, \
+        g.stdout
+    assert "\nchain: hostfs > disk\n" in host["stdout"], host["stdout"]
     return gstore, hstore, fio_log_offsets(log), host["stdout"], g.stdout
 
 
@@ -230,11 +234,14 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
         {"vfs": True, "vdisk": True, "hostfs": False, "disk": False}
     assert {r["level"] for r in rep["amplification"]} == {"vfs", "vdisk"}
     assert rep["latency"] == []     # (the host's part of the time is not in it)
+    text = " ".join(run_cli("report", str(gstore)).stdout.split())
+    assert "; the chain stops at vdisk: the host side was not traced" in text, text
     shift_store(hstore, SHIFT, "hostbox")
 
     merged = tmp_path / "merged"
     r = run_cli("merge", str(gstore), str(hstore), "-o", str(merged))
     assert "clock: host clock - guest clock =" in r.stdout
+    assert "\nchain: vfs > vdisk > hostfs > disk\n" in run_cli("summary", str(merged)).stdout
     s = nestrace.open(merged)
     m = s.rows("SELECT clock_offset_ns AS o, clock_offset_err_ns AS e, clock_offset_pairs AS n "
                "FROM capture_meta")[0]

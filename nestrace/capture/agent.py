@@ -128,11 +128,13 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
         args += ["--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
     if stack.has_host:
         args += [a for d in stack.disks for a in ("--dev", f"{kdev_str(d.kdev)}=block")]
-        args += [a for ino in [stack.image_ino, *(b["ino"] for b in stack.backing_files)]
-                 for a in ("--ino", f"{kdev_str(stack.host_kdev)}:{ino}=file,cache,map")]
-    # (a guest side has no image: none of the image-access hooks)
-    skip = () if all_hooks and stack.has_host else \
-        unused_hooks(stack.host_fs) if stack.has_host else access_hooks()
+        if not stack.raw_host:
+            args += [a for ino in [stack.image_ino, *(b["ino"] for b in stack.backing_files)]
+                     for a in ("--ino", f"{kdev_str(stack.host_kdev)}:{ino}=file,cache,map")]
+    # (a guest side, and the raw baseline, have no image file: none of the
+    # image-access hooks)
+    skip = access_hooks() if not stack.has_host or stack.raw_host else \
+        () if all_hooks else unused_hooks(stack.host_fs)
     if skip:
         args += ["--skip-hooks", ",".join(skip)]
     if ringbuf_kb:

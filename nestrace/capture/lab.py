@@ -4,6 +4,10 @@
       -> host FS, mounted -> image file -> loop "vdisk" [--guest-dio]
       -> guest FS, mounted  (the mount point printed by `lab up`)
 
+The raw baseline (`--host-fs none`) has no host file system: the virtual
+disk is a loop device on a partition of the host disk, as a VM's disk
+on a raw host partition ("BD" in the nested-file-system studies).
+
 Every step is written to a state file before the next one starts, so `lab
 down` undoes exactly what was made, also after a crash half way up.
 """
@@ -20,9 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nestrace.capture.devices import mounts
+from nestrace.capture.stack import RAW_HOST
 from nestrace.errors import json_object
 
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+# the host "file system" of the raw baseline: the virtual disk on a host
+# partition, no file system between
+RAW = RAW_HOST
+HOST_FILESYSTEMS = FILESYSTEMS + (RAW,)
 BTRFS_PROFILES = ("single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6")
 STATE_ROOT = Path(os.environ.get("NESTRACE_LAB_STATE", "/run/nestrace/labs"))
 DATA_ROOT = Path(os.environ.get("NESTRACE_LAB_DATA", "/var/tmp/nestrace-labs"))
@@ -149,10 +158,19 @@ class LabConfig:
     name: str = "default"
 
     def validate(self) -> None:
-        for role, fs in (("guest", self.guest_fs), ("host", self.host_fs)):
-            if fs not in FILESYSTEMS:
+        for role, fs, known in (("guest", self.guest_fs, FILESYSTEMS),
+                                ("host", self.host_fs, HOST_FILESYSTEMS)):
+            if fs not in known:
                 raise LabError(f"unknown {role} file system {fs!r} "
-                               f"(choose from {', '.join(FILESYSTEMS)})")
+                               f"(choose from {', '.join(known)})")
+        if self.host_fs == RAW:
+            for flag, on in (("--host-block-size", self.host_block_size is not None),
+                             ("--host-disks", self.host_disks != 1), ("--host-profile", self.host_profile),
+                             ("--host-discard", self.host_discard), ("--host-compress", self.host_compress),
+                             ("--fragment-image", self.fragment_image), ("--partitions", self.partitions)):
+                if on:
+                    raise LabError(f"{flag} and --host-fs none: the raw baseline has no host file "
+                                   "system or image file (its virtual disk is a host partition)")
         least = MIN_FS_BYTES.get(self.guest_fs, 16 << 20)
         if self.image_size < least:
             raise LabError(f"--image-size {self.image_size} bytes is below the "
@@ -175,6 +193,8 @@ class LabConfig:
             raise LabError(f"bad lab name {self.name!r}")
         for flag, fs, bs in (("--guest-block-size", self.guest_fs, self.guest_block_size),
                              ("--host-block-size", self.host_fs, self.host_block_size)):
+            if fs == RAW:
+                continue
             # (mkfs.ext4 -b 3000 makes 2 KiB blocks without a word)
             if bs is not None and (bs <= 0 or bs & (bs - 1)):
                 raise LabError(f"{flag} {bs}: not a power of two")
@@ -226,6 +246,8 @@ class Lab:
             raise LabError(f"lab {self.name!r} is already up (nestrace lab down --name {self.name})")
         disk_size = cfg.disk_size or max(cfg.image_size + (256 << 20),
                                          MIN_FS_BYTES.get(cfg.host_fs, 0) + cfg.image_size)
+        if cfg.host_fs == RAW:      # (the partition: the virtual disk's size, 1 MiB in)
+            disk_size = max(cfg.disk_size, PART_START + cfg.image_size)
         st = {"name": self.name, "config": cfg.__dict__ | {"disk_size": disk_size}, "made": []}
         self._save(st)
         try:
@@ -234,34 +256,12 @@ class Lab:
             disk_file = self.data_dir / "disk.raw"
             _sparse_file(disk_file, disk_size, "host disk")
             self._step(st, "file", path=str(disk_file))
-            disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
-            host_dev = _partition(disk, disk_size) if cfg.partitions else disk
-            more = []
-            for i in range(2, cfg.host_disks + 1):
-                f = self.data_dir / f"disk{i}.raw"
-                _sparse_file(f, disk_size, "host disk")
-                self._step(st, "file", path=str(f))
-                d = self._attach(st, f, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
-                more.append(_partition(d, disk_size) if cfg.partitions else d)
-            _run(mkfs_cmd(cfg.host_fs, host_dev, cfg.host_block_size, more, cfg.host_profile),
-                 f"mkfs.{cfg.host_fs} (host)")
-            self.host_mount.mkdir(parents=True, exist_ok=True)
-            _run(mount_cmd(cfg.host_fs, host_dev, self.host_mount, cfg.host_discard,
-                           cfg.host_compress), "mounting the host FS")
-            self._step(st, "mount", path=str(self.host_mount), role="host")
-            image = self.host_mount / "image.raw"
-            _sparse_file(image, cfg.image_size, "disk image")
-            if cfg.fragment_image:
-                # random 64 KiB direct writes, no preallocation: each write
-                # allocates when it is made (no delayed allocation to tidy
-                # up), so the image's extents lie in write order, not file order
-                _run(["fio", "--name=fragment", f"--filename={image}", "--rw=randwrite",
-                      "--bs=64k", f"--size={cfg.image_size}", "--fallocate=none", "--direct=1",
-                      "--ioengine=psync", "--output=/dev/null"], "fragmenting the image")
-            if cfg.host_compress:
-                self._compressed_image(st, cfg, image)
-            vdisk = self._attach(st, image, cfg.guest_dio, "vdisk", "--guest-dio", cfg.partitions)
-            guest_dev = _partition(vdisk, cfg.image_size) if cfg.partitions else vdisk
+            if cfg.host_fs == RAW:
+                disk, vdisk, image = self._raw_disks(st, cfg, disk_file)
+                guest_dev = vdisk
+            else:
+                disk, vdisk, image = self._host_fs_disks(st, cfg, disk_file, disk_size)
+                guest_dev = _partition(vdisk, cfg.image_size) if cfg.partitions else vdisk
             if not cfg.host_compress:
                 _run(mkfs_cmd(cfg.guest_fs, guest_dev, cfg.guest_block_size),
                      f"mkfs.{cfg.guest_fs} (guest)")
@@ -269,14 +269,58 @@ class Lab:
             _run(mount_cmd(cfg.guest_fs, guest_dev, self.guest_mount, cfg.guest_discard,
                            cfg.guest_compress), "mounting the guest FS")
             self._step(st, "mount", path=str(self.guest_mount), role="guest")
-            st.update(guest_mount=str(self.guest_mount), host_mount=str(self.host_mount),
-                      vdisk=vdisk, disk=disk, image=str(image), disk_file=str(disk_file))
+            st.update(guest_mount=str(self.guest_mount), vdisk=vdisk, disk=disk, image=str(image),
+                      disk_file=str(disk_file))
+            if cfg.host_fs != RAW:
+                st["host_mount"] = str(self.host_mount)
             self._save(st)
             sync_stack(st)
             return st
         except BaseException:
             self.down()
             raise
+
+    def _host_fs_disks(self, st: dict, cfg: LabConfig, disk_file: Path,
+                       disk_size: int) -> tuple[str, str, Path]:
+        """The host disk(s), the host FS on them, the image file on it and
+        the virtual disk on the image: (disk, vdisk, image)."""
+        disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
+        host_dev = _partition(disk, disk_size) if cfg.partitions else disk
+        more = []
+        for i in range(2, cfg.host_disks + 1):
+            f = self.data_dir / f"disk{i}.raw"
+            _sparse_file(f, disk_size, "host disk")
+            self._step(st, "file", path=str(f))
+            d = self._attach(st, f, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
+            more.append(_partition(d, disk_size) if cfg.partitions else d)
+        _run(mkfs_cmd(cfg.host_fs, host_dev, cfg.host_block_size, more, cfg.host_profile),
+             f"mkfs.{cfg.host_fs} (host)")
+        self.host_mount.mkdir(parents=True, exist_ok=True)
+        _run(mount_cmd(cfg.host_fs, host_dev, self.host_mount, cfg.host_discard,
+                       cfg.host_compress), "mounting the host FS")
+        self._step(st, "mount", path=str(self.host_mount), role="host")
+        image = self.host_mount / "image.raw"
+        _sparse_file(image, cfg.image_size, "disk image")
+        if cfg.fragment_image:
+            # random 64 KiB direct writes, no preallocation: each write
+            # allocates when it is made (no delayed allocation to tidy
+            # up), so the image's extents lie in write order, not file order
+            _run(["fio", "--name=fragment", f"--filename={image}", "--rw=randwrite",
+                  "--bs=64k", f"--size={cfg.image_size}", "--fallocate=none", "--direct=1",
+                  "--ioengine=psync", "--output=/dev/null"], "fragmenting the image")
+        if cfg.host_compress:
+            self._compressed_image(st, cfg, image)
+        vdisk = self._attach(st, image, cfg.guest_dio, "vdisk", "--guest-dio", cfg.partitions)
+        return disk, vdisk, image
+
+    def _raw_disks(self, st: dict, cfg: LabConfig, disk_file: Path) -> tuple[str, str, str]:
+        """The raw baseline: the host disk with one partition (at
+        PART_START, the virtual disk's size) and the virtual disk a loop
+        device on that partition: (disk, vdisk, the partition)."""
+        write_mbr(disk_file, PART_START, cfg.image_size)
+        disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio", partscan=True)
+        part = _partition(disk, PART_START + cfg.image_size)
+        return disk, self._attach(st, Path(part), cfg.guest_dio, "vdisk", "--guest-dio"), part
 
     def _compressed_image(self, st: dict, cfg: LabConfig, image: Path) -> None:
         """The guest FS made in a file beside the host disk, then written
@@ -302,14 +346,15 @@ class Lab:
         _run(["sync", "-f", str(image)], "sync")
 
     def _attach(self, st: dict, backing: Path, dio: bool, role: str, flag: str,
-                partitioned: bool = False) -> str:
+                partitioned: bool = False, partscan: bool = False) -> str:
         """Attach a loop device to `backing`, record it, check its dio mode.
         partitioned: first write a partition table with one partition at
-        PART_START, and have the kernel scan it."""
+        PART_START, and have the kernel scan it (partscan: the table is
+        there already)."""
         if partitioned:
             write_mbr(backing, PART_START, backing.stat().st_size - PART_START)
         dev = _run(["losetup", "--find", "--show", f"--direct-io={'on' if dio else 'off'}",
-                    *(["--partscan"] if partitioned else []), str(backing)],
+                    *(["--partscan"] if partitioned or partscan else []), str(backing)],
                    f"attaching the {role} loop device")
         self._step(st, "loop", dev=dev, role=role)
         _check_dio(dev, dio, flag)

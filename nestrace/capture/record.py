@@ -71,12 +71,13 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
                  | ({"backing_dev": g.guest_base_kdev} if g.guest_base_kdev else {})
                  for g in guests(stack)]
         rows += [row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
-    if stack.has_host:
+    if stack.has_host and not stack.raw_host:   # (raw: no host FS, the disk right below)
         rows += [row("hostfs", stack.host_kdev, stack.host_mount,
                      stack.host_part_size_bytes // 512, fs=stack.host_fs,
-                     bs=stack.host_block_bytes, part=stack.host_part_start_bytes),
-                 *(row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None,
-                       bs=d.logical_block_bytes) for d in stack.disks)]
+                     bs=stack.host_block_bytes, part=stack.host_part_start_bytes)]
+    if stack.has_host:
+        rows += [row("disk", d.kdev, d.name, d.size_sectors, d if d.is_loop else None,
+                     bs=d.logical_block_bytes) for d in stack.disks]
     return rows
 
 

@@ -72,7 +72,9 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str, inos: set[int] |
     without it of the first files found.  Also whether files were left
     out for that limit (the agent warns)."""
     rows = []
-    if stack.has_host:
+    if stack.raw_host:
+        rows += raw_host_rows(stack, phase, capture_id)
+    elif stack.has_host:
         chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
         for path in [stack.image_path, *(b["path"] for b in stack.backing_files)]:
             rows += extent_rows(path, "image", phase, capture_id, stack.disk.kdev, chunks,
@@ -84,6 +86,19 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str, inos: set[int] |
         more, truncated = guest_snapshot(stack, capture_id, phase, inos, placed)
         rows += more
     return pa.Table.from_pylist(rows, schema=table_schema("extent_maps")), truncated
+
+
+def raw_host_rows(stack: Stack, phase: str, capture_id: str) -> list[dict]:
+    """The raw baseline's "image", the host partition under the virtual
+    disk, as one image extent: its bytes at the partition's start on the
+    disk (physical_bytes on the whole disk, as no host FS row adds it),
+    so that the maps and links carry virtual-disk bytes to the disk as
+    through an image file."""
+    return [{"capture_id": capture_id, "phase": phase, "path": stack.image_path,
+             "dev": stack.vdisk.backing_kdev if stack.vdisk else 0, "ino": stack.image_ino,
+             "flags": 0, "role": "image", "logical_bytes": 0,
+             "physical_bytes": stack.host_part_start_bytes,
+             "length_bytes": stack.host_part_size_bytes, "physical_dev": stack.disk.kdev}]
 
 
 def guest_snapshot(stack: Stack, capture_id: str, phase: str, inos: set[int] | None = None,

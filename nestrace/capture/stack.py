@@ -27,6 +27,10 @@ from nestrace.capture.guestfacts import agent_facts, stack_fields
 from nestrace.errors import StackError
 from nestrace.images.chain import image_format
 
+# host_fs of a stack whose virtual disk is a host block device (the raw
+# baseline): no host file system, no hostfs level
+RAW_HOST = "none"
+
 
 @dataclass
 class Stack:
@@ -86,6 +90,11 @@ class Stack:
     @property
     def has_host(self) -> bool:
         return self.side in ("both", "host")
+
+    @property
+    def raw_host(self) -> bool:
+        """The virtual disk is a host block device: no host FS, no image file."""
+        return self.has_host and self.host_fs == RAW_HOST
 
     @property
     def disks(self) -> list[BlockDev]:
@@ -233,8 +242,10 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
     except OSError as e:
         raise StackError(f"{image}: {e.strerror}") from None
     import stat as _stat
+    if _stat.S_ISBLK(st.st_mode):
+        return _raw_host(image, st)
     if not _stat.S_ISREG(st.st_mode):
-        raise StackError(f"{image}: not a regular file (the disk image)")
+        raise StackError(f"{image}: not a regular file (the disk image) or a block device")
     hm = mount_containing(image)
     if hm is None:
         raise StackError(f"{image}: its file system is not mounted")
@@ -258,6 +269,19 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
                  host_part_start_bytes=_part_start(hm), host_part_size_bytes=_part_size(hm),
                  side="host",
                  image_format=fmt, backing_files=_backing_files(image, fmt, hm.kdev))
+
+
+def _raw_host(part: str, st: os.stat_result) -> Stack:
+    """The host's half of the raw baseline: the virtual disk on a host
+    block device (a partition, or a whole disk), no host file system
+    between (host_fs "none", no hostfs level): the partition is the
+    "image", at its start on the disk below."""
+    disk = block_dev(os.major(st.st_rdev), os.minor(st.st_rdev))
+    size = disk.part_size_sectors * 512 if disk.part_name else disk.size_sectors * 512
+    return Stack(image_path=part, image_ino=st.st_ino, host_fs=RAW_HOST, disk=disk,
+                 below=_host_below(disk), host_block_bytes=disk.logical_block_bytes,
+                 host_part_start_bytes=disk.part_start_bytes, host_part_size_bytes=size,
+                 side="host")
 
 
 def _backing_files(image: str, fmt: str, host_kdev: int) -> list[dict]:

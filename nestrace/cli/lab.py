@@ -6,7 +6,15 @@ import sys
 
 import click
 
-from nestrace.capture.lab import FILESYSTEMS, Lab, LabConfig, LabError, labs, parse_size
+from nestrace.capture.lab import (
+    FILESYSTEMS,
+    HOST_FILESYSTEMS,
+    Lab,
+    LabConfig,
+    LabError,
+    labs,
+    parse_size,
+)
 from nestrace.cli.common import (
     UserError,
     capture_options,
@@ -81,7 +89,9 @@ def stack_config(**kw) -> LabConfig:
 @lab.command("up")
 @lab_name_option
 @click.option("--guest-fs", default="ext4", show_default=True, help=f"One of {', '.join(FILESYSTEMS)}.")
-@click.option("--host-fs", default="xfs", show_default=True, help=f"One of {', '.join(FILESYSTEMS)}.")
+@click.option("--host-fs", default="xfs", show_default=True,
+              help=f"One of {', '.join(HOST_FILESYSTEMS)} (none: the raw baseline, the virtual "
+                   "disk on a host partition).")
 @click.option("--guest-dio", type=click.Choice(["on", "off"]), default="on", show_default=True,
               callback=_onoff, help="Virtual disk reads/writes the image with O_DIRECT "
               "(QEMU cache=none); off = through the host page cache (cache=writeback).")
@@ -164,7 +174,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, repeat, prepare, ring
     onoff = ("on", "off")
     base = stack_config(**stack)
     todo = matrix.cells(matrix.parse_list(guest_fs, FILESYSTEMS, "--guest-fs"),
-                        matrix.parse_list(host_fs, FILESYSTEMS, "--host-fs"),
+                        matrix.parse_list(host_fs, HOST_FILESYSTEMS, "--host-fs"),
                         [v == "on" for v in matrix.parse_list(guest_dio, onoff, "--guest-dio")],
                         [v == "on" for v in matrix.parse_list(host_dio, onoff, "--host-dio")],
                         base, repeat)

@@ -276,6 +276,10 @@ def _image_of(g, h, gs, hs, gid, hid, gmeta: dict, hmeta: dict, image_offset: in
     if gl != {"vfs", "vdisk"}:
         raise MergeError(f"{gs}: capture {gid} has levels {sorted(gl)}: a guest capture has "
                          "vfs and vdisk only (`nestrace record --side guest`)")
+    if hl == {"disk"} and json.loads(hmeta.get("stack_json") or "{}").get("host_fs") == "none":
+        raise MergeError(f"{hs}: capture {hid} is the host side of a virtual disk on a host "
+                         "block device (no host FS): merge pairs a guest with an image file's "
+                         "accesses, and has none to pair here")
     if hl != {"hostfs", "disk"}:
         raise MergeError(f"{hs}: capture {hid} has levels {sorted(hl)}: a host capture has "
                          "hostfs and disk only (`nestrace record --side host --image FILE`)")

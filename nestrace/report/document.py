@@ -265,11 +265,12 @@ def build(s: Session, capture_id: str | None = None) -> dict:
                      "lag_median_ns FROM discard_summary WHERE capture_id = ? "
                      "ORDER BY list_position(['vdisk', 'hostfs', 'disk'], level)", p)
     # where an app read's or write's time goes, level by level: only when
-    # all four levels were traced (one side of a VM would put all of the
-    # virtual disk's service time on the host FS) and the calls' requests
-    # could be tied to them
+    # the levels from the calls to the host disk were traced (one side of a
+    # VM would put all of the virtual disk's service time on the host FS;
+    # the raw baseline has no host FS, its host_fs part is the loop's own
+    # path) and the calls' requests could be tied to them
     latency = []
-    if traced == set(LEVELS) and {"vfs", "vdisk"} <= seen:
+    if {"vfs", "vdisk", "disk"} <= traced and {"vfs", "vdisk"} <= seen:
         latency = s.rows(
             "SELECT class, n AS calls, n_unended AS calls_unended, total_ns, guest_service_ns, "
             "guest_queue_ns, host_fs_ns, host_queue_ns, device_ns FROM latency_breakdown_summary "

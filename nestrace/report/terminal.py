@@ -118,11 +118,15 @@ def _levels(con, rep) -> None:
     # (seeks in bytes at every level, as the sizes: the JSON keeps btt's
     # sectors for the block levels, seek_unit)
     levels = [lv for lv in rep["levels"] if lv.get("traced", True)]
-    bottom = levels[-1]["level"] if levels else ""
+    names = [lv["level"] for lv in levels]
+    bottom = names[-1] if names else ""
+    raw = "vdisk" in names and "disk" in names and "hostfs" not in names
     t = _table("Per level", ("level", "I/Os", "read", "written", "median\nsize", "sequential",
                              "seek\nmedian", "seek\np90"),
                caption="seek: |distance| from the end of the I/O before"
-               + (f"; the chain stops at {bottom}: {STOPS[bottom]}" if bottom in STOPS else ""))
+               + (f"; the chain stops at {bottom}: {STOPS[bottom]}" if bottom in STOPS else "")
+               + ("; no hostfs level: the virtual disk is a host block device (the raw "
+                  "baseline)" if raw else ""))
     for lv in levels:
         per = 512 if lv["seek_unit"] == "sectors" else 1
         seek = lambda d, per=per: _fmt_bytes(None if d is None else d * per)  # noqa: E731

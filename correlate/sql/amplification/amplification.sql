@@ -2,40 +2,38 @@
 -- each level to the level above (the seed's "app reads / file reads /
 -- block reads" table).
 -- INCLUDE links.links
+-- INCLUDE chain.io
 
 -- Bytes read and written per level over a capture, with the ratio to the
--- level above (vdisk/vfs, hostfs/vdisk, disk/hostfs) and to the
--- application (level/vfs).
+-- level above in the capture's chain (vdisk/vfs, hostfs/vdisk,
+-- disk/hostfs; disk/vdisk in the raw baseline, which has no host FS) and
+-- to the application (level/vfs).  A row per level the capture traced
+-- (chain_levels).
 -- @column capture_id VARCHAR   capture
 -- @column level VARCHAR        vfs, vdisk, hostfs or disk
--- @column depth INTEGER        1 (vfs) to 4 (disk)
+-- @column depth INTEGER        the level's place in the chain: 1 (vfs) to 4 (disk)
 -- @column op VARCHAR           read or write
 -- @column requests BIGINT      I/Os at this level
 -- @column bytes BIGINT         bytes at this level
--- @column ratio_to_above DOUBLE bytes / bytes of the level above (NULL for vfs)
--- @column ratio_to_app DOUBLE  bytes / vfs bytes
+-- @column ratio_to_above DOUBLE bytes / bytes of the level above (NULL for the top one)
+-- @column ratio_to_app DOUBLE  bytes / vfs bytes (NULL where vfs was not traced)
 CREATE OR REPLACE VIEW amplification AS
 WITH b AS (
-  SELECT capture_id, 'vfs' AS level, 1 AS depth, op, count(*) AS requests, sum(ret_bytes) AS bytes
-  FROM vfs_io WHERE op IN ('read', 'write') GROUP BY ALL
-  UNION ALL SELECT capture_id, 'vdisk', 2, op, count(*), sum(bytes) FROM vdisk_io
-  WHERE op IN ('read', 'write') GROUP BY ALL
-  UNION ALL SELECT capture_id, 'hostfs', 3, op, count(*), sum(bytes) FROM hostfs_io
-  WHERE op IN ('read', 'write') GROUP BY ALL
-  UNION ALL SELECT capture_id, 'disk', 4, op, count(*), sum(bytes) FROM disk_io
-  WHERE op IN ('read', 'write') GROUP BY ALL),
-levels AS (SELECT * FROM (VALUES ('vfs', 1), ('vdisk', 2), ('hostfs', 3), ('disk', 4)) v(level, depth)),
-caps AS (SELECT DISTINCT capture_id FROM capture_meta),
+  SELECT capture_id, level, op, count(*) AS requests, sum(bytes) AS bytes
+  FROM chain_io WHERE op IN ('read', 'write') GROUP BY ALL),
+levels AS (SELECT DISTINCT capture_id, level, position::INTEGER AS depth FROM chain_levels),
 ops AS (SELECT * FROM (VALUES ('read'), ('write')) o(op)),
 grid AS (
-  SELECT c.capture_id, l.level, l.depth, o.op, coalesce(b.requests, 0) AS requests,
+  SELECT l.capture_id, l.level, l.depth, o.op, coalesce(b.requests, 0) AS requests,
          coalesce(b.bytes, 0)::BIGINT AS bytes
-  FROM caps c CROSS JOIN levels l CROSS JOIN ops o
-  LEFT JOIN b ON b.capture_id = c.capture_id AND b.level = l.level AND b.op = o.op)
+  FROM levels l CROSS JOIN ops o
+  LEFT JOIN b ON b.capture_id = l.capture_id AND b.level = l.level AND b.op = o.op)
 SELECT capture_id, level, depth, op, requests, bytes,
        bytes / nullif(lag(bytes) OVER (PARTITION BY capture_id, op ORDER BY depth), 0) AS ratio_to_above,
-       bytes / nullif(first_value(bytes) OVER (PARTITION BY capture_id, op ORDER BY depth), 0) AS ratio_to_app
-FROM grid;
+       CASE WHEN first_value(level) OVER w = 'vfs'
+            THEN bytes / nullif(first_value(bytes) OVER w, 0) END AS ratio_to_app
+FROM grid
+WINDOW w AS (PARTITION BY capture_id, op ORDER BY depth);
 
 -- Per application I/O: the bytes it caused at the virtual disk and at the
 -- host disk (through the links; disk bytes via the vdisk request they

@@ -12,7 +12,7 @@
 -- @column capture_id VARCHAR          capture
 -- @column start_wall VARCHAR          capture start, UTC wall clock (ISO 8601)
 -- @column guest_fs VARCHAR            guest file system (vfs level; the types joined by + when the capture traced several of different types, as ext4+xfs); NULL when not traced
--- @column host_fs VARCHAR             host file system holding the image (hostfs level); NULL when not traced
+-- @column host_fs VARCHAR             host file system holding the image (hostfs level); none: the raw baseline (the virtual disk a host block device); NULL when not traced
 -- @column guest_block_bytes UINTEGER  guest file system block size (the largest of several)
 -- @column host_block_bytes UINTEGER   host file system block size
 -- @column guest_dio BOOLEAN           the virtual disk (a loop device) reads and writes the image with O_DIRECT; NULL when it is not a loop device
@@ -47,7 +47,10 @@ CREATE OR REPLACE VIEW compare_captures AS
 WITH dm AS (
   SELECT capture_id,
          string_agg(DISTINCT fs_type, '+' ORDER BY fs_type) FILTER (WHERE level = 'vfs') AS guest_fs,
-         max(fs_type) FILTER (WHERE level = 'hostfs') AS host_fs,
+         -- (the raw baseline: the calls and the host disk, nothing between)
+         coalesce(max(fs_type) FILTER (WHERE level = 'hostfs'),
+                  CASE WHEN bool_or(level = 'vfs') AND bool_or(level = 'disk') THEN 'none' END)
+           AS host_fs,
          max(block_size_bytes) FILTER (WHERE level = 'vfs') AS guest_block_bytes,
          max(block_size_bytes) FILTER (WHERE level = 'hostfs') AS host_block_bytes,
          bool_or(dio) FILTER (WHERE level = 'vdisk' AND backing_path <> '') AS guest_dio,

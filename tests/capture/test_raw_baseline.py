@@ -9,6 +9,7 @@ import pytest
 from conftest import assert_losses_counted, run_cli
 from tracethrough import FIO_RANDREAD, assert_each_record_once, record_fio
 
+import nestrace
 from nestrace.capture.lab import PART_START, LabConfig, LabError
 
 # each fio read: its piece of the virtual disk from the guest file's
@@ -87,3 +88,25 @@ def test_the_raw_baseline_refuses_what_only_a_host_fs_has(opt):
     with pytest.raises(LabError, match=f"^{flag} and --host-fs none: the raw baseline has no "
                                        "host file system"):
         LabConfig(guest_fs="ext4", host_fs="none", **opt).validate()
+
+
+@pytest.mark.root
+def test_a_host_side_on_a_raw_partition_is_traced_and_merge_says_why_not(lab_factory, tmp_path):
+    """`record --side host --image PARTITION`: the host side of a VM whose
+    disk is a host partition (disk level only, no host FS); merge has no
+    image accesses to pair a guest with, and says so."""
+    from conftest import lab_state
+    lab = lab_factory("ext4", "none", guest_dio="on", host_dio="on")
+    part = lab_state(lab)["image"]
+    g, h = tmp_path / "g", tmp_path / "h"
+    run_cli("record", "-o", str(g), "--side", "guest", "--stack", lab.mount, "--",
+            "dd", "if=/dev/zero", f"of={lab.mount}/f", "bs=64k", "count=16", "oflag=direct")
+    r = run_cli("record", "-o", str(h), "--side", "host", "--image", part, "--duration", "0.5")
+    assert "\nchain: disk\n" in r.stdout + "\n", r.stdout
+    hs = nestrace.open(h)
+    assert [d["level"] for d in hs.rows("SELECT level FROM device_map")] == ["disk"]
+    assert json.loads(hs.rows("SELECT stack_json FROM capture_meta")[0]["stack_json"])["host_fs"] == "none"
+    m = run_cli("merge", str(g), str(h), "-o", str(tmp_path / "m"), check=False)
+    assert m.returncode == 2 and "is the host side of a virtual disk on a host block device (no " \
+        "host FS): merge pairs a guest with an image file's accesses, and has none to pair here" \
+        in m.stderr, m.stderr

@@ -67,12 +67,13 @@ def workload_env(cfg: LabConfig, mount: str) -> dict[str, str]:
 
 def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_name: str,
              prepare: str | None = None, log=lambda msg: print(msg, file=sys.stderr),
-             stopped=lambda: False, **record_opts) -> Cell:
+             stopped=lambda: False, env: dict[str, str] | None = None, **record_opts) -> Cell:
     """Build the cell's stack, run `prepare` on it untraced, drop the
     caches, record `command` (cwd: the guest mount; `{guest}` in an
     argument of `command`, or in `prepare`, is replaced by it, shell-quoted
     in `prepare`), tear the stack down, also on failure.  When `stopped()`
-    turns true (Ctrl-C) before the capture starts, the cell is not recorded."""
+    turns true (Ctrl-C) before the capture starts, the cell is not recorded.
+    `env`: more variables for `prepare` and `command`."""
     from nestrace.capture.record import RecordError, drop_caches, record, run_workload
     from nestrace.capture.stack import StackError, discover
     lab = Lab(lab_name)
@@ -83,7 +84,7 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
         return cell
     try:
         mount = st["guest_mount"]
-        env = workload_env(cell.config, mount)
+        env = workload_env(cell.config, mount) | (env or {})
         if prepare and not stopped():
             rc = run_workload(["sh", "-c", prepare.replace("{guest}", shlex.quote(mount))],
                                cwd=mount, env=env)

@@ -1,0 +1,192 @@
+"""A study's report, from its store alone: each stack's throughput
+relative to the baseline per workload (the median over rounds and its
+spread), and each claim checked round by round.
+
+Two views are there for the claims' queries (beside every view of the
+store): study_cells, a row per capture (round, workload, kind, guest_fs,
+host_fs, capture_id, mib_s, p50_us, p99_us, disk_read_x_app,
+disk_write_x_app, vdisk_sequential, disk_sequential), and study_relative,
+a row per stack and round (round, workload, kind, guest_fs, host_fs,
+relative: its mib_s over the baseline's, same guest FS, workload and
+round).  A claim holds when its value passes in every round, does not
+hold when it passes in none, and is "not told apart" otherwise."""
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+import pyarrow as pa
+
+from nestrace.query.session import Session
+from nestrace.study.run import load_run
+
+CELL_COLUMNS = {"mib_s": "app_mib_per_s", "p50_us": "app_median_ns", "p99_us": "app_p99_ns",
+                "disk_read_x_app": "disk_read_x_app", "disk_write_x_app": "disk_write_x_app",
+                "vdisk_sequential": "vdisk_sequential", "disk_sequential": "disk_sequential"}
+OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+       "<": lambda a, b: a < b}
+
+
+def _cells(s: Session, doc: dict) -> pa.Table:
+    kinds = {w["name"]: w["kind"] for w in doc["workloads"]}
+    ids = [c["capture_id"] for c in doc["cells"] if c["capture_id"]]
+    got = {r["capture_id"]: r for r in s.rows(
+        "SELECT * FROM compare_captures WHERE list_contains(?, capture_id)", [ids])} if ids else {}
+    rows = []
+    for c in doc["cells"]:
+        r = got.get(c["capture_id"])
+        if r is None or c["error"] or c["command_exit"]:
+            continue
+        row = {"round": c["round"], "workload": c["workload"], "kind": kinds[c["workload"]],
+               "guest_fs": c["guest_fs"], "host_fs": c["host_fs"], "capture_id": c["capture_id"]}
+        for k, col in CELL_COLUMNS.items():
+            v = r.get(col)
+            row[k] = None if v is None else float(v) / (1000 if k.endswith("_us") else 1)
+        rows.append(row)
+    schema = pa.schema([("round", pa.int32()), ("workload", pa.string()), ("kind", pa.string()),
+                        ("guest_fs", pa.string()), ("host_fs", pa.string()),
+                        ("capture_id", pa.string())]
+                       + [(k, pa.float64()) for k in CELL_COLUMNS])
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _views(s: Session, baseline: str, rnd: int | None) -> None:
+    where = "" if rnd is None else f"WHERE round = {int(rnd)}"
+    s.con.execute(f"CREATE OR REPLACE TEMP VIEW study_cells AS SELECT * FROM _study_cells {where}")
+    s.con.execute(
+        "CREATE OR REPLACE TEMP VIEW study_relative AS "
+        "SELECT c.round, c.workload, c.kind, c.guest_fs, c.host_fs, c.mib_s / b.mib_s AS relative "
+        "FROM study_cells c JOIN study_cells b ON b.workload = c.workload "
+        "AND b.guest_fs = c.guest_fs AND b.round = c.round AND b.host_fs = "
+        + "'" + baseline.replace("'", "''") + "' AND b.mib_s > 0")   # (no parameters in a view)
+
+
+def _value(s: Session, query: str) -> tuple[float | None, str | None]:
+    try:
+        cur = s.con.execute(query)
+        names = [d[0] for d in cur.description]
+        row = cur.fetchone()
+    except Exception as e:      # (duckdb.Error: the claim's SQL is the user's)
+        return None, str(e).splitlines()[0]
+    if "value" not in names:
+        return None, "the query gives no column named value"
+    v = row[names.index("value")] if row else None
+    return (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)), None
+
+
+def _claim(s: Session, c: dict, baseline: str, rounds: list[int]) -> dict:
+    _views(s, baseline, None)
+    value, problem = _value(s, c["query"])
+    per = {}
+    for r in rounds:
+        _views(s, baseline, r)
+        per[r], _ = _value(s, c["query"])
+    _views(s, baseline, None)
+    passed = [OPS[c["op"]](v, c["threshold"]) for v in per.values() if v is not None]
+    verdict = ("query failed: " + problem if problem else
+               "no data" if not passed else
+               "holds" if all(passed) and len(passed) == len(rounds) else
+               "does not hold" if not any(passed) else "not told apart")
+    return {"id": c["id"], "words": c["words"], "test": f"value {c['op']} {c['threshold']:g}",
+            "value": value, "rounds": {str(k): v for k, v in per.items()}, "verdict": verdict}
+
+
+def build(store: str | Path) -> dict:
+    """The study report of `store` (a dict: the JSON document)."""
+    doc = load_run(store)
+    with Session(store) as s:
+        cells = _cells(s, doc)
+        s.con.register("_study_cells", cells)
+        _views(s, doc["baseline"], None)
+        rel = s.rows(
+            "SELECT c.workload, c.guest_fs, c.host_fs, count(*) AS rounds, "
+            "median(c.mib_s) AS mib_s, median(r.relative) AS relative, "
+            "min(r.relative) AS relative_min, max(r.relative) AS relative_max "
+            "FROM study_cells c LEFT JOIN study_relative r USING (round, workload, guest_fs, host_fs) "
+            "GROUP BY ALL ORDER BY ALL")
+        rounds = sorted({c["round"] for c in doc["cells"]})
+        claims = [_claim(s, c, doc["baseline"], rounds) for c in doc["claims"]]
+    failed = [c for c in doc["cells"] if c["error"] or c["command_exit"]]
+    return {"study": doc["name"], "title": doc["title"], "seeds": doc["seeds"],
+            "quick": doc["quick"], "baseline": doc["baseline"], "rounds": rounds,
+            "interrupted": doc["interrupted"], "workloads": doc["workloads"],
+            "captures": cells.num_rows, "failed": failed, "relative": rel, "claims": claims}
+
+
+def _fmt(v, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def render(rep: dict, console=None) -> None:
+    """The report on the terminal (rich tables)."""
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    con = console or Console()
+    con.print(f"study {rep['study']}: {rep['title']}" + (" (--quick)" if rep["quick"] else "")
+              + f"; {rep['captures']} captures, rounds {', '.join(map(str, rep['rounds']))}; "
+              f"baseline: host {rep['baseline']}")
+    for w in rep["workloads"]:
+        t = Table(title=escape(f"{w['name']} ({w['kind']}): throughput relative to the "
+                               "baseline (median over rounds, [min, max])"), box=box.SIMPLE_HEAD)
+        rows = [r for r in rep["relative"] if r["workload"] == w["name"]]
+        hosts = list(dict.fromkeys(r["host_fs"] for r in rows))
+        t.add_column("guest \\ host")
+        for h in hosts:
+            t.add_column(h, justify="right")
+        for g in dict.fromkeys(r["guest_fs"] for r in rows):
+            by = {r["host_fs"]: r for r in rows if r["guest_fs"] == g}
+            t.add_row(g, *(escape(f"{_fmt(by[h]['relative'])} [{_fmt(by[h]['relative_min'])}, "
+                                  f"{_fmt(by[h]['relative_max'])}] "
+                                  f"{_fmt(by[h]['mib_s'], '.1f')} MiB/s")
+                           if h in by else "-" for h in hosts))
+        con.print(t)
+    t = Table(title="Claims", box=box.SIMPLE_HEAD)
+    for col in ("claim", "the seed's words", "test", "value", "per round", "verdict"):
+        t.add_column(col)
+    for c in rep["claims"]:
+        t.add_row(c["id"], escape(c["words"]), c["test"], _fmt(c["value"], ".3g"),
+                  " ".join(_fmt(v, ".3g") for v in c["rounds"].values()), c["verdict"])
+    con.print(t)
+    for c in rep["failed"]:
+        con.print(f"failed: round {c['round']} {c['workload']} {c['guest_fs']} on {c['host_fs']}: "
+                  f"{c['error'] or 'the workload exited with code ' + str(c['command_exit'])}")
+    if rep["interrupted"]:
+        con.print("interrupted: the report covers the captures made before")
+
+
+def to_html(rep: dict) -> str:
+    """A self-contained page: the relative throughput as a heat map per
+    workload (plotly, inlined once), the claims as a table."""
+    import plotly.graph_objects as go
+    parts, first = [], True
+    for w in rep["workloads"]:
+        rows = [r for r in rep["relative"] if r["workload"] == w["name"]]
+        guests = list(dict.fromkeys(r["guest_fs"] for r in rows))
+        hosts = list(dict.fromkeys(r["host_fs"] for r in rows))
+        by = {(r["guest_fs"], r["host_fs"]): r for r in rows}
+        z = [[by.get((g, h), {}).get("relative") for h in hosts] for g in guests]
+        text = [[(f"{by[(g, h)]['relative']:.2f} [{_fmt(by[(g, h)]['relative_min'])}, "
+                  f"{_fmt(by[(g, h)]['relative_max'])}]") if by.get((g, h), {}).get("relative")
+                 is not None else "-" for h in hosts] for g in guests]
+        fig = go.Figure(go.Heatmap(z=z, x=hosts, y=guests, text=text, texttemplate="%{text}",
+                                   colorscale="RdBu", zmid=1.0))
+        fig.update_layout(title=f"{w['name']}: throughput relative to host {rep['baseline']}",
+                          xaxis_title="host FS", yaxis_title="guest FS", height=420)
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=first))
+        first = False
+    e = html.escape
+    claims = "".join(
+        f"<tr><td>{e(c['id'])}</td><td>{e(c['words'])}</td><td>{e(c['test'])}</td>"
+        f"<td>{_fmt(c['value'], '.3g')}</td><td>{e(c['verdict'])}</td></tr>" for c in rep["claims"])
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(rep['study'])}</title>"
+            f"</head><body><h1>{e(rep['study'])}: {e(rep['title'])}</h1>"
+            f"<p>{rep['captures']} captures; baseline: host {e(rep['baseline'])}"
+            f"{' (--quick)' if rep['quick'] else ''}</p>{''.join(parts)}"
+            "<h2>Claims</h2><table border='1'><tr><th>claim</th><th>the seed's words</th>"
+            f"<th>test</th><th>value</th><th>verdict</th></tr>{claims}</table>"
+            f"<pre>{e(json.dumps(rep['failed'], indent=1)) if rep['failed'] else ''}</pre>"
+            "</body></html>")

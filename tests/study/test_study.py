@@ -1,0 +1,127 @@
+"""Study files (nestrace.study): parsing, every error named by file, line
+and key; the nested-fs study's --quick run end to end, and its report
+rebuilt from the store alone; a workload that fails."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+import nestrace
+from nestrace.study.spec import StudyError, load
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD = """\
+[study]
+name = "t"
+rounds = 2
+
+[matrix]
+guest_fs = ["ext4"]
+host_fs = ["xfs"]
+
+[quick]
+rounds = 1
+
+[[workload]]
+name = "w"
+job = "w.fio"
+prepare = true
+
+[[claim]]
+id = "c"
+words = "some words"
+query = "SELECT 1 AS value"
+holds = ">= 1"
+"""
+
+
+def study(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "w.fio").write_text("[w]\nrw=read\nsize=1m\n")
+    p = tmp_path / "s.toml"
+    p.write_text(text)
+    return p
+
+
+def test_a_study_file_reads_with_its_quick_changes(tmp_path):
+    s = load(study(tmp_path, GOOD))
+    assert (s.name, s.rounds, s.stacks(), s.baseline) == ("t", 2, [("ext4", "xfs"), ("ext4", "none")], "none")
+    assert s.workloads[0].prepare == s.workloads[0].job == tmp_path / "w.fio"
+    assert (s.claims[0].op, s.claims[0].threshold) == (">=", 1.0)
+    assert load(study(tmp_path, GOOD), quick=True).rounds == 1
+    # the study shipped reads, and its --quick is its small subset
+    q = load(REPO / "studies" / "nested-fs.toml", quick=True)
+    assert q.stacks() == [("ext4", "xfs"), ("ext4", "none")] and q.rounds == 1
+    assert len(load(REPO / "studies" / "nested-fs.toml").stacks()) == 30
+
+
+@pytest.mark.parametrize("change, error", [
+    (("rounds = 2", "rounds = 2\ncolour = 1"), r"line 4: \[study\] colour: unknown key"),
+    (("[quick]", "[extra]\n\n[quick]"), r"line 9: unknown section \[extra\]"),
+    (('host_fs = ["xfs"]', 'host_fs = ["xfs", "zfs"]'),
+     r"line 7: \[matrix\] host_fs: zfs: no such file system here"),
+    (('job = "w.fio"', 'job = "nope.fio"'), r"line 14: \[workload\] job: .*nope.fio: no such fio job file"),
+    (('holds = ">= 1"', 'holds = "about 1"'), r"line 21: \[claim\] holds: a comparison"),
+    (("rounds = 2", "rounds = 0"), r"line 3: \[study\] rounds: a whole number from 1 to 50"),
+    (('name = "w"', 'name = "w"\nkind = "mixed"'), r"line 14: \[workload\] kind: 'mixed': read or write"),
+    (("[matrix]", "[matrix\n"), r"line 5: column 8: Expected '\]' at the end of a table "
+                                 r"declaration \(not TOML\)$"),
+])
+def test_each_error_names_the_file_the_line_and_the_key(tmp_path, change, error):
+    p = study(tmp_path, GOOD.replace(*change, 1))
+    with pytest.raises(StudyError, match=rf"^{p}: {error}"):
+        load(p)
+
+
+@pytest.mark.root
+def test_the_nested_fs_study_runs_quick_and_reports_from_its_store(tmp_path):
+    store = tmp_path / "s"
+    r = run_cli("study", "run", str(REPO / "studies" / "nested-fs.toml"), "--quick", "-o", str(store),
+                "--json", check=False, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    names = [w["name"] for w in rep["workloads"]]
+    assert len(names) == 8 and rep["captures"] == 16 and rep["failed"] == [] and rep["quick"]
+    # each workload on the nested stack and on the baseline, relative to it
+    s = nestrace.open(store)
+    mib = {r["capture_id"]: r["app_mib_per_s"] for r in s.rows(
+        "SELECT capture_id, app_mib_per_s FROM compare_captures")}
+    run = json.loads((store / "_study.json").read_text())
+    by = {(c["workload"], c["host_fs"]): mib[c["capture_id"]] for c in run["cells"]}
+    for w in names:
+        rows = {x["host_fs"]: x for x in rep["relative"] if x["workload"] == w}
+        assert set(rows) == {"xfs", "none"}, rows
+        assert rows["none"]["relative"] == 1.0
+        assert rows["xfs"]["relative"] == pytest.approx(by[(w, "xfs")] / by[(w, "none")])
+    # every claim checked: a verdict and the number behind it
+    verdicts = {c["id"]: c["verdict"] for c in rep["claims"]}
+    assert len(verdicts) == 6 and set(verdicts.values()) <= {
+        "holds", "does not hold", "not told apart", "no data"}, verdicts
+    assert verdicts["host-matters"] == "no data"        # (one host FS in --quick)
+    assert all(c["value"] is not None for c in rep["claims"] if c["verdict"] != "no data")
+    # rebuilt from the store alone: the same document; the page and the
+    # JSON beside the captures, their owner's alone
+    again = run_cli("study", "report", str(store), "--json")
+    assert json.loads(again.stdout) == rep
+    page = (store / "study-report.html").read_text()
+    assert page.count("Plotly.newPlot") == 8 and "hypervisor-readahead" in page
+    for f in ("study-report.html", "study-report.json", "_study.json"):
+        assert stat.S_IMODE(os.stat(store / f).st_mode) == 0o600, f
+
+
+@pytest.mark.root
+def test_a_workload_that_fails_is_reported_and_the_study_exits_1(tmp_path):
+    p = study(tmp_path, GOOD.replace("[[claim]]", "[[workload]]\nname = \"ok\"\njob = \"ok.fio\"\n\n"
+                                     "[[claim]]"))
+    (tmp_path / "w.fio").write_text("[w]\nrw=bogus\nsize=1m\n")
+    (tmp_path / "ok.fio").write_text("[ok]\ndirectory=${NESTRACE_GUEST}\nrw=write\nsize=1m\n")
+    store = tmp_path / "s"
+    r = run_cli("study", "run", str(p), "--quick", "-o", str(store), check=False, timeout=600)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert r.stdout.count("failed: round 1 w ext4 on ") == 2, r.stdout
+    rep = json.loads(run_cli("study", "report", str(store), "--json").stdout)
+    assert rep["captures"] == 2 and {x["workload"] for x in rep["relative"]} == {"ok"}

@@ -125,3 +125,49 @@ def test_a_workload_that_fails_is_reported_and_the_study_exits_1(tmp_path):
     assert r.stdout.count("failed: round 1 w ext4 on ") == 2, r.stdout
     rep = json.loads(run_cli("study", "report", str(store), "--json").stdout)
     assert rep["captures"] == 2 and {x["workload"] for x in rep["relative"]} == {"ok"}
+
+
+@pytest.mark.root
+def test_ctrl_c_mid_study_keeps_what_ran_and_the_report_covers_it(tmp_path):
+    """Ctrl-C (SIGINT to the whole job) while the second workload runs on
+    its first stack: that capture is sealed with the workload's exit code
+    and named as failed, the stacks not run are said, and the report
+    covers the first workload's captures."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    mark = tmp_path / "started"
+    p = study(tmp_path, GOOD.replace('prepare = true\n', 'prepare = true\n\n[[workload]]\n'
+                                     'name = "slow"\njob = "slow.fio"\n')
+              .replace("[quick]", f'[env]\nMARK = "{mark}"\n\n[quick]'))
+    (tmp_path / "w.fio").write_text("[w]\ndirectory=${NESTRACE_GUEST}\nrw=write\nsize=1m\n")
+    (tmp_path / "slow.fio").write_text("[slow]\ndirectory=${NESTRACE_GUEST}\nrw=write\nsize=1m\n"
+                                       "exec_prerun=touch ${MARK}\ntime_based=1\nruntime=60\n")
+    store = tmp_path / "s"
+    proc = subprocess.Popen([sys.executable, "-m", "nestrace", "study", "run", str(p), "--quick",
+                             "-o", str(store), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not mark.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("the slow workload never started:\n" + proc.communicate()[1])
+        time.sleep(0.1)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError("the study did not stop") from None
+    assert proc.returncode == 1, err[-3000:]
+    assert "interrupted: 1 of 2 stacks not run" in err, err[-3000:]
+    rep = json.loads(out)
+    assert rep["interrupted"] and rep["captures"] == 2, rep
+    assert {x["workload"] for x in rep["relative"]} == {"w"}
+    (failed,) = rep["failed"]
+    # (fio, stopped by a SIGINT, exits 128)
+    assert failed["workload"] == "slow" and failed["command_exit"] not in (0, None), failed
+    assert failed["capture_id"] and (store / "_manifests" / f"{failed['capture_id']}.json").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from dataclasses import dataclass, field
 
 from nestrace._paths import agent_path
@@ -38,17 +39,12 @@ def agent_facts(mounts: list[str], what: str, inodes: set[int] | None = None) ->
     lines = p.stderr.decode(errors="replace").splitlines()
     for line in lines:
         if "warning:" in line and p.returncode == 0:
-            print(line.replace("nestrace-agent: ", "nestrace: ", 1), file=_stderr())
+            print(line.replace("nestrace-agent: ", "nestrace: ", 1), file=sys.stderr)
     if p.returncode:
         why = next((x for x in reversed(lines) if "warning:" not in x),
                    f"exit code {p.returncode}")
         raise StackError(why.removeprefix("nestrace-agent: ").removeprefix("--guest "))
     return p.stdout
-
-
-def _stderr():
-    import sys
-    return sys.stderr
 
 
 def guest_fields(g: dict) -> dict:

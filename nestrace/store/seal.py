@@ -144,7 +144,7 @@ def _redact(store: Path, facts: dict, tables: dict[str, list[pa.RecordBatch]]) -
         if isinstance(v, str) and (v.startswith("/") or key in ("command", "cgroup")):
             return hash_of(v)
         return v
-    return walk(facts) | {"command": hash_of(facts.get("command", ""))}
+    return walk(facts)
 
 
 def _read_live(live: Path, problems: list[str]) -> dict[str, list[pa.RecordBatch]]:

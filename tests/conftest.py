@@ -216,6 +216,16 @@ def lab_factory():
         assert our_mounts() <= before_mounts, "a mount was left behind"
 
 
+@pytest.fixture
+def nothing_left():
+    """No lab stack, loop device or mount left after the test (labs of
+    another run, or one a killed run left, are not this test's)."""
+    before = (loop_devices(), our_mounts(), run_cli("lab", "list").stdout)
+    yield
+    assert (loop_devices(), our_mounts(), run_cli("lab", "list").stdout) == before, \
+        "a lab stack was left behind"
+
+
 def journal_unreadable_here(line: str) -> bool:
     """Whether `line` is record's warning that a file system's journal is
     unknown because its device cannot be opened on this machine (this

@@ -303,7 +303,7 @@ def main(kind: str, base: str, n: int, seed: int, hot: int = 1 << 16) -> int:
         _base_bytes = data
         if r.dat.version == 6 or r.dat.compression == "none":
             _dat_page_size = r.dat.page_size
-            _dat_data.extend((o, n) for _, o, n in r.dat.cpus)
+            _dat_data.extend((o, n) for _, o, n in r.dat.cpus if n)   # (a CPU with none: 0)
             _dat_pages.update(Counter(r.table.column("file_offset").to_pylist()))
     if kind == "ipc" or kind == "guest:block_events.arrows":
         _base_bytes = data

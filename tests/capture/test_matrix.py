@@ -13,8 +13,6 @@ from conftest import (
     NESTRACE,
     ROOT,
     assert_losses_counted,
-    loop_devices,
-    our_mounts,
     run_cli,
 )
 
@@ -22,15 +20,6 @@ import nestrace
 
 MiB = 1 << 20
 LAYOUT = "fio --name=j --directory={guest} --rw=write --bs=1M --size=32M --direct=1 --output=/dev/null"
-
-
-@pytest.fixture
-def nothing_left():
-    # (labs of another run, or one a killed run left, are not this test's)
-    before = (loop_devices(), our_mounts(), run_cli("lab", "list").stdout)
-    yield
-    assert (loop_devices(), our_mounts(), run_cli("lab", "list").stdout) == before, \
-        "a lab stack was left behind"
 
 
 @pytest.mark.root

@@ -78,7 +78,7 @@ def test_each_error_names_the_file_the_line_and_the_key(tmp_path, change, error)
 
 
 @pytest.mark.root
-def test_the_nested_fs_study_runs_quick_and_reports_from_its_store(tmp_path):
+def test_the_nested_fs_study_runs_quick_and_reports_from_its_store(tmp_path, nothing_left):
     store = tmp_path / "s"
     r = run_cli("study", "run", str(REPO / "studies" / "nested-fs.toml"), "--quick", "-o", str(store),
                 "--json", check=False, timeout=900)
@@ -114,7 +114,7 @@ def test_the_nested_fs_study_runs_quick_and_reports_from_its_store(tmp_path):
 
 
 @pytest.mark.root
-def test_a_workload_that_fails_is_reported_and_the_study_exits_1(tmp_path):
+def test_a_workload_that_fails_is_reported_and_the_study_exits_1(tmp_path, nothing_left):
     p = study(tmp_path, GOOD.replace("[[claim]]", "[[workload]]\nname = \"ok\"\njob = \"ok.fio\"\n\n"
                                      "[[claim]]"))
     (tmp_path / "w.fio").write_text("[w]\nrw=bogus\nsize=1m\n")
@@ -128,7 +128,7 @@ def test_a_workload_that_fails_is_reported_and_the_study_exits_1(tmp_path):
 
 
 @pytest.mark.root
-def test_ctrl_c_mid_study_keeps_what_ran_and_the_report_covers_it(tmp_path):
+def test_ctrl_c_mid_study_keeps_what_ran_and_the_report_covers_it(tmp_path, nothing_left):
     """Ctrl-C (SIGINT to the whole job) while the second workload runs on
     its first stack: that capture is sealed with the workload's exit code
     and named as failed, the stacks not run are said, and the report

@@ -8,7 +8,8 @@ host_fs, capture_id, mib_s, p50_us, p99_us, disk_read_x_app,
 disk_write_x_app, vdisk_sequential, disk_sequential), and study_relative,
 a row per stack and round (round, workload, kind, guest_fs, host_fs,
 relative: its mib_s over the baseline's, same guest FS, workload and
-round).  A claim holds when its value passes in every round, does not
+round).  The report also gives each level's queue idle time and the host
+disk's seek-distance CDF per stack and workload.  A claim holds when its value passes in every round, does not
 hold when it passes in none, and is "not told apart" otherwise."""
 from __future__ import annotations
 
@@ -108,11 +109,47 @@ def build(store: str | Path) -> dict:
             "GROUP BY ALL ORDER BY ALL")
         rounds = sorted({c["round"] for c in doc["cells"]})
         claims = [_claim(s, c, doc["baseline"], rounds) for c in doc["claims"]]
+        idle, seeks = _idle(s), _seek_cdfs(s)
     failed = [c for c in doc["cells"] if c["error"] or c["command_exit"]]
     return {"study": doc["name"], "title": doc["title"], "seeds": doc["seeds"],
             "quick": doc["quick"], "baseline": doc["baseline"], "rounds": rounds,
             "interrupted": doc["interrupted"], "workloads": doc["workloads"],
-            "captures": cells.num_rows, "failed": failed, "relative": rel, "claims": claims}
+            "captures": cells.num_rows, "failed": failed, "relative": rel, "claims": claims,
+            "idle": idle, "seek_cdf": seeks}
+
+
+def _idle(s: Session) -> list[dict]:
+    """Per workload, stack and level: the share of the capture with no I/O
+    in flight (1 - depth_summary.busy_fraction, the level's busiest
+    device; 1 for a level that saw none), the median over rounds."""
+    return [{k: v for k, v in r.items() if k != "k"} for r in s.rows(
+        "WITH d AS (SELECT capture_id, level, arg_max(busy_fraction, ios) AS busy "
+        "           FROM depth_summary GROUP BY ALL), "
+        "l AS (SELECT DISTINCT capture_id, level FROM chain_levels "
+        "      WHERE level IN ('vfs', 'vdisk', 'disk')) "
+        # (a level that saw no I/O in the capture was idle all along)
+        "SELECT c.workload, c.guest_fs, c.host_fs, l.level, "
+        "       median(coalesce(1 - d.busy, 1.0)) AS idle, "
+        "       list_position(['vfs', 'vdisk', 'disk'], l.level) AS k "
+        "FROM study_cells c JOIN l USING (capture_id) "
+        "LEFT JOIN d ON d.capture_id = c.capture_id AND d.level = l.level "
+        "GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, k")]
+
+
+# the quantiles a seek-distance CDF is drawn from
+CDF_POINTS = 21
+
+
+def _seek_cdfs(s: Session) -> list[dict]:
+    """Per workload and stack, the host disk's normalized seek distances
+    (|distance| / the disk's size) at CDF_POINTS quantiles, all rounds
+    together: the seed's CDF of disk I/Os over normalized seek distance."""
+    qs = [i / (CDF_POINTS - 1) for i in range(CDF_POINTS)]
+    return s.rows(
+        "SELECT c.workload, c.guest_fs, c.host_fs, "
+        f"quantile_cont(x.normalized, {qs}) AS normalized "
+        "FROM study_cells c JOIN seek_distances x USING (capture_id) "
+        "WHERE x.level = 'disk' AND x.normalized IS NOT NULL GROUP BY ALL ORDER BY ALL")
 
 
 def _fmt(v, spec: str = ".2f") -> str:
@@ -154,6 +191,8 @@ def render(rep: dict, console=None) -> None:
     for c in rep["failed"]:
         con.print(f"failed: round {c['round']} {c['workload']} {c['guest_fs']} on {c['host_fs']}: "
                   f"{c['error'] or 'the workload exited with code ' + str(c['command_exit'])}")
+    con.print("queue idle time per level and the host disk's seek-distance CDFs: in the "
+              "JSON (idle, seek_cdf) and on the html page")
     if rep["interrupted"]:
         con.print("interrupted: the report covers the captures made before")
 
@@ -178,7 +217,24 @@ def to_html(rep: dict) -> str:
                           xaxis_title="host FS", yaxis_title="guest FS", height=420)
         parts.append(fig.to_html(full_html=False, include_plotlyjs=first))
         first = False
+    for w in rep["workloads"]:
+        curves = [r for r in rep.get("seek_cdf", []) if r["workload"] == w["name"]]
+        if not curves:
+            continue
+        fig = go.Figure()
+        for r in curves:
+            ys = [i / (len(r["normalized"]) - 1) for i in range(len(r["normalized"]))]
+            fig.add_trace(go.Scatter(x=r["normalized"], y=ys, mode="lines",
+                                     name=f"{r['guest_fs']} on {r['host_fs']}"))
+        fig.update_layout(title=f"{w['name']}: host-disk seek distances",
+                          xaxis_title="normalized seek distance (|d| / disk size)",
+                          yaxis_title="CDF of disk I/Os", height=420)
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=first))
+        first = False
     e = html.escape
+    idle = "".join(f"<tr><td>{e(r['workload'])}</td><td>{e(r['guest_fs'])} on {e(r['host_fs'])}"
+                   f"</td><td>{e(r['level'])}</td><td>{_fmt(r['idle'])}</td></tr>"
+                   for r in rep.get("idle", []))
     claims = "".join(
         f"<tr><td>{e(c['id'])}</td><td>{e(c['words'])}</td><td>{e(c['test'])}</td>"
         f"<td>{_fmt(c['value'], '.3g')}</td><td>{e(c['verdict'])}</td></tr>" for c in rep["claims"])
@@ -188,5 +244,8 @@ def to_html(rep: dict) -> str:
             f"{' (--quick)' if rep['quick'] else ''}</p>{''.join(parts)}"
             "<h2>Claims</h2><table border='1'><tr><th>claim</th><th>the seed's words</th>"
             f"<th>test</th><th>value</th><th>verdict</th></tr>{claims}</table>"
+            "<h2>Queue idle per level</h2><p>the share of each capture with no I/O in flight "
+            "(the level's busiest device; median over rounds)</p><table border='1'><tr>"
+            f"<th>workload</th><th>stack</th><th>level</th><th>idle</th></tr>{idle}</table>"
             f"<pre>{e(json.dumps(rep['failed'], indent=1)) if rep['failed'] else ''}</pre>"
             "</body></html>")

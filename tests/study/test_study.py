@@ -107,8 +107,19 @@ def test_the_nested_fs_study_runs_quick_and_reports_from_its_store(tmp_path, not
     # JSON beside the captures, their owner's alone
     again = run_cli("study", "report", str(store), "--json")
     assert json.loads(again.stdout) == rep
+    # each stack's queue idle time per level, and its host-disk seek CDF
+    stacks = {(w, h) for w in names for h in ("xfs", "none")}
+    assert {(x["workload"], x["host_fs"], x["level"]) for x in rep["idle"]} == \
+        {(w, h, lv) for w, h in stacks for lv in ("vfs", "vdisk", "disk")}
+    assert all(0 <= x["idle"] <= 1 for x in rep["idle"]), rep["idle"]
+    assert rep["seek_cdf"] and {(x["workload"], x["host_fs"]) for x in rep["seek_cdf"]} <= stacks
+    for x in rep["seek_cdf"]:
+        q = x["normalized"]
+        assert len(q) == 21 and q == sorted(q) and 0 <= q[0] and q[-1] <= 1, x
     page = (store / "study-report.html").read_text()
-    assert page.count("Plotly.newPlot") == 8 and "hypervisor-readahead" in page
+    # (a heat map per workload, a CDF figure per workload with seeks)
+    assert page.count("Plotly.newPlot") == 8 + len({x["workload"] for x in rep["seek_cdf"]}) and \
+        "hypervisor-readahead" in page and "Queue idle per level" in page
     for f in ("study-report.html", "study-report.json", "_study.json"):
         assert stat.S_IMODE(os.stat(store / f).st_mode) == 0o600, f
 

@@ -216,6 +216,34 @@ def lab_factory():
         assert our_mounts() <= before_mounts, "a mount was left behind"
 
 
+def start_job(cmd: list[str], marker: Path, what: str, wait: float = 120) -> subprocess.Popen:
+    """`cmd` in its own process group (a terminal's job), returned once
+    `marker` exists (its workload started)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + wait
+    while not marker.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"{what} never started:\n" + proc.communicate()[1])
+        time.sleep(0.1)
+    return proc
+
+
+def job_stopped(proc: subprocess.Popen, within: float, what: str) -> tuple[str, str]:
+    """The job's output once it has ended, which must be within `within`
+    seconds (killed, and a failure, after 120)."""
+    t0 = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"{what} did not stop") from None
+    assert time.monotonic() - t0 < within, err
+    return out, err
+
+
 @pytest.fixture
 def nothing_left():
     """No lab stack, loop device or mount left after the test (labs of

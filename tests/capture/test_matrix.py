@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import time
 
 import pytest
 from conftest import (
     NESTRACE,
-    ROOT,
     assert_losses_counted,
+    job_stopped,
     run_cli,
+    start_job,
 )
 
 import nestrace
@@ -205,32 +204,14 @@ def test_lab_run_refuses_a_bad_matrix_before_building_anything(tmp_path, nothing
 
 
 def _start_run(tmp_path, *args):
-    """`nestrace lab run` in its own process group (a terminal's job);
-    returns it once `marker` exists."""
-    marker = tmp_path / "started"
-    proc = subprocess.Popen(NESTRACE + ["lab", "run", "-o", str(tmp_path / "m.store"),
-                                        "--guest-fs", "ext4,xfs", "--host-fs", "xfs", *args],
-                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("lab run never started its command:\n" + proc.communicate()[1])
-        time.sleep(0.1)
-    return proc
+    """`nestrace lab run` as a terminal's job, once its command started."""
+    return start_job(NESTRACE + ["lab", "run", "-o", str(tmp_path / "m.store"),
+                                 "--guest-fs", "ext4,xfs", "--host-fs", "xfs", *args],
+                     tmp_path / "started", "lab run's command")
 
 
 def _stopped(proc, within: float) -> tuple[str, str]:
-    t0 = time.monotonic()
-    try:
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise AssertionError("lab run did not stop") from None
-    assert time.monotonic() - t0 < within, err
-    return out, err
+    return job_stopped(proc, within, "lab run")
 
 
 @pytest.mark.root

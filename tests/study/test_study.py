@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import job_stopped, run_cli, start_job
 
 import nestrace
 from nestrace.study.spec import StudyError, load
@@ -145,7 +145,6 @@ def test_ctrl_c_mid_study_keeps_what_ran_and_the_report_covers_it(tmp_path, noth
     and named as failed, the stacks not run are said, and the report
     covers the first workload's captures."""
     import signal
-    import subprocess
     import sys
     import time
     mark = tmp_path / "started"
@@ -156,23 +155,11 @@ def test_ctrl_c_mid_study_keeps_what_ran_and_the_report_covers_it(tmp_path, noth
     (tmp_path / "slow.fio").write_text("[slow]\ndirectory=${NESTRACE_GUEST}\nrw=write\nsize=1m\n"
                                        "exec_prerun=touch ${MARK}\ntime_based=1\nruntime=60\n")
     store = tmp_path / "s"
-    proc = subprocess.Popen([sys.executable, "-m", "nestrace", "study", "run", str(p), "--quick",
-                             "-o", str(store), "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while not mark.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("the slow workload never started:\n" + proc.communicate()[1])
-        time.sleep(0.1)
+    proc = start_job([sys.executable, "-m", "nestrace", "study", "run", str(p), "--quick",
+                      "-o", str(store), "--json"], mark, "the slow workload", wait=180)
     time.sleep(1)
     os.killpg(proc.pid, signal.SIGINT)
-    try:
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise AssertionError("the study did not stop") from None
+    out, err = job_stopped(proc, 120, "the study")
     assert proc.returncode == 1, err[-3000:]
     assert "interrupted: 1 of 2 stacks not run" in err, err[-3000:]
     rep = json.loads(out)

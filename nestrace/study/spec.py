@@ -118,99 +118,130 @@ def load(path: str | Path, quick: bool = False) -> Study:
         m = re.match(r"(.*) \(at line (\d+), column (\d+)\)$", str(e))
         raise StudyError(f"{path}: line {m[2]}: column {m[3]}: {m[1]} (not TOML)" if m
                          else f"{path}: {e} (not TOML)") from None
+    r = _Reader(path, text, doc)
+    r.check_keys()
+    study = r.head(doc.get("quick", {}) if quick else {})
+    study.workloads = r.workloads()
+    study.claims = r.claims()
+    return study
 
-    def err(section: str, key: str | None, msg: str, index: int = 0):
+
+@dataclass
+class _Reader:
+    """A parsed study file's checks, each error naming the line and key."""
+    path: Path
+    text: str
+    doc: dict
+
+    def err(self, section: str, key: str | None, msg: str, index: int = 0):
         where = f"[{section}]" + (f" {key}" if key else "")
-        raise StudyError(f"{path}: line {_line(text, section, key, index)}: {where}: {msg}")
+        raise StudyError(f"{self.path}: line {_line(self.text, section, key, index)}: "
+                         f"{where}: {msg}")
 
-    for section, value in doc.items():
-        if section not in KEYS:
-            raise StudyError(f"{path}: line {_line(text, section, None)}: unknown section "
-                             f"[{section}] (known: {', '.join(KEYS)})")
-        tables = value if isinstance(value, list) else [value]
-        for i, t in enumerate(tables):
-            if not isinstance(t, dict):
-                err(section, None, "not a table")
-            allowed = KEYS[section]
-            for k in t:
-                if allowed is not None and k not in allowed:
-                    err(section, k, f"unknown key (known: {', '.join(sorted(allowed))})", i)
-    for section in ("study", "matrix"):
-        if section not in doc:
-            raise StudyError(f"{path}: line 1: no [{section}] section")
-    st, mx, env = doc["study"], doc["matrix"], dict(doc.get("env", {}))
-    q = doc.get("quick", {}) if quick else {}
+    def check_keys(self) -> None:
+        for section, value in self.doc.items():
+            if section not in KEYS:
+                raise StudyError(f"{self.path}: line {_line(self.text, section, None)}: "
+                                 f"unknown section [{section}] (known: {', '.join(KEYS)})")
+            tables = value if isinstance(value, list) else [value]
+            for i, t in enumerate(tables):
+                if not isinstance(t, dict):
+                    self.err(section, None, "not a table")
+                allowed = KEYS[section]
+                for k in t:
+                    if allowed is not None and k not in allowed:
+                        self.err(section, k,
+                                 f"unknown key (known: {', '.join(sorted(allowed))})", i)
+        for section in ("study", "matrix"):
+            if section not in self.doc:
+                raise StudyError(f"{self.path}: line 1: no [{section}] section")
 
-    def text_list(section: str, key: str, known: tuple[str, ...], value) -> list[str]:
+    def text_list(self, section: str, key: str, known: tuple[str, ...], value) -> list[str]:
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            err(section, key, "a list of names, e.g. [\"ext4\", \"xfs\"]")
+            self.err(section, key, "a list of names, e.g. [\"ext4\", \"xfs\"]")
         bad = [v for v in value if v not in known]
         if bad:
-            err(section, key, f"{', '.join(bad)}: no such file system here (known: "
-                              f"{', '.join(known)})")
+            self.err(section, key, f"{', '.join(bad)}: no such file system here (known: "
+                                   f"{', '.join(known)})")
         return list(dict.fromkeys(value))
 
-    def text_of(section: str, t: dict, key: str, default=None, index: int = 0) -> str:
+    def text_of(self, section: str, t: dict, key: str, default=None, index: int = 0) -> str:
         v = t.get(key, default)
         if not isinstance(v, str) or not v.strip():
-            err(section, key, "missing, or not a text", index)
+            self.err(section, key, "missing, or not a text", index)
         return v
 
-    rounds = q.get("rounds", st.get("rounds", 1))
-    if not isinstance(rounds, int) or isinstance(rounds, bool) or not 1 <= rounds <= 50:
-        err("quick" if "rounds" in q else "study", "rounds", "a whole number from 1 to 50")
-    guest = text_list("matrix", "guest_fs", FILESYSTEMS, mx.get("guest_fs"))
-    host = text_list("matrix", "host_fs", HOST_FILESYSTEMS, mx.get("host_fs"))
-    if "guest_fs" in q:
-        guest = text_list("quick", "guest_fs", FILESYSTEMS, q["guest_fs"])
-    if "host_fs" in q:
-        host = text_list("quick", "host_fs", HOST_FILESYSTEMS, q["host_fs"])
-    baseline = mx.get("baseline", "none")
-    if baseline not in HOST_FILESYSTEMS:
-        err("matrix", "baseline", f"{baseline!r}: none (the raw baseline) or a host file system")
-    for k in ("guest_dio", "host_dio"):
-        if not isinstance(mx.get(k, True), bool):
-            err("matrix", k, "true or false")
-    try:
-        image_size = parse_size(mx.get("image_size", "512M"))
-    except LabError as e:
-        err("matrix", "image_size", str(e))
-    for k, v in {**env, **q.get("env", {})}.items():
-        if not isinstance(v, (str, int)) or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", k):
-            err("quick" if k in q.get("env", {}) else "env", k,
-                "a variable in capitals with a text or number value")
-    env = {k: str(v) for k, v in {**env, **q.get("env", {})}.items()}
-    study = Study(path, text, text_of("study", st, "name"), st.get("title", ""),
-                  [str(s) for s in st.get("seeds", [])], rounds, guest, host, baseline,
-                  mx.get("guest_dio", True), mx.get("host_dio", True), image_size, env)
-    for i, w in enumerate(doc.get("workload", [])):
-        job = path.parent / text_of("workload", w, "job", index=i)
-        if not job.is_file():
-            err("workload", "job", f"{job}: no such fio job file", i)
-        prep = w.get("prepare")
-        if prep is True:        # (the job's own files laid out: fio --create_only)
-            prep = job
-        elif prep is False:
-            prep = None
-        elif prep is not None:
-            prep = path.parent / text_of("workload", w, "prepare", index=i)
-            if not prep.is_file():
-                err("workload", "prepare", f"{prep}: no such fio job file", i)
-        kind = w.get("kind", "read")
-        if kind not in ("read", "write"):
-            err("workload", "kind", f"{kind!r}: read or write (what dominates it)", i)
-        study.workloads.append(Workload(text_of("workload", w, "name", index=i), job, prep, kind,
-                                        w.get("what", "")))
-    if not study.workloads:
-        raise StudyError(f"{path}: line 1: no [[workload]]")
-    names = [w.name for w in study.workloads]
-    if len(set(names)) != len(names):
-        err("workload", "name", "two workloads of one name")
-    for i, c in enumerate(doc.get("claim", [])):
-        m = HOLDS.match(str(c.get("holds", "")))
-        if not m:
-            err("claim", "holds", "a comparison of the query's value, e.g. \">= 0.8\"", i)
-        study.claims.append(Claim(text_of("claim", c, "id", index=i),
-                                  text_of("claim", c, "words", index=i),
-                                  text_of("claim", c, "query", index=i), m[1], float(m[2])))
-    return study
+    def head(self, q: dict) -> Study:
+        """[study], [matrix] and [env], with [quick]'s changes `q`."""
+        st, mx = self.doc["study"], self.doc["matrix"]
+        rounds = q.get("rounds", st.get("rounds", 1))
+        if not isinstance(rounds, int) or isinstance(rounds, bool) or not 1 <= rounds <= 50:
+            self.err("quick" if "rounds" in q else "study", "rounds",
+                     "a whole number from 1 to 50")
+        guest = self.text_list("matrix", "guest_fs", FILESYSTEMS, mx.get("guest_fs"))
+        host = self.text_list("matrix", "host_fs", HOST_FILESYSTEMS, mx.get("host_fs"))
+        if "guest_fs" in q:
+            guest = self.text_list("quick", "guest_fs", FILESYSTEMS, q["guest_fs"])
+        if "host_fs" in q:
+            host = self.text_list("quick", "host_fs", HOST_FILESYSTEMS, q["host_fs"])
+        baseline = mx.get("baseline", "none")
+        if baseline not in HOST_FILESYSTEMS:
+            self.err("matrix", "baseline",
+                     f"{baseline!r}: none (the raw baseline) or a host file system")
+        for k in ("guest_dio", "host_dio"):
+            if not isinstance(mx.get(k, True), bool):
+                self.err("matrix", k, "true or false")
+        try:
+            image_size = parse_size(mx.get("image_size", "512M"))
+        except LabError as e:
+            self.err("matrix", "image_size", str(e))
+        return Study(self.path, self.text, self.text_of("study", st, "name"),
+                     st.get("title", ""), [str(s) for s in st.get("seeds", [])], rounds,
+                     guest, host, baseline, mx.get("guest_dio", True), mx.get("host_dio", True),
+                     image_size, self.env(q))
+
+    def env(self, q: dict) -> dict[str, str]:
+        quick_env = q.get("env", {})
+        for k, v in {**self.doc.get("env", {}), **quick_env}.items():
+            if not isinstance(v, (str, int)) or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", k):
+                self.err("quick" if k in quick_env else "env", k,
+                         "a variable in capitals with a text or number value")
+        return {k: str(v) for k, v in {**self.doc.get("env", {}), **quick_env}.items()}
+
+    def workloads(self) -> list[Workload]:
+        out = []
+        for i, w in enumerate(self.doc.get("workload", [])):
+            job = self.path.parent / self.text_of("workload", w, "job", index=i)
+            if not job.is_file():
+                self.err("workload", "job", f"{job}: no such fio job file", i)
+            prep = w.get("prepare")
+            if prep is True:        # (the job's own files laid out: fio --create_only)
+                prep = job
+            elif prep is False:
+                prep = None
+            elif prep is not None:
+                prep = self.path.parent / self.text_of("workload", w, "prepare", index=i)
+                if not prep.is_file():
+                    self.err("workload", "prepare", f"{prep}: no such fio job file", i)
+            kind = w.get("kind", "read")
+            if kind not in ("read", "write"):
+                self.err("workload", "kind", f"{kind!r}: read or write (what dominates it)", i)
+            out.append(Workload(self.text_of("workload", w, "name", index=i), job, prep, kind,
+                                w.get("what", "")))
+        if not out:
+            raise StudyError(f"{self.path}: line 1: no [[workload]]")
+        names = [w.name for w in out]
+        if len(set(names)) != len(names):
+            self.err("workload", "name", "two workloads of one name")
+        return out
+
+    def claims(self) -> list[Claim]:
+        out = []
+        for i, c in enumerate(self.doc.get("claim", [])):
+            m = HOLDS.match(str(c.get("holds", "")))
+            if not m:
+                self.err("claim", "holds", "a comparison of the query's value, e.g. \">= 0.8\"", i)
+            out.append(Claim(self.text_of("claim", c, "id", index=i),
+                             self.text_of("claim", c, "words", index=i),
+                             self.text_of("claim", c, "query", index=i), m[1], float(m[2])))
+        return out

@@ -45,6 +45,7 @@
 #include "vfs.skel.h"
 #include "block.skel.h"
 #include "hostfs.skel.h"
+#include "netfs.skel.h"
 
 #define MAX_KIND 8
 #define BATCH_BYTES (1 << 20)
@@ -101,7 +102,7 @@ const char *argp_program_version = "nestrace-agent " NT_AGENT_VERSION " build " 
 static const char doc[] =
 "nestrace-agent: stream nestrace BPF records for a nested storage stack.\n"
 "\n"
-"ROLES is a comma list of vfs, block, file, cache, map.\n"
+"ROLES is a comma list of vfs, block, file, cache, map, net.\n"
 "\n"
 "EXAMPLES:\n"
 "  nestrace-agent --dev 7:0=vfs,cache,map --dev 7:0=block --dev 7:1=block \\\n"
@@ -122,7 +123,7 @@ static const struct argp_option opts[] = {
 	{ "ino", 'I', "MAJ:MIN:INO=ROLES", 0, "Trace this inode for ROLES (repeatable)" },
 	{ "pid", 'p', "TGID", 0, "vfs: only this process" },
 	{ "cgroup", OPT_CGROUP, "DIR", 0, "vfs: only the tasks of this cgroup (a cgroup v2 directory) and of the cgroups below it" },
-	{ "families", 'f', "LIST", 0, "Program families to load (default vfs,block,hostfs)" },
+	{ "families", 'f', "LIST", 0, "Program families to load: vfs, block, hostfs, netfs (default vfs,block,hostfs)" },
 	{ "skip-hooks", OPT_SKIP, "LIST", 0, "Tracepoints not to attach (comma list; those the host FS never yields)" },
 	{ "output", 'o', "FILE", 0, "Write the stream here (default stdout)" },
 	{ "arrow-dir", OPT_ARROW, "DIR", 0, "Write the records as Arrow IPC streams DIR/<table>.arrows, one batch per flush; the stream keeps the metadata frames" },
@@ -156,6 +157,7 @@ static __u32 roles__parse(const char *s)
 		else if (!strcmp(tok, "file")) r |= NT_ROLE_FILE;
 		else if (!strcmp(tok, "cache")) r |= NT_ROLE_CACHE;
 		else if (!strcmp(tok, "map")) r |= NT_ROLE_MAP;
+		else if (!strcmp(tok, "net")) r |= NT_ROLE_NET;
 		else return 0;
 	}
 	return r;
@@ -334,6 +336,7 @@ static const __u32 rec_sizes[MAX_KIND] = {
 	[NT_KIND_HOSTFS_EVENT] = sizeof(struct nt_hostfs_event),
 	[NT_KIND_PAGECACHE_EVENT] = sizeof(struct nt_pagecache_event),
 	[NT_KIND_MAPPING_EVENT] = sizeof(struct nt_mapping_event),
+	[NT_KIND_NETFS_EVENT] = sizeof(struct nt_netfs_event),
 	[NT_KIND_CPU_STATS] = sizeof(struct nt_cpu_stats),
 };
 static const __u16 rec_versions[MAX_KIND] = {
@@ -342,6 +345,7 @@ static const __u16 rec_versions[MAX_KIND] = {
 	[NT_KIND_HOSTFS_EVENT] = NT_VERSION_HOSTFS_EVENT,
 	[NT_KIND_PAGECACHE_EVENT] = NT_VERSION_PAGECACHE_EVENT,
 	[NT_KIND_MAPPING_EVENT] = NT_VERSION_MAPPING_EVENT,
+	[NT_KIND_NETFS_EVENT] = NT_VERSION_NETFS_EVENT,
 	[NT_KIND_CPU_STATS] = NT_VERSION_CPU_STATS,
 };
 
@@ -637,6 +641,7 @@ _Static_assert(sizeof(struct nt_block_event) <= NT_REC_MAX, "NT_REC_MAX");
 _Static_assert(sizeof(struct nt_hostfs_event) <= NT_REC_MAX, "NT_REC_MAX");
 _Static_assert(sizeof(struct nt_pagecache_event) <= NT_REC_MAX, "NT_REC_MAX");
 _Static_assert(sizeof(struct nt_mapping_event) <= NT_REC_MAX, "NT_REC_MAX");
+_Static_assert(sizeof(struct nt_netfs_event) <= NT_REC_MAX, "NT_REC_MAX");
 
 /* What the status lines count (--status-ms): records taken in so far, the
  * calls and dispatches with their bytes.  Counted only when asked for. */
@@ -782,15 +787,17 @@ static void vfs__extra_rodata(struct vfs_bpf *s)
 }
 static void block__extra_rodata(struct block_bpf *s) {}
 static void hostfs__extra_rodata(struct hostfs_bpf *s) {}
+static void netfs__extra_rodata(struct netfs_bpf *s) {}
 FAMILY(vfs)
 FAMILY(block)
 FAMILY(hostfs)
+FAMILY(netfs)
 
 #define FAMILY_ENTRY(fam) { #fam, NULL, NULL, fam##__open, fam##__load, \
 	fam##__destroy, fam##__object, fam##__set_rodata }
 
 static struct family families[] = {
-	FAMILY_ENTRY(block), FAMILY_ENTRY(vfs), FAMILY_ENTRY(hostfs),
+	FAMILY_ENTRY(block), FAMILY_ENTRY(vfs), FAMILY_ENTRY(hostfs), FAMILY_ENTRY(netfs),
 };
 #define NFAMILIES (sizeof(families) / sizeof(families[0]))
 

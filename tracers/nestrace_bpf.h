@@ -15,6 +15,7 @@
 #define NT_ROLE_FILE	4	/* host-FS accesses of this file (the image) */
 #define NT_ROLE_CACHE	8	/* page cache / readahead / writeback */
 #define NT_ROLE_MAP	16	/* mapping events */
+#define NT_ROLE_NET	32	/* requests this network mount sends its server */
 
 struct nt_ino_key {
 	__u32 dev;

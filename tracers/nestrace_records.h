@@ -115,6 +115,26 @@ struct nt_mapping_event {
 	__u32 disk_length_bytes; /* a compressed extent (btrfs, sources 6 and 9): the bytes at disk_bytes that hold all of its length_bytes compressed; 0 for every other mapping (and in older stores, where compressed extents made no event) */
 };
 
+#define NT_KIND_NETFS_EVENT 7
+#define NT_VERSION_NETFS_EVENT 1
+/* One request a network file system's client sent to its server (FUSE: fuse_request_send), or its answer (fuse_request_end): the netfs level, between the virtual disk (or the guest's files) and the server's file system. (96 bytes) */
+struct nt_netfs_event {
+	struct nt_header hdr;
+	__u64 unique; /* the request's id on its connection (FUSE: unique); send and end share it */
+	__u64 nodeid; /* the file the request is on (FUSE: node id); 0 at end */
+	__s64 offset_bytes; /* read and write: the file offset asked for; -1 for any other request, and at end */
+	__u64 bytes; /* read and write: the bytes asked for; any other request: the request's length on the wire; end: the answer's length on the wire */
+	__u32 dev; /* kernel dev_t of the network mount (FUSE: the connection) */
+	__u32 pid; /* send: the process the request is for (FUSE: in.h.pid); end: 0 */
+	__s32 error; /* end: the answer's status (negative errno); send: 0 */
+	__u32 flags; /* write: the request's write flags (FUSE: 1 WRITE_CACHE, writeback from the client's page cache; 2 WRITE_LOCKOWNER; 4 WRITE_KILL_SUIDGID); 0 otherwise */
+	__u16 event; /* 1 send, 2 end */
+	__u16 proto; /* 1 FUSE */
+	__u16 opcode; /* the request's operation (FUSE: enum fuse_opcode) */
+	__u16 _pad0;
+	char comm[16]; /* send: the task that sent it (the process itself, or a kernel worker for writeback and readahead); end: empty */
+};
+
 #define NT_KIND_CPU_STATS 6
 #define NT_VERSION_CPU_STATS 1
 /* Per-CPU counters the agent reads from the BPF maps at the end of a capture (header ts_ns = read time, seq = 0). (48 bytes) */
@@ -232,5 +252,58 @@ struct nt_cpu_stats {
 #define NT_MAPPING_SOURCE_BTRFS_GET_EXTENT 9
 #define NT_MAPPING_SOURCE_XFS_COW_REMAP 10
 #define NT_MAPPING_SOURCE_NAMES "iter_dstmap,iter_srcmap,ext4_map_blocks,xfs_iomap_found,xfs_iomap_alloc,btrfs_ordered_extent,ext4_ind_map_blocks,xfs_reflink_remap,btrfs_get_extent,xfs_cow_remap"
+
+/* netfs_event.opcode: A FUSE request's operation (include/uapi/linux/fuse.h), with what it does to the file's bytes: read, write, sync, or meta (metadata and attribute traffic: lookups, attributes, opens). */
+#define NT_FUSE_OPCODE_LOOKUP 1
+#define NT_FUSE_OPCODE_FORGET 2
+#define NT_FUSE_OPCODE_GETATTR 3
+#define NT_FUSE_OPCODE_SETATTR 4
+#define NT_FUSE_OPCODE_READLINK 5
+#define NT_FUSE_OPCODE_SYMLINK 6
+#define NT_FUSE_OPCODE_MKNOD 8
+#define NT_FUSE_OPCODE_MKDIR 9
+#define NT_FUSE_OPCODE_UNLINK 10
+#define NT_FUSE_OPCODE_RMDIR 11
+#define NT_FUSE_OPCODE_RENAME 12
+#define NT_FUSE_OPCODE_LINK 13
+#define NT_FUSE_OPCODE_OPEN 14
+#define NT_FUSE_OPCODE_READ 15
+#define NT_FUSE_OPCODE_WRITE 16
+#define NT_FUSE_OPCODE_STATFS 17
+#define NT_FUSE_OPCODE_RELEASE 18
+#define NT_FUSE_OPCODE_FSYNC 20
+#define NT_FUSE_OPCODE_SETXATTR 21
+#define NT_FUSE_OPCODE_GETXATTR 22
+#define NT_FUSE_OPCODE_LISTXATTR 23
+#define NT_FUSE_OPCODE_REMOVEXATTR 24
+#define NT_FUSE_OPCODE_FLUSH 25
+#define NT_FUSE_OPCODE_INIT 26
+#define NT_FUSE_OPCODE_OPENDIR 27
+#define NT_FUSE_OPCODE_READDIR 28
+#define NT_FUSE_OPCODE_RELEASEDIR 29
+#define NT_FUSE_OPCODE_FSYNCDIR 30
+#define NT_FUSE_OPCODE_GETLK 31
+#define NT_FUSE_OPCODE_SETLK 32
+#define NT_FUSE_OPCODE_SETLKW 33
+#define NT_FUSE_OPCODE_ACCESS 34
+#define NT_FUSE_OPCODE_CREATE 35
+#define NT_FUSE_OPCODE_INTERRUPT 36
+#define NT_FUSE_OPCODE_BMAP 37
+#define NT_FUSE_OPCODE_DESTROY 38
+#define NT_FUSE_OPCODE_IOCTL 39
+#define NT_FUSE_OPCODE_POLL 40
+#define NT_FUSE_OPCODE_NOTIFY_REPLY 41
+#define NT_FUSE_OPCODE_BATCH_FORGET 42
+#define NT_FUSE_OPCODE_FALLOCATE 43
+#define NT_FUSE_OPCODE_READDIRPLUS 44
+#define NT_FUSE_OPCODE_RENAME2 45
+#define NT_FUSE_OPCODE_LSEEK 46
+#define NT_FUSE_OPCODE_COPY_FILE_RANGE 47
+#define NT_FUSE_OPCODE_SETUPMAPPING 48
+#define NT_FUSE_OPCODE_REMOVEMAPPING 49
+#define NT_FUSE_OPCODE_SYNCFS 50
+#define NT_FUSE_OPCODE_TMPFILE 51
+#define NT_FUSE_OPCODE_STATX 52
+#define NT_FUSE_OPCODE_NAMES "lookup,forget,getattr,setattr,readlink,symlink,mknod,mkdir,unlink,rmdir,rename,link,open,read,write,statfs,release,fsync,setxattr,getxattr,listxattr,removexattr,flush,init,opendir,readdir,releasedir,fsyncdir,getlk,setlk,setlkw,access,create,interrupt,bmap,destroy,ioctl,poll,notify_reply,batch_forget,fallocate,readdirplus,rename2,lseek,copy_file_range,setupmapping,removemapping,syncfs,tmpfile,statx"
 
 #endif /* NESTRACE_RECORDS_H */

@@ -58,6 +58,7 @@ def _btf_structs(obj: Path) -> dict[str, dict[str, tuple[int, int]]]:
     ("vfs.bpf.o", ["vfs_event"]),
     ("block.bpf.o", ["block_event"]),
     ("hostfs.bpf.o", ["hostfs_event", "pagecache_event", "mapping_event"]),
+    ("netfs.bpf.o", ["netfs_event"]),
 ])
 def test_compiled_bpf_record_layout_matches_the_schema(obj, records):
     structs = _btf_structs(BUILD / obj)

@@ -33,12 +33,13 @@ CREATE OR REPLACE VIEW _code_level AS
 SELECT * FROM (VALUES
   (1, 'vfs', 'the application''s file calls on the guest file system'),
   (2, 'vdisk', 'the requests on the virtual disk under the guest file system (a loop device; virtio-blk in a guest)'),
-  (3, 'hostfs', 'the accesses of the disk image through the host file system'),
-  (4, 'disk', 'the requests on the disk under the host file system')
+  (3, 'netfs', 'the requests a network file system''s client sends for the image (or the guest''s files) to its server: sshfs''s FUSE requests'),
+  (4, 'hostfs', 'the accesses of the disk image through the host file system (on a network mount: the server''s file system, the file it exports)'),
+  (5, 'disk', 'the requests on the disk under the host file system')
 ) AS t(code, name, what);
-CREATE OR REPLACE MACRO _level(n) AS CASE n WHEN 'vfs' THEN 1 WHEN 'vdisk' THEN 2 WHEN 'hostfs' THEN 3 WHEN 'disk' THEN 4 END;
-CREATE OR REPLACE MACRO _level_name(code) AS ([NULL, 'vfs', 'vdisk', 'hostfs', 'disk']::VARCHAR[])[code + 1];
-CREATE OR REPLACE MACRO _level_what(code) AS ([NULL, 'the application''s file calls on the guest file system', 'the requests on the virtual disk under the guest file system (a loop device; virtio-blk in a guest)', 'the accesses of the disk image through the host file system', 'the requests on the disk under the host file system']::VARCHAR[])[code + 1];
+CREATE OR REPLACE MACRO _level(n) AS CASE n WHEN 'vfs' THEN 1 WHEN 'vdisk' THEN 2 WHEN 'netfs' THEN 3 WHEN 'hostfs' THEN 4 WHEN 'disk' THEN 5 END;
+CREATE OR REPLACE MACRO _level_name(code) AS ([NULL, 'vfs', 'vdisk', 'netfs', 'hostfs', 'disk']::VARCHAR[])[code + 1];
+CREATE OR REPLACE MACRO _level_what(code) AS ([NULL, 'the application''s file calls on the guest file system', 'the requests on the virtual disk under the guest file system (a loop device; virtio-blk in a guest)', 'the requests a network file system''s client sends for the image (or the guest''s files) to its server: sshfs''s FUSE requests', 'the accesses of the disk image through the host file system (on a network mount: the server''s file system, the file it exports)', 'the requests on the disk under the host file system']::VARCHAR[])[code + 1];
 
 -- vfs_event.syscall: The call a vfs_event records. Linux AIO: one record
 -- per iocb, from io_submit to the io_getevents that reaped it. io_uring:
@@ -166,3 +167,64 @@ SELECT * FROM (VALUES
 CREATE OR REPLACE MACRO _mapping_source(n) AS CASE n WHEN 'iter_dstmap' THEN 1 WHEN 'iter_srcmap' THEN 2 WHEN 'ext4_map_blocks' THEN 3 WHEN 'xfs_iomap_found' THEN 4 WHEN 'xfs_iomap_alloc' THEN 5 WHEN 'btrfs_ordered_extent' THEN 6 WHEN 'ext4_ind_map_blocks' THEN 7 WHEN 'xfs_reflink_remap' THEN 8 WHEN 'btrfs_get_extent' THEN 9 WHEN 'xfs_cow_remap' THEN 10 END;
 CREATE OR REPLACE MACRO _mapping_source_name(code) AS ([NULL, 'iter_dstmap', 'iter_srcmap', 'ext4_map_blocks', 'xfs_iomap_found', 'xfs_iomap_alloc', 'btrfs_ordered_extent', 'ext4_ind_map_blocks', 'xfs_reflink_remap', 'btrfs_get_extent', 'xfs_cow_remap']::VARCHAR[])[code + 1];
 CREATE OR REPLACE MACRO _mapping_source_hook(code) AS ([NULL, 'iomap_iter_dstmap', 'iomap_iter_srcmap', 'ext4_ext_map_blocks_exit', 'xfs_iomap_found', 'xfs_iomap_alloc', 'btrfs_ordered_extent_add (disk_bytes in btrfs logical bytes: record maps the image''s, on a btrfs host, and the guest files'', on a btrfs guest, through that file system''s chunk tree into extent_maps rows of phase events)', 'ext4_ind_map_blocks_exit (a file with indirect blocks: ext2, ext3)', 'xfs_reflink_remap_extent_dest (an xfs reflink: a clone''s range given its source''s blocks, from xfs_reflink_remap_extent_src just before on the task)', 'btrfs_get_extent (where a btrfs file''s extent is when btrfs looks it up, each once: a btrfs clone''s range before it is rewritten; disk_bytenr + offset in btrfs logical bytes, mapped as 6; Linux 6.11 on)', 'xfs_reflink_cow_remap_from (an xfs copy-on-write write''s new blocks, put in the file when it ends)']::VARCHAR[])[code + 1];
+
+-- netfs_event.opcode: A FUSE request's operation
+-- (include/uapi/linux/fuse.h), with what it does to the file's bytes: read,
+-- write, sync, or meta (metadata and attribute traffic: lookups,
+-- attributes, opens).
+CREATE OR REPLACE VIEW _code_fuse_opcode AS
+SELECT * FROM (VALUES
+  (1, 'lookup', 'meta'),
+  (2, 'forget', 'meta'),
+  (3, 'getattr', 'meta'),
+  (4, 'setattr', 'meta'),
+  (5, 'readlink', 'meta'),
+  (6, 'symlink', 'meta'),
+  (8, 'mknod', 'meta'),
+  (9, 'mkdir', 'meta'),
+  (10, 'unlink', 'meta'),
+  (11, 'rmdir', 'meta'),
+  (12, 'rename', 'meta'),
+  (13, 'link', 'meta'),
+  (14, 'open', 'meta'),
+  (15, 'read', 'read'),
+  (16, 'write', 'write'),
+  (17, 'statfs', 'meta'),
+  (18, 'release', 'meta'),
+  (20, 'fsync', 'sync'),
+  (21, 'setxattr', 'meta'),
+  (22, 'getxattr', 'meta'),
+  (23, 'listxattr', 'meta'),
+  (24, 'removexattr', 'meta'),
+  (25, 'flush', 'sync'),
+  (26, 'init', 'meta'),
+  (27, 'opendir', 'meta'),
+  (28, 'readdir', 'meta'),
+  (29, 'releasedir', 'meta'),
+  (30, 'fsyncdir', 'sync'),
+  (31, 'getlk', 'meta'),
+  (32, 'setlk', 'meta'),
+  (33, 'setlkw', 'meta'),
+  (34, 'access', 'meta'),
+  (35, 'create', 'meta'),
+  (36, 'interrupt', 'meta'),
+  (37, 'bmap', 'meta'),
+  (38, 'destroy', 'meta'),
+  (39, 'ioctl', 'meta'),
+  (40, 'poll', 'meta'),
+  (41, 'notify_reply', 'meta'),
+  (42, 'batch_forget', 'meta'),
+  (43, 'fallocate', 'write'),
+  (44, 'readdirplus', 'meta'),
+  (45, 'rename2', 'meta'),
+  (46, 'lseek', 'meta'),
+  (47, 'copy_file_range', 'write'),
+  (48, 'setupmapping', 'meta'),
+  (49, 'removemapping', 'meta'),
+  (50, 'syncfs', 'sync'),
+  (51, 'tmpfile', 'meta'),
+  (52, 'statx', 'meta')
+) AS t(code, name, op);
+CREATE OR REPLACE MACRO _fuse_opcode(n) AS CASE n WHEN 'lookup' THEN 1 WHEN 'forget' THEN 2 WHEN 'getattr' THEN 3 WHEN 'setattr' THEN 4 WHEN 'readlink' THEN 5 WHEN 'symlink' THEN 6 WHEN 'mknod' THEN 8 WHEN 'mkdir' THEN 9 WHEN 'unlink' THEN 10 WHEN 'rmdir' THEN 11 WHEN 'rename' THEN 12 WHEN 'link' THEN 13 WHEN 'open' THEN 14 WHEN 'read' THEN 15 WHEN 'write' THEN 16 WHEN 'statfs' THEN 17 WHEN 'release' THEN 18 WHEN 'fsync' THEN 20 WHEN 'setxattr' THEN 21 WHEN 'getxattr' THEN 22 WHEN 'listxattr' THEN 23 WHEN 'removexattr' THEN 24 WHEN 'flush' THEN 25 WHEN 'init' THEN 26 WHEN 'opendir' THEN 27 WHEN 'readdir' THEN 28 WHEN 'releasedir' THEN 29 WHEN 'fsyncdir' THEN 30 WHEN 'getlk' THEN 31 WHEN 'setlk' THEN 32 WHEN 'setlkw' THEN 33 WHEN 'access' THEN 34 WHEN 'create' THEN 35 WHEN 'interrupt' THEN 36 WHEN 'bmap' THEN 37 WHEN 'destroy' THEN 38 WHEN 'ioctl' THEN 39 WHEN 'poll' THEN 40 WHEN 'notify_reply' THEN 41 WHEN 'batch_forget' THEN 42 WHEN 'fallocate' THEN 43 WHEN 'readdirplus' THEN 44 WHEN 'rename2' THEN 45 WHEN 'lseek' THEN 46 WHEN 'copy_file_range' THEN 47 WHEN 'setupmapping' THEN 48 WHEN 'removemapping' THEN 49 WHEN 'syncfs' THEN 50 WHEN 'tmpfile' THEN 51 WHEN 'statx' THEN 52 END;
+CREATE OR REPLACE MACRO _fuse_opcode_name(code) AS ([NULL, 'lookup', 'forget', 'getattr', 'setattr', 'readlink', 'symlink', NULL, 'mknod', 'mkdir', 'unlink', 'rmdir', 'rename', 'link', 'open', 'read', 'write', 'statfs', 'release', NULL, 'fsync', 'setxattr', 'getxattr', 'listxattr', 'removexattr', 'flush', 'init', 'opendir', 'readdir', 'releasedir', 'fsyncdir', 'getlk', 'setlk', 'setlkw', 'access', 'create', 'interrupt', 'bmap', 'destroy', 'ioctl', 'poll', 'notify_reply', 'batch_forget', 'fallocate', 'readdirplus', 'rename2', 'lseek', 'copy_file_range', 'setupmapping', 'removemapping', 'syncfs', 'tmpfile', 'statx']::VARCHAR[])[code + 1];
+CREATE OR REPLACE MACRO _fuse_opcode_op(code) AS ([NULL, 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', NULL, 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'read', 'write', 'meta', 'meta', NULL, 'sync', 'meta', 'meta', 'meta', 'meta', 'sync', 'meta', 'meta', 'meta', 'meta', 'sync', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'write', 'meta', 'meta', 'meta', 'write', 'meta', 'meta', 'sync', 'meta', 'meta']::VARCHAR[])[code + 1];

@@ -90,24 +90,26 @@ SELECT count(DISTINCT io_id) AS reads, count(*) AS pieces,
 FROM map_vfs m WHERE m.op = 'read'"""
 
 
-def fio_log_offsets(path: Path) -> list[int]:
+def fio_log_offsets(path: Path, op: str = "read") -> list[int]:
     out = []
     for line in path.read_text().splitlines():
         parts = line.split()   # iolog v3: time file action offset length
-        if len(parts) >= 4 and parts[-3] == "read":
+        if len(parts) >= 4 and parts[-3] == op:
             out.append(int(parts[-2]))
     return out
 
 
-def record_fio(lab, store: Path, tmp_path: Path, *fio_args: str, extra=()) -> tuple:
-    """Lay the file out, then record the fio job; return (session, offsets, cli result)."""
+def record_fio(lab, store: Path, tmp_path: Path, *fio_args: str, extra=(),
+               log_op: str = "read") -> tuple:
+    """Lay the file out, then record the fio job; return (session, the
+    offsets of its `log_op`s, cli result)."""
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
     drop_caches(lab)
     log = tmp_path / "fio.iolog"
     cmd = ["fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
            "--output=/dev/null", f"--write_iolog={log}", *fio_args]
     r = run_cli("record", "-o", str(store), "--stack", lab.mount, *extra, "--", *cmd)
-    return nestrace.open(store), fio_log_offsets(log), r
+    return nestrace.open(store), fio_log_offsets(log, log_op), r
 
 
 def record_python(lab, store: Path, prog: str, *args: str, extra=()):
@@ -203,7 +205,7 @@ def assert_chain(s) -> None:
     level's I/Os once: the rows of its own view."""
     assert s.rows("SELECT DISTINCT position, level, below FROM chain_levels ORDER BY position") == [
         dict(position=1, level="vfs", below="vdisk"), dict(position=2, level="vdisk", below="hostfs"),
-        dict(position=3, level="hostfs", below="disk"), dict(position=4, level="disk", below=None)]
+        dict(position=4, level="hostfs", below="disk"), dict(position=5, level="disk", below=None)]
     got = {r["level"]: r["n"] for r in s.rows("SELECT level, count(*) AS n FROM chain_io GROUP BY level")}
     assert got == {lv: s.rows(f"SELECT count(*) AS n FROM {lv}_io")[0]["n"]
                    for lv in ("vfs", "vdisk", "hostfs", "disk")}

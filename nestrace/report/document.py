@@ -14,10 +14,11 @@ from nestrace.store import manifest
 from nestrace.store.files import check_store, writing
 
 REPORT_VERSION = 1
-LEVELS = ("vfs", "vdisk", "hostfs", "disk")
+LEVELS = ("vfs", "vdisk", "netfs", "hostfs", "disk")
 # (rows of a level each: top down, as the levels are)
-LEVEL_ORDER = "list_position(['vfs', 'vdisk', 'hostfs', 'disk'], level)"
-VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "hostfs": "hostfs_io", "disk": "disk_io"}
+LEVEL_ORDER = "list_position(['vfs', 'vdisk', 'netfs', 'hostfs', 'disk'], level)"
+VIEW = {"vfs": "vfs_io", "vdisk": "vdisk_io", "netfs": "netfs_io", "hostfs": "hostfs_io",
+        "disk": "disk_io"}
 
 
 def _side_span(meta: dict, side: str) -> list[float] | None:
@@ -151,7 +152,8 @@ def _levels(s: Session, p: list) -> tuple[list[dict], set[str]]:
     traced = {r["level"] for r in s.rows(
         "SELECT DISTINCT level FROM device_map WHERE capture_id = ?", p)} or set(LEVELS)
     levels = []
-    for lv in LEVELS:
+    # (netfs only where a network hop was traced: no other report changes)
+    for lv in [lv for lv in LEVELS if lv != "netfs" or lv in traced]:
         size = "ret_bytes" if lv == "vfs" else "bytes"
         r = _one(s, f"""
             SELECT count(*) AS requests,

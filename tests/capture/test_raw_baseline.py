@@ -48,7 +48,7 @@ def test_the_raw_baseline_finds_every_read_at_vfs_vdisk_and_disk(lab_factory, tm
     # partition of it
     assert s.rows("SELECT DISTINCT position, level, below FROM chain_levels ORDER BY position") == [
         dict(position=1, level="vfs", below="vdisk"), dict(position=2, level="vdisk", below="disk"),
-        dict(position=4, level="disk", below=None)]
+        dict(position=5, level="disk", below=None)]
     dm = s.rows("SELECT level, backing_path FROM device_map ORDER BY level")
     assert {d["level"] for d in dm} == {"vfs", "vdisk", "disk"}
     part = next(d["backing_path"] for d in dm if d["level"] == "vdisk")

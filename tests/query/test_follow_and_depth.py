@@ -29,7 +29,7 @@ def test_chain_levels_and_chain_io_give_every_level_in_one_shape():
     s = session(**t)
     assert s.rows("SELECT position, level, below FROM chain_levels") == [
         dict(position=1, level="vfs", below="vdisk"), dict(position=2, level="vdisk", below="hostfs"),
-        dict(position=3, level="hostfs", below="disk"), dict(position=4, level="disk", below=None)]
+        dict(position=4, level="hostfs", below="disk"), dict(position=5, level="disk", below=None)]
     got = s.rows("SELECT position, level, op, offset_bytes, bytes, start_ns, end_ns, latency_ns "
                  "FROM chain_io ORDER BY position, start_ns")
     assert got == [
@@ -39,9 +39,9 @@ def test_chain_levels_and_chain_io_give_every_level_in_one_shape():
              end_ns=2050, latency_ns=50),
         dict(position=2, level="vdisk", op="read", offset_bytes=4 * MiB + 8192, bytes=4096,
              start_ns=200, end_ns=900, latency_ns=700),
-        dict(position=3, level="hostfs", op="read", offset_bytes=4 * MiB + 8192, bytes=4096,
+        dict(position=4, level="hostfs", op="read", offset_bytes=4 * MiB + 8192, bytes=4096,
              start_ns=300, end_ns=None, latency_ns=None),
-        dict(position=4, level="disk", op="read", offset_bytes=104 * MiB + 8192, bytes=4096,
+        dict(position=5, level="disk", op="read", offset_bytes=104 * MiB + 8192, bytes=4096,
              start_ns=310, end_ns=800, latency_ns=490)]
     # the same rows as the level's own view, by io_id
     for lv in ("vfs", "vdisk", "hostfs", "disk"):

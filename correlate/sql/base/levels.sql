@@ -2,7 +2,7 @@
 
 -- The traced devices of each capture and the level each one plays.
 -- @column capture_id VARCHAR  capture
--- @column level VARCHAR       vfs, vdisk, hostfs or disk
+-- @column level VARCHAR       vfs, vdisk, netfs, hostfs or disk
 -- @column dev UINTEGER        kernel dev_t
 -- @column name VARCHAR        device name or mount point
 -- @column size_sectors UBIGINT device size in 512-byte sectors (block levels); vfs, hostfs: the size of the partition the file system is on (0: the whole disk, or not said)

@@ -3,6 +3,7 @@
 -- INCLUDE vfs.io
 -- INCLUDE block.requests
 -- INCLUDE hostfs.io
+-- INCLUDE netfs.io
 -- INCLUDE base.levels
 -- INCLUDE codes.tables
 
@@ -30,23 +31,24 @@ SELECT l.*, (SELECT n.level FROM l n WHERE n.capture_id = l.capture_id
 FROM l ORDER BY capture_id, position, dev;
 
 -- Every level's I/Os in one shape, the same columns for each: a row of
--- vfs_io, block_requests (vdisk_io and disk_io are its rows) or
--- hostfs_io.  Offsets are each level's own: a file's (vfs, hostfs: the
--- image file) or a device's (vdisk, disk); map_vfs, map_vdisk and links
--- carry them from one level to the next.
+-- vfs_io, block_requests (vdisk_io and disk_io are its rows), netfs_io
+-- or hostfs_io.  Offsets are each level's own: a file's (vfs; netfs and
+-- hostfs: the image file, the same offsets on both sides of the network)
+-- or a device's (vdisk, disk); map_vfs, map_vdisk and links carry them
+-- from one level to the next.
 -- @column capture_id VARCHAR   capture
 -- @column machine VARCHAR      machine that recorded it
 -- @column position UTINYINT    the level's place in the chain (chain_levels)
--- @column level VARCHAR        vfs, vdisk, hostfs or disk
+-- @column level VARCHAR        vfs, vdisk, netfs, hostfs or disk
 -- @column io_id UBIGINT        the row's io_id in its level's view
--- @column op VARCHAR           read, write, sync, discard, flush or other
--- @column offset_bytes BIGINT  file offset (vfs, hostfs) or device offset (vdisk, disk); NULL where there is none (fsync, a flush)
--- @column bytes BIGINT         vfs: bytes done; block: the request's size; hostfs: the access's length
--- @column start_ns UBIGINT     vfs: entry (AIO, io_uring: submission); block: first seen (Q, else G, else D); hostfs: the access
--- @column end_ns UBIGINT       vfs: exit (AIO, io_uring: completion reaped or posted); block: completion (or done_by_ns); hostfs: NULL (one time only)
+-- @column op VARCHAR           read, write, sync, discard, flush, meta (netfs: metadata and attribute requests) or other
+-- @column offset_bytes BIGINT  file offset (vfs, netfs, hostfs) or device offset (vdisk, disk); NULL where there is none (fsync, a flush, a netfs metadata request)
+-- @column bytes BIGINT         vfs: bytes done; block: the request's size; netfs: the bytes asked for; hostfs: the access's length
+-- @column start_ns UBIGINT     vfs: entry (AIO, io_uring: submission); block: first seen (Q, else G, else D); netfs: sent; hostfs: the access
+-- @column end_ns UBIGINT       vfs: exit (AIO, io_uring: completion reaped or posted); block: completion (or done_by_ns); netfs: answered; hostfs: NULL (one time only)
 -- @column latency_ns BIGINT    end_ns - start_ns
--- @column dev UINTEGER         kernel dev_t: the file system (vfs, hostfs) or the disk (vdisk, disk)
--- @column ino UBIGINT          the file (vfs, hostfs); NULL at the block levels
+-- @column dev UINTEGER         kernel dev_t: the file system (vfs, hostfs), the network mount (netfs) or the disk (vdisk, disk)
+-- @column ino UBIGINT          the file (vfs, hostfs; netfs: the FUSE node id); NULL at the block levels
 -- @column pid UINTEGER         process
 -- @column comm VARCHAR         task command name
 CREATE OR REPLACE VIEW chain_io AS
@@ -62,4 +64,8 @@ FROM block_requests
 UNION ALL
 SELECT capture_id, machine, _level('hostfs')::UTINYINT, level, io_id, op, offset_bytes,
        bytes::BIGINT, ts_ns, NULL::UBIGINT, NULL::BIGINT, dev, ino, pid, comm
-FROM hostfs_io;
+FROM hostfs_io
+UNION ALL
+SELECT capture_id, machine, _level('netfs')::UTINYINT, level, io_id, op, offset_bytes,
+       bytes::BIGINT, start_ns, end_ns, latency_ns, dev, nodeid, pid, comm
+FROM netfs_io;

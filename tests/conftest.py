@@ -85,6 +85,23 @@ def our_mounts() -> set[str]:
             if _owned(line.split()[1].replace("\\040", " "))}
 
 
+NET_DAEMONS = {"socat", "sshd", "sftp-server", "sshfs", "ssh"}
+
+
+def net_daemons() -> set[int]:
+    """The network hop's processes running (a lab's sshfs, its server's
+    socat or sshd, their sftp-servers), by pid."""
+    out = set()
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "comm").read_text().strip() in NET_DAEMONS and \
+                    (p / "stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                out.add(int(p.name))        # (not a zombie: this sandbox's init reaps none)
+        except OSError:         # gone meanwhile
+            continue
+    return out
+
+
 def prog_ids(pid: int) -> set[int]:
     """The BPF programs a process holds open, by id (their fds' fdinfo)."""
     ids = set()
@@ -202,7 +219,7 @@ def lab_factory():
         r = run_cli(*args)
         return LabHandle(name, r.stdout.strip())
 
-    before_loops, before_mounts = loop_devices(), our_mounts()
+    before_loops, before_mounts, before_daemons = loop_devices(), our_mounts(), net_daemons()
     try:
         yield make
     finally:
@@ -214,6 +231,7 @@ def lab_factory():
         assert not errors, errors
         assert loop_devices() <= before_loops, "a loop device was left attached"
         assert our_mounts() <= before_mounts, "a mount was left behind"
+        assert net_daemons() <= before_daemons, "a network hop's daemon was left running"
 
 
 def start_job(cmd: list[str], marker: Path, what: str, wait: float = 120) -> subprocess.Popen:

@@ -15,9 +15,10 @@ from nestrace.schema import ENUMS
 
 def side_families(stack: Stack) -> str:
     """The BPF program families a side needs."""
-    # (the guest's page cache and mappings are hostfs-family hooks too)
+    # (the guest's page cache and mappings are hostfs-family hooks too;
+    # netfs only with a network hop: its tracepoints are FUSE's, a module)
     return {"both": "vfs,block,hostfs", "guest": "vfs,block,hostfs",
-            "host": "block,hostfs"}[stack.side]
+            "host": "block,hostfs"}[stack.side] + (",netfs" if stack.net else "")
 
 
 def access_hooks() -> tuple[str, ...]:
@@ -125,10 +126,15 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
     args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families]
     if stack.has_guest:
         args += [a for g in guests(stack) for a in ("--dev", f"{kdev_str(g.guest_kdev)}=vfs,cache,map")]
-        args += ["--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
+        if stack.vdisk:     # (none in a gateway: the files are on the network mount)
+            args += ["--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
     if stack.has_host:
         args += [a for d in stack.disks for a in ("--dev", f"{kdev_str(d.kdev)}=block")]
-        if not stack.raw_host:
+        if stack.net:
+            args += ["--dev", f"{kdev_str(stack.net['kdev'])}=net"]
+        if stack.gateway:   # (the exported files: every file of the server's FS)
+            args += ["--dev", f"{kdev_str(stack.host_kdev)}=file,cache,map"]
+        elif not stack.raw_host:
             args += [a for ino in [stack.image_ino, *(b["ino"] for b in stack.backing_files)]
                      for a in ("--ino", f"{kdev_str(stack.host_kdev)}:{ino}=file,cache,map")]
     # (a guest side, and the raw baseline, have no image file: none of the

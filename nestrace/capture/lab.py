@@ -4,6 +4,10 @@
       -> host FS, mounted -> image file -> loop "vdisk" [--guest-dio]
       -> guest FS, mounted  (the mount point printed by `lab up`)
 
+With --net (capture.netlab) the host FS is served over sshfs on the
+loopback address and mounted back, and the virtual disk reads the image
+through that mount: a VM's image on a NAS.
+
 The raw baseline (`--host-fs none`) has no host file system: the virtual
 disk is a loop device on a partition of the host disk, as a VM's disk
 on a raw host partition ("BD" in the nested-file-system studies).
@@ -23,7 +27,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nestrace.capture import netlab
 from nestrace.capture.devices import mounts
+from nestrace.capture.netlab import NETS
 from nestrace.capture.stack import RAW_HOST
 from nestrace.errors import json_object
 
@@ -155,6 +161,8 @@ class LabConfig:
     host_compress: bool = False     # a btrfs host compressing the image's data (zstd)
     guest_compress: bool = False    # a btrfs guest compressing its files' data (zstd)
     guest_discard: bool = False     # mount the guest FS with online discard
+    net: str = ""                   # the image reached over a network hop (netlab.NETS)
+    gateway: bool = False           # with net: the guest's files on the network mount itself
     name: str = "default"
 
     def validate(self) -> None:
@@ -171,6 +179,17 @@ class LabConfig:
                 if on:
                     raise LabError(f"{flag} and --host-fs none: the raw baseline has no host file "
                                    "system or image file (its virtual disk is a host partition)")
+        if self.net and self.net not in NETS:
+            raise LabError(f"--net {self.net}: unknown (choose from {', '.join(NETS)})")
+        if self.gateway and not self.net:
+            raise LabError("--gateway puts the guest's files on a network mount: give --net")
+        if self.gateway and (self.partitions or self.fragment_image or self.guest_compress
+                             or self.guest_discard or self.guest_block_size):
+            raise LabError("--gateway has no guest file system or image: --partitions, "
+                           "--fragment-image and the --guest-* options do not apply")
+        if self.net and self.host_fs == RAW:
+            raise LabError(f"--net {self.net} and --host-fs none: a network hop serves the "
+                           "image from a host file system")
         least = MIN_FS_BYTES.get(self.guest_fs, 16 << 20)
         if self.image_size < least:
             raise LabError(f"--image-size {self.image_size} bytes is below the "
@@ -239,6 +258,10 @@ class Lab:
     def host_mount(self) -> Path:
         return self.state_dir / "host"
 
+    @property
+    def net_mount(self) -> Path:
+        return self.state_dir / "net"
+
     # -- up / down --------------------------------------------------------
     def up(self, cfg: LabConfig) -> dict:
         cfg.validate()
@@ -256,6 +279,8 @@ class Lab:
             disk_file = self.data_dir / "disk.raw"
             _sparse_file(disk_file, disk_size, "host disk")
             self._step(st, "file", path=str(disk_file))
+            if cfg.gateway:
+                return self._gateway(st, cfg, disk_file, disk_size)
             if cfg.host_fs == RAW:
                 disk, vdisk, image = self._raw_disks(st, cfg, disk_file)
                 guest_dev = vdisk
@@ -280,10 +305,40 @@ class Lab:
             self.down()
             raise
 
+    def _gateway(self, st: dict, cfg: LabConfig, disk_file: Path, disk_size: int) -> dict:
+        """The gateway: the host FS served over `cfg.net` and mounted as
+        the guest's file system (no image, no virtual disk)."""
+        disk = self._host_fs(st, cfg, disk_file, disk_size)
+        self._net_hop(st, cfg, self.guest_mount)
+        st.update(guest_mount=str(self.guest_mount), disk=disk, disk_file=str(disk_file),
+                  host_mount=str(self.host_mount))
+        self._save(st)
+        sync_stack(st)
+        return st
+
     def _host_fs_disks(self, st: dict, cfg: LabConfig, disk_file: Path,
                        disk_size: int) -> tuple[str, str, Path]:
         """The host disk(s), the host FS on them, the image file on it and
         the virtual disk on the image: (disk, vdisk, image)."""
+        disk = self._host_fs(st, cfg, disk_file, disk_size)
+        image = self.host_mount / "image.raw"
+        _sparse_file(image, cfg.image_size, "disk image")
+        if cfg.fragment_image:
+            # random 64 KiB direct writes, no preallocation: each write
+            # allocates when it is made (no delayed allocation to tidy
+            # up), so the image's extents lie in write order, not file order
+            _run(["fio", "--name=fragment", f"--filename={image}", "--rw=randwrite",
+                  "--bs=64k", f"--size={cfg.image_size}", "--fallocate=none", "--direct=1",
+                  "--ioengine=psync", "--output=/dev/null"], "fragmenting the image")
+        if cfg.host_compress:
+            self._compressed_image(st, cfg, image)
+        if cfg.net:
+            image = self._net_hop(st, cfg, self.net_mount) / "image.raw"
+        vdisk = self._attach(st, image, cfg.guest_dio, "vdisk", "--guest-dio", cfg.partitions)
+        return disk, vdisk, image
+
+    def _host_fs(self, st: dict, cfg: LabConfig, disk_file: Path, disk_size: int) -> str:
+        """The host disk(s) and the host FS on them, mounted: the disk."""
         disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
         host_dev = _partition(disk, disk_size) if cfg.partitions else disk
         more = []
@@ -299,19 +354,20 @@ class Lab:
         _run(mount_cmd(cfg.host_fs, host_dev, self.host_mount, cfg.host_discard,
                        cfg.host_compress), "mounting the host FS")
         self._step(st, "mount", path=str(self.host_mount), role="host")
-        image = self.host_mount / "image.raw"
-        _sparse_file(image, cfg.image_size, "disk image")
-        if cfg.fragment_image:
-            # random 64 KiB direct writes, no preallocation: each write
-            # allocates when it is made (no delayed allocation to tidy
-            # up), so the image's extents lie in write order, not file order
-            _run(["fio", "--name=fragment", f"--filename={image}", "--rw=randwrite",
-                  "--bs=64k", f"--size={cfg.image_size}", "--fallocate=none", "--direct=1",
-                  "--ioengine=psync", "--output=/dev/null"], "fragmenting the image")
-        if cfg.host_compress:
-            self._compressed_image(st, cfg, image)
-        vdisk = self._attach(st, image, cfg.guest_dio, "vdisk", "--guest-dio", cfg.partitions)
-        return disk, vdisk, image
+        return disk
+
+    def _net_hop(self, st: dict, cfg: LabConfig, mount_point: Path) -> Path:
+        """The host FS served over `cfg.net` and mounted back at
+        `mount_point` (returned)."""
+        try:
+            pid, args = netlab.serve(cfg.net, self.host_mount, self.data_dir)
+            self._step(st, "daemon", pid=pid, what=cfg.net)
+            netlab.mount(args, mount_point)
+        except netlab.NetLabError as e:
+            raise LabError(f"--net {cfg.net}: {e}") from None
+        self._step(st, "mount", path=str(mount_point), role="net")
+        st["net_mount"] = str(mount_point)
+        return mount_point
 
     def _raw_disks(self, st: dict, cfg: LabConfig, disk_file: Path) -> tuple[str, str, str]:
         """The raw baseline: the host disk with one partition (at
@@ -381,10 +437,15 @@ class Lab:
                     if _is_mounted(step["path"]):
                         _umount(step["path"])
                         undone.append(f"unmounted {step['path']}")
+                    if step.get("role") == "net":
+                        netlab.wait_unmounted(step["path"])
                 elif step["kind"] == "loop":
                     if _loop_attached(step["dev"]):
                         _run(["losetup", "-d", step["dev"]], "detach")
                         undone.append(f"detached {step['dev']}")
+                elif step["kind"] == "daemon":
+                    if netlab.stop(step["pid"]):
+                        undone.append(f"stopped {step['what']} (pid {step['pid']})")
                 elif step["kind"] == "file":
                     Path(step["path"]).unlink(missing_ok=True)
                 elif step["kind"] == "dir":

@@ -63,14 +63,21 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
     if stack.has_guest:
         # a guest's loop device is the lab's virtual disk: its backing file
         # is the image only when this kernel also sees the host side
-        vb = v if v.is_loop and stack.has_host else None
+        vb = v if v and v.is_loop and stack.has_host else None
         # (an overlay: the file system of its layers as its backing_dev)
         rows += [row("vfs", g.guest_kdev, g.guest_mount,
                      g.guest_part_size_bytes // 512, fs=g.guest_fs,
                      bs=g.guest_block_bytes, part=g.guest_part_start_bytes)
                  | ({"backing_dev": g.guest_base_kdev} if g.guest_base_kdev else {})
                  for g in guests(stack)]
-        rows += [row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
+        if v:           # (a gateway has none: the guest's files are on the network mount)
+            rows += [row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
+        if vb and stack.net:     # (its bytes are the server's file: the one traced)
+            rows[-1].update(backing_dev=stack.host_kdev, backing_ino=stack.image_ino)
+    if stack.has_host and stack.net:
+        n = stack.net
+        rows += [row("netfs", n["kdev"], n["mount_point"], fs=n["fs_type"])
+                 | {"backing_path": n["source"]}]
     if stack.has_host and not stack.raw_host:   # (raw: no host FS, the disk right below)
         rows += [row("hostfs", stack.host_kdev, stack.host_mount,
                      stack.host_part_size_bytes // 512, fs=stack.host_fs,
@@ -246,7 +253,9 @@ def _end_facts(live: LiveCapture, stack: Stack, cid: str, neighbors: list[str],
     # files read or written by system calls, and by memory (page faults
     # and dirtied pages of mapped files: page-cache events)
     touched = live.unique_values("vfs_events", "ino") | live.unique_values("pagecache_events", "ino")
-    end, _ = snapshot_extents(stack, cid, "end", touched, btrfs_placed_extents(live))
+    # (a gateway: the exported files the server touched)
+    served = live.unique_values("hostfs_events", "ino") if stack.gateway else None
+    end, _ = snapshot_extents(stack, cid, "end", touched, btrfs_placed_extents(live), served)
     live.write_table("extent_maps", end)
     if neighbors:
         live.write_table("extent_maps", pa.Table.from_pylist(

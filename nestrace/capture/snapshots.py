@@ -9,6 +9,7 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from stat import S_ISREG
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -65,13 +66,18 @@ def cluster_rows(stack: Stack, phase: str, capture_id: str) -> list[dict]:
 
 
 def snapshot_extents(stack: Stack, capture_id: str, phase: str, inos: set[int] | None = None,
-                     placed: list[dict] = ()) -> tuple[pa.Table, bool]:
+                     placed: list[dict] = (), served: set[int] | None = None
+                     ) -> tuple[pa.Table, bool]:
     """The image's extents (FIEMAP; btrfs addresses mapped through the
     chunk tree to devices and their offsets) and its cluster map, and the
     guest side's snapshot (guest_snapshot): of the files in `inos`, or
     without it of the first files found.  Also whether files were left
-    out for that limit (the agent warns)."""
+    out for that limit (the agent warns).  A gateway's: the exported
+    files' (served_rows; those of `served`, the server's inodes)."""
     rows = []
+    if stack.gateway:
+        rows += served_rows(stack, capture_id, phase, served)
+        return pa.Table.from_pylist(rows, schema=table_schema("extent_maps")), False
     if stack.raw_host:
         rows += raw_host_rows(stack, phase, capture_id)
     elif stack.has_host:
@@ -86,6 +92,35 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str, inos: set[int] |
         more, truncated = guest_snapshot(stack, capture_id, phase, inos, placed)
         rows += more
     return pa.Table.from_pylist(rows, schema=table_schema("extent_maps")), truncated
+
+
+SERVED_FILES = 1024
+
+
+def served_rows(stack: Stack, capture_id: str, phase: str, inos: set[int] | None = None
+                ) -> list[dict]:
+    """A gateway's exported files on the server's file system, as rows of
+    role image (each its own "image": the maps and links carry hostfs
+    accesses to the disk as for an image): those whose inode is in
+    `inos`, or without it the first SERVED_FILES found."""
+    chunks, devices = btrfs_layout(stack.host_mount, stack.host_fs)
+    rows, n = [], 0
+    for top, _, files in os.walk(stack.net["export"]):
+        for f in sorted(files):
+            p = os.path.join(top, f)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if not S_ISREG(st.st_mode) or (inos is not None and st.st_ino not in inos):
+                continue
+            with contextlib.suppress(OSError):       # (gone meanwhile)
+                rows += extent_rows(p, "image", phase, capture_id, stack.disk.kdev, chunks,
+                                    devices, fs_dev=stack.host_kdev)
+            n += 1
+            if inos is None and n >= SERVED_FILES:
+                return rows
+    return rows
 
 
 def raw_host_rows(stack: Stack, phase: str, capture_id: str) -> list[dict]:

@@ -24,6 +24,7 @@ from nestrace.capture.devices import (
     mount_containing,
 )
 from nestrace.capture.guestfacts import agent_facts, stack_fields
+from nestrace.capture.netmount import is_network, net_hop
 from nestrace.errors import StackError
 from nestrace.images.chain import image_format
 
@@ -82,6 +83,10 @@ class Stack:
     # [mount point, partition]: their requests are on the traced disk,
     # their files are not traced
     untraced_mounts: list[list[str]] = field(default_factory=list)
+    # the image on a network mount (netmount.NetHop's fields): the netfs
+    # level, its client's requests; image_path and the host_* fields are
+    # then the server's (its export on this machine's file system)
+    net: dict = field(default_factory=dict)
 
     @property
     def has_guest(self) -> bool:
@@ -95,6 +100,13 @@ class Stack:
     def raw_host(self) -> bool:
         """The virtual disk is a host block device: no host FS, no image file."""
         return self.has_host and self.host_fs == RAW_HOST
+
+    @property
+    def gateway(self) -> bool:
+        """The guest's files on a network mount, no virtual disk: vfs on
+        the mount, its requests (netfs), the server's file system on the
+        exported files (hostfs: every file of it) and its disk."""
+        return bool(self.net) and self.has_guest and self.vdisk is None
 
     @property
     def disks(self) -> list[BlockDev]:
@@ -111,7 +123,7 @@ GUEST_FIELDS = ("guest_mount", "guest_fs", "guest_kdev", "guest_block_bytes",
 # reads its image as raw: no format, no backing chain)
 HOST_FIELDS = ("image_path", "image_ino", "host_mount", "host_fs", "host_kdev", "disk",
                "more_disks", "below", "host_block_bytes", "host_part_start_bytes",
-               "host_part_size_bytes")
+               "host_part_size_bytes", "net")
 
 
 def guests(stack: Stack) -> list[Stack]:
@@ -146,7 +158,14 @@ def guest_side(mounts: str | list[str], vdisk_path: str | None = None) -> Stack:
 
 
 def discover(mounts: str | list[str]) -> Stack:
-    """Walk mount -> loop -> image -> host FS -> disk."""
+    """Walk mount -> loop -> image -> host FS -> disk (a network mount:
+    mount -> its server's file system -> disk, the gateway)."""
+    first = mounts if isinstance(mounts, str) else mounts[0]
+    m = mount_containing(first)
+    if m is not None and is_network(m):
+        if not isinstance(mounts, str) and len(mounts) > 1:
+            raise StackError(f"--stack {first}: a network mount is traced alone (one --stack)")
+        return _gateway(m)
     stack = guest_side(mounts)
     if not stack.vdisk.is_loop:
         raise StackError(
@@ -249,6 +268,17 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
     hm = mount_containing(image)
     if hm is None:
         raise StackError(f"{image}: its file system is not mounted")
+    if is_network(hm):
+        return _server_side(image, hm, disk_path)
+    fmt = image_format(image)
+    return Stack(image_path=os.path.realpath(image), image_ino=st.st_ino, side="host",
+                 image_format=fmt, backing_files=_backing_files(image, fmt, hm.kdev),
+                 **_host_fs(hm, f"{image}: the disk image", disk_path))
+
+
+def _host_fs(hm: Mount, what: str, disk_path: str | None = None) -> dict:
+    """The host_* fields and the disks of the host file system at `hm`;
+    StackError, naming `what` is on it, when it has no disk under it."""
     if disk_path:
         disk = block_dev_of_path(disk_path)
     else:
@@ -256,19 +286,57 @@ def host_side(image: str, disk_path: str | None = None) -> Stack:
             disk = mount_block_dev(hm)
         except StackError:
             raise StackError(
-                f"{image}: the disk image is on {hm.fs_type} at {hm.mount_point} "
+                f"{what} is on {hm.fs_type} at {hm.mount_point} "
                 f"({hm.major}:{hm.minor}), which has no block device under it: nestrace "
                 "traces a host file system on a disk (put the image on one, or trace "
                 "the guest's half alone with `record --side guest`)") from None
     more = _more_disks(hm, disk) if hm.fs_type == "btrfs" and not disk_path else []
-    fmt = image_format(image)
-    return Stack(image_path=os.path.realpath(image), image_ino=st.st_ino,
-                 host_mount=hm.mount_point, host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk,
-                 more_disks=more, below=_host_below(disk),
-                 host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
-                 host_part_start_bytes=_part_start(hm), host_part_size_bytes=_part_size(hm),
-                 side="host",
-                 image_format=fmt, backing_files=_backing_files(image, fmt, hm.kdev))
+    return dict(host_mount=hm.mount_point, host_fs=hm.fs_type, host_kdev=hm.kdev, disk=disk,
+                more_disks=more, below=_host_below(disk),
+                host_block_bytes=os.statvfs(hm.mount_point).f_bsize,
+                host_part_start_bytes=_part_start(hm), host_part_size_bytes=_part_size(hm))
+
+
+def _local_hop(m: Mount, what: str):
+    hop = net_hop(m)
+    if not hop.local:
+        raise StackError(
+            f"{what}: on {m.fs_type} from {hop.source}, a server that is not this machine: "
+            "nestrace traces a network hop whose server it can see (this machine's "
+            "loopback address or its own name)")
+    return hop
+
+
+def _gateway(m: Mount) -> Stack:
+    """The gateway: the guest's files on the network mount `m` itself,
+    served from this machine's file system at the export."""
+    hop = _local_hop(m, m.mount_point)
+    hm = mount_containing(hop.export)
+    if hm is None or not os.path.isdir(hop.export):
+        raise StackError(f"{m.mount_point}: on {m.fs_type} from {hop.source}: the export "
+                         f"{hop.export} is not a directory here")
+    if is_network(hm):
+        raise StackError(f"{m.mount_point}: its export {hop.export} is itself on {hm.fs_type}: "
+                         "nestrace traces one network hop, onto a file system on a disk")
+    return Stack(guest_mount=m.mount_point, guest_fs=m.fs_type, guest_kdev=m.kdev,
+                 guest_block_bytes=os.statvfs(m.mount_point).f_bsize, side="both",
+                 net=asdict(hop), **_host_fs(hm, f"{m.mount_point}: the export {hop.export}"))
+
+
+def _server_side(image: str, m, disk_path: str | None) -> Stack:
+    """The host's half when the image is on a network mount served from
+    this machine: the server's file (its export's) on its file system and
+    disk, with the hop between."""
+    hop = _local_hop(m, image)
+    server = hop.server_path(image)
+    if not os.path.isfile(server):
+        raise StackError(f"{image}: on {m.fs_type} from {hop.source}: the server's file "
+                         f"{server} is not there")
+    host = host_side(server, disk_path)
+    if host.net or host.raw_host:
+        raise StackError(f"{image}: its server's file {server} is itself on {host.host_fs}: "
+                         "nestrace traces one network hop, onto a file system on a disk")
+    return replace(host, net=asdict(hop))
 
 
 def _raw_host(part: str, st: os.stat_result) -> Stack:

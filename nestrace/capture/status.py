@@ -27,10 +27,11 @@ class StatusLines:
     later than asked for, with the counts as of the time on it."""
 
     def __init__(self, stack: Stack):
-        self.levels = (["vfs", "vdisk"] if stack.has_guest else []) + \
+        self.levels = (["vfs"] if stack.has_guest else []) + \
+                      (["vdisk"] if stack.has_guest and stack.vdisk else []) + \
                       (["hostfs", "disk"] if stack.has_host else [])
         self.level_of = {kdev_str(d.kdev): "disk" for d in stack.disks}
-        if stack.has_guest:
+        if stack.has_guest and stack.vdisk:
             self.level_of[kdev_str(stack.vdisk.kdev)] = "vdisk"
         # counts of the last line (zero before the first)
         self.last = {"ms": 0, "vfs": (0, 0), "vdisk": (0, 0), "hostfs": (0, 0), "disk": (0, 0),

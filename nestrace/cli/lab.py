@@ -15,6 +15,7 @@ from nestrace.capture.lab import (
     labs,
     parse_size,
 )
+from nestrace.capture.netlab import NETS
 from nestrace.cli.common import (
     UserError,
     capture_options,
@@ -73,6 +74,16 @@ def stack_options(f):
         click.option("--guest-compress", is_flag=True,
                      help="A btrfs guest compressing what it writes (compress-force=zstd; "
                           "Fedora's btrfs default is compress=zstd:1)."),
+        click.option("--net", type=click.Choice(["", *NETS]), default="",
+                     help="The image on a network mount, a VM's image on a NAS: the host FS "
+                          "served over sshfs on 127.0.0.1 and mounted back, the virtual disk "
+                          "reading the image through it. sshfs-socat: sftp over plain TCP "
+                          "(socat, no encryption); sshfs-ssh: over ssh to an sshd of the "
+                          "lab's own."),
+        click.option("--gateway", is_flag=True,
+                     help="With --net: the guest's files on the network mount itself (the "
+                          "mount point printed), no image or virtual disk: a guest behind a "
+                          "gateway on its hypervisor."),
     )):
         f = opt(f)
     return f

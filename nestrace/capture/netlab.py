@@ -1,0 +1,182 @@
+"""A lab's network hop: the host file system exported over sshfs on the
+loopback address, and mounted back (`lab up --net`).
+
+    sshfs-socat  sftp-server behind socat: sftp over plain TCP, no
+                 encryption (seed 002's fast gateway)
+    sshfs-ssh    sftp over ssh to an sshd of the lab's own (its keys, its
+                 config, root by key only, on 127.0.0.1)
+
+Each daemon is started in a session of its own and recorded as a step of
+the lab (kind "daemon": its process group), so that `lab down` stops it
+after the mount on it is gone.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+NETS = ("sshfs-socat", "sshfs-ssh")
+SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
+                "/usr/lib/ssh/sftp-server")
+
+
+class NetLabError(RuntimeError):
+    pass
+
+
+def _tool(name: str, paths: tuple[str, ...] = ()) -> str:
+    for p in (shutil.which(name), *paths):
+        if p and os.access(p, os.X_OK):
+            return p
+    raise NetLabError(f"{name}: not installed (ci/setup installs sshfs, socat, "
+                      "openssh-server and openssh-sftp-server)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    """Someone listens on 127.0.0.1:`port` (from /proc/net/tcp: no
+    connection made, which a one-connection socat would take)."""
+    want = f"0100007F:{port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[1] == want and f[3] == "0A":
+            return True
+    return False
+
+
+def _start(cmd: list[str], log: Path, port: int, what: str) -> int:
+    with open(log, "ab") as out:
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             start_new_session=True)
+    for _ in range(200):
+        if _listening(port):
+            return p.pid
+        if p.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise NetLabError(f"{what} exited ({p.returncode}): {tail[0]} (log: {log})")
+        time.sleep(0.025)
+    stop(p.pid)
+    raise NetLabError(f"{what}: not listening on 127.0.0.1:{port} after 5 s (log: {log})")
+
+
+def _ssh_files(d: Path, port: int, sftp: str) -> tuple[Path, Path]:
+    """Keys and config of the lab's sshd: (its config, the client key)."""
+    d.mkdir(mode=0o700, exist_ok=True)
+    for key in ("host_key", "client_key"):
+        if not (d / key).exists():
+            r = subprocess.run([_tool("ssh-keygen"), "-q", "-t", "ed25519", "-N", "",
+                                "-f", str(d / key)], capture_output=True, text=True)
+            if r.returncode:
+                raise NetLabError(f"ssh-keygen: {r.stderr.strip()}")
+    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
+    conf = d / "sshd_config"
+    conf.write_text(f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {d / 'host_key'}
+AuthorizedKeysFile {d / 'authorized_keys'}
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile none
+Subsystem sftp {sftp}
+""")
+    return conf, d / "client_key"
+
+
+def serve(net: str, export: Path, data_dir: Path) -> tuple[int, list[str]]:
+    """Start the server of `export` for `net`: (its daemon's pid, the
+    sshfs options and source that mount it)."""
+    sftp = _tool("sftp-server", SFTP_SERVERS)
+    _tool("sshfs")
+    port = _free_port()
+    log = data_dir / f"{net}.log"
+    if net == "sshfs-socat":
+        pid = _start([_tool("socat"), f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,nodelay",
+                      f"EXEC:{sftp}"], log, port, "socat")
+        return pid, ["-o", f"directport={port}", f"127.0.0.1:{export}"]
+    if net == "sshfs-ssh":
+        conf, key = _ssh_files(data_dir / "ssh", port, sftp)
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)    # (its privilege separation)
+        pid = _start([_tool("sshd", ("/usr/sbin/sshd",)), "-D", "-e", "-f", str(conf)],
+                     log, port, "sshd")
+        return pid, ["-o", f"port={port},IdentityFile={key},StrictHostKeyChecking=no,"
+                     "UserKnownHostsFile=/dev/null,BatchMode=yes",
+                     f"root@127.0.0.1:{export}"]
+    raise NetLabError(f"--net {net}: unknown (choose from {', '.join(NETS)})")
+
+
+def mount(sshfs_args: list[str], mount_point: Path) -> None:
+    mount_point.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([_tool("sshfs"), *sshfs_args, str(mount_point)],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode:
+        msg = (r.stderr or r.stdout).strip().splitlines()
+        raise NetLabError(f"sshfs {' '.join(sshfs_args)} {mount_point}: "
+                          f"{msg[-1] if msg else r.returncode}")
+
+
+def sshfs_pids(mount_point: str) -> list[int]:
+    """The live sshfs processes serving `mount_point` (by command line)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if not p.name.isdigit() or (p / "comm").read_text().strip() != "sshfs":
+                continue
+            if (p / "stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                continue
+            if mount_point.encode() in (p / "cmdline").read_bytes().split(b"\0"):
+                out.append(int(p.name))
+        except OSError:
+            continue
+    return out
+
+
+def wait_unmounted(mount_point: str) -> None:
+    """After an sshfs mount is unmounted, its process exits on its own:
+    wait for it (up to 5 s), then stop it."""
+    for _ in range(250):
+        pids = sshfs_pids(mount_point)
+        if not pids:
+            return
+        time.sleep(0.02)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def stop(pid: int) -> bool:
+    """Stop a daemon the lab started, with everything in its session (the
+    sftp-servers socat forked); whether it was still running."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        if state == "Z" or os.getsid(pid) != pid:   # (dead, or not the leader we made)
+            return False
+        os.killpg(pid, signal.SIGTERM)
+    except (OSError, IndexError):                    # (ProcessLookupError: gone)
+        return False
+    for _ in range(100):
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.02)
+    os.killpg(pid, signal.SIGKILL)
+    return True

@@ -128,10 +128,10 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
         args += [a for g in guests(stack) for a in ("--dev", f"{kdev_str(g.guest_kdev)}=vfs,cache,map")]
         if stack.vdisk:     # (none in a gateway: the files are on the network mount)
             args += ["--dev", f"{kdev_str(stack.vdisk.kdev)}=block"]
+    if stack.net:       # (the client's requests: on either side's stack)
+        args += ["--dev", f"{kdev_str(stack.net['kdev'])}=net"]
     if stack.has_host:
         args += [a for d in stack.disks for a in ("--dev", f"{kdev_str(d.kdev)}=block")]
-        if stack.net:
-            args += ["--dev", f"{kdev_str(stack.net['kdev'])}=net"]
         if stack.gateway:   # (the exported files: every file of the server's FS)
             args += ["--dev", f"{kdev_str(stack.host_kdev)}=file,cache,map"]
         elif not stack.raw_host:

@@ -163,6 +163,7 @@ class LabConfig:
     guest_discard: bool = False     # mount the guest FS with online discard
     net: str = ""                   # the image reached over a network hop (netlab.NETS)
     gateway: bool = False           # with net: the guest's files on the network mount itself
+    net_address: str = "127.0.0.1"  # where its server listens (another: a NAS nestrace cannot see)
     name: str = "default"
 
     def validate(self) -> None:
@@ -187,6 +188,9 @@ class LabConfig:
                              or self.guest_discard or self.guest_block_size):
             raise LabError("--gateway has no guest file system or image: --partitions, "
                            "--fragment-image and the --guest-* options do not apply")
+        if not re.fullmatch(r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}", self.net_address):
+            raise LabError(f"--net-address {self.net_address}: a loopback IPv4 address "
+                           "(127.x.y.z)")
         if self.net and self.host_fs == RAW:
             raise LabError(f"--net {self.net} and --host-fs none: a network hop serves the "
                            "image from a host file system")
@@ -360,7 +364,7 @@ class Lab:
         """The host FS served over `cfg.net` and mounted back at
         `mount_point` (returned)."""
         try:
-            pid, args = netlab.serve(cfg.net, self.host_mount, self.data_dir)
+            pid, args = netlab.serve(cfg.net, self.host_mount, self.data_dir, cfg.net_address)
             self._step(st, "daemon", pid=pid, what=cfg.net)
             netlab.mount(args, mount_point)
         except netlab.NetLabError as e:

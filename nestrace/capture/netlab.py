@@ -20,6 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from nestrace.capture.netmount import sshfs_processes
+
 NETS = ("sshfs-socat", "sshfs-ssh")
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
                 "/usr/lib/ssh/sftp-server")
@@ -37,16 +39,16 @@ def _tool(name: str, paths: tuple[str, ...] = ()) -> str:
                       "openssh-server and openssh-sftp-server)")
 
 
-def _free_port() -> int:
+def _free_port(address: str) -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
-def _listening(port: int) -> bool:
-    """Someone listens on 127.0.0.1:`port` (from /proc/net/tcp: no
-    connection made, which a one-connection socat would take)."""
-    want = f"0100007F:{port:04X}"
+def _listening(address: str, port: int) -> bool:
+    """Someone listens on `address`:`port` (an IPv4 address; from
+    /proc/net/tcp: no connection made)."""
+    want = f"{socket.inet_aton(address)[::-1].hex().upper()}:{port:04X}"
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         f = line.split()
         if f[1] == want and f[3] == "0A":
@@ -54,22 +56,22 @@ def _listening(port: int) -> bool:
     return False
 
 
-def _start(cmd: list[str], log: Path, port: int, what: str) -> int:
+def _start(cmd: list[str], log: Path, address: str, port: int, what: str) -> int:
     with open(log, "ab") as out:
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                              start_new_session=True)
     for _ in range(200):
-        if _listening(port):
+        if _listening(address, port):
             return p.pid
         if p.poll() is not None:
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             raise NetLabError(f"{what} exited ({p.returncode}): {tail[0]} (log: {log})")
         time.sleep(0.025)
     stop(p.pid)
-    raise NetLabError(f"{what}: not listening on 127.0.0.1:{port} after 5 s (log: {log})")
+    raise NetLabError(f"{what}: not listening on {address}:{port} after 5 s (log: {log})")
 
 
-def _ssh_files(d: Path, port: int, sftp: str) -> tuple[Path, Path]:
+def _ssh_files(d: Path, address: str, port: int, sftp: str) -> tuple[Path, Path]:
     """Keys and config of the lab's sshd: (its config, the client key)."""
     d.mkdir(mode=0o700, exist_ok=True)
     for key in ("host_key", "client_key"):
@@ -81,7 +83,7 @@ def _ssh_files(d: Path, port: int, sftp: str) -> tuple[Path, Path]:
     (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
     conf = d / "sshd_config"
     conf.write_text(f"""Port {port}
-ListenAddress 127.0.0.1
+ListenAddress {address}
 HostKey {d / 'host_key'}
 AuthorizedKeysFile {d / 'authorized_keys'}
 PermitRootLogin prohibit-password
@@ -95,25 +97,26 @@ Subsystem sftp {sftp}
     return conf, d / "client_key"
 
 
-def serve(net: str, export: Path, data_dir: Path) -> tuple[int, list[str]]:
-    """Start the server of `export` for `net`: (its daemon's pid, the
-    sshfs options and source that mount it)."""
+def serve(net: str, export: Path, data_dir: Path, address: str = "127.0.0.1"
+          ) -> tuple[int, list[str]]:
+    """Start the server of `export` for `net` on `address` (a loopback
+    one): (its daemon's pid, the sshfs options and source that mount it)."""
     sftp = _tool("sftp-server", SFTP_SERVERS)
     _tool("sshfs")
-    port = _free_port()
+    port = _free_port(address)
     log = data_dir / f"{net}.log"
     if net == "sshfs-socat":
-        pid = _start([_tool("socat"), f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,nodelay",
-                      f"EXEC:{sftp}"], log, port, "socat")
-        return pid, ["-o", f"directport={port}", f"127.0.0.1:{export}"]
+        pid = _start([_tool("socat"), f"TCP-LISTEN:{port},bind={address},reuseaddr,fork,nodelay",
+                      f"EXEC:{sftp}"], log, address, port, "socat")
+        return pid, ["-o", f"directport={port}", f"{address}:{export}"]
     if net == "sshfs-ssh":
-        conf, key = _ssh_files(data_dir / "ssh", port, sftp)
+        conf, key = _ssh_files(data_dir / "ssh", address, port, sftp)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)    # (its privilege separation)
         pid = _start([_tool("sshd", ("/usr/sbin/sshd",)), "-D", "-e", "-f", str(conf)],
-                     log, port, "sshd")
+                     log, address, port, "sshd")
         return pid, ["-o", f"port={port},IdentityFile={key},StrictHostKeyChecking=no,"
                      "UserKnownHostsFile=/dev/null,BatchMode=yes",
-                     f"root@127.0.0.1:{export}"]
+                     f"root@{address}:{export}"]
     raise NetLabError(f"--net {net}: unknown (choose from {', '.join(NETS)})")
 
 
@@ -127,27 +130,11 @@ def mount(sshfs_args: list[str], mount_point: Path) -> None:
                           f"{msg[-1] if msg else r.returncode}")
 
 
-def sshfs_pids(mount_point: str) -> list[int]:
-    """The live sshfs processes serving `mount_point` (by command line)."""
-    out = []
-    for p in Path("/proc").iterdir():
-        try:
-            if not p.name.isdigit() or (p / "comm").read_text().strip() != "sshfs":
-                continue
-            if (p / "stat").read_text().rpartition(")")[2].split()[0] == "Z":
-                continue
-            if mount_point.encode() in (p / "cmdline").read_bytes().split(b"\0"):
-                out.append(int(p.name))
-        except OSError:
-            continue
-    return out
-
-
 def wait_unmounted(mount_point: str) -> None:
     """After an sshfs mount is unmounted, its process exits on its own:
     wait for it (up to 5 s), then stop it."""
     for _ in range(250):
-        pids = sshfs_pids(mount_point)
+        pids = [pid for pid, _ in sshfs_processes(mount_point)]
         if not pids:
             return
         time.sleep(0.02)

@@ -11,12 +11,13 @@ loopback address, or its own name), the file's bytes are in the export
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from nestrace.capture.devices import Mount
+from nestrace.capture.devices import Mount, mounts
 
 # the network file systems whose client requests nestrace traces
 NET_FS = ("fuse.sshfs",)
@@ -45,9 +46,8 @@ def is_network(m: Mount) -> bool:
     return m.fs_type in NET_FS
 
 
-def _sshfs_transport(mount_point: str) -> str:
-    """socat or ssh, from the command line of the sshfs serving
-    `mount_point`; "" when no such process is found."""
+def sshfs_processes(mount_point: str):
+    """(pid, argv) of each live sshfs process serving `mount_point`."""
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
             continue
@@ -58,8 +58,16 @@ def _sshfs_transport(mount_point: str) -> str:
         if not args or not os.path.basename(args[0].decode(errors="replace")) == "sshfs":
             continue
         words = [a.decode(errors="replace") for a in args]
-        if not any(os.path.realpath(w) == mount_point for w in words[1:] if w.startswith("/")):
-            continue
+        if any(os.path.realpath(w) == mount_point for w in words[1:] if w.startswith("/")):
+            with contextlib.suppress(OSError):
+                if (p / "stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                    yield int(p.name), words
+
+
+def _sshfs_transport(mount_point: str) -> str:
+    """socat or ssh, from the command line of the sshfs serving
+    `mount_point`; "" when no such process is found."""
+    for _, words in sshfs_processes(mount_point):
         opts = ",".join(words[i + 1] for i, w in enumerate(words[:-1]) if w == "-o")
         opts += "," + ",".join(w[2:] for w in words if w.startswith("-o") and len(w) > 2)
         return "socat" if any(o.startswith("directport=") for o in opts.split(",")) else "ssh"
@@ -75,3 +83,16 @@ def net_hop(m: Mount) -> NetHop:
     local = host in LOCAL_HOSTS or host in {socket.gethostname(), socket.getfqdn()}
     return NetHop("sshfs", m.fs_type, _sshfs_transport(m.mount_point), m.mount_point, m.kdev, m.source,
                   host, export, local)
+
+
+def gone(net: dict) -> str | None:
+    """Why the network hop `net` (a Stack's) no longer serves its files,
+    or None while it does: its mount is gone (sshfs unmounts when its
+    server goes), or the sshfs process found at the start has exited (its
+    mount is then left, every request failing)."""
+    mp = net["mount_point"]
+    if not any(m.mount_point == mp and m.kdev == net["kdev"] for m in mounts()):
+        return f"{mp} is no longer mounted"
+    if net.get("transport") and not any(True for _ in sshfs_processes(mp)):
+        return f"the sshfs serving {mp} has exited"
+    return None

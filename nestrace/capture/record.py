@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from nestrace.capture import netmount
 from nestrace.capture.agent import agent_args, agent_cpus, cgroup_dir, side_families
 from nestrace.capture.snapshots import (
     btrfs_placed_extents,
@@ -74,7 +75,7 @@ def device_map_rows(stack: Stack, capture_id: str, machine: str) -> list[dict]:
             rows += [row("vdisk", v.kdev, v.name, v.size_sectors, vb, bs=v.logical_block_bytes)]
         if vb and stack.net:     # (its bytes are the server's file: the one traced)
             rows[-1].update(backing_dev=stack.host_kdev, backing_ino=stack.image_ino)
-    if stack.has_host and stack.net:
+    if stack.net:       # (a guest side: its server not this machine, the chain stops there)
         n = stack.net
         rows += [row("netfs", n["kdev"], n["mount_point"], fs=n["fs_type"])
                  | {"backing_path": n["source"]}]
@@ -100,6 +101,8 @@ class Capture:
     # start, as StatusLines.parse gives them
     status_last: dict | None = None
     max_size_reached: bool = False
+    # why the network hop went away during the capture (it ended there)
+    net_lost: str | None = None
 
 
 @contextlib.contextmanager
@@ -284,6 +287,7 @@ class _AgentRun:
         self.state = DecodeState("agent stream")
         self.reader_error: list[BaseException] = []
         self.reached: list[int] = []
+        self.net_lost: list[tuple[int, str]] = []     # (CLOCK_MONOTONIC ns, why)
         self.lines = StatusLines(stack)
         self.threads = [threading.Thread(target=self._read_stream, daemon=True),
                         threading.Thread(target=self._read_stderr, daemon=True)]
@@ -342,6 +346,30 @@ class _AgentRun:
                 time.sleep(0.2)
         self.threads.append(threading.Thread(target=watch, daemon=True))
         self.threads[-1].start()
+
+    def watch_net(self, net: dict) -> None:
+        """SIGINT the agent once the network hop `net` is gone: the
+        capture ends there (its records, those of the hop's last
+        requests with them, are kept), and the workload goes on to its
+        own end, its calls on the mount failing."""
+        def watch() -> None:
+            while self.proc.poll() is None and not self.net_check(net):
+                time.sleep(0.2)
+        self.threads.append(threading.Thread(target=watch, daemon=True))
+        self.threads[-1].start()
+
+    def net_check(self, net: dict) -> bool:
+        """Whether the network hop `net` is gone (said once, and the agent
+        stopped)."""
+        why = netmount.gone(net)
+        if why and not self.net_lost:
+            self.net_lost.append((time.monotonic_ns(), why))
+            self.log(f"nestrace: the network mount went away during the capture: {why} "
+                     f"(from {net['source']}): tracing stopped; the capture ends there and "
+                     "is sealed")
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+        return bool(why)
 
     def exited_early(self) -> bool:
         """The agent ended before tracing (its stream read without error)."""
@@ -427,6 +455,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         run = _AgentRun(args, live, cap, stack, pin, log)
         if max_bytes:
             run.watch_size(max_bytes, bool(command))
+        if stack.net:
+            run.watch_net(stack.net)
         if run.exited_early():
             _discard(live)     # (nothing was recorded)
             raise RecordError("the agent exited before tracing: " + (
@@ -441,6 +471,11 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             else:
                 wait_for_stop(duration, lambda: run.proc.poll() is None, log)
         finally:
+            if stack.net and cap.command_rc:    # (a workload failed: its mount gone?)
+                for _ in range(10):
+                    if run.net_check(stack.net):
+                        break
+                    time.sleep(0.05)
             run.stop()
         if no_workload:
             _discard(live)
@@ -477,7 +512,12 @@ def _finish(live: LiveCapture, run: _AgentRun, cap: Capture, stack: Stack, cid: 
                 live.update_facts(command_exit=rc)
             if run.reached:
                 cap.max_size_reached = True
-                live.update_facts(settings=settings | {"max_size_reached": True})
+                settings["max_size_reached"] = True
+            if run.net_lost:
+                cap.net_lost = run.net_lost[0][1]
+                settings["net_lost"] = {"ns": run.net_lost[0][0], "why": run.net_lost[0][1]}
+            if run.reached or run.net_lost:
+                live.update_facts(settings=settings)
             _end_facts(live, stack, cid, neighbors, store_level)
         finally:
             live.close()

@@ -75,8 +75,8 @@ def snapshot_extents(stack: Stack, capture_id: str, phase: str, inos: set[int] |
     out for that limit (the agent warns).  A gateway's: the exported
     files' (served_rows; those of `served`, the server's inodes)."""
     rows = []
-    if stack.gateway:
-        rows += served_rows(stack, capture_id, phase, served)
+    if stack.gateway:           # (its server's files: when the server is this machine)
+        rows += served_rows(stack, capture_id, phase, served) if stack.has_host else []
         return pa.Table.from_pylist(rows, schema=table_schema("extent_maps")), False
     if stack.raw_host:
         rows += raw_host_rows(stack, phase, capture_id)

@@ -165,14 +165,30 @@ def discover(mounts: str | list[str]) -> Stack:
     if m is not None and is_network(m):
         if not isinstance(mounts, str) and len(mounts) > 1:
             raise StackError(f"--stack {first}: a network mount is traced alone (one --stack)")
-        return _gateway(m)
+        try:
+            return _gateway(m)
+        except RemoteServer as e:  # (traced down to the client's requests)
+            return Stack(guest_mount=m.mount_point, guest_fs=m.fs_type, guest_kdev=m.kdev,
+                         guest_block_bytes=os.statvfs(m.mount_point).f_bsize, side="guest",
+                         net=asdict(e.hop))
     stack = guest_side(mounts)
     if not stack.vdisk.is_loop:
         raise StackError(
             f"{stack.guest_mount}: on {stack.vdisk.name}, which is not a loop device: not a "
             "nested stack on this machine (in a VM: `nestrace record --side guest` here, "
             "`--side host --image FILE` on the host, then `nestrace merge`)")
-    return with_host(stack)
+    try:
+        return with_host(stack)
+    except RemoteServer as e:      # (traced down to the client's requests)
+        return replace(stack, net=asdict(e.hop))
+
+
+class RemoteServer(StackError):
+    """The image is on a network mount whose server is not this machine."""
+
+    def __init__(self, msg: str, hop):
+        super().__init__(msg)
+        self.hop = hop
 
 
 def with_host(stack: Stack, image: str | None = None, disk_path: str | None = None) -> Stack:
@@ -298,12 +314,14 @@ def _host_fs(hm: Mount, what: str, disk_path: str | None = None) -> dict:
 
 
 def _local_hop(m: Mount, what: str):
+    """The network hop of `m`; RemoteServer when its server is not this
+    machine (its side cannot be traced)."""
     hop = net_hop(m)
     if not hop.local:
-        raise StackError(
+        raise RemoteServer(
             f"{what}: on {m.fs_type} from {hop.source}, a server that is not this machine: "
-            "nestrace traces a network hop whose server it can see (this machine's "
-            "loopback address or its own name)")
+            "nestrace traces its server's side when it is this machine (127.0.0.1, ::1, "
+            "localhost or its own name)", hop)
     return hop
 
 

@@ -84,6 +84,11 @@ def stack_options(f):
                      help="With --net: the guest's files on the network mount itself (the "
                           "mount point printed), no image or virtual disk: a guest behind a "
                           "gateway on its hypervisor."),
+        click.option("--net-address", default="127.0.0.1", show_default=True,
+                     help="The loopback address the --net server listens on. nestrace "
+                          "traces the server's side of a hop from 127.0.0.1 (this machine); "
+                          "another, such as 127.0.0.2, stands for a NAS it cannot see into: "
+                          "the chain stops at netfs."),
     )):
         f = opt(f)
     return f

@@ -122,6 +122,9 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)
         sys.exit(cap.command_rc)
+    if cap.net_lost:            # (a capture cut short: not a clean exit)
+        click.echo(f"nestrace: the capture ended early: {cap.net_lost}", err=True)
+        sys.exit(1)
 
 
 def _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_ms, mode,

@@ -9,6 +9,8 @@ from nestrace.query.session import Session
 STOPS = {"vfs": "the levels under the guest file system were not traced",
          "vdisk": "the host side was not traced (in a VM: `record --side host` on the host, "
                   "then `nestrace merge`)",
+         "netfs": "the network file system's server is not this machine: its file system "
+                  "and disks are not seen",
          "hostfs": "the host file system's disk was not traced"}
 
 

@@ -168,3 +168,85 @@ def test_a_lab_net_hop_goes_down_whole_when_its_daemon_is_gone(lab_factory, tmp_
     r = run_cli("lab", "down", "--name", lab.name)
     assert "detached" in r.stderr and "stopped" not in r.stderr, r.stderr
     assert run_cli("lab", "list").stdout.split() == [] or lab.name not in run_cli("lab", "list").stdout
+
+
+@pytest.mark.root
+def test_a_server_that_dies_mid_capture_ends_it_sealed_with_what_came_before(
+        lab_factory, tmp_path):
+    """The sshfs server killed while fio reads through the image: record
+    says the network mount went away, stops tracing there, seals the
+    capture with every record taken before, and exits non-zero."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import NESTRACE, ROOT, lab_state
+    lab = lab_factory("ext4", "xfs", image_size="256M", net="sshfs-socat")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
+    store = tmp_path / "s"
+    marker = tmp_path / "started"
+    job = ["sh", "-c", f"touch {marker}; exec fio --name=t --directory={lab.mount} "
+           "--rw=randread --bs=4k --direct=1 --size=32M --time_based --runtime=60 "
+           "--output=/dev/null"]
+    proc = subprocess.Popen([*NESTRACE, "record", "-o", str(store), "--stack", lab.mount,
+                             "--", *job], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            if marker.exists():
+                break
+            time.sleep(0.1)
+        time.sleep(2)           # (reads under way through the mount)
+        daemon = next(m for m in lab_state(lab)["made"] if m["kind"] == "daemon")
+        killed_ns = time.monotonic_ns()
+        os.killpg(daemon["pid"], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "nestrace: the network mount went away during the capture: " in err, err
+    assert "the capture ends there and is sealed" in err
+    s = nestrace_open(store)
+    meta = s.rows("SELECT settings_json, end_ns FROM capture_meta")[0]
+    lost = json.loads(meta["settings_json"])["net_lost"]
+    assert lost["ns"] >= killed_ns and ("mount" in lost["why"] or "sshfs" in lost["why"]), lost
+    # what came before is all there: the reads, at every level, none lost
+    got = s.rows("SELECT level, count(*) AS n FROM chain_io WHERE op = 'read' GROUP BY level")
+    got = {r["level"]: r["n"] for r in got}
+    assert set(got) >= {"vfs", "vdisk", "netfs", "hostfs"} and got["vfs"] > 100, got
+    assert s.rows("SELECT sum(ringbuf_drops) AS d FROM lost_events")[0]["d"] == 0
+    run_cli("verify", str(store))        # (sealed whole: every sum checks)
+
+
+def nestrace_open(store):
+    import nestrace
+    return nestrace.open(store)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("gateway", [False, True])
+def test_a_server_that_is_not_this_machine_is_traced_down_to_the_client(
+        lab_factory, tmp_path, gateway):
+    """A server on 127.0.0.2 stands for a NAS nestrace cannot see into: the
+    capture has the client's levels, and says the chain stops at netfs."""
+    lab = lab_factory("ext4", "xfs", image_size="128M", net="sshfs-socat",
+                      net_address="127.0.0.2", **({"gateway": True} if gateway else {}))
+    s, offsets, r = record_fio(lab, tmp_path / "r", tmp_path, "--rw=randread", "--bs=4k",
+                               "--direct=1", "--size=32M", "--io_size=1M")
+    assert len(offsets) == 256
+    want = ["vfs", "netfs"] if gateway else ["vfs", "vdisk", "netfs"]
+    assert [r["level"] for r in s.rows("SELECT DISTINCT position, level FROM chain_levels "
+                                       "ORDER BY position")] == want
+    assert s.rows("SELECT count(*) AS n FROM netfs_io WHERE op = 'read'")[0]["n"] == 256
+    # each read at the client at its offset in the image (or the file)
+    if not gateway:
+        assert through(s, "read", "pread64")["netfs"] == 256
+    assert s.rows("SELECT count(*) AS n FROM hostfs_events")[0]["n"] == 0
+    stop = ("stops at netfs: the network file system's server is not this machine: its "
+            "file system and disks are not seen")
+    assert stop in run_cli("summary", str(tmp_path / "r")).stdout
+    assert stop in " ".join(run_cli("report", str(tmp_path / "r")).stdout.split())
+    stack = json.loads(s.rows("SELECT stack_json FROM capture_meta")[0]["stack_json"])
+    assert stack["net"]["host"] == "127.0.0.2" and not stack["net"]["local"]

@@ -31,7 +31,9 @@ class Cell:
     @property
     def label(self) -> str:
         c = self.config
-        return (f"{c.guest_fs} on {c.host_fs} (guest-dio {'on' if c.guest_dio else 'off'}, "
+        on = (f"{c.net} gateway to {c.host_fs}" if c.gateway else
+              f"{c.guest_fs} on {c.net + ' to ' if c.net else ''}{c.host_fs}")
+        return (f"{on} (guest-dio {'on' if c.guest_dio else 'off'}, "
                 f"host-dio {'on' if c.host_dio else 'off'})")
 
     @property

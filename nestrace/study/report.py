@@ -41,27 +41,57 @@ def _cells(s: Session, doc: dict) -> pa.Table:
         if r is None or c["error"] or c["command_exit"]:
             continue
         row = {"round": c["round"], "workload": c["workload"], "kind": kinds[c["workload"]],
+               # (a run kept before stacks had names: the product's)
+               "stack": c.get("stack", f"{c['guest_fs']} on {c['host_fs']}"),
+               "base": c.get("base", f"{c['guest_fs']} on {doc['baseline']}"),
                "guest_fs": c["guest_fs"], "host_fs": c["host_fs"], "capture_id": c["capture_id"]}
         for k, col in CELL_COLUMNS.items():
             v = r.get(col)
             row[k] = None if v is None else float(v) / (1000 if k.endswith("_us") else 1)
         rows.append(row)
     schema = pa.schema([("round", pa.int32()), ("workload", pa.string()), ("kind", pa.string()),
-                        ("guest_fs", pa.string()), ("host_fs", pa.string()),
+                        ("stack", pa.string()), ("base", pa.string()), ("guest_fs", pa.string()), ("host_fs", pa.string()),
                         ("capture_id", pa.string())]
                        + [(k, pa.float64()) for k in CELL_COLUMNS])
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def _views(s: Session, baseline: str, rnd: int | None) -> None:
+def _views(s: Session, rnd: int | None) -> None:
     where = "" if rnd is None else f"WHERE round = {int(rnd)}"
     s.con.execute(f"CREATE OR REPLACE TEMP VIEW study_cells AS SELECT * FROM _study_cells {where}")
     s.con.execute(
         "CREATE OR REPLACE TEMP VIEW study_relative AS "
-        "SELECT c.round, c.workload, c.kind, c.guest_fs, c.host_fs, c.mib_s / b.mib_s AS relative "
+        "SELECT c.round, c.workload, c.kind, c.stack, c.guest_fs, c.host_fs, "
+        "       c.mib_s / b.mib_s AS relative "
         "FROM study_cells c JOIN study_cells b ON b.workload = c.workload "
-        "AND b.guest_fs = c.guest_fs AND b.round = c.round AND b.host_fs = "
-        + "'" + baseline.replace("'", "''") + "' AND b.mib_s > 0")   # (no parameters in a view)
+        "AND b.stack = c.base AND b.round = c.round AND b.mib_s > 0")
+    s.con.execute(STUDY_LEVELS)
+
+
+# Every level of every capture of the study, in chain order: its I/Os,
+# reads and writes and their bytes, the median size, the metadata
+# requests (netfs), and the capture's application MiB/s: the seeds'
+# tables of bytes at each level ([[table]] queries read it).
+STUDY_LEVELS = """
+CREATE OR REPLACE TEMP VIEW study_levels AS
+WITH io AS (
+  SELECT capture_id, level, count(*) AS ios,
+         count(*) FILTER (WHERE op = 'read') AS reads,
+         count(*) FILTER (WHERE op = 'write') AS writes,
+         count(*) FILTER (WHERE op = 'meta') AS meta,
+         coalesce(sum(bytes) FILTER (WHERE op = 'read'), 0)::BIGINT AS read_bytes,
+         coalesce(sum(bytes) FILTER (WHERE op = 'write'), 0)::BIGINT AS write_bytes,
+         median(bytes) FILTER (WHERE op IN ('read', 'write')) AS median_bytes
+  FROM chain_io WHERE capture_id IN (SELECT capture_id FROM study_cells) GROUP BY ALL)
+SELECT c.round, c.workload, c.kind, c.stack, c.capture_id, c.mib_s, l.position, l.level,
+       coalesce(io.ios, 0) AS ios, coalesce(io.reads, 0) AS reads,
+       coalesce(io.writes, 0) AS writes, coalesce(io.meta, 0) AS meta,
+       coalesce(io.read_bytes, 0) AS read_bytes, coalesce(io.write_bytes, 0) AS write_bytes,
+       io.median_bytes
+FROM study_cells c
+JOIN (SELECT DISTINCT capture_id, position, level FROM chain_levels) l USING (capture_id)
+LEFT JOIN io ON io.capture_id = c.capture_id AND io.level = l.level
+"""
 
 
 def _value(s: Session, query: str) -> tuple[float | None, str | None]:
@@ -77,14 +107,14 @@ def _value(s: Session, query: str) -> tuple[float | None, str | None]:
     return (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)), None
 
 
-def _claim(s: Session, c: dict, baseline: str, rounds: list[int]) -> dict:
-    _views(s, baseline, None)
+def _claim(s: Session, c: dict, rounds: list[int]) -> dict:
+    _views(s, None)
     value, problem = _value(s, c["query"])
     per = {}
     for r in rounds:
-        _views(s, baseline, r)
+        _views(s, r)
         per[r], _ = _value(s, c["query"])
-    _views(s, baseline, None)
+    _views(s, None)
     passed = [OPS[c["op"]](v, c["threshold"]) for v in per.values() if v is not None]
     verdict = ("query failed: " + problem if problem else
                "no data" if not passed else
@@ -100,22 +130,37 @@ def build(store: str | Path) -> dict:
     with Session(store) as s:
         cells = _cells(s, doc)
         s.con.register("_study_cells", cells)
-        _views(s, doc["baseline"], None)
+        _views(s, None)
+        order = [x["name"] for x in doc.get("stacks", [])]
         rel = s.rows(
-            "SELECT c.workload, c.guest_fs, c.host_fs, count(*) AS rounds, "
-            "median(c.mib_s) AS mib_s, median(r.relative) AS relative, "
+            "SELECT * FROM (SELECT c.workload, c.stack, c.guest_fs, c.host_fs, "
+            "count(*) AS rounds, median(c.mib_s) AS mib_s, median(r.relative) AS relative, "
             "min(r.relative) AS relative_min, max(r.relative) AS relative_max "
-            "FROM study_cells c LEFT JOIN study_relative r USING (round, workload, guest_fs, host_fs) "
-            "GROUP BY ALL ORDER BY ALL")
+            "FROM study_cells c LEFT JOIN study_relative r USING (round, workload, stack) "
+            "GROUP BY ALL) ORDER BY workload, list_position(?, stack), stack", [order])
         rounds = sorted({c["round"] for c in doc["cells"]})
-        claims = [_claim(s, c, doc["baseline"], rounds) for c in doc["claims"]]
+        claims = [_claim(s, c, rounds) for c in doc["claims"]]
+        tables = [_table(s, t) for t in doc.get("tables", [])]
         idle, seeks = _idle(s), _seek_cdfs(s)
     failed = [c for c in doc["cells"] if c["error"] or c["command_exit"]]
     return {"study": doc["name"], "title": doc["title"], "seeds": doc["seeds"],
             "quick": doc["quick"], "baseline": doc["baseline"], "rounds": rounds,
             "interrupted": doc["interrupted"], "workloads": doc["workloads"],
             "captures": cells.num_rows, "failed": failed, "relative": rel, "claims": claims,
-            "idle": idle, "seek_cdf": seeks}
+            "tables": tables, "idle": idle, "seek_cdf": seeks, "named": doc.get("named", False)}
+
+
+def _table(s: Session, t: dict) -> dict:
+    """A [[table]]'s rows (its query over the study's views), or why not."""
+    out = {"title": t["title"], "words": t["words"], "transpose": t["transpose"],
+           "columns": [], "rows": [], "problem": None}
+    try:
+        cur = s.con.execute(t["query"])
+        out["columns"] = [d[0] for d in cur.description]
+        out["rows"] = [list(r) for r in cur.fetchall()]
+    except Exception as e:      # (duckdb.Error: the table's SQL is the user's)
+        out["problem"] = str(e).splitlines()[0]
+    return out
 
 
 def _idle(s: Session) -> list[dict]:
@@ -128,12 +173,12 @@ def _idle(s: Session) -> list[dict]:
         "l AS (SELECT DISTINCT capture_id, level FROM chain_levels "
         "      WHERE level IN ('vfs', 'vdisk', 'disk')) "
         # (a level that saw no I/O in the capture was idle all along)
-        "SELECT c.workload, c.guest_fs, c.host_fs, l.level, "
+        "SELECT c.workload, c.stack, c.guest_fs, c.host_fs, l.level, "
         "       median(coalesce(1 - d.busy, 1.0)) AS idle, "
         "       list_position(['vfs', 'vdisk', 'disk'], l.level) AS k "
         "FROM study_cells c JOIN l USING (capture_id) "
         "LEFT JOIN d ON d.capture_id = c.capture_id AND d.level = l.level "
-        "GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, k")]
+        "GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, k")]
 
 
 # the quantiles a seek-distance CDF is drawn from
@@ -146,7 +191,7 @@ def _seek_cdfs(s: Session) -> list[dict]:
     together: the seed's CDF of disk I/Os over normalized seek distance."""
     qs = [i / (CDF_POINTS - 1) for i in range(CDF_POINTS)]
     return s.rows(
-        "SELECT c.workload, c.guest_fs, c.host_fs, "
+        "SELECT c.workload, c.stack, c.guest_fs, c.host_fs, "
         f"quantile_cont(x.normalized, {qs}) AS normalized "
         "FROM study_cells c JOIN seek_distances x USING (capture_id) "
         "WHERE x.level = 'disk' AND x.normalized IS NOT NULL GROUP BY ALL ORDER BY ALL")
@@ -165,8 +210,8 @@ def render(rep: dict, console=None) -> None:
     con = console or Console()
     con.print(f"study {rep['study']}: {rep['title']}" + (" (--quick)" if rep["quick"] else "")
               + f"; {rep['captures']} captures, rounds {', '.join(map(str, rep['rounds']))}; "
-              f"baseline: host {rep['baseline']}")
-    for w in rep["workloads"]:
+              f"baseline: {'' if rep.get('named') else 'host '}{rep['baseline']}")
+    for w in rep["workloads"] if not rep.get("named") else []:
         t = Table(title=escape(f"{w['name']} ({w['kind']}): throughput relative to the "
                                "baseline (median over rounds, [min, max])"), box=box.SIMPLE_HEAD)
         rows = [r for r in rep["relative"] if r["workload"] == w["name"]]
@@ -181,6 +226,18 @@ def render(rep: dict, console=None) -> None:
                                   f"{_fmt(by[h]['mib_s'], '.1f')} MiB/s")
                            if h in by else "-" for h in hosts))
         con.print(t)
+    if rep.get("named"):
+        t = Table(title=escape("Throughput relative to the baseline (median over rounds, "
+                               "[min, max])"), box=box.SIMPLE_HEAD)
+        for col in ("workload", "stack", "MiB/s", "relative"):
+            t.add_column(col, justify="right" if col in ("MiB/s", "relative") else "left")
+        for r in rep["relative"]:
+            t.add_row(r["workload"], escape(r["stack"]), _fmt(r["mib_s"], ".2f"),
+                      escape(f"{_fmt(r['relative'])} [{_fmt(r['relative_min'])}, "
+                             f"{_fmt(r['relative_max'])}]"))
+        con.print(t)
+    for tb in rep.get("tables", []):
+        con.print(_rich_table(tb, Table, box, escape))
     t = Table(title="Claims", box=box.SIMPLE_HEAD)
     for col in ("claim", "the seed's words", "test", "value", "per round", "verdict"):
         t.add_column(col)
@@ -189,7 +246,8 @@ def render(rep: dict, console=None) -> None:
                   " ".join(_fmt(v, ".3g") for v in c["rounds"].values()), c["verdict"])
     con.print(t)
     for c in rep["failed"]:
-        con.print(f"failed: round {c['round']} {c['workload']} {c['guest_fs']} on {c['host_fs']}: "
+        con.print(f"failed: round {c['round']} {c['workload']} "
+                  f"{c.get('stack', c['guest_fs'] + ' on ' + c['host_fs'])}: "
                   f"{c['error'] or 'the workload exited with code ' + str(c['command_exit'])}")
     con.print("queue idle time per level and the host disk's seek-distance CDFs: in the "
               "JSON (idle, seek_cdf) and on the html page")
@@ -197,12 +255,53 @@ def render(rep: dict, console=None) -> None:
         con.print("interrupted: the report covers the captures made before")
 
 
+def _cell(v) -> str:
+    return "-" if v is None else f"{v:,.2f}" if isinstance(v, float) else f"{v:,}" \
+        if isinstance(v, int) else str(v)
+
+
+def table_rows(tb: dict) -> tuple[list[str], list[list[str]]]:
+    """A [[table]]'s header and rows as text (transposed: a row per
+    column of the query, the first column's values as the header)."""
+    head, rows = tb["columns"], [[_cell(v) for v in r] for r in tb["rows"]]
+    if not tb["transpose"] or not rows:
+        return head, rows
+    return ([""] + [r[0] for r in rows],
+            [[c] + [r[i] for r in rows] for i, c in enumerate(head) if i > 0])
+
+
+def _rich_table(tb: dict, Table, box, escape):
+    t = Table(title=escape(tb["title"]), caption=escape(tb["words"] or "") or None,
+              box=box.SIMPLE_HEAD)
+    if tb["problem"]:
+        t.add_column("query failed")
+        t.add_row(escape(tb["problem"]))
+        return t
+    head, rows = table_rows(tb)
+    for i, h in enumerate(head):
+        t.add_column(escape(str(h)), justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*map(escape, r))
+    return t
+
+
+def _html_table(tb: dict) -> str:
+    e = html.escape
+    if tb["problem"]:
+        return f"<h2>{e(tb['title'])}</h2><p>query failed: {e(tb['problem'])}</p>"
+    head, rows = table_rows(tb)
+    return (f"<h2>{e(tb['title'])}</h2><p>{e(tb['words'] or '')}</p><table border='1'><tr>"
+            + "".join(f"<th>{e(str(h))}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
+            + "</table>")
+
+
 def to_html(rep: dict) -> str:
     """A self-contained page: the relative throughput as a heat map per
     workload (plotly, inlined once), the claims as a table."""
     import plotly.graph_objects as go
-    parts, first = [], True
-    for w in rep["workloads"]:
+    parts, first = [_html_table(tb) for tb in rep.get("tables", [])], True
+    for w in rep["workloads"] if not rep.get("named") else []:
         rows = [r for r in rep["relative"] if r["workload"] == w["name"]]
         guests = list(dict.fromkeys(r["guest_fs"] for r in rows))
         hosts = list(dict.fromkeys(r["host_fs"] for r in rows))
@@ -224,15 +323,14 @@ def to_html(rep: dict) -> str:
         fig = go.Figure()
         for r in curves:
             ys = [i / (len(r["normalized"]) - 1) for i in range(len(r["normalized"]))]
-            fig.add_trace(go.Scatter(x=r["normalized"], y=ys, mode="lines",
-                                     name=f"{r['guest_fs']} on {r['host_fs']}"))
+            fig.add_trace(go.Scatter(x=r["normalized"], y=ys, mode="lines", name=r["stack"]))
         fig.update_layout(title=f"{w['name']}: host-disk seek distances",
                           xaxis_title="normalized seek distance (|d| / disk size)",
                           yaxis_title="CDF of disk I/Os", height=420)
         parts.append(fig.to_html(full_html=False, include_plotlyjs=first))
         first = False
     e = html.escape
-    idle = "".join(f"<tr><td>{e(r['workload'])}</td><td>{e(r['guest_fs'])} on {e(r['host_fs'])}"
+    idle = "".join(f"<tr><td>{e(r['workload'])}</td><td>{e(r['stack'])}"
                    f"</td><td>{e(r['level'])}</td><td>{_fmt(r['idle'])}</td></tr>"
                    for r in rep.get("idle", []))
     claims = "".join(

@@ -37,7 +37,12 @@ def describe(study: Study, quick: bool) -> dict:
     return {"name": study.name, "title": study.title, "seeds": study.seeds, "quick": quick,
             "file": str(study.path), "text": study.text, "rounds": study.rounds,
             "baseline": study.baseline, "guest_fs": study.guest_fs, "host_fs": study.host_fs,
-            "env": study.env,
+            "env": study.env, "named": bool(study.named),
+            "stacks": [{"name": x.name, "base": x.base, "guest_fs": x.guest_fs,
+                        "host_fs": x.host_fs, "net": x.net, "gateway": x.gateway}
+                       for x in study.stacks()],
+            "tables": [{"title": t.title, "words": t.words, "query": t.query,
+                        "transpose": t.transpose} for t in study.tables],
             "workloads": [{"name": w.name, "kind": w.kind, "what": w.what, "job": w.job.name}
                           for w in study.workloads],
             "claims": [{"id": c.id, "words": c.words, "query": c.query, "op": c.op,
@@ -57,19 +62,22 @@ def run_study(study: Study, store: str | Path, quick: bool = False,
     stacks = study.stacks()
     for rnd in range(1, study.rounds + 1):
         for w in study.workloads:
-            todo = [Cell(LabConfig(guest_fs=g, host_fs=h, guest_dio=study.guest_dio,
-                                   host_dio=study.host_dio, image_size=study.image_size))
-                    for g, h in stacks]
+            todo = [Cell(LabConfig(guest_fs=x.guest_fs, host_fs=x.host_fs,
+                                   guest_dio=study.guest_dio, host_dio=study.host_dio,
+                                   image_size=study.image_size, net=x.net, gateway=x.gateway,
+                                   net_address=x.net_address))
+                    for x in stacks]
             log(f"nestrace: study {study.name}: round {rnd}/{study.rounds}, workload {w.name}")
             prepare = None if w.prepare is None else (
                 "fio --output=/dev/null " + ("--create_only=1 " if w.prepare == w.job else "")
                 + shlex.quote(str(w.prepare.resolve())))
             done = run_matrix(store, todo, ["fio", "--output=/dev/null", str(w.job.resolve())],
                               prepare=prepare, log=log, env=study.env, **record_opts)
-            doc["cells"] += [{"round": rnd, "workload": w.name, "guest_fs": c.config.guest_fs,
-                              "host_fs": c.config.host_fs, "capture_id": c.capture_id,
-                              "error": c.error, "command_exit": c.command_rc, "lost": c.lost}
-                             for c in done]
+            doc["cells"] += [{"round": rnd, "workload": w.name, "stack": x.name, "base": x.base,
+                              "guest_fs": c.config.guest_fs, "host_fs": c.config.host_fs,
+                              "capture_id": c.capture_id, "error": c.error,
+                              "command_exit": c.command_rc, "lost": c.lost}
+                             for x, c in zip(stacks, done)]
             stopped = len(done) < len(todo) or any(c.error == "interrupted" for c in done)
             doc["interrupted"] = stopped
             _save(store, doc)

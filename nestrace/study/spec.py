@@ -11,9 +11,16 @@
                 untraced before, fio --create_only; or another job file,
                 run untraced), kind (read or write: what dominates it),
                 what (its words)
-    [[claim]]   id, words (the seed's), query (SQL over study_cells and
-                study_relative giving one number, `value`), holds (a
-                comparison of it: ">= 0.8")
+    [[claim]]   id, words (the seed's), query (SQL over study_cells,
+                study_relative and study_levels giving one number,
+                `value`), holds (a comparison of it: ">= 0.8")
+    [[stack]]   name, guest_fs, host_fs, net (sshfs-socat, sshfs-ssh),
+                gateway, net_address: named stacks instead of the guest_fs
+                x host_fs product ([matrix] baseline then names one, and
+                [quick] stacks lists those --quick runs)
+    [[table]]   title, words, query (SQL over the same views; its rows
+                printed as they come), transpose (a row per column, a
+                column per row: a seed's table of stacks side by side)
 
 Every error names the file, the line and the key.
 """
@@ -25,14 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nestrace.capture.lab import FILESYSTEMS, HOST_FILESYSTEMS, LabError, parse_size
+from nestrace.capture.netlab import NETS
 
 KEYS = {
     "study": {"name", "title", "seeds", "rounds"},
     "matrix": {"guest_fs", "host_fs", "baseline", "guest_dio", "host_dio", "image_size"},
-    "quick": {"guest_fs", "host_fs", "rounds", "env"},
+    "quick": {"guest_fs", "host_fs", "stacks", "rounds", "env"},
     "env": None,            # (any names: the job files' variables)
     "workload": {"name", "job", "prepare", "kind", "what"},
     "claim": {"id", "words", "query", "holds"},
+    "stack": {"name", "guest_fs", "host_fs", "net", "gateway", "net_address"},
+    "table": {"title", "words", "query", "transpose"},
 }
 HOLDS = re.compile(r"^\s*(>=|<=|>|<)\s*(-?[0-9.]+)\s*$")
 
@@ -60,6 +70,27 @@ class Claim:
 
 
 @dataclass
+class StackSpec:
+    """One stack of a study: its name, its lab configuration's fields,
+    and the name of the stack it is measured against."""
+    name: str
+    base: str
+    guest_fs: str
+    host_fs: str
+    net: str = ""
+    gateway: bool = False
+    net_address: str = "127.0.0.1"
+
+
+@dataclass
+class Table:
+    title: str
+    words: str
+    query: str
+    transpose: bool = False
+
+
+@dataclass
 class Study:
     path: Path
     text: str
@@ -76,11 +107,18 @@ class Study:
     env: dict[str, str]
     workloads: list[Workload] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
+    named: list[StackSpec] = field(default_factory=list)     # [[stack]], when given
+    tables: list[Table] = field(default_factory=list)
 
-    def stacks(self) -> list[tuple[str, str]]:
-        """(guest FS, host FS) of every stack, the baseline's included."""
+    def stacks(self) -> list[StackSpec]:
+        """Every stack, the baseline's included: the [[stack]]s, or each
+        guest FS on each host FS (named "GUEST on HOST"), measured against
+        the same guest FS on the baseline host."""
+        if self.named:
+            return self.named
         hosts = list(dict.fromkeys([*self.host_fs, self.baseline]))
-        return [(g, h) for g in self.guest_fs for h in hosts]
+        return [StackSpec(f"{g} on {h}", f"{g} on {self.baseline}", g, h)
+                for g in self.guest_fs for h in hosts]
 
 
 def _line(text: str, section: str, key: str | None, index: int = 0) -> int:
@@ -120,9 +158,15 @@ def load(path: str | Path, quick: bool = False) -> Study:
                          else f"{path}: {e} (not TOML)") from None
     r = _Reader(path, text, doc)
     r.check_keys()
-    study = r.head(doc.get("quick", {}) if quick else {})
+    q = doc.get("quick", {}) if quick else {}
+    study = r.head(q)
     study.workloads = r.workloads()
     study.claims = r.claims()
+    if "stack" in doc:
+        study.named = r.named(study.baseline, q)
+    elif "stacks" in doc.get("quick", {}):
+        r.err("quick", "stacks", "names [[stack]]s, and the study has none")
+    study.tables = r.tables()
     return study
 
 
@@ -178,14 +222,17 @@ class _Reader:
         if not isinstance(rounds, int) or isinstance(rounds, bool) or not 1 <= rounds <= 50:
             self.err("quick" if "rounds" in q else "study", "rounds",
                      "a whole number from 1 to 50")
-        guest = self.text_list("matrix", "guest_fs", FILESYSTEMS, mx.get("guest_fs"))
-        host = self.text_list("matrix", "host_fs", HOST_FILESYSTEMS, mx.get("host_fs"))
+        named = "stack" in self.doc     # (then the product's lists are not needed)
+        guest = self.text_list("matrix", "guest_fs", FILESYSTEMS, mx.get("guest_fs", ["ext4"])
+                               if named else mx.get("guest_fs"))
+        host = self.text_list("matrix", "host_fs", HOST_FILESYSTEMS, mx.get("host_fs", ["xfs"])
+                              if named else mx.get("host_fs"))
         if "guest_fs" in q:
             guest = self.text_list("quick", "guest_fs", FILESYSTEMS, q["guest_fs"])
         if "host_fs" in q:
             host = self.text_list("quick", "host_fs", HOST_FILESYSTEMS, q["host_fs"])
         baseline = mx.get("baseline", "none")
-        if baseline not in HOST_FILESYSTEMS:
+        if not named and baseline not in HOST_FILESYSTEMS:
             self.err("matrix", "baseline",
                      f"{baseline!r}: none (the raw baseline) or a host file system")
         for k in ("guest_dio", "host_dio"):
@@ -233,6 +280,50 @@ class _Reader:
         names = [w.name for w in out]
         if len(set(names)) != len(names):
             self.err("workload", "name", "two workloads of one name")
+        return out
+
+    def named(self, baseline: str, q: dict) -> list[StackSpec]:
+        """The [[stack]]s (those [quick] stacks names, with --quick), each
+        measured against the one `baseline` names."""
+        out = []
+        for i, t in enumerate(self.doc["stack"]):
+            fs = {k: t.get(k, d) for k, d in (("guest_fs", "ext4"), ("host_fs", "xfs"))}
+            for k, known in (("guest_fs", FILESYSTEMS), ("host_fs", HOST_FILESYSTEMS)):
+                if fs[k] not in known:
+                    self.err("stack", k, f"{fs[k]!r}: no such file system here (known: "
+                                         f"{', '.join(known)})", i)
+            if t.get("net", "") not in ("", *NETS):
+                self.err("stack", "net", f"{t['net']!r}: one of {', '.join(NETS)}", i)
+            if not isinstance(t.get("gateway", False), bool):
+                self.err("stack", "gateway", "true or false", i)
+            if t.get("gateway") and not t.get("net"):
+                self.err("stack", "gateway", "a gateway is on a network mount: give net", i)
+            out.append(StackSpec(self.text_of("stack", t, "name", index=i), baseline,
+                                 fs["guest_fs"], fs["host_fs"], t.get("net", ""),
+                                 t.get("gateway", False),
+                                 str(t.get("net_address", "127.0.0.1"))))
+        names = [s.name for s in out]
+        if len(set(names)) != len(names):
+            self.err("stack", "name", "two stacks of one name")
+        if baseline not in names:
+            self.err("matrix", "baseline", f"{baseline!r}: with [[stack]]s, the name of one "
+                                           f"(known: {', '.join(names)})")
+        if "stacks" in q:
+            pick = q["stacks"]
+            if not isinstance(pick, list) or not pick or any(n not in names for n in pick):
+                self.err("quick", "stacks", f"a list of [[stack]] names (known: "
+                                            f"{', '.join(names)})")
+            out = [s for s in out if s.name in pick or s.name == baseline]
+        return out
+
+    def tables(self) -> list[Table]:
+        out = []
+        for i, t in enumerate(self.doc.get("table", [])):
+            if not isinstance(t.get("transpose", False), bool):
+                self.err("table", "transpose", "true or false", i)
+            out.append(Table(self.text_of("table", t, "title", index=i), t.get("words", ""),
+                             self.text_of("table", t, "query", index=i),
+                             t.get("transpose", False)))
         return out
 
     def claims(self) -> list[Claim]:

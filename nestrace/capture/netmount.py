@@ -96,3 +96,115 @@ def gone(net: dict) -> str | None:
     if net.get("transport") and not any(True for _ in sshfs_processes(mp)):
         return f"the sshfs serving {mp} has exited"
     return None
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    with contextlib.suppress(OSError):
+        for t in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                out += [int(c) for c in (t / "children").read_text().split()]
+    return out
+
+
+def _tree(pids) -> set[int]:
+    seen, todo = set(), list(pids)
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo += _children(p)
+    return seen
+
+
+def _sockets(pid: int) -> set[int]:
+    out = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    out.add(int(link[8:-1]))
+    return out
+
+
+def _tcp() -> dict[int, tuple[str, str]]:
+    """socket inode -> (local, remote) of every TCP socket (IPv4, IPv6)."""
+    out = {}
+    for name in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+                f = line.split()
+                out[int(f[9])] = (f[1], f[2])
+    return out
+
+
+def hop_processes(net: dict) -> tuple[set[int], set[int]]:
+    """The network hop's processes on this machine: the client's (the
+    sshfs serving the mount, and its ssh) and the server's (the process
+    at the other end of the client's TCP connection, socat's child or
+    sshd's session, and its sftp-server).  Empty sets for what is not
+    found (a server on another machine)."""
+    sshfs = list(sshfs_processes(net["mount_point"]))
+    client = _tree(pid for pid, _ in sshfs) | _ssh_of(net, [w for _, w in sshfs])
+    tcp = _tcp()
+    ends = {tcp[i] for p in client for i in _sockets(p) if i in tcp}
+    peers = {(r, loc) for loc, r in ends}
+    server_socks = {i for i, e in tcp.items() if e in peers}
+    server = set()
+    if server_socks:
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit() and int(p.name) not in client and _sockets(int(p.name)) & server_socks:
+                server.add(int(p.name))
+    return client, _tree(server) - client
+
+
+def _ssh_of(net: dict, argvs: list[list[str]]) -> set[int]:
+    """The ssh processes sshfs started for the mount (a daemonized sshfs
+    is no longer their parent): ssh running sftp to the mount's host,
+    with the port sshfs was given."""
+    where = net["source"].rpartition(":")[0]
+    ports = {o[5:] for argv in argvs for w in argv for o in w.split(",") if o.startswith("port=")}
+    out = set()
+    for p in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if not p.name.isdigit() or (p / "comm").read_text().strip() != "ssh":
+                continue
+            argv = (p / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if "sftp" in argv and any(a.endswith(where) for a in argv) and \
+                    all(f"-oport={port}" in argv for port in ports):
+                out.add(int(p.name))
+    return out
+
+
+def cpu_seconds(pids: set[int]) -> float:
+    """User and system CPU seconds the processes have used so far (those
+    gone meanwhile count nothing)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            f = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += int(f[11]) + int(f[12])        # utime, stime (fields 14, 15)
+    return total / tick
+
+
+class HopCpu:
+    """The CPU seconds a network hop's client and server processes use
+    from now until done() (recorded beside a capture: the CPU a gateway
+    costs)."""
+
+    def __init__(self, net: dict):
+        self.client, self.server = hop_processes(net)
+        self.before = cpu_seconds(self.client), cpu_seconds(self.server)
+
+    def done(self) -> dict:
+        def names(pids):
+            out = []
+            for p in sorted(pids):
+                with contextlib.suppress(OSError):
+                    out.append(Path(f"/proc/{p}/comm").read_text().strip())
+            return sorted(set(out))
+        return {"client_s": round(cpu_seconds(self.client) - self.before[0], 3),
+                "server_s": round(cpu_seconds(self.server) - self.before[1], 3),
+                "client": names(self.client), "server": names(self.server)}

@@ -462,6 +462,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             raise RecordError("the agent exited before tracing: " + (
                 " | ".join(cap.agent_stderr[-3:]) or f"exit code {run.proc.returncode}"))
         no_workload: list[OSError] = []
+        hop_cpu = netmount.HopCpu(stack.net) if stack.net else None
         try:
             if command:
                 try:
@@ -477,6 +478,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                         break
                     time.sleep(0.05)
             run.stop()
+            if hop_cpu:
+                settings["net_cpu"] = hop_cpu.done()
         if no_workload:
             _discard(live)
             raise RecordError(f"{command[0]}: could not start: "
@@ -516,7 +519,7 @@ def _finish(live: LiveCapture, run: _AgentRun, cap: Capture, stack: Stack, cid: 
             if run.net_lost:
                 cap.net_lost = run.net_lost[0][1]
                 settings["net_lost"] = {"ns": run.net_lost[0][0], "why": run.net_lost[0][1]}
-            if run.reached or run.net_lost:
+            if run.reached or run.net_lost or "net_cpu" in settings:
                 live.update_facts(settings=settings)
             _end_facts(live, stack, cid, neighbors, store_level)
         finally:

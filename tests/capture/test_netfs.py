@@ -102,6 +102,11 @@ def test_every_read_and_write_is_found_at_every_level_through_sshfs(
     assert dm["vdisk"]["backing_path"].endswith("/net/image.raw")
     stack = json.loads(s.rows("SELECT stack_json FROM capture_meta")[0]["stack_json"])
     assert stack["net"]["transport"] == net.removeprefix("sshfs-")
+    # what the hop's processes cost: the client's (sshfs, and ssh) and the
+    # server's (socat's child or sshd's session, and sftp-server)
+    cpu = json.loads(s.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])["net_cpu"]
+    assert cpu["client"] == (["ssh", "sshfs"] if net == "sshfs-ssh" else ["sshfs"]), cpu
+    assert "sftp-server" in cpu["server"] and cpu["client_s"] + cpu["server_s"] > 0, cpu
     assert stack["image_path"].endswith("/host/image.raw")
     # the random reads are what the client sends: no metadata between
     # (the file was opened before), and each request one of fio's

@@ -80,6 +80,54 @@ def test_each_error_names_the_file_the_line_and_the_key(tmp_path, change, error)
         load(p)
 
 
+NAMED = """\
+[study]
+name = "n"
+
+[matrix]
+baseline = "B"
+
+[[stack]]
+name = "A"
+net = "sshfs-socat"
+gateway = true
+
+[[stack]]
+name = "B"
+guest_fs = "xfs"
+
+[quick]
+stacks = ["A"]
+
+[[workload]]
+name = "w"
+job = "w.fio"
+
+[[table]]
+title = "t"
+query = "SELECT 1"
+transpose = true
+"""
+
+
+def test_named_stacks_and_tables_read_and_their_errors_name_the_line(tmp_path):
+    s = load(study(tmp_path, NAMED))
+    assert [(x.name, x.base, x.guest_fs, x.host_fs, x.net, x.gateway) for x in s.stacks()] == [
+        ("A", "B", "ext4", "xfs", "sshfs-socat", True), ("B", "B", "xfs", "xfs", "", False)]
+    assert (s.tables[0].title, s.tables[0].transpose) == ("t", True)
+    assert [x.name for x in load(study(tmp_path, NAMED), quick=True).stacks()] == ["A", "B"]
+    for change, error in [
+            (('baseline = "B"', 'baseline = "C"'),
+             r"line 5: \[matrix\] baseline: 'C': with \[\[stack\]\]s, the name of one"),
+            (('net = "sshfs-socat"', 'net = "nfs"'), r"line 9: \[stack\] net: 'nfs': one of"),
+            (('name = "B"', 'name = "A"'), r"\[stack\] name: two stacks of one name"),
+            (('net = "sshfs-socat"\n', ''), r"line 9: \[stack\] gateway: a gateway is on a "
+                                             r"network mount"),
+            (('stacks = ["A"]', 'stacks = ["Z"]'), r"line 17: \[quick\] stacks: a list of")]:
+        with pytest.raises(StudyError, match=error):
+            load(study(tmp_path, NAMED.replace(*change)), quick=True)
+
+
 @pytest.mark.root
 def test_the_nested_fs_study_runs_quick_and_reports_from_its_store(tmp_path, nothing_left):
     store = tmp_path / "s"
@@ -163,6 +211,32 @@ def test_the_vm_on_nas_study_prints_the_seeds_tables_and_their_directions(tmp_pa
     assert verdicts["vm-nas-reads-more"]["value"] is not None
     text = run_cli("study", "report", str(store)).stdout
     assert "Random 2 KB reads (seed 003" in text and "file reads MiB" in text
+
+
+@pytest.mark.root
+def test_the_gateways_study_gives_throughput_and_cpu_per_gib_of_each_transport(tmp_path,
+                                                                              nothing_left):
+    """Seed 002 in one command: sshfs over ssh and over socat as gateways,
+    iozone's patterns, MiB/s and the CPU each side's processes spent."""
+    store = tmp_path / "s"
+    r = run_cli("study", "run", str(REPO / "studies" / "gateways.toml"), "--quick", "-o",
+                str(store), "--json", check=False, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["captures"] == 8 and rep["failed"] == []
+    mib, cpu = rep["tables"]
+    assert mib["columns"] == ["stack", "write", "read", "random read", "random write"]
+    assert [row[0] for row in mib["rows"]] == ["sshfs-socat", "sshfs-ssh"]
+    assert all(v > 0 for row in mib["rows"] for v in row[1:]), mib["rows"]
+    assert len(cpu["rows"]) == 8 and all(row[3] == pytest.approx(row[1] + row[2])
+                                         for row in cpu["rows"]), cpu["rows"]
+    # the CPU is the hop's own processes', measured in the capture
+    s = nestrace.open(store)
+    for m in s.rows("SELECT settings_json FROM capture_meta"):
+        got = json.loads(m["settings_json"])["net_cpu"]
+        assert "sshfs" in got["client"] and "sftp-server" in got["server"], got
+    assert {c["id"] for c in rep["claims"]} == {"socat-faster", "socat-cheaper"}
+    assert all(c["value"] is not None for c in rep["claims"])
 
 
 @pytest.mark.root

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import time
 from dataclasses import dataclass
@@ -29,6 +28,15 @@ from pathlib import Path
 
 from nestrace.capture import netlab
 from nestrace.capture.devices import mounts
+from nestrace.capture.loops import (
+    PART_START,
+    LabError,
+    check_dio,
+    default_request_limit,
+    partition,
+    write_mbr,
+)
+from nestrace.capture.loops import run as _run
 from nestrace.capture.netlab import NETS
 from nestrace.capture.stack import RAW_HOST
 from nestrace.errors import json_object
@@ -41,17 +49,11 @@ HOST_FILESYSTEMS = FILESYSTEMS + (RAW,)
 BTRFS_PROFILES = ("single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6")
 STATE_ROOT = Path(os.environ.get("NESTRACE_LAB_STATE", "/run/nestrace/labs"))
 DATA_ROOT = Path(os.environ.get("NESTRACE_LAB_DATA", "/var/tmp/nestrace-labs"))
-# where --partitions puts each file system: 1 MiB in, as partitioning tools do
-PART_START = 1 << 20
 # mkfs.xfs refuses file systems under 300 MiB
 MIN_FS_BYTES = {"xfs": 300 << 20, "btrfs": 128 << 20}
 # the smallest block each mkfs takes (xfs: with its default CRCs; btrfs:
 # its sector, at least 4 KiB)
 MIN_BLOCK_BYTES = {"ext2": 1024, "ext3": 1024, "ext4": 1024, "xfs": 1024, "btrfs": 4096}
-
-
-class LabError(RuntimeError):
-    pass
 
 
 def stack_paths(st: dict) -> list[str]:
@@ -90,14 +92,6 @@ def parse_size(s: str | int) -> int:
         return int(t)
     except (ValueError, OverflowError):     # (OverflowError: "infG")
         raise LabError(f"bad size {s!r} (want e.g. 512M, 2G)") from None
-
-
-def _run(cmd: list[str], what: str) -> str:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        msg = (r.stderr or r.stdout).strip().splitlines()
-        raise LabError(f"{what} failed: {' '.join(cmd)}: {msg[0] if msg else r.returncode}")
-    return r.stdout.strip()
 
 
 def mount_cmd(fs: str, dev: str, mount_point, discard: bool = False,
@@ -290,7 +284,7 @@ class Lab:
                 guest_dev = vdisk
             else:
                 disk, vdisk, image = self._host_fs_disks(st, cfg, disk_file, disk_size)
-                guest_dev = _partition(vdisk, cfg.image_size) if cfg.partitions else vdisk
+                guest_dev = partition(vdisk, cfg.image_size) if cfg.partitions else vdisk
             if not cfg.host_compress:
                 _run(mkfs_cmd(cfg.guest_fs, guest_dev, cfg.guest_block_size),
                      f"mkfs.{cfg.guest_fs} (guest)")
@@ -344,14 +338,14 @@ class Lab:
     def _host_fs(self, st: dict, cfg: LabConfig, disk_file: Path, disk_size: int) -> str:
         """The host disk(s) and the host FS on them, mounted: the disk."""
         disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
-        host_dev = _partition(disk, disk_size) if cfg.partitions else disk
+        host_dev = partition(disk, disk_size) if cfg.partitions else disk
         more = []
         for i in range(2, cfg.host_disks + 1):
             f = self.data_dir / f"disk{i}.raw"
             _sparse_file(f, disk_size, "host disk")
             self._step(st, "file", path=str(f))
             d = self._attach(st, f, cfg.host_dio, "disk", "--host-dio", cfg.partitions)
-            more.append(_partition(d, disk_size) if cfg.partitions else d)
+            more.append(partition(d, disk_size) if cfg.partitions else d)
         _run(mkfs_cmd(cfg.host_fs, host_dev, cfg.host_block_size, more, cfg.host_profile),
              f"mkfs.{cfg.host_fs} (host)")
         self.host_mount.mkdir(parents=True, exist_ok=True)
@@ -379,7 +373,7 @@ class Lab:
         device on that partition: (disk, vdisk, the partition)."""
         write_mbr(disk_file, PART_START, cfg.image_size)
         disk = self._attach(st, disk_file, cfg.host_dio, "disk", "--host-dio", partscan=True)
-        part = _partition(disk, PART_START + cfg.image_size)
+        part = partition(disk, PART_START + cfg.image_size)
         return disk, self._attach(st, Path(part), cfg.guest_dio, "vdisk", "--guest-dio"), part
 
     def _compressed_image(self, st: dict, cfg: LabConfig, image: Path) -> None:
@@ -393,7 +387,7 @@ class Lab:
         _sparse_file(build, cfg.image_size, "guest FS image")
         self._step(st, "file", path=str(build))
         dev = self._attach(st, build, False, "guest build", "--guest-dio", cfg.partitions)
-        part = _partition(dev, cfg.image_size) if cfg.partitions else dev
+        part = partition(dev, cfg.image_size) if cfg.partitions else dev
         _run(mkfs_cmd(cfg.guest_fs, part, cfg.guest_block_size), f"mkfs.{cfg.guest_fs} (guest)")
         _run(["losetup", "-d", dev], "detaching the guest build loop device")
         chunk = 1 << 20
@@ -417,8 +411,8 @@ class Lab:
                     *(["--partscan"] if partitioned or partscan else []), str(backing)],
                    f"attaching the {role} loop device")
         self._step(st, "loop", dev=dev, role=role)
-        _check_dio(dev, dio, flag)
-        _default_request_limit(dev)
+        check_dio(dev, dio, flag)
+        default_request_limit(dev)
         return dev
 
     def down(self) -> list[str]:
@@ -502,55 +496,6 @@ class Lab:
         return undone
 
 
-def write_mbr(path: Path, start: int, length: int) -> None:
-    """A DOS partition table with one Linux partition (type 0x83) of
-    `length` bytes at byte `start` (both multiples of 512)."""
-    entry = struct.pack("<B3sB3sII", 0, b"\xfe\xff\xff", 0x83, b"\xfe\xff\xff",
-                        start // 512, length // 512)
-    with open(path, "r+b") as f:
-        f.seek(446)
-        f.write(entry + bytes(48) + b"\x55\xaa")
-
-
-def _partition(disk: str, size: int) -> str:
-    """The first partition of a loop device attached with --partscan: the
-    kernel's own scan of the table write_mbr wrote, or, on a kernel built
-    without partition table parsers, one added by BLKPG (addpart)."""
-    part = f"{disk}p1"
-    for i in range(100):
-        if Path(part).exists():
-            return part
-        if i == 5:
-            _run(["addpart", disk, "1", str(PART_START // 512), str((size - PART_START) // 512)],
-                 f"adding partition 1 to {disk}")
-        time.sleep(0.02)
-    raise LabError(f"{part}: the partition did not appear")
-
-
-def _default_request_limit(dev: str) -> None:
-    """A loop device keeps the request size limit set on it (its queue's
-    max_sectors_kb) after it is detached, and the next lab given its
-    number inherited it: 8 KiB left on loop0 by a hand-made test split
-    btrfs's 16 KiB metadata reads at the host disk and made fio's 128 KiB
-    reads look sequential on a fragmented image.  Set it to a new device's: max_hw_sectors_kb, at most
-    1280 (the block layer's BLK_DEF_MAX_SECTORS_CAP)."""
-    q = Path("/sys/block") / Path(dev).name / "queue"
-    try:
-        want = min(int((q / "max_hw_sectors_kb").read_text()), 1280)
-        if int((q / "max_sectors_kb").read_text()) != want:
-            (q / "max_sectors_kb").write_text(f"{want}\n")
-    except (OSError, ValueError) as e:
-        raise LabError(f"{dev}: setting its request size limit (max_sectors_kb) to a new "
-                       f"device's: {e}") from e
-
-
-def _check_dio(dev: str, want: bool, flag: str) -> None:
-    got = Path(f"/sys/block/{Path(dev).name}/loop/dio").read_text().strip() == "1"
-    if got != want:
-        raise LabError(f"{flag} {'on' if want else 'off'}: the kernel set direct I/O "
-                       f"{'on' if got else 'off'} for {dev} (backing file system cannot do it)")
-
-
 def _unmount_on_top(roots: list[str], own: list[str]) -> list[str]:
     """Unmount what stands on the lab's file systems (the lab's mounts
     `own`, and the directories they are in, `roots`), deepest first:
@@ -578,7 +523,6 @@ def _unmount_on_top(roots: list[str], own: list[str]) -> list[str]:
 def _umount(path: str, tries: int = 20) -> None:
     """Unmount; a process that was just killed may hold the mount for a
     moment, so retry a busy unmount for up to ~5 s before giving up."""
-    import time
     for i in range(tries):
         r = subprocess.run(["umount", path], capture_output=True, text=True)
         if r.returncode == 0 or not _is_mounted(path):

@@ -411,7 +411,7 @@ def test_the_agent_alone_finds_the_journal_where_record_does(case, tmp_path):
     from fstools import journal_by_tools
 
     from nestrace.capture.devices import kdev_of, mount_of
-    from nestrace.capture.lab import PART_START, _partition, write_mbr
+    from nestrace.capture.loops import PART_START, partition, write_mbr
     mkfs, mib, part = JOURNAL_CASES[case]
     img, mnt = tmp_path / "fs.img", tmp_path / "m"
     subprocess.run(["truncate", "-s", f"{mib}M", str(img)], check=True)
@@ -422,7 +422,7 @@ def test_the_agent_alone_finds_the_journal_where_record_does(case, tmp_path):
                           check=True, capture_output=True, text=True).stdout.strip()
     mounted = False
     try:
-        dev = _partition(loop, mib << 20) if part else loop   # (the lab's own way)
+        dev = partition(loop, mib << 20) if part else loop   # (the lab's own way)
         subprocess.run([*mkfs, dev], check=True, capture_output=True)
         subprocess.run(["mount", dev, str(mnt)], check=True)
         mounted = True

@@ -112,6 +112,10 @@ def test_every_read_and_write_is_found_at_every_level_through_sshfs(
     # (the file was opened before), and each request one of fio's
     ops = {r["op"]: r["n"] for r in s.rows("SELECT op, count(*) AS n FROM netfs_io GROUP BY op")}
     assert ops.get("read", 0) == 4096, ops
+    # each joined to the virtual-disk request it serves, by offset and time
+    causes = s.rows("SELECT cause, count(*) AS n, count(DISTINCT upper_id) AS ups "
+                    "FROM netfs_causes WHERE op = 'read' GROUP BY cause")
+    assert causes == [{"cause": "vdisk", "n": 4096, "ups": 4096}], causes
     assert "\nchain: vfs > vdisk > netfs > hostfs > disk\n" in \
         run_cli("summary", str(tmp_path / "r")).stdout + "\n"
 
@@ -149,6 +153,10 @@ def test_the_gateway_finds_every_read_and_write_at_every_level(lab_factory, tmp_
     dm = {d["level"]: d for d in s.rows("SELECT * FROM device_map")}
     assert dm["vfs"]["fs_type"] == dm["netfs"]["fs_type"] == "fuse.sshfs"
     assert dm["vfs"]["dev"] == dm["netfs"]["dev"] and "vdisk" not in dm
+    # each read request joined to fio's call it serves (the same process)
+    causes = s.rows("SELECT cause, count(*) AS n FROM netfs_causes WHERE op = 'read' "
+                    "GROUP BY cause")
+    assert causes == [{"cause": "app", "n": 4096}], causes
     assert "\nchain: vfs > netfs > hostfs > disk\n" in \
         run_cli("summary", str(tmp_path / "r")).stdout + "\n"
     assert_writes_found(lab, tmp_path, GATEWAY)

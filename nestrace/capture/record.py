@@ -461,25 +461,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             _discard(live)     # (nothing was recorded)
             raise RecordError("the agent exited before tracing: " + (
                 " | ".join(cap.agent_stderr[-3:]) or f"exit code {run.proc.returncode}"))
-        no_workload: list[OSError] = []
-        hop_cpu = netmount.HopCpu(stack.net) if stack.net else None
-        try:
-            if command:
-                try:
-                    cap.command_rc = run_workload(command, cwd, env)
-                except OSError as e:    # (it never ran: nothing worth keeping)
-                    no_workload.append(e)
-            else:
-                wait_for_stop(duration, lambda: run.proc.poll() is None, log)
-        finally:
-            if stack.net and cap.command_rc:    # (a workload failed: its mount gone?)
-                for _ in range(10):
-                    if run.net_check(stack.net):
-                        break
-                    time.sleep(0.05)
-            run.stop()
-            if hop_cpu:
-                settings["net_cpu"] = hop_cpu.done()
+        no_workload = _trace(run, cap, stack, settings, command, duration, cwd, env, log)
         if no_workload:
             _discard(live)
             raise RecordError(f"{command[0]}: could not start: "
@@ -488,6 +470,35 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                        workload, store_p)
     finally:
         live.release()
+
+
+def _trace(run: _AgentRun, cap: Capture, stack: Stack, settings: dict,
+           command: list[str] | None, duration: float | None, cwd: str | None,
+           env: dict[str, str] | None, log) -> list[OSError]:
+    """Trace while the workload runs (or for `duration`, or until
+    stopped), then stop the agent; the error of a workload that could not
+    start (nothing worth keeping), in a list.  A network hop's CPU goes
+    into `settings`."""
+    no_workload: list[OSError] = []
+    hop_cpu = netmount.HopCpu(stack.net) if stack.net else None
+    try:
+        if command:
+            try:
+                cap.command_rc = run_workload(command, cwd, env)
+            except OSError as e:    # (it never ran: nothing worth keeping)
+                no_workload.append(e)
+        else:
+            wait_for_stop(duration, lambda: run.proc.poll() is None, log)
+    finally:
+        if stack.net and cap.command_rc:    # (a workload failed: its mount gone?)
+            for _ in range(10):
+                if run.net_check(stack.net):
+                    break
+                time.sleep(0.05)
+        run.stop()
+        if hop_cpu:
+            settings["net_cpu"] = hop_cpu.done()
+    return no_workload
 
 
 def _finish(live: LiveCapture, run: _AgentRun, cap: Capture, stack: Stack, cid: str,

@@ -89,17 +89,33 @@ NET_DAEMONS = {"socat", "sshd", "sftp-server", "sshfs", "ssh"}
 
 
 def net_daemons() -> set[int]:
-    """The network hop's processes running (a lab's sshfs, its server's
-    socat or sshd, their sftp-servers), by pid."""
-    out = set()
+    """The network hop's processes of this run's labs that are running
+    (not zombies: this sandbox's init reaps none), by pid: an sshfs, ssh,
+    socat or sshd whose command line or environment names a directory
+    this run owns (its mount point, its keys and config, the lab
+    directory netlab gives its daemons), and what they started (the
+    sftp-servers).  Another run's labs, beside this one, are not its."""
+    from nestrace.capture import lab
+    roots = [str(r).rstrip("/") + "/" for r in (lab.STATE_ROOT, lab.DATA_ROOT, *_OWN_ROOTS)]
+    procs = {}
     for p in Path("/proc").iterdir():
         try:
-            if p.name.isdigit() and (p / "comm").read_text().strip() in NET_DAEMONS and \
-                    (p / "stat").read_text().rpartition(")")[2].split()[0] != "Z":
-                out.add(int(p.name))        # (not a zombie: this sandbox's init reaps none)
-        except OSError:         # gone meanwhile
+            if not p.name.isdigit() or \
+                    (p / "stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                continue
+            procs[int(p.name)] = ((p / "comm").read_text().strip(),
+                                  int((p / "stat").read_text().rpartition(")")[2].split()[1]),
+                                  (p / "cmdline").read_bytes() + (p / "environ").read_bytes())
+        except (OSError, IndexError):         # gone meanwhile
             continue
-    return out
+    ours = {pid for pid, (comm, _, text) in procs.items() if comm in NET_DAEMONS and
+            any(r.encode() in text for r in roots)}
+    grew = True
+    while grew:                 # (and their descendants)
+        more = {pid for pid, (_, ppid, _) in procs.items() if ppid in ours} - ours
+        grew = bool(more)
+        ours |= more
+    return {pid for pid in ours if procs[pid][0] in NET_DAEMONS}
 
 
 def prog_ids(pid: int) -> set[int]:

@@ -57,9 +57,13 @@ def _listening(address: str, port: int) -> bool:
 
 
 def _start(cmd: list[str], log: Path, address: str, port: int, what: str) -> int:
+    """Start a daemon in a session of its own, its environment naming the
+    lab's directory (NESTRACE_LAB_DIR: whose daemon it is, for a reader
+    of /proc); its pid once it listens."""
+    env = os.environ | {"NESTRACE_LAB_DIR": str(log.parent)}
     with open(log, "ab") as out:
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                             start_new_session=True)
+                             start_new_session=True, env=env)
     for _ in range(200):
         if _listening(address, port):
             return p.pid

@@ -163,6 +163,8 @@ def _ssh_of(net: dict, argvs: list[list[str]]) -> set[int]:
     """The ssh processes sshfs started for the mount (a daemonized sshfs
     is no longer their parent): ssh running sftp to the mount's host,
     with the port sshfs was given."""
+    if net.get("transport") != "ssh":
+        return set()
     where = net["source"].rpartition(":")[0]
     ports = {o[5:] for argv in argvs for w in argv for o in w.split(",") if o.startswith("port=")}
     out = set()
@@ -171,8 +173,9 @@ def _ssh_of(net: dict, argvs: list[list[str]]) -> set[int]:
             if not p.name.isdigit() or (p / "comm").read_text().strip() != "ssh":
                 continue
             argv = (p / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if "sftp" in argv and any(a.endswith(where) for a in argv) and \
-                    all(f"-oport={port}" in argv for port in ports):
+            if "sftp" in argv and where in argv and \
+                    (all(f"-oport={port}" in argv for port in ports) if ports
+                     else not any(a.startswith("-oport=") for a in argv)):
                 out.add(int(p.name))
     return out
 

@@ -82,7 +82,12 @@ def through(s, op: str, syscall: str, shape: dict = IMAGE) -> dict:
 @pytest.mark.parametrize("net,host_fs", [("sshfs-socat", "xfs"), ("sshfs-ssh", "ext4")])
 def test_every_read_and_write_is_found_at_every_level_through_sshfs(
         lab_factory, tmp_path, net, host_fs):
-    lab = lab_factory("ext4", host_fs, image_size="256M", net=net)
+    # (4 KiB guest blocks, as in a VM's file system: each 4 KiB read is one
+    # page of the server's.  With 1 KiB blocks, mkfs.ext4's choice on a
+    # small image, a read spans two pages, and when the first was locked
+    # by a readahead still in flight an ext4 server's first page lookup has
+    # no event: docs/design/hostfs-hooks.md, ext2/ext3/ext4)
+    lab = lab_factory("ext4", host_fs, image_size="256M", net=net, guest_block_size=4096)
     s, offsets, r = record_fio(lab, tmp_path / "r", tmp_path, *FIO_RANDREAD)
     assert len(offsets) == 4096
     assert through(s, "read", "pread64") == dict.fromkeys(LEVELS, 4096)

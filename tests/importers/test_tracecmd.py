@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -52,8 +53,7 @@ def dats(tmp_path_factory):
         rdev = os.stat(loop).st_rdev
         dev = (os.major(rdev) << 20) | os.minor(rdev)
         # empty the buffer of what other tracers left (nothing is enabled now)
-        subprocess.run(["trace-cmd", "extract", "-o", str(tmp / "before.dat")],
-                       check=True, capture_output=True)
+        extract(tmp / "before.dat")
         for e in EVENTS:
             f = TRACING / "events" / "block" / e / "enable"
             f.write_text("1\n")
@@ -69,7 +69,7 @@ def dats(tmp_path_factory):
             subprocess.run(["losetup", "-d", loop], check=True)
         assert loop_devices() <= before, "a loop device was left attached"
     v7z = tmp / "trace.dat"
-    subprocess.run(["trace-cmd", "extract", "-o", str(v7z)], check=True, capture_output=True)
+    extract(v7z)
     files = {"v7 zstd": v7z, "v7": tmp / "v7.dat", "v6": tmp / "v6.dat"}
     subprocess.run(["trace-cmd", "convert", "-i", str(v7z), "-o", str(files["v7"]),
                     "--compression", "none"], check=True, capture_output=True)
@@ -77,6 +77,24 @@ def dats(tmp_path_factory):
                     "--file-version", "6", "--compression", "none"], check=True,
                    capture_output=True)
     return files, dev, loop
+
+
+def extract(out: Path) -> None:
+    """`trace-cmd extract -o out`.  It turns tracing off while it reads
+    and, when it fails, leaves it off (every later ftrace test then
+    records nothing): tracing is turned back on, and a failure (once in
+    CI, EINVAL with the other run's tests beside it) is tried once more,
+    then raised with trace-cmd's own words."""
+    for attempt in (1, 2):
+        r = subprocess.run(["trace-cmd", "extract", "-o", str(out)], capture_output=True,
+                           text=True)
+        (TRACING / "tracing_on").write_text("1\n")
+        if r.returncode == 0:
+            return
+        if attempt == 2:
+            raise AssertionError(f"trace-cmd extract -o {out}: exit {r.returncode}: "
+                                 f"{(r.stderr or r.stdout).strip()[-500:]}")
+        time.sleep(1)
 
 
 _LINE = re.compile(r"\[(\d+)\]\s+(\d+)\.(\d+):\s+(block_\w+):\s+(\d+),(\d+)\s+(\S+)\s+(.*)")

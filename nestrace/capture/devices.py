@@ -131,6 +131,15 @@ class BlockDev:
         return bool(self.backing_file)
 
 
+def read_ahead_kb(bd: BlockDev) -> int | None:
+    """The readahead window the kernel gives the device's file systems
+    (queue/read_ahead_kb of the whole disk); None when not readable."""
+    try:
+        return int(Path(f"/sys/block/{bd.name}/queue/read_ahead_kb").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _sysfs(path: Path, default: str = "") -> str:
     try:
         return path.read_text().strip()

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from nestrace.capture import netmount
 from nestrace.capture.agent import agent_args, agent_cpus, cgroup_dir, side_families
+from nestrace.capture.devices import read_ahead_kb
 from nestrace.capture.snapshots import (
     btrfs_placed_extents,
     btrfs_placed_rows,
@@ -445,7 +446,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
                     **({"redact": True} if redact else {}),
                     "pid": pid, "cgroup": cgroup, "store_traced_at": store_level,
-                    "max_size_bytes": max_bytes}
+                    "max_size_bytes": max_bytes, "read_ahead_kb": _read_ahead(stack)}
         neighbors = _start_facts(live, stack, cid, settings, " ".join(command or [])
                                  if workload is None
                                  else workload_line(workload).get("command", ""), log)
@@ -470,6 +471,15 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
                        workload, store_p)
     finally:
         live.release()
+
+
+def _read_ahead(stack: Stack) -> dict:
+    """Each traced block level's readahead window (KiB) at the start: the
+    virtual disk's (the guest FS reads ahead by it) and the host disk's
+    (the host FS's, reading the image)."""
+    devs = ([("vdisk", stack.vdisk)] if stack.has_guest and stack.vdisk else []) + \
+        ([("disk", stack.disk)] if stack.has_host and stack.disk else [])
+    return {level: read_ahead_kb(bd) for level, bd in devs}
 
 
 def _trace(run: _AgentRun, cap: Capture, stack: Stack, settings: dict,

@@ -141,13 +141,26 @@ def build(store: str | Path) -> dict:
         rounds = sorted({c["round"] for c in doc["cells"]})
         claims = [_claim(s, c, rounds) for c in doc["claims"]]
         tables = [_table(s, t) for t in doc.get("tables", [])]
-        idle, seeks = _idle(s), _seek_cdfs(s)
+        idle, seeks, ra = _idle(s), _seek_cdfs(s), _readahead(s)
     failed = [c for c in doc["cells"] if c["error"] or c["command_exit"]]
     return {"study": doc["name"], "title": doc["title"], "seeds": doc["seeds"],
             "quick": doc["quick"], "baseline": doc["baseline"], "rounds": rounds,
             "interrupted": doc["interrupted"], "workloads": doc["workloads"],
             "captures": cells.num_rows, "failed": failed, "relative": rel, "claims": claims,
-            "tables": tables, "idle": idle, "seek_cdf": seeks, "named": doc.get("named", False)}
+            "tables": tables, "idle": idle, "seek_cdf": seeks, "readahead_kb": ra,
+            "named": doc.get("named", False)}
+
+
+def _readahead(s: Session) -> list[dict]:
+    """Each stack's readahead windows (KiB) as its captures found them:
+    the virtual disk's and the host disk's (NULL for a level it lacks, and
+    in captures made before they were kept)."""
+    return s.rows(
+        "SELECT c.stack, "
+        "max(json_extract(m.settings_json, '$.read_ahead_kb.vdisk')::INTEGER) AS vdisk, "
+        "max(json_extract(m.settings_json, '$.read_ahead_kb.disk')::INTEGER) AS disk "
+        "FROM study_cells c JOIN capture_meta m USING (capture_id) GROUP BY c.stack "
+        "ORDER BY c.stack")
 
 
 def _table(s: Session, t: dict) -> dict:
@@ -249,6 +262,10 @@ def render(rep: dict, console=None) -> None:
         con.print(f"failed: round {c['round']} {c['workload']} "
                   f"{c.get('stack', c['guest_fs'] + ' on ' + c['host_fs'])}: "
                   f"{c['error'] or 'the workload exited with code ' + str(c['command_exit'])}")
+    if rep.get("readahead_kb"):
+        con.print("readahead (read_ahead_kb, beside the readahead claims): " + "; ".join(
+            f"{escape(r['stack'])}: virtual disk {_fmt(r['vdisk'], 'd')}, "
+            f"host disk {_fmt(r['disk'], 'd')}" for r in rep["readahead_kb"]))
     con.print("queue idle time per level and the host disk's seek-distance CDFs: in the "
               "JSON (idle, seek_cdf) and on the html page")
     if rep["interrupted"]:

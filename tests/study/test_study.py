@@ -167,6 +167,13 @@ def test_the_nested_fs_study_runs_quick_and_reports_from_its_store(tmp_path, not
     for x in rep["seek_cdf"]:
         q = x["normalized"]
         assert len(q) == 21 and q == sorted(q) and 0 <= q[0] and q[-1] <= 1, x
+    # the readahead windows beside the readahead claim: each stack's
+    # virtual disk's and host disk's, as the kernel had them
+    ra = {r["stack"]: r for r in rep["readahead_kb"]}
+    assert set(ra) == {"ext4 on xfs", "ext4 on none"}, ra
+    assert all(r[lv] is not None and r[lv] > 0 for r in ra.values() for lv in ("vdisk", "disk")), ra
+    assert "readahead (read_ahead_kb, beside the readahead claims)" in \
+        run_cli("study", "report", str(store)).stdout
     page = (store / "study-report.html").read_text()
     # (a heat map per workload, a CDF figure per workload with seeks)
     assert page.count("Plotly.newPlot") == 8 + len({x["workload"] for x in rep["seek_cdf"]}) and \

@@ -117,8 +117,19 @@ def report_events(path: Path) -> Counter:
         sector, sectors = (int(pos[1]), int(pos[2])) if pos else \
             (int(split[1]), 0) if split else (None, None)
         got[(int(cpu), int(sec) * 10**9 + int(frac.ljust(9, "0")), ev, (int(major) << 20) | int(minor),
-             rwbs, sector, sectors, int(split[2]) if split else None)] += 1
+             blkparse_rwbs(rwbs), sector, sectors, int(split[2]) if split else None)] += 1
     return got
+
+
+def blkparse_rwbs(kernel: str) -> str:
+    """The kernel's rwbs letters (what trace-cmd prints) as blkparse's,
+    which the store keeps: a flush request is F (a preflush) then F (the
+    flush op) in the kernel's, F then N (no data) in blkparse's."""
+    if kernel.startswith("FF"):
+        return "FN" + kernel[2:]
+    if kernel[:1] == "F" and (len(kernel) == 1 or kernel[1] not in "RWDN"):
+        return "FN" + kernel[1:]
+    return kernel
 
 
 def our_events(path: Path) -> Counter:

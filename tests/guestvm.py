@@ -92,6 +92,11 @@ def _depends(ko: bytes) -> list[str]:
     return [d.replace("-", "_") for d in ko[i + 9:end].decode().split(",") if d]
 
 
+# NFS's client (v3, v4) and server, and the loop driver for an image on
+# the NFS mount, xfs for the server's file system (tests/vm/test_vm_nfs.py)
+NFS = ["loop", "xfs", "nfsd", "nfsv3", "nfsv4", "nfs"]
+
+
 def module_order(want=WANT) -> list[tuple[str, bytes]]:
     """The wanted modules and their dependencies, dependencies first; a
     module built into this kernel (not in the tree) is skipped."""
@@ -128,12 +133,12 @@ def _cpio(entries: list[tuple[str, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def initramfs(path: Path) -> Path:
-    mods = module_order()
+def initramfs(path: Path, want=WANT) -> Path:
+    mods = module_order(want)
     builtin = KERNEL_DIR / "modules.builtin"
     builtin = {Path(l).name.split(".ko")[0].replace("-", "_")
                for l in builtin.read_text().split()} if builtin.is_file() else set()
-    lacking = [w for w in WANT if w not in {n for n, _ in mods} | builtin]
+    lacking = [w for w in want if w not in {n for n, _ in mods} | builtin]
     if lacking:
         raise GuestError(f"{KERNEL_DIR}: no module {', '.join(lacking)}")
     d, f, x = stat.S_IFDIR | 0o755, stat.S_IFREG | 0o644, stat.S_IFREG | 0o755
@@ -147,19 +152,19 @@ def initramfs(path: Path) -> Path:
 
 
 def boot(workdir: Path, script: str, disks: list[tuple[Path, str]], *, timeout: float = 900,
-         memory_mb: int = 2048) -> tuple[int, str, str]:
+         memory_mb: int = 2048, modules=()) -> tuple[int, str, str]:
     """Boot the guest with `disks`, (image, format) pairs, as its virtio-blk
     disks (vda, vdb, ... in that order; cache=none like a production VM),
     run `script` in it, and return (its exit code, what it printed, QEMU's
     console).  `workdir/out` is the guest's /run/out: the script leaves its
-    results there."""
+    results there.  `modules`: more kernel modules to load (NFS)."""
     if why := missing():
         raise GuestError(why)
     out = workdir / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "run.sh").write_text(script)
     (out / "rc").unlink(missing_ok=True)
-    ird = initramfs(workdir / "initrd.gz")
+    ird = initramfs(workdir / "initrd.gz", WANT + [m for m in modules if m not in WANT])
     cmd = [QEMU, "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", str(memory_mb),
            "-nographic", "-no-reboot", "-kernel", str(KERNEL_DIR / "vmlinuz"), "-initrd", str(ird),
            "-append", "console=ttyS0 quiet panic=-1",

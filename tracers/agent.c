@@ -49,7 +49,7 @@
 
 #define MAX_KIND 8
 #define BATCH_BYTES (1 << 20)
-#define MAX_HOOKS 64
+#define MAX_HOOKS 128
 
 static struct env {
 	bool verbose;
@@ -990,10 +990,13 @@ static void family__attach(struct family *f, bool ends)
 		const char *tp = program__tracepoint(p, &is_btf);
 		struct hook *h;
 
-		if (nhooks >= MAX_HOOKS)
-			break;
 		if (!*tp || hook__ends(tp) != ends)
 			continue;
+		if (nhooks >= MAX_HOOKS) {	/* (never silently: a hook not attached is said) */
+			fprintf(stderr, "nestrace-agent: WARNING: more than %d hooks: %s and the "
+				"ones after it are not attached\n", MAX_HOOKS, tp);
+			break;
+		}
 		if (!bpf_program__autoload(p)) {
 			/* record a tracepoint skipped or the kernel lacks, once */
 			if (is_btf && list__has(env.skip_hooks, tp)) {

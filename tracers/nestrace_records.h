@@ -117,22 +117,22 @@ struct nt_mapping_event {
 
 #define NT_KIND_NETFS_EVENT 7
 #define NT_VERSION_NETFS_EVENT 1
-/* One request a network file system's client sent to its server (FUSE: fuse_request_send), or its answer (fuse_request_end): the netfs level, between the virtual disk (or the guest's files) and the server's file system. (96 bytes) */
+/* One request a network file system's client sent to its server, or its answer (FUSE: fuse_request_send, fuse_request_end; NFS: nfs_initiate_read/write/commit, nfs_readpage_done, nfs_writeback_done, nfs_commit_done, and the metadata calls' nfs_getattr/setattr/lookup/access/create/remove/atomic_open_enter and _exit): the netfs level, between the virtual disk (or the guest's files) and the server's file system.  Also the NFS server's file operations on a traced file (proto 3: nfsd_read_splice or nfsd_read_vector and nfsd_read_io_done, nfsd_write_opened and nfsd_write_io_done). (96 bytes) */
 struct nt_netfs_event {
 	struct nt_header hdr;
-	__u64 unique; /* the request's id on its connection (FUSE: unique); send and end share it */
-	__u64 nodeid; /* the file the request is on (FUSE: node id); 0 at end */
-	__s64 offset_bytes; /* read and write: the file offset asked for; -1 for any other request, and at end */
-	__u64 bytes; /* read and write: the bytes asked for; any other request: the request's length on the wire; end: the answer's length on the wire */
-	__u32 dev; /* kernel dev_t of the network mount (FUSE: the connection) */
-	__u32 pid; /* send: the process the request is for (FUSE: in.h.pid); end: 0 */
-	__s32 error; /* end: the answer's status (negative errno); send: 0 */
-	__u32 flags; /* write: the request's write flags (FUSE: 1 WRITE_CACHE, writeback from the client's page cache; 2 WRITE_LOCKOWNER; 4 WRITE_KILL_SUIDGID); 0 otherwise */
+	__u64 unique; /* the request's id, which its send and end share (FUSE: unique on its connection; NFS client: the call's kernel address, for a metadata call its task; nfsd: the call's xid) */
+	__u64 nodeid; /* the file the request is on (FUSE: node id, 0 at end; NFS client: the file's inode number on the mount; nfsd: its inode number on the server's file system) */
+	__s64 offset_bytes; /* read and write: the file offset asked for (NFS COMMIT: the start of the range); -1 for any other request, and at end (nfsd: at end too) */
+	__u64 bytes; /* read and write: the bytes asked for; any other FUSE request: its length on the wire; FUSE end: the answer's length on the wire; NFS end: the bytes the server read or wrote; COMMIT: the range's length (0: to the end of the file) */
+	__u32 dev; /* kernel dev_t of the network mount (FUSE: the connection); nfsd: of the server's file system */
+	__u32 pid; /* send: the process the request is for (FUSE: in.h.pid; NFS: the task that sent it); end, nfsd: 0 */
+	__s32 error; /* end: the answer's status (negative errno; NFS: the RPC task's status); send: 0 */
+	__u32 flags; /* write: the request's write flags (FUSE: 1 WRITE_CACHE, writeback from the client's page cache; 2 WRITE_LOCKOWNER; 4 WRITE_KILL_SUIDGID); NFS WRITE: the stable how asked at send, and the server's at end, and a COMMIT's at end (0 UNSTABLE, 1 DATA_SYNC, 2 FILE_SYNC), and at a READ's or WRITE's send 0x100 when it is the client's page cache's (no O_DIRECT request: readahead, writeback); 0 otherwise */
 	__u16 event; /* 1 send, 2 end */
-	__u16 proto; /* 1 FUSE */
-	__u16 opcode; /* the request's operation (FUSE: enum fuse_opcode) */
+	__u16 proto; /* 1 FUSE, 2 NFS (the client's calls), 3 nfsd (the NFS server's file operations) */
+	__u16 opcode; /* the request's operation (FUSE: enum fuse_opcode; NFS, nfsd: enum nfs_proc) */
 	__u16 _pad0;
-	char comm[16]; /* send: the task that sent it (the process itself, or a kernel worker for writeback and readahead); end: empty */
+	char comm[16]; /* send: the task that sent it (the process itself, or a kernel worker for writeback and readahead; nfsd: the nfsd thread); end: empty */
 };
 
 #define NT_KIND_CPU_STATS 6
@@ -305,5 +305,18 @@ struct nt_cpu_stats {
 #define NT_FUSE_OPCODE_TMPFILE 51
 #define NT_FUSE_OPCODE_STATX 52
 #define NT_FUSE_OPCODE_NAMES "lookup,forget,getattr,setattr,readlink,symlink,mknod,mkdir,unlink,rmdir,rename,link,open,read,write,statfs,release,fsync,setxattr,getxattr,listxattr,removexattr,flush,init,opendir,readdir,releasedir,fsyncdir,getlk,setlk,setlkw,access,create,interrupt,bmap,destroy,ioctl,poll,notify_reply,batch_forget,fallocate,readdirplus,rename2,lseek,copy_file_range,setupmapping,removemapping,syncfs,tmpfile,statx"
+
+/* netfs_event.opcode: An NFS call's procedure (RFC 1813's NFSv3 numbers; NFSv4's operations are recorded under the same codes, and its OPEN by name, which creates a file where NFSv3 sends CREATE, as 22), for proto 2 (the client) and 3 (nfsd), with what it does to the file's bytes. */
+#define NT_NFS_PROC_GETATTR 1
+#define NT_NFS_PROC_SETATTR 2
+#define NT_NFS_PROC_LOOKUP 3
+#define NT_NFS_PROC_ACCESS 4
+#define NT_NFS_PROC_READ 6
+#define NT_NFS_PROC_WRITE 7
+#define NT_NFS_PROC_CREATE 8
+#define NT_NFS_PROC_REMOVE 12
+#define NT_NFS_PROC_COMMIT 21
+#define NT_NFS_PROC_OPEN 22
+#define NT_NFS_PROC_NAMES "getattr,setattr,lookup,access,read,write,create,remove,commit,open"
 
 #endif /* NESTRACE_RECORDS_H */

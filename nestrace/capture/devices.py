@@ -131,11 +131,12 @@ class BlockDev:
         return bool(self.backing_file)
 
 
-def read_ahead_kb(bd: BlockDev) -> int | None:
-    """The readahead window the kernel gives the device's file systems
-    (queue/read_ahead_kb of the whole disk); None when not readable."""
+def queue_kb(bd: BlockDev, what: str = "read_ahead_kb") -> int | None:
+    """A queue setting of the whole disk, in KiB: read_ahead_kb (the
+    readahead window the kernel gives the device's file systems) or
+    max_sectors_kb (its largest request); None when not readable."""
     try:
-        return int(Path(f"/sys/block/{bd.name}/queue/read_ahead_kb").read_text())
+        return int(Path(f"/sys/block/{bd.name}/queue/{what}").read_text())
     except (OSError, ValueError):
         return None
 

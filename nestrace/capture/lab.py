@@ -358,9 +358,16 @@ class Lab:
         """The host FS served over `cfg.net` and mounted back at
         `mount_point` (returned)."""
         try:
-            pid, args = netlab.serve(cfg.net, self.host_mount, self.data_dir, cfg.net_address)
-            self._step(st, "daemon", pid=pid, what=cfg.net)
-            netlab.mount(args, mount_point)
+            if cfg.net in netlab.NFS:
+                started, undo = netlab.export_nfs(cfg.net, self.host_mount, self.data_dir)
+                for what, pid in started:
+                    self._step(st, "daemon", pid=pid, what=what)
+                self._step(st, "export", **undo)
+                netlab.mount_nfs(cfg.net, cfg.net_address, self.host_mount, mount_point)
+            else:
+                pid, args = netlab.serve(cfg.net, self.host_mount, self.data_dir, cfg.net_address)
+                self._step(st, "daemon", pid=pid, what=cfg.net)
+                netlab.mount(args, mount_point)
         except netlab.NetLabError as e:
             raise LabError(f"--net {cfg.net}: {e}") from None
         self._step(st, "mount", path=str(mount_point), role="net")
@@ -439,11 +446,17 @@ class Lab:
                         netlab.wait_unmounted(step["path"])
                 elif step["kind"] == "loop":
                     if _loop_attached(step["dev"]):
-                        _run(["losetup", "-d", step["dev"]], "detach")
+                        _detach(step["dev"])
                         undone.append(f"detached {step['dev']}")
                 elif step["kind"] == "daemon":
                     if netlab.stop(step["pid"]):
                         undone.append(f"stopped {step['what']} (pid {step['pid']})")
+                elif step["kind"] == "export":
+                    try:
+                        if netlab.unexport_nfs(step):
+                            undone.append(f"unexported {step['path']} ({step['net']})")
+                    except netlab.NetLabError as e:
+                        raise LabError(str(e)) from None
                 elif step["kind"] == "file":
                     Path(step["path"]).unlink(missing_ok=True)
                 elif step["kind"] == "dir":
@@ -479,7 +492,7 @@ class Lab:
                 if dev in sources:
                     loops[dev] = f
                 else:            # its file system is unmounted: let go of the file
-                    _run(["losetup", "-d", dev], "detach")
+                    _detach(dev)
                     undone.append(f"detached {dev}")
             lab_mounts = [mp for mp, _ in mounted if ours(mp)]
             if not lab_mounts:
@@ -520,16 +533,57 @@ def _unmount_on_top(roots: list[str], own: list[str]) -> list[str]:
     return undone
 
 
-def _umount(path: str, tries: int = 20) -> None:
-    """Unmount; a process that was just killed may hold the mount for a
-    moment, so retry a busy unmount for up to ~5 s before giving up."""
+def _umount(path: str, tries: int = 60) -> None:
+    """Unmount; a process that was just killed, or a loop device detached
+    while something still had it open (the kernel lets go of its file when
+    the last opener closes it), may hold the mount for a moment, so retry
+    a busy unmount for up to ~15 s; then name what holds it."""
     for i in range(tries):
         r = subprocess.run(["umount", path], capture_output=True, text=True)
         if r.returncode == 0 or not _is_mounted(path):
             return
-        if "busy" not in r.stderr or i == tries - 1:
+        if "busy" not in r.stderr:
             raise LabError(f"unmount failed: umount {path}: {r.stderr.strip()}")
         time.sleep(0.25)
+    held = _holders(path)
+    raise LabError(f"unmount failed: umount {path}: {r.stderr.strip()}"
+                   + (f" (held by {', '.join(held)})" if held else ""))
+
+
+def _detach(dev: str) -> None:
+    """Detach a loop device and wait (up to ~5 s) until the kernel has let
+    go of its file: `losetup -d` of a device something still has open (a
+    udev probe, say) only marks it to go when that one closes it."""
+    _run(["losetup", "-d", dev], "detach")
+    for _ in range(20):
+        if not _loop_attached(dev):
+            return
+        time.sleep(0.25)
+
+
+def _holders(path: str) -> list[str]:
+    """What keeps the file system at path busy, as far as /proc and /sys
+    tell: processes with a file, cwd or root under it, and loop devices
+    reading a file on it."""
+    root = os.path.realpath(path).rstrip("/") + "/"
+    held = []
+    for b in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if b.read_text().strip().startswith(root):
+                held.append(f"/dev/{b.parent.parent.name}")
+        except OSError:
+            continue
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            links = [proc / "cwd", proc / "root", *(proc / "fd").iterdir()]
+            if any((os.readlink(link) + "/").startswith(root) for link in links):
+                comm = (proc / "comm").read_text().strip()
+                held.append(f"{comm} (pid {proc.name})")
+        except OSError:      # (gone, or a kernel thread)
+            continue
+    return held
 
 
 def _is_mounted(path: str) -> bool:

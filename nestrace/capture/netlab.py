@@ -1,10 +1,14 @@
-"""A lab's network hop: the host file system exported over sshfs on the
-loopback address, and mounted back (`lab up --net`).
+"""A lab's network hop: the host file system exported over sshfs or NFS
+on the loopback address, and mounted back (`lab up --net`).
 
     sshfs-socat  sftp-server behind socat: sftp over plain TCP, no
                  encryption (seed 002's fast gateway)
     sshfs-ssh    sftp over ssh to an sshd of the lab's own (its keys, its
                  config, root by key only, on 127.0.0.1)
+    nfs3, nfs4   this machine's nfsd (the kernel's NFS server) exporting
+                 it to the loopback address, mounted with NFSv3 or NFSv4.2
+                 (a kernel with nfsd and the NFS client: not this
+                 project's CI machine, the VM test's guest)
 
 Each daemon is started in a session of its own and recorded as a step of
 the lab (kind "daemon": its process group), so that `lab down` stops it
@@ -22,7 +26,11 @@ from pathlib import Path
 
 from nestrace.capture.netmount import sshfs_processes
 
-NETS = ("sshfs-socat", "sshfs-ssh")
+NETS = ("sshfs-socat", "sshfs-ssh", "nfs3", "nfs4")
+# the NFS ones: the version the client mounts with
+NFS = {"nfs3": "3", "nfs4": "4.2"}
+NFSD = Path("/proc/fs/nfsd")
+NFS_STATE = Path("/var/lib/nfs")
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
                 "/usr/lib/ssh/sftp-server")
 
@@ -48,10 +56,11 @@ def _free_port(address: str) -> int:
 def _listening(address: str, port: int) -> bool:
     """Someone listens on `address`:`port` (an IPv4 address; from
     /proc/net/tcp: no connection made)."""
-    want = f"{socket.inet_aton(address)[::-1].hex().upper()}:{port:04X}"
+    want = {f"{socket.inet_aton(a)[::-1].hex().upper()}:{port:04X}"
+            for a in (address, "0.0.0.0")}         # (or on every address)
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         f = line.split()
-        if f[1] == want and f[3] == "0A":
+        if f[1] in want and f[3] == "0A":
             return True
     return False
 
@@ -122,6 +131,114 @@ def serve(net: str, export: Path, data_dir: Path, address: str = "127.0.0.1"
                      "UserKnownHostsFile=/dev/null,BatchMode=yes",
                      f"root@{address}:{export}"]
     raise NetLabError(f"--net {net}: unknown (choose from {', '.join(NETS)})")
+
+
+def _run(cmd: list[str], what: str) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if r.returncode:
+        msg = (r.stderr or r.stdout).strip().splitlines()
+        raise NetLabError(f"{what}: {' '.join(cmd)}: {msg[-1] if msg else r.returncode}")
+    return r.stdout
+
+
+def _has_fs(name: str) -> bool:
+    return any(line.split()[-1] == name
+               for line in Path("/proc/filesystems").read_text().splitlines())
+
+
+def _running(name: str) -> bool:
+    return subprocess.run(["pgrep", "-x", name], capture_output=True).returncode == 0
+
+
+def export_nfs(net: str, export: Path, data_dir: Path) -> tuple[list[tuple[str, int]], dict]:
+    """Export `export` to the loopback addresses from this machine's nfsd, starting
+    what is not running: rpcbind and rpc.mountd (daemons of the lab's,
+    NFSv3 needs them) and nfsd's threads.  Returns the daemons started
+    ((what, pid)) and what `unexport_nfs` undoes."""
+    for fs, module in (("nfsd", "nfsd"), ("nfs", "nfs")):
+        if not _has_fs(fs) and shutil.which("modprobe"):
+            subprocess.run(["modprobe", module], capture_output=True)
+        if not _has_fs(fs):
+            raise NetLabError(f"this kernel has no NFS {'server' if fs == 'nfsd' else 'client'} "
+                              f"({fs} is not in /proc/filesystems, and modprobe {module} "
+                              "did not add it): the VM test's guest has it")
+    exportfs, mountd, nfsd = (_tool(t, (f"/usr/sbin/{t}",))
+                              for t in ("exportfs", "rpc.mountd", "rpc.nfsd"))
+    rpcbind = _tool("rpcbind", ("/usr/sbin/rpcbind", "/sbin/rpcbind"))
+    if not (NFSD / "threads").exists():
+        _run(["mount", "-t", "nfsd", "nfsd", str(NFSD)], "nfsd's file system")
+    NFS_STATE.mkdir(parents=True, exist_ok=True)
+    for f in ("etab", "rmtab"):
+        (NFS_STATE / f).touch()
+    started = []
+    if not _running("rpcbind"):
+        started.append(("rpcbind", _start([rpcbind, "-f", "-w"], data_dir / "rpcbind.log",
+                                          "127.0.0.1", 111, "rpcbind")))
+    # (to the whole loopback network: a mount of 127.0.0.2 comes from
+    # 127.0.0.1.  NFSv4: as its root, fsid=0, mounted as /: the pseudo
+    # root nfs-utils would make holds the directories above the export,
+    # on file systems that may not be exportable)
+    undo = {"net": net, "client": "127.0.0.0/8", "path": str(export), "nfsd": False}
+    opts = "rw,no_root_squash,sync,no_subtree_check"
+    if NFS[net].startswith("4"):
+        if root := [p for p, rest in _exports() if "fsid=0" in rest]:
+            raise NetLabError(f"NFSv4's root (fsid=0) is exported already: {root[0]}; the "
+                              "lab's NFSv4 export would take its place (one at a time)")
+        opts += ",fsid=0"
+    _run([exportfs, "-o", opts, f"{undo['client']}:{export}"], "the export")
+    try:
+        if not _running("rpc.mountd"):
+            port = _free_port("127.0.0.1")
+            started.append(("rpc.mountd", _start([mountd, "-F", "--no-udp", "-p", str(port)],
+                                                 data_dir / "mountd.log", "127.0.0.1", port,
+                                                 "rpc.mountd")))
+        if int((NFSD / "threads").read_text() or 0) == 0:
+            # (NFSv4's grace period cut to the least nfsd takes: a client's
+            # first OPEN waits for it to end)
+            _run([nfsd, "--grace-time", "10", "--lease-time", "10", "8"], "nfsd")
+            undo["nfsd"] = True
+    except NetLabError:
+        unexport_nfs(undo)
+        for _, pid in started:
+            stop(pid)
+        raise
+    return started, undo
+
+
+def _exports() -> list[tuple[str, str]]:
+    """nfsd's exports: (path, client(options)) each."""
+    if not (NFSD / "exports").exists():
+        return []
+    out = []
+    for line in (NFSD / "exports").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            path, _, rest = line.partition("\t")
+            out.append((path.encode().decode("unicode_escape"), rest.strip()))
+    return out
+
+
+def unexport_nfs(undo: dict) -> bool:
+    """Undo export_nfs's export (and stop nfsd's threads if it started
+    them and nothing else is exported: another lab's); whether the export
+    was still there."""
+    there = any(p == undo["path"] and rest.startswith(undo["client"] + "(")
+                for p, rest in _exports())
+    if there:
+        _run([_tool("exportfs", ("/usr/sbin/exportfs",)), "-u",
+              f"{undo['client']}:{undo['path']}"], "the export")
+    if undo["nfsd"] and (NFSD / "threads").exists() and \
+            (NFSD / "threads").read_text().strip() != "0" and not _exports():
+        _run([_tool("rpc.nfsd", ("/usr/sbin/rpc.nfsd",)), "0"], "nfsd")
+    return there
+
+
+def mount_nfs(net: str, address: str, export: Path, mount_point: Path) -> None:
+    mount_point.mkdir(parents=True, exist_ok=True)
+    # (nolock: no rpc.statd; locks stay on the client)
+    # (NFSv4: the export is its root)
+    path = "/" if NFS[net].startswith("4") else str(export)
+    _run(["mount", "-t", "nfs", "-o", f"vers={NFS[net]},nolock", f"{address}:{path}",
+          str(mount_point)], "the mount")
 
 
 def mount(sshfs_args: list[str], mount_point: Path) -> None:

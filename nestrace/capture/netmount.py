@@ -8,6 +8,11 @@ encryption), anything else is ssh.  When the host is this machine (the
 loopback address, or its own name), the file's bytes are in the export
 `path` on one of this machine's file systems, and the chain goes on there
 (the server's file system and its disk); otherwise it stops at the client.
+
+NFS (nfs, nfs4): the source is `host:path`, the transport the protocol
+version (nfs3, nfs4.2, ...).  A local server's export is the path, or for
+NFSv4 the path under the export nfsd serves as its root (fsid=0), when
+there is one (/proc/fs/nfsd/exports).
 """
 from __future__ import annotations
 
@@ -20,21 +25,24 @@ from pathlib import Path
 from nestrace.capture.devices import Mount, mounts
 
 # the network file systems whose client requests nestrace traces
-NET_FS = ("fuse.sshfs",)
+NET_FS = ("fuse.sshfs", "nfs", "nfs4")
+NFSD = Path("/proc/fs/nfsd")
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]", "localhost.localdomain"}
 
 
 @dataclass
 class NetHop:
-    kind: str            # sshfs
-    fs_type: str         # the mount's: fuse.sshfs
-    transport: str       # socat (sftp over plain TCP), ssh, or "" (not found)
+    kind: str            # sshfs or nfs
+    fs_type: str         # the mount's: fuse.sshfs, nfs, nfs4
+    transport: str       # sshfs: socat (sftp over plain TCP), ssh, or "" (not found); nfs: nfs3, nfs4.2, ...
     mount_point: str     # the client's mount
     kdev: int            # its dev_t: the FUSE connection
     source: str          # [user@]host:path, as mounted
     host: str
     export: str          # the path on the server
     local: bool          # the server is this machine: its side can be traced
+    rsize: int = 0       # nfs: the largest READ and WRITE the client sends (its mount's)
+    wsize: int = 0
 
     def server_path(self, client_path: str) -> str:
         """Where the server keeps a file of the mount (a local server)."""
@@ -74,8 +82,33 @@ def _sshfs_transport(mount_point: str) -> str:
     return ""
 
 
+def _nfs_root() -> str | None:
+    """The export this machine's nfsd serves as NFSv4's root (fsid=0)."""
+    with contextlib.suppress(OSError):
+        for line in (NFSD / "exports").read_text().splitlines():
+            path, _, rest = line.partition("\t")
+            if "fsid=0" in rest.replace("(", ",").replace(")", ",").split(","):
+                return path.encode().decode("unicode_escape")
+    return None
+
+
+def _nfs_hop(m: Mount) -> NetHop:
+    host, _, path = m.source.rpartition(":")
+    host = host.strip("[]") if host.startswith("[") else host
+    local = host in LOCAL_HOSTS or host in {socket.gethostname(), socket.getfqdn()}
+    opts = dict(o.partition("=")[::2] for o in m.options.split(","))
+    vers = opts.get("vers") or ("4" if m.fs_type == "nfs4" else "3")
+    export = path or "/"
+    if vers.startswith("4") and local and (root := _nfs_root()):
+        export = os.path.normpath(os.path.join(root, export.lstrip("/")))
+    return NetHop("nfs", m.fs_type, f"nfs{vers}", m.mount_point, m.kdev, m.source, host, export,
+                  local, int(opts.get("rsize") or 0), int(opts.get("wsize") or 0))
+
+
 def net_hop(m: Mount) -> NetHop:
     """The network hop of a mount is_network says is one."""
+    if m.fs_type in ("nfs", "nfs4"):
+        return _nfs_hop(m)
     where, _, export = m.source.rpartition(":")
     user, _, host = where.rpartition("@")
     if not export.startswith("/"):      # (sftp's paths start in the user's home)
@@ -93,6 +126,12 @@ def gone(net: dict) -> str | None:
     mp = net["mount_point"]
     if not any(m.mount_point == mp and m.kdev == net["kdev"] for m in mounts()):
         return f"{mp} is no longer mounted"
+    if net.get("kind") == "nfs":
+        if net.get("local"):
+            with contextlib.suppress(OSError, ValueError):
+                if int((NFSD / "threads").read_text()) == 0:
+                    return f"the NFS server of {mp} on this machine has stopped (no nfsd thread)"
+        return None
     if net.get("transport") and not any(True for _ in sshfs_processes(mp)):
         return f"the sshfs serving {mp} has exited"
     return None
@@ -144,7 +183,10 @@ def hop_processes(net: dict) -> tuple[set[int], set[int]]:
     sshfs serving the mount, and its ssh) and the server's (the process
     at the other end of the client's TCP connection, socat's child or
     sshd's session, and its sftp-server).  Empty sets for what is not
-    found (a server on another machine)."""
+    found (a server on another machine).  NFS: the client is the kernel's
+    (no process of its own: none), the server the nfsd threads."""
+    if net.get("kind") == "nfs":
+        return set(), (set(_kthreads("nfsd")) if net.get("local") else set())
     sshfs = list(sshfs_processes(net["mount_point"]))
     client = _tree(pid for pid, _ in sshfs) | _ssh_of(net, [w for _, w in sshfs])
     tcp = _tcp()
@@ -157,6 +199,13 @@ def hop_processes(net: dict) -> tuple[set[int], set[int]]:
             if p.name.isdigit() and int(p.name) not in client and _sockets(int(p.name)) & server_socks:
                 server.add(int(p.name))
     return client, _tree(server) - client
+
+
+def _kthreads(comm: str):
+    for p in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if p.name.isdigit() and (p / "comm").read_text().strip() == comm:
+                yield int(p.name)
 
 
 def _ssh_of(net: dict, argvs: list[list[str]]) -> set[int]:

@@ -76,10 +76,12 @@ def stack_options(f):
                           "Fedora's btrfs default is compress=zstd:1)."),
         click.option("--net", type=click.Choice(["", *NETS]), default="",
                      help="The image on a network mount, a VM's image on a NAS: the host FS "
-                          "served over sshfs on 127.0.0.1 and mounted back, the virtual disk "
+                          "served on 127.0.0.1 and mounted back, the virtual disk "
                           "reading the image through it. sshfs-socat: sftp over plain TCP "
                           "(socat, no encryption); sshfs-ssh: over ssh to an sshd of the "
-                          "lab's own."),
+                          "lab's own; nfs3, nfs4: exported by this machine's nfsd, "
+                          "mounted with NFSv3 or NFSv4.2 (a kernel with NFS: not this "
+                          "project's CI machine's, the VM test's guest's)."),
         click.option("--gateway", is_flag=True,
                      help="With --net: the guest's files on the network mount itself (the "
                           "mount point printed), no image or virtual disk: a guest behind a "

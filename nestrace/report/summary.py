@@ -1,6 +1,7 @@
 """Per-level summary of one capture (what `record` prints at the end)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from nestrace.query.session import Session
@@ -12,6 +13,26 @@ STOPS = {"vfs": "the levels under the guest file system were not traced",
          "netfs": "the network file system's server is not this machine: its file system "
                   "and disks are not seen",
          "hostfs": "the host file system's disk was not traced"}
+# the tracepoints a network hop's client requests come from, by its kind
+# (stack_json net.kind): all missing, the netfs level is empty
+NET_HOOKS = {"sshfs": ("fuse_request_send", "fuse_request_end"),
+             "nfs": ("nfs_initiate_read", "nfs_initiate_write", "nfs_readpage_done",
+                     "nfs_writeback_done")}
+
+
+def untraced(stack_json: str | None, hooks_json: str | None) -> str | None:
+    """Why the netfs level is empty on this kernel, if it is: none of
+    the tracepoints its client's requests come from exists here."""
+    try:
+        net = json.loads(stack_json or "{}").get("net") or {}
+        hooks = json.loads(hooks_json or "{}")
+    except (ValueError, AttributeError):
+        return None
+    want = NET_HOOKS.get(net.get("kind", ""), ())
+    if want and hooks and all(hooks.get(h, "missing") == "missing" for h in want):
+        return (f"not traced: netfs (this kernel has no {', '.join(want)} tracepoints: "
+                f"the {net['kind']} client's requests are not seen)")
+    return None
 
 
 def level_summary(store: Path, capture_id: str | None = None) -> dict:
@@ -40,12 +61,14 @@ def level_summary(store: Path, capture_id: str | None = None) -> dict:
                    coalesce(read_bytes, 0)::BIGINT AS read_bytes, coalesce(writes, 0) AS writes,
                    coalesce(write_bytes, 0)::BIGINT AS write_bytes, coalesce(other, 0) AS other
             FROM l LEFT JOIN io USING (level) ORDER BY l.position""", [cid])
-        meta = s.rows("SELECT lost_total, records_total, hooks_json FROM capture_meta "
-                      "WHERE capture_id = ?", [cid])
+        meta = s.rows("SELECT lost_total, records_total, hooks_json, stack_json "
+                      "FROM capture_meta WHERE capture_id = ?", [cid])
         lost = meta[0]["lost_total"] if meta else 0
         return {"capture_id": cid, "levels": levels, "chain": [r["level"] for r in levels],
                 "lost": lost, "records": meta[0]["records_total"] if meta else 0,
-                "captures": len(caps)}
+                "captures": len(caps),
+                "untraced": untraced(meta[0]["stack_json"], meta[0]["hooks_json"])
+                if meta else None}
 
 
 def _mib(b: int) -> str:
@@ -67,4 +90,6 @@ def format_summary(summary: dict) -> str:
     if chain:
         stop = f"; it stops at {chain[-1]}: {STOPS[chain[-1]]}" if chain[-1] in STOPS else ""
         out.append("chain: " + " > ".join(chain) + stop)
+    if summary.get("untraced"):
+        out.append(summary["untraced"])
     return "\n".join(out)

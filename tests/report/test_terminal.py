@@ -49,3 +49,23 @@ def test_compare_names_each_capture_and_shows_no_stack_for_an_imported_trace():
     matrix.render(matrix.compare(s, None), console=Console(file=out, width=160))
     row = next(line for line in out.getvalue().splitlines() if line.strip().startswith("c1"))
     assert "-/-" not in row and row.split()[1:3] == ["-", "-"], row
+
+
+def test_a_network_hop_this_kernel_cannot_trace_is_named():
+    """The Debian 6.1 guest's FUSE has no request tracepoints: a capture
+    through sshfs there has an empty netfs level, and the summary says why
+    (the hooks as the agent reported them, in capture_meta.hooks_json)."""
+    import json
+
+    from nestrace.report.summary import untraced
+    sshfs = json.dumps({"net": {"kind": "sshfs", "transport": "socat"}})
+    hooks = {"fuse_request_send": "missing", "fuse_request_end": "missing",
+             "nfs_initiate_read": "tp_btf", "block_rq_issue": "tp_btf"}
+    assert untraced(sshfs, json.dumps(hooks)) == (
+        "not traced: netfs (this kernel has no fuse_request_send, fuse_request_end "
+        "tracepoints: the sshfs client's requests are not seen)")
+    hooks["fuse_request_send"] = hooks["fuse_request_end"] = "tp_btf"
+    assert untraced(sshfs, json.dumps(hooks)) is None
+    # (a stack with no network hop, or an import with no hooks: nothing to say)
+    assert untraced(json.dumps({}), json.dumps(hooks)) is None
+    assert untraced(sshfs, "{}") is None

@@ -228,3 +228,24 @@ SELECT * FROM (VALUES
 CREATE OR REPLACE MACRO _fuse_opcode(n) AS CASE n WHEN 'lookup' THEN 1 WHEN 'forget' THEN 2 WHEN 'getattr' THEN 3 WHEN 'setattr' THEN 4 WHEN 'readlink' THEN 5 WHEN 'symlink' THEN 6 WHEN 'mknod' THEN 8 WHEN 'mkdir' THEN 9 WHEN 'unlink' THEN 10 WHEN 'rmdir' THEN 11 WHEN 'rename' THEN 12 WHEN 'link' THEN 13 WHEN 'open' THEN 14 WHEN 'read' THEN 15 WHEN 'write' THEN 16 WHEN 'statfs' THEN 17 WHEN 'release' THEN 18 WHEN 'fsync' THEN 20 WHEN 'setxattr' THEN 21 WHEN 'getxattr' THEN 22 WHEN 'listxattr' THEN 23 WHEN 'removexattr' THEN 24 WHEN 'flush' THEN 25 WHEN 'init' THEN 26 WHEN 'opendir' THEN 27 WHEN 'readdir' THEN 28 WHEN 'releasedir' THEN 29 WHEN 'fsyncdir' THEN 30 WHEN 'getlk' THEN 31 WHEN 'setlk' THEN 32 WHEN 'setlkw' THEN 33 WHEN 'access' THEN 34 WHEN 'create' THEN 35 WHEN 'interrupt' THEN 36 WHEN 'bmap' THEN 37 WHEN 'destroy' THEN 38 WHEN 'ioctl' THEN 39 WHEN 'poll' THEN 40 WHEN 'notify_reply' THEN 41 WHEN 'batch_forget' THEN 42 WHEN 'fallocate' THEN 43 WHEN 'readdirplus' THEN 44 WHEN 'rename2' THEN 45 WHEN 'lseek' THEN 46 WHEN 'copy_file_range' THEN 47 WHEN 'setupmapping' THEN 48 WHEN 'removemapping' THEN 49 WHEN 'syncfs' THEN 50 WHEN 'tmpfile' THEN 51 WHEN 'statx' THEN 52 END;
 CREATE OR REPLACE MACRO _fuse_opcode_name(code) AS ([NULL, 'lookup', 'forget', 'getattr', 'setattr', 'readlink', 'symlink', NULL, 'mknod', 'mkdir', 'unlink', 'rmdir', 'rename', 'link', 'open', 'read', 'write', 'statfs', 'release', NULL, 'fsync', 'setxattr', 'getxattr', 'listxattr', 'removexattr', 'flush', 'init', 'opendir', 'readdir', 'releasedir', 'fsyncdir', 'getlk', 'setlk', 'setlkw', 'access', 'create', 'interrupt', 'bmap', 'destroy', 'ioctl', 'poll', 'notify_reply', 'batch_forget', 'fallocate', 'readdirplus', 'rename2', 'lseek', 'copy_file_range', 'setupmapping', 'removemapping', 'syncfs', 'tmpfile', 'statx']::VARCHAR[])[code + 1];
 CREATE OR REPLACE MACRO _fuse_opcode_op(code) AS ([NULL, 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', NULL, 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'read', 'write', 'meta', 'meta', NULL, 'sync', 'meta', 'meta', 'meta', 'meta', 'sync', 'meta', 'meta', 'meta', 'meta', 'sync', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'meta', 'write', 'meta', 'meta', 'meta', 'write', 'meta', 'meta', 'sync', 'meta', 'meta']::VARCHAR[])[code + 1];
+
+-- netfs_event.opcode: An NFS call's procedure (RFC 1813's NFSv3 numbers;
+-- NFSv4's operations are recorded under the same codes, and its OPEN by
+-- name, which creates a file where NFSv3 sends CREATE, as 22), for proto 2
+-- (the client) and 3 (nfsd), with what it does to the file's bytes.
+CREATE OR REPLACE VIEW _code_nfs_proc AS
+SELECT * FROM (VALUES
+  (1, 'getattr', 'meta'),
+  (2, 'setattr', 'meta'),
+  (3, 'lookup', 'meta'),
+  (4, 'access', 'meta'),
+  (6, 'read', 'read'),
+  (7, 'write', 'write'),
+  (8, 'create', 'meta'),
+  (12, 'remove', 'meta'),
+  (21, 'commit', 'sync'),
+  (22, 'open', 'meta')
+) AS t(code, name, op);
+CREATE OR REPLACE MACRO _nfs_proc(n) AS CASE n WHEN 'getattr' THEN 1 WHEN 'setattr' THEN 2 WHEN 'lookup' THEN 3 WHEN 'access' THEN 4 WHEN 'read' THEN 6 WHEN 'write' THEN 7 WHEN 'create' THEN 8 WHEN 'remove' THEN 12 WHEN 'commit' THEN 21 WHEN 'open' THEN 22 END;
+CREATE OR REPLACE MACRO _nfs_proc_name(code) AS ([NULL, 'getattr', 'setattr', 'lookup', 'access', NULL, 'read', 'write', 'create', NULL, NULL, NULL, 'remove', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'commit', 'open']::VARCHAR[])[code + 1];
+CREATE OR REPLACE MACRO _nfs_proc_op(code) AS ([NULL, 'meta', 'meta', 'meta', 'meta', NULL, 'read', 'write', 'meta', NULL, NULL, NULL, 'meta', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'sync', 'meta']::VARCHAR[])[code + 1];

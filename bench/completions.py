@@ -39,7 +39,7 @@ def unrecorded(store: Path, tasks: dict) -> Counter:
 
 def one_run(mnt: str, image: str, tmp: Path, i: int) -> dict:
     from nestrace.capture.lab import Lab
-    from nestrace.capture.record import drop_caches
+    from nestrace.capture.matrix import drop_caches
     drop_caches(Lab(LAB).state())       # (the lab's own file systems synced, none other)
     g, h = tmp / f"g{i}", tmp / f"h{i}"
     ftrace(True)

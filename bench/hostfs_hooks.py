@@ -31,7 +31,7 @@ def run(host: str, dio: str, tmp: Path) -> dict:
                "--output=/dev/null"]
         subprocess.run(job + ["--rw=write", "--bs=1M", "--direct=1"], check=True)
         from nestrace.capture.lab import Lab
-        from nestrace.capture.record import drop_caches
+        from nestrace.capture.matrix import drop_caches
         drop_caches(Lab(name).state())  # (the lab's own file systems synced, none other)
         cmd = ["sh", "-c", " ; ".join([
             " ".join(job + ["--rw=randrw", "--bs=4k", "--direct=1", "--io_size=4M"]),

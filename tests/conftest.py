@@ -324,7 +324,7 @@ def sync_lab(lab: LabHandle) -> None:
 def drop_caches(lab: LabHandle) -> None:
     """The lab's file systems written back (syncfs), every clean page,
     dentry and inode dropped: the next capture starts cold."""
-    from nestrace.capture.record import drop_caches as drop
+    from nestrace.capture.matrix import drop_caches as drop
     drop(lab_state(lab))
 
 

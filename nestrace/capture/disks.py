@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from nestrace.capture import memlimit
 from nestrace.capture.record import RECORDING, check_command, run_workload, wait_for_stop
 from nestrace.errors import RecordError
 
@@ -114,7 +115,7 @@ def _wait_ready(rec: list[DiskRecorder], seconds: float = 120) -> None:
 def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
                  options: list[str], *, duration: float | None = None,
                  command: list[str] | None = None, cwd: str | None = None,
-                 env: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None, memory: int | None = None,
                  log=lambda msg: print(msg, file=sys.stderr),
                  out=lambda msg: print(msg)) -> int | None:
     """Record the stacks of several virtual disks (a VM's vda and vdb, two
@@ -126,9 +127,15 @@ def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
     disk they share is in each, and each calls the host-disk writes into
     the other images `other` (record names them: neighbor_image).  Each
     recorder's lines are logged with its disk's name; its summary is given
-    to `out` at the end.  The command's exit code (None without one)."""
+    to `out` at the end.  `memory`: the command runs in a memory cgroup
+    of that many bytes (memlimit), whose facts each capture keeps.  The
+    command's exit code (None without one)."""
     if command:
         check_command(command[0], cwd, env)
+    if memory is not None:
+        if not command:
+            raise RecordError("--memory holds CMD's memory: give CMD")
+        memlimit.check(memory)
     rec: list[DiskRecorder] = []
     rc = None
     try:
@@ -140,7 +147,15 @@ def record_disks(store: str | os.PathLike, groups: list[tuple[str, list[str]]],
         _wait_ready(rec)
         log(f"nestrace: tracing {len(rec)} virtual disks, a capture each: "
             + ", ".join(r.name for r in rec))
-        if command:
+        if command and memory:
+            with memlimit.limited(memory) as mc:
+                rc = run_workload(mc.wrap(command), cwd, env)
+            for why in (mc.left, mc.words()):
+                if why:
+                    log(f"nestrace: {why}")
+            for r in rec:
+                r.tell({"exit": rc, "memory": mc.facts()})
+        elif command:
             rc = run_workload(command, cwd, env)
             for r in rec:
                 r.tell({"exit": rc})

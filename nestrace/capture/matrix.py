@@ -11,12 +11,18 @@ import itertools
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from nestrace.capture.lab import FILESYSTEMS, Lab, LabConfig, LabError
+from nestrace.capture.lab import FILESYSTEMS, Lab, LabConfig, LabError, sync_stack
+
+if TYPE_CHECKING:
+    from nestrace.capture.record import Capture
 
 
 @dataclass
@@ -76,7 +82,7 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
     in `prepare`), tear the stack down, also on failure.  When `stopped()`
     turns true (Ctrl-C) before the capture starts, the cell is not recorded.
     `env`: more variables for `prepare` and `command`."""
-    from nestrace.capture.record import RecordError, drop_caches, record, run_workload
+    from nestrace.capture.record import RecordError, record, run_workload
     from nestrace.capture.stack import StackError, discover
     lab = Lab(lab_name)
     try:
@@ -99,8 +105,11 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
         drop_caches(st)
         cmd = [a.replace("{guest}", mount) for a in command]
         try:
+            # (and again once record has read the stack's facts: reading
+            # each guest file's extents brings its inode into the cache,
+            # which a workload that stat()s them would then not read)
             cap = record(store, discover(mount), command=cmd, cwd=mount, env=env, log=log,
-                         **record_opts)
+                         before_tracing=lambda: drop_caches(st), **record_opts)
         except (RecordError, StackError) as e:
             cell.error = str(e)
             return cell
@@ -147,6 +156,40 @@ def run_matrix(store: str | os.PathLike, todo: list[Cell], command: list[str], *
                 log(f"nestrace: interrupted: {len(todo) - i} of {len(todo)} stacks not run")
                 break
     return done
+
+
+# ---- one fio job on a lab stack, and a cold start ---------------------------
+
+def drop_caches(st: dict) -> None:
+    """Write back the lab stack `st` (lab state) and drop the clean page
+    cache, dentries and inodes, so a recording starts cold.  Only the
+    stack's own file systems are synced (syncfs, see sync_stack): the drop
+    is machine-wide, but writes nothing."""
+    sync_stack(st)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def record_lab(store: str | os.PathLike, fio_args: list[str], *, guest_fs: str = "ext4",
+               host_fs: str = "xfs", layout_mib: int = 64, name: str = "notebook",
+               **lab_opts) -> Capture:
+    """Build a lab stack, lay out a file, record one fio job on it, tear the
+    stack down (also on failure).  For notebooks and quick experiments."""
+    from nestrace.capture.record import record
+    lab = Lab(name)
+    if lab.state().get("made"):
+        lab.down()
+    cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, name=name, **lab_opts)
+    st = lab.up(cfg)
+    try:
+        mp = st["guest_mount"]
+        job = ["fio", "--name=nb", f"--directory={mp}", "--ioengine=psync", "--output=/dev/null",
+               f"--size={layout_mib}M"]
+        subprocess.run(job + ["--rw=write", "--bs=1M", "--direct=1"], check=True)
+        drop_caches(st)
+        from nestrace.capture.stack import discover
+        return record(store, discover(mp), command=job + list(fio_args))
+    finally:
+        lab.down()
 
 
 # ---- the side-by-side table -------------------------------------------------

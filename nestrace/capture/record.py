@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from nestrace.capture import netmount
+from nestrace.capture import memlimit, netmount
 from nestrace.capture.agent import agent_args, agent_cpus, cgroup_dir, side_families
-from nestrace.capture.devices import read_ahead_kb
+from nestrace.capture.devices import queue_kb
 from nestrace.capture.snapshots import (
     btrfs_placed_extents,
     btrfs_placed_rows,
@@ -285,6 +285,7 @@ class _AgentRun:
                                      preexec_fn=(lambda: os.sched_setaffinity(0, pin))
                                      if pin else None)
         self.started = threading.Event()
+        self.began = False     # (the agent's start frame came: it traces)
         self.state = DecodeState("agent stream")
         self.reader_error: list[BaseException] = []
         self.reached: list[int] = []
@@ -303,6 +304,7 @@ class _AgentRun:
                     kind = fr.meta.get("type")
                     if kind == "start":
                         self.live.update_facts(agent_start=fr.meta, start_ns=fr.meta["start_ns"])
+                        self.began = True
                         self.started.set()
                     elif kind == "end":
                         if fr.meta.get("reason") not in ("signal", "duration"):
@@ -373,8 +375,15 @@ class _AgentRun:
         return bool(why)
 
     def exited_early(self) -> bool:
-        """The agent ended before tracing (its stream read without error)."""
-        if self.proc.poll() is None or self.reader_error:
+        """The agent ended before tracing (its stream read without error).
+        Its stream can end before the process is reaped: a stream that
+        ended with no start frame waits for its exit."""
+        if self.reader_error:
+            return False
+        if not self.began:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(30)
+        if self.proc.poll() is None:
             return False
         self.threads[1].join(5)
         return True
@@ -409,7 +418,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            mode: str = "auto", families: str | None = None, cpus: str = "auto",
            pid: int | None = None, cgroup: str | None = None, cwd: str | None = None,
            env: dict[str, str] | None = None, status: float = 0, max_bytes: int | None = None,
-           workload=None, redact: bool = False,
+           workload=None, redact: bool = False, before_tracing=None,
+           memory: int | None = None,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
@@ -422,7 +432,15 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     hold this many bytes (checked every 0.2 s); a command goes on to its
     end.  `workload`: one disk's recorder of record_disks, which runs the
     command: a stream of JSON lines from it, the command's at the start,
-    its exit status's once the recorder is stopped."""
+    its exit status's once the recorder is stopped.  `before_tracing`:
+    called once the stack's facts are read, before tracing starts.
+    `memory`: run the command in a memory cgroup of that many bytes
+    (memlimit); its limit, peak and the times it was reached go into
+    settings_json's `memory`."""
+    if memory is not None:
+        if not command:
+            raise RecordError("--memory holds CMD's memory: give CMD")
+        memlimit.check(memory)
     if pid is not None and not Path(f"/proc/{pid}").is_dir():
         raise RecordError(f"--pid {pid}: no such process")
     if cgroup is not None:
@@ -446,10 +464,15 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
                     **({"redact": True} if redact else {}),
                     "pid": pid, "cgroup": cgroup, "store_traced_at": store_level,
-                    "max_size_bytes": max_bytes, "read_ahead_kb": _read_ahead(stack)}
+                    "max_size_bytes": max_bytes,
+                    **({"memory": {"limit": memory}} if memory else {}),
+                    "read_ahead_kb": _queue_kb(stack, "read_ahead_kb"),
+                    "max_sectors_kb": _queue_kb(stack, "max_sectors_kb")}
         neighbors = _start_facts(live, stack, cid, settings, " ".join(command or [])
                                  if workload is None
                                  else workload_line(workload).get("command", ""), log)
+        if before_tracing:
+            before_tracing()
         args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms,
                           all_hooks, arrow_dir=live.dir, pid=pid,
                           status_ms=round(status * 1000), cgroup=cgroup)
@@ -462,7 +485,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             _discard(live)     # (nothing was recorded)
             raise RecordError("the agent exited before tracing: " + (
                 " | ".join(cap.agent_stderr[-3:]) or f"exit code {run.proc.returncode}"))
-        no_workload = _trace(run, cap, stack, settings, command, duration, cwd, env, log)
+        no_workload = _trace(run, cap, stack, settings, command, duration, cwd, env, memory,
+                             log)
         if no_workload:
             _discard(live)
             raise RecordError(f"{command[0]}: could not start: "
@@ -473,30 +497,41 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
         live.release()
 
 
-def _read_ahead(stack: Stack) -> dict:
-    """Each traced block level's readahead window (KiB) at the start: the
-    virtual disk's (the guest FS reads ahead by it) and the host disk's
-    (the host FS's, reading the image)."""
+def _queue_kb(stack: Stack, what: str) -> dict:
+    """A queue setting (KiB) of each traced block level at the start: the
+    virtual disk's and the host disk's.  read_ahead_kb: the readahead
+    window (the guest FS reads ahead by the virtual disk's, the host FS by
+    the host disk's); max_sectors_kb: the largest request."""
     devs = ([("vdisk", stack.vdisk)] if stack.has_guest and stack.vdisk else []) + \
         ([("disk", stack.disk)] if stack.has_host and stack.disk else [])
-    return {level: read_ahead_kb(bd) for level, bd in devs}
+    return {level: queue_kb(bd, what) for level, bd in devs}
 
 
 def _trace(run: _AgentRun, cap: Capture, stack: Stack, settings: dict,
            command: list[str] | None, duration: float | None, cwd: str | None,
-           env: dict[str, str] | None, log) -> list[OSError]:
+           env: dict[str, str] | None, memory: int | None, log) -> list[OSError]:
     """Trace while the workload runs (or for `duration`, or until
     stopped), then stop the agent; the error of a workload that could not
-    start (nothing worth keeping), in a list.  A network hop's CPU goes
-    into `settings`."""
+    start (nothing worth keeping), in a list.  A network hop's CPU and the
+    workload's memory cgroup's facts go into `settings`."""
     no_workload: list[OSError] = []
     hop_cpu = netmount.HopCpu(stack.net) if stack.net else None
     try:
         if command:
             try:
-                cap.command_rc = run_workload(command, cwd, env)
+                if memory:
+                    with memlimit.limited(memory) as mc:
+                        cap.command_rc = run_workload(mc.wrap(command), cwd, env)
+                    settings["memory"] = mc.facts()
+                    for why in (mc.left, mc.words()):
+                        if why:
+                            log(f"nestrace: {why}")
+                else:
+                    cap.command_rc = run_workload(command, cwd, env)
             except OSError as e:    # (it never ran: nothing worth keeping)
                 no_workload.append(e)
+            except RecordError as e:    # (its cgroup could not be made)
+                no_workload.append(OSError(0, str(e)))
         else:
             wait_for_stop(duration, lambda: run.proc.poll() is None, log)
     finally:
@@ -531,7 +566,10 @@ def _finish(live: LiveCapture, run: _AgentRun, cap: Capture, stack: Stack, cid: 
     cap.stream_problems = [str(p) for p in run.state.problems]
     try:
         try:
-            rc = cap.command_rc if workload is None else workload_line(workload).get("exit")
+            end = {} if workload is None else workload_line(workload)
+            rc = cap.command_rc if workload is None else end.get("exit")
+            if "memory" in end:
+                settings["memory"] = end["memory"]
             if rc is not None:
                 live.update_facts(command_exit=rc)
             if run.reached:
@@ -540,7 +578,7 @@ def _finish(live: LiveCapture, run: _AgentRun, cap: Capture, stack: Stack, cid: 
             if run.net_lost:
                 cap.net_lost = run.net_lost[0][1]
                 settings["net_lost"] = {"ns": run.net_lost[0][0], "why": run.net_lost[0][1]}
-            if run.reached or run.net_lost or "net_cpu" in settings:
+            if run.reached or run.net_lost or "net_cpu" in settings or "memory" in settings:
                 live.update_facts(settings=settings)
             _end_facts(live, stack, cid, neighbors, store_level)
         finally:
@@ -586,36 +624,3 @@ def check_command(prog: str, cwd: str | None, env: dict[str, str] | None) -> Non
             raise RecordError(f"{prog}: not executable (the command to record)")
     elif shutil.which(prog, path=(env or os.environ).get("PATH", os.defpath)) is None:
         raise RecordError(f"{prog}: command not found (the command to record)")
-
-
-def drop_caches(st: dict) -> None:
-    """Write back the lab stack `st` (lab state) and drop the clean page
-    cache, dentries and inodes, so a recording starts cold.  Only the
-    stack's own file systems are synced (syncfs, see sync_stack): the drop
-    is machine-wide, but writes nothing."""
-    from nestrace.capture.lab import sync_stack
-    sync_stack(st)
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
-def record_lab(store: str | os.PathLike, fio_args: list[str], *, guest_fs: str = "ext4",
-               host_fs: str = "xfs", layout_mib: int = 64, name: str = "notebook",
-               **lab_opts) -> Capture:
-    """Build a lab stack, lay out a file, record one fio job on it, tear the
-    stack down (also on failure).  For notebooks and quick experiments."""
-    from nestrace.capture.lab import Lab, LabConfig
-    lab = Lab(name)
-    if lab.state().get("made"):
-        lab.down()
-    cfg = LabConfig(guest_fs=guest_fs, host_fs=host_fs, name=name, **lab_opts)
-    st = lab.up(cfg)
-    try:
-        mp = st["guest_mount"]
-        job = ["fio", "--name=nb", f"--directory={mp}", "--ioengine=psync", "--output=/dev/null",
-               f"--size={layout_mib}M"]
-        subprocess.run(job + ["--rw=write", "--bs=1M", "--direct=1"], check=True)
-        drop_caches(st)
-        from nestrace.capture.stack import discover
-        return record(store, discover(mp), command=job + list(fio_args))
-    finally:
-        lab.down()

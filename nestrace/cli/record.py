@@ -46,6 +46,11 @@ from nestrace.images.chain import backing_chain
 @click.option("--max-size", default=None, metavar="SIZE",
               help="Stop tracing once the capture's live record files hold SIZE (e.g. 512M, "
                    "4G; checked every 0.2 s); CMD goes on to its end.")
+@click.option("--memory", default=None, metavar="SIZE",
+              help="Run CMD in a memory cgroup of SIZE (e.g. 64M): its page cache held to "
+                   "that, as on a machine with that much memory, so a small file reads "
+                   "against memory as a big one does.  The capture's settings keep the "
+                   "limit, the peak and how often it was reached.")
 @capture_options
 @click.option("--pid", type=int, default=None,
               help="vfs level: only this process (and its threads); lower levels: all I/O.")
@@ -71,8 +76,8 @@ from nestrace.images.chain import backing_chain
 @user_errors
 @needs_root
 @needs_btf
-def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flush_ms, mode,
-           all_hooks, agent_cpus, pid, cgroup, status, side, redact, command) -> None:
+def record(store, mount, vdisk, image, disk, duration, max_size, memory, ringbuf_kb, flush_ms,
+           mode, all_hooks, agent_cpus, pid, cgroup, status, side, redact, command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from nestrace.capture import disks
@@ -89,14 +94,10 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
     if duration is not None and command:    # (it was ignored)
         raise UserError("--duration is for recording without CMD: with CMD the recording "
                         "ends when CMD does")
-    max_bytes = None
-    if max_size is not None:
-        try:
-            max_bytes = parse_size(max_size)
-        except LabError as e:
-            raise UserError(f"--max-size: {e}") from None
-        if max_bytes <= 0:
-            raise UserError(f"--max-size {max_size}: give a size above 0")
+    max_bytes = _size("--max-size", max_size)
+    memory_bytes = _size("--memory", memory)
+    if memory is not None and not command:
+        raise UserError("--memory holds CMD's memory: give CMD")
     if cgroup is not None and side == "host":
         raise UserError("--cgroup chooses whose calls the vfs level records: a host side has "
                         "no vfs level")
@@ -110,14 +111,15 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
         if side != "host" and (vdisk or image or disk):
             raise UserError("--vdisk, --image and --disk name the devices of one stack: with "
                             "--stack on several virtual disks, give none of them")
-        _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_ms, mode,
-                      all_hooks, agent_cpus, pid, cgroup, status, side, redact)
+        _record_disks(store, groups, duration, command, max_size, memory_bytes, ringbuf_kb,
+                      flush_ms, mode, all_hooks, agent_cpus, pid, cgroup, status, side, redact)
         return
     stack = _stack(side, [mount, *more] if mount else [], vdisk, image, disk)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
                      all_hooks=all_hooks, cpus=agent_cpus, pid=pid, cgroup=cgroup,
-                     status=status, max_bytes=max_bytes, workload=workload, redact=redact)
+                     status=status, max_bytes=max_bytes, workload=workload, redact=redact,
+                     memory=memory_bytes)
     report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
     if cap.command_rc:
         click.echo(f"nestrace: the workload exited with code {cap.command_rc}", err=True)
@@ -127,8 +129,21 @@ def record(store, mount, vdisk, image, disk, duration, max_size, ringbuf_kb, flu
         sys.exit(1)
 
 
-def _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_ms, mode,
-                  all_hooks, agent_cpus, pid, cgroup, status, side, redact) -> None:
+def _size(option: str, text: str | None) -> int | None:
+    """A size option's bytes (None when not given); one above 0."""
+    if text is None:
+        return None
+    try:
+        n = parse_size(text)
+    except LabError as e:
+        raise UserError(f"{option}: {e}") from None
+    if n <= 0:
+        raise UserError(f"{option} {text}: give a size above 0")
+    return n
+
+
+def _record_disks(store, groups, duration, command, max_size, memory, ringbuf_kb, flush_ms,
+                  mode, all_hooks, agent_cpus, pid, cgroup, status, side, redact) -> None:
     """One recorder per virtual disk (or image), each given the options as
     they were given here."""
     from nestrace.capture import disks
@@ -141,7 +156,8 @@ def _record_disks(store, groups, duration, command, max_size, ringbuf_kb, flush_
             "--status", str(status), "--side", side, *(("--redact",) if redact else ()),
             *(("--group", group_given()) if group_given() else ())]
     rc = disks.record_disks(store, groups, opts, duration=duration,
-                            command=list(command) or None, log=lambda m: click.echo(m, err=True),
+                            command=list(command) or None, memory=memory,
+                            log=lambda m: click.echo(m, err=True),
                             out=click.echo)
     if rc:
         click.echo(f"nestrace: the workload exited with code {rc}", err=True)

@@ -104,15 +104,26 @@ def _empty_view(name: str, schema: pa.Schema) -> str:
 
 
 def _names_reading(mods: dict[str, sqlmod.Module], module: str) -> set[str]:
-    """The objects of module and of every module that includes it, directly
-    or not."""
+    """The objects that read module's objects, directly or through others,
+    and module's own: found by name in each object's statement, among the
+    modules that include module (directly or not).  (compare_captures'
+    module includes links, for amplification_per_io, but compare_captures
+    itself does not read it: computing links for it cost 25 s on a study's
+    16 captures.)"""
     reads = {module}
     grew = True
     while grew:
         more = {n for n, m in mods.items() if reads.intersection(m.includes)} - reads
         reads |= more
         grew = bool(more)
-    return {name for n in reads if n in mods for _, name in mods[n].objects}
+    bodies = {o: b for n in reads & mods.keys() for o, b in sqlmod.bodies(mods[n].text).items()}
+    found = {name for _, name in mods[module].objects} if module in mods else set()
+    grew = True
+    while grew:
+        more = {o for o, body in bodies.items() if o not in found and _names_any(body, found)}
+        found |= more
+        grew = bool(more)
+    return found
 
 
 def _names_any(sql: str, names: set[str]) -> bool:
@@ -141,8 +152,12 @@ class Session:
     """
 
     def __init__(self, store: str | os.PathLike | None, *, memory_limit: str | None = None,
-                 late_modules: bool = True, read_anyway: bool | None = None):
+                 late_modules: bool = True, read_anyway: bool | None = None,
+                 captures: list[str] | None = None):
         self.store = check_store(store) if store is not None else None
+        # (only these captures of the store: a study's report goes through
+        # its captures a few at a time)
+        self._only = None if captures is None else frozenset(captures)
         self._cached: set[str] = set()     # views cache() made tables of
         self.con = duckdb.connect()
         _quiet(self.con)
@@ -195,6 +210,8 @@ class Session:
         if refresh and self._files is not None:   # (what `correlate` has stored since)
             self._files = store_files(self.store, self._read_anyway, frozenset(MATERIALIZED))
         caps = set(captures(self.store))
+        if self._only is not None:
+            caps &= self._only
         for view in MATERIALIZED:
             files = self._table_files(view)
             if not files:
@@ -242,8 +259,12 @@ class Session:
         if not self.store:
             return []
         if self._files is None:
-            return sorted(self.store.glob(f"{table}/capture=*/data.parquet"))
-        return sorted(self._files.get(table, []))
+            files = self.store.glob(f"{table}/capture=*/data.parquet")
+        else:
+            files = self._files.get(table, [])
+        if self._only is not None:
+            files = [f for f in files if f.parent.name.split("=", 1)[1] in self._only]
+        return sorted(files)
 
     def _documented_columns(self, view: str) -> list[str]:
         """The public view's columns, as its module documents them."""
@@ -262,6 +283,7 @@ class Session:
         even on three rows.  cache_links=False queries the plain views."""
         s = cls.__new__(cls)
         s.store = None
+        s._only = None
         s._cached = set()
         s.con = duckdb.connect()
         _quiet(s.con)

@@ -125,6 +125,20 @@ def _with_copies(sql: str) -> str:
     return sql
 
 
+def bodies(text: str) -> dict[str, str]:
+    """Each object a module's text creates: its statement without
+    comments (a macro's copies too, under their names)."""
+    code = re.sub(r"--[^\n]*", "", text)
+    starts = list(_CREATE.finditer(code))
+    out = {}
+    for i, m in enumerate(starts):
+        out[m.group(2)] = code[m.end():starts[i + 1].start() if i + 1 < len(starts) else None]
+    for m in _COPIES.finditer(text):
+        for copy in m.group(2).split():
+            out[copy] = out.get(m.group(1), "")
+    return out
+
+
 def deferred(sql: str) -> str:
     """The statements with every CREATE VIEW bound on first use, not now
     (DuckDB >= 2.0: `WITH (DEFER_BINDING)`), and the copies of macros that

@@ -37,7 +37,7 @@ def describe(study: Study, quick: bool) -> dict:
     return {"name": study.name, "title": study.title, "seeds": study.seeds, "quick": quick,
             "file": str(study.path), "text": study.text, "rounds": study.rounds,
             "baseline": study.baseline, "guest_fs": study.guest_fs, "host_fs": study.host_fs,
-            "env": study.env, "named": bool(study.named),
+            "env": study.env, "memory": study.memory, "named": bool(study.named),
             "stacks": [{"name": x.name, "base": x.base, "guest_fs": x.guest_fs,
                         "host_fs": x.host_fs, "net": x.net, "gateway": x.gateway}
                        for x in study.stacks()],
@@ -72,7 +72,8 @@ def run_study(study: Study, store: str | Path, quick: bool = False,
                 "fio --output=/dev/null " + ("--create_only=1 " if w.prepare == w.job else "")
                 + shlex.quote(str(w.prepare.resolve())))
             done = run_matrix(store, todo, ["fio", "--output=/dev/null", str(w.job.resolve())],
-                              prepare=prepare, log=log, env=study.env, **record_opts)
+                              prepare=prepare, log=log, env=study.env, memory=study.memory,
+                              **record_opts)
             doc["cells"] += [{"round": rnd, "workload": w.name, "stack": x.name, "base": x.base,
                               "guest_fs": c.config.guest_fs, "host_fs": c.config.host_fs,
                               "capture_id": c.capture_id, "error": c.error,

@@ -3,8 +3,10 @@
     [study]     name, title, seeds (the talks it reproduces), rounds
     [matrix]    guest_fs, host_fs (lists), baseline (the host_fs every
                 stack is measured against: "none", the raw baseline),
-                guest_dio, host_dio, image_size
-    [quick]     what --quick changes: guest_fs, host_fs, rounds, env
+                guest_dio, host_dio, image_size, memory (each workload
+                in a memory cgroup of this size, record --memory: a file
+                against memory as on a smaller machine)
+    [quick]     what --quick changes: guest_fs, host_fs, rounds, env, memory
     [env]       variables the fio job files read (${SIZE}, ${RUNTIME})
     [[workload]]  name, job (a fio job file, its path from the study's
                 directory), prepare (true: the job's files laid out
@@ -32,12 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nestrace.capture.lab import FILESYSTEMS, HOST_FILESYSTEMS, LabError, parse_size
+from nestrace.capture.memlimit import MIN_BYTES
 from nestrace.capture.netlab import NETS
 
 KEYS = {
     "study": {"name", "title", "seeds", "rounds"},
-    "matrix": {"guest_fs", "host_fs", "baseline", "guest_dio", "host_dio", "image_size"},
-    "quick": {"guest_fs", "host_fs", "stacks", "rounds", "env"},
+    "matrix": {"guest_fs", "host_fs", "baseline", "guest_dio", "host_dio", "image_size",
+               "memory"},
+    "quick": {"guest_fs", "host_fs", "stacks", "rounds", "env", "memory"},
     "env": None,            # (any names: the job files' variables)
     "workload": {"name", "job", "prepare", "kind", "what"},
     "claim": {"id", "words", "query", "holds"},
@@ -105,6 +109,7 @@ class Study:
     host_dio: bool
     image_size: int
     env: dict[str, str]
+    memory: int | None = None       # each workload's memory cgroup (record --memory)
     workloads: list[Workload] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
     named: list[StackSpec] = field(default_factory=list)     # [[stack]], when given
@@ -242,10 +247,20 @@ class _Reader:
             image_size = parse_size(mx.get("image_size", "512M"))
         except LabError as e:
             self.err("matrix", "image_size", str(e))
+        memory = None
+        where, given = ("quick", q["memory"]) if "memory" in q else ("matrix", mx.get("memory"))
+        if given is not None:
+            try:
+                memory = parse_size(given)
+            except LabError as e:
+                self.err(where, "memory", str(e))
+            if memory < MIN_BYTES:
+                self.err(where, "memory", f"{given!r}: at least {MIN_BYTES >> 20}M, which a "
+                         "workload needs to start")
         return Study(self.path, self.text, self.text_of("study", st, "name"),
                      st.get("title", ""), [str(s) for s in st.get("seeds", [])], rounds,
                      guest, host, baseline, mx.get("guest_dio", True), mx.get("host_dio", True),
-                     image_size, self.env(q))
+                     image_size, self.env(q), memory)
 
     def env(self, q: dict) -> dict[str, str]:
         quick_env = q.get("env", {})

@@ -457,3 +457,26 @@ def test_journal_writes_are_journal_by_their_place_on_disk(lab_factory, tmp_path
         ("disk", host_fs, sizes["disk"], host_fs == "xfs")], rep["journals"]
     assert "journal: unexplained writes in the journals found at the start: vdisk " in \
         run_cli("report", str(store)).stdout
+
+
+def test_writeback_of_discontiguous_pages_is_split_at_every_gap(lab_factory, tmp_path):
+    # seed 001: write-back sends discontiguous dirty pages as a request
+    # each; every other 4 KiB page of a 16 MiB file written, then fsync:
+    # a batch's requests are as many as its runs, where one request a
+    # transfer (up to the device's largest) would carry them.  The same
+    # bytes written in order: contiguous runs, split only by size
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    s = capture(lab, tmp_path, "--rw=write:4k", "--bs=4k", "--size=16M", "--end_fsync=1",
+                layout=False)
+    (w,) = s.rows("SELECT * FROM merge_potential WHERE level = 'vdisk' AND class = 'writeback'")
+    assert w["requests"] >= 2048 and w["bytes"] >= 8 << 20, w     # (and the journal's)
+    assert w["segments_per_batch"] >= 0.95 * w["requests_per_batch"], w
+    assert w["requests_per_batch"] > 10 and w["ratio"] > 10, w
+    assert w["saved"] > 0.9 * w["requests"], w
+    kb = json.loads(s.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])
+    assert kb["max_sectors_kb"]["vdisk"] > 0, kb
+    s = capture(lab, tmp_path, "--rw=write", "--bs=4k", "--size=16M", "--end_fsync=1",
+                layout=False, name="seq")
+    (w,) = s.rows("SELECT * FROM merge_potential WHERE level = 'vdisk' AND class = 'writeback'")
+    assert w["bytes"] >= 16 << 20 and w["segments_per_batch"] <= 2, w
+    assert w["ratio"] < 1.1, w

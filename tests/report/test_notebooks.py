@@ -24,7 +24,7 @@ WORKLOAD = ["--rw=randrw", "--bs=4k", "--size=64M", "--io_size=4M", "--direct=1"
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     """ext4 on xfs and ext4 on btrfs, the same small workload."""
-    from nestrace.capture.record import record_lab
+    from nestrace.capture.matrix import record_lab
     d = tmp_path_factory.mktemp("nb")
     out = []
     for host in ("xfs", "btrfs"):

@@ -92,6 +92,79 @@ print(json.dumps({"scan": scan, "pair": time.monotonic() - t}))
 """
 
 
+# Where correlate's and report's time goes, view by view: each view
+# correlate computes (what `links` reads, lower first, then links and rmw)
+# made a table once, as the commands do, then each of report's queries;
+# DuckDB's profiler gives each one's operators, and the costliest are
+# kept.  One process, the store's files in the page cache.
+PROFILE = """
+import json, re, sys, time
+from nestrace.query.session import LINKS_CACHE, Session
+from nestrace.report import document
+out = []
+PROF = "/dev/shm/nestrace-bench-profile.json"
+
+def ops(tree):
+    found = []
+    def walk(n):
+        found.append((n.get("timing", 0.0), n.get("name", ""), n.get("intermediate_rows", 0)))
+        for c in n.get("children", []):
+            walk(c)
+    for n in tree.get("operator", []):
+        walk(n)
+    return [{"op": name, "s": t, "rows": r} for t, name, r in sorted(found, reverse=True)[:3]]
+
+def profiled(con, what, sql, params=None):
+    con.execute("PRAGMA enable_profiling = 'json'")
+    con.execute(f"PRAGMA profiling_output = '{PROF}'")
+    t = time.monotonic()
+    cur = con.execute(sql, params or [])
+    done = Done(cur.description, cur.fetchall() if cur.description else [])
+    took = time.monotonic() - t
+    con.execute("PRAGMA disable_profiling")
+    out.append({"what": what, "s": took, "rows": len(done.rows) if cur.description else None,
+                "top": ops(json.load(open(PROF)))})
+    return done
+
+class Done:
+    # (a query's rows, fetched inside the profile, for the caller)
+    def __init__(self, description, rows):
+        self.description, self.rows = description, rows
+    def fetchall(self):
+        return self.rows
+    def fetchone(self):
+        return self.rows[0] if self.rows else None
+
+with Session(sys.argv[1]) as s:
+    for v in s.views_to_cache([*LINKS_CACHE, "rmw"]):
+        profiled(s.con, f"correlate: {v}", f"CREATE OR REPLACE TEMP TABLE _cache_{v} AS "
+                 f"SELECT * FROM {v}")
+        out[-1]["rows"] = s.con.execute(f"SELECT count(*) FROM _cache_{v}").fetchone()[0]
+        s.con.execute(f"CREATE OR REPLACE VIEW {v} AS SELECT * FROM temp._cache_{v}")
+        s._cached.add(v)
+    real = s.con
+    class Profiling:
+        def __getattr__(self, name):
+            return getattr(real, name)
+        def execute(self, sql, params=None):
+            if not sql.lstrip().upper().startswith("SELECT"):
+                return real.execute(sql, params or [])
+            views = list(dict.fromkeys(re.findall(r"FROM\s+([a-z_]+)", sql)))
+            return profiled(real, "report: " + ", ".join(views[:3]), sql, params)
+    s.con = Profiling()
+    document.build(s)
+    s.con = real
+print(json.dumps(out))
+"""
+
+
+def profile(store: Path) -> list[dict]:
+    """PROFILE's rows for `store`."""
+    out = subprocess.run([sys.executable, "-c", PROFILE, str(store)], capture_output=True,
+                         text=True, check=True, cwd=ROOT).stdout
+    return json.loads(out)
+
+
 def floor(store: Path) -> tuple[float, float, float]:
     """Seconds of the floor's parts: one command's start-up (the best of
     three), the scan and the two pairing sorts (one run each)."""
@@ -126,10 +199,13 @@ def main() -> int:
                     help="a second run with DuckDB held to this: RSS beyond it should stay flat")
     ap.add_argument("--no-floor", action="store_true",
                     help="leave out the floor (start-up, one scan, the pairing sorts)")
+    ap.add_argument("--profile", action="store_true",
+                    help="and where the time goes on the largest size: each view correlate "
+                         "computes and each query of report, its costliest DuckDB operators")
     args = ap.parse_args()
     import nestrace
     from nestrace.store.synth import replicate
-    rows, floors, sums = [], [], []
+    rows, floors, sums, prof = [], [], [], []
     with tempfile.TemporaryDirectory(dir="/var/tmp") as t:
         tmp = Path(t)
         src = source_capture(tmp, args.workload)
@@ -139,6 +215,8 @@ def main() -> int:
             dst = tmp / f"s{size}"
             n = replicate(src, dst, copies)
             sums.append((n, *first_read(dst)))
+            if args.profile and size == max(int(x) for x in args.sizes.split(",")):
+                prof = [n, profile(dst)]    # (before correlate stores what it computes)
             for limit in (args.memory_limit, args.small_limit):
                 # each measured in its own process, so peak RSS is its own
                 try:
@@ -193,7 +271,26 @@ def main() -> int:
             total = 2 * start + scan + pair
             print(f"| {n} | {target:.2f} | {start:.2f} | {scan:.2f} | {pair:.2f} | {total:.2f} "
                   f"| {total / target:.1f} |")
+    if prof:
+        print_profile(*prof)
     return 1 if any(r[-1] for r in rows) else 0
+
+
+def print_profile(n: int, steps: list[dict]) -> None:
+    total = sum(x["s"] for x in steps)
+    print(f"\nWhere the time goes at {n} events (one process, no start-up): each view "
+          "correlate computes, then each query of report (the views it reads); the steps "
+          f"of 0.05 s or more, {total:.1f} s in all, the profiler's own cost included; the "
+          "three costliest DuckDB operators of each (an operator's own time, summed over "
+          "the threads that ran it; the rows it gave)\n")
+    print("| step | s | rows | costliest operators |")
+    print("|---|---|---|---|")
+    for x in steps:
+        if x["s"] < 0.05:
+            continue
+        top = "; ".join(f"{o['op']} {o['s']:.2f} s ({o['rows']:,})" for o in x["top"])
+        rows = "" if x["rows"] is None else f"{x['rows']:,}"
+        print(f"| {x['what']} | {x['s']:.2f} | {rows} | {top} |")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,29 @@ NT_OPS = {"read": 0, "write": 1, "flush": 2, "discard": 3}
 NT_FLAGS = ((TC_SYNC, 1), (TC_META, 2), (TC_FUA, 8), (TC_FLUSH, 16), (TC_AHEAD, 32))
 
 
+def _ranks(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values of x (few: devices), and
+    how many there are; found from a sample, checked against all."""
+    if not len(x):
+        return np.zeros(0, np.int64), 0
+    u = np.unique(x[::max(1, len(x) // 4096)])
+    r = np.searchsorted(u, x)
+    if not np.array_equal(u[np.minimum(r, len(u) - 1)], x):
+        u = np.unique(x)
+        r = np.searchsorted(u, x)
+    return r, len(u)
+
+
+def _stream_order(dev: np.ndarray, sec: np.ndarray, *tie: np.ndarray) -> np.ndarray:
+    """The order of events by (dev, sector), then by the tie keys (the
+    last first, as lexsort takes them): one 64-bit key, dev's rank above
+    the sector, when they fit."""
+    rank, n = _ranks(dev)
+    if len(sec) and n <= 1024 and int(sec.max()) < (1 << 54):
+        return np.lexsort((*tie, (rank.astype(np.uint64) << np.uint64(54)) | sec))
+    return np.lexsort((*tie, sec, dev))
+
+
 def _bio_ids(a: np.ndarray, k: np.ndarray, sec: np.ndarray, dev: np.ndarray,
              aux: np.ndarray) -> np.ndarray:
     """Bio ids by (dev, sector) stream, for events with time ranks k: Q and
@@ -49,7 +72,7 @@ def _bio_ids(a: np.ndarray, k: np.ndarray, sec: np.ndarray, dev: np.ndarray,
     s_sec = np.concatenate([sec, aux[xs]])
     s_dev = np.concatenate([dev, dev[xs]])
     start = np.concatenate([np.isin(a, (1, 8)), np.ones(len(xs), bool)])
-    g = np.lexsort((pos, s_sec, s_dev))
+    g = _stream_order(s_dev, s_sec, pos)
     new = np.ones(len(g), bool)
     new[1:] = (s_dev[g][1:] != s_dev[g][:-1]) | (s_sec[g][1:] != s_sec[g][:-1])
     gid = np.cumsum(new) - 1
@@ -104,14 +127,14 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
         int(col["pid"][i]): pdu[int(i)].as_py().split(b"\0", 1)[0].decode(errors="replace")
         for i in np.flatnonzero(notify & (col["action_code"] == TN_PROCESS))}
     rows = np.flatnonzero(keep)
+    # time order, file order within a tie: every column below is in it
+    rows = rows[np.argsort(col["time_ns"][rows], kind="stable")]
     m = len(rows)
     a, ts, sec, dev, cpu = (nt[rows], col["time_ns"][rows], col["sector"][rows],
                             col["dev"][rows], col["cpu"][rows])
-    order = np.lexsort((rows, ts))                  # time order, file order within a tie
-    k = np.empty(m, np.int64)
-    k[order] = np.arange(m)
+    k = np.arange(m)
     # streams: (dev, sector) in time order
-    g = np.lexsort((k, sec, dev))
+    g = _stream_order(dev, sec)
     new = np.ones(m, bool)
     new[1:] = (dev[g][1:] != dev[g][:-1]) | (sec[g][1:] != sec[g][:-1])
     gid = np.cumsum(new) - 1
@@ -131,7 +154,8 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
             aux[i] = int.from_bytes(b[:8], "big")
     bio = _bio_ids(a, k, sec, dev, aux)
     # per-CPU sequence numbers in time order
-    c = np.lexsort((k, cpu))
+    c = np.argsort(cpu.astype(np.uint16) if m and int(cpu.max()) < (1 << 16) else cpu,
+                   kind="stable")
     first = np.ones(m, bool)
     first[1:] = cpu[c][1:] != cpu[c][:-1]
     idx = np.arange(m)
@@ -151,8 +175,8 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
            "aux_sector": aux, "dev": dev, "nr_sectors": (nbytes >> 9).astype(np.uint32),
            "pid": pids, "error": col["error"][rows].astype(np.int32), "action": a,
            "req_op": op, "req_flags": flags}
-    arrays = {n: pa.array(v[order]) for n, v in out.items()}
-    arrays["comm"] = _strings(pids[order], lambda p: comms.get(p, ""))
+    arrays = {n: pa.array(v) for n, v in out.items()}
+    arrays["comm"] = _strings(pids, lambda p: comms.get(p, ""))
     return pa.Table.from_pydict(arrays, schema=schema), skipped
 
 
@@ -191,9 +215,18 @@ def _without_duplicates(t: pa.Table) -> tuple[pa.Table, int]:
     if not t.num_rows:
         return t, 0
     seq = t.column("sequence").to_numpy()
-    key = np.stack([t.column("dev").to_numpy().astype(np.uint64),
-                    t.column("cpu").to_numpy().astype(np.uint64), seq.astype(np.uint64)], axis=1)
-    _, first = np.unique(key, axis=0, return_index=True)
+    if not seq.any():
+        return t, 0
+    rank, nrank = _ranks(t.column("dev").to_numpy())
+    cpu = t.column("cpu").to_numpy()
+    if nrank < (1 << 16) and int(cpu.max()) < (1 << 16):     # (one key: dev, cpu, seq)
+        key = (rank.astype(np.uint64) << np.uint64(48)) | \
+            (cpu.astype(np.uint64) << np.uint64(32)) | seq.astype(np.uint64)
+        _, first = np.unique(key, return_index=True)
+    else:
+        _, first = np.unique(np.stack([rank.astype(np.uint64), cpu.astype(np.uint64),
+                                       seq.astype(np.uint64)], axis=1), axis=0,
+                             return_index=True)
     keep = np.zeros(t.num_rows, bool)
     keep[first] = True
     keep |= seq == 0
@@ -259,13 +292,25 @@ def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel,
               skipped, extra, lost_total) -> dict:
     """write_import's tables, capture_meta last."""
     import json
+    from concurrent.futures import ThreadPoolExecutor
 
     from nestrace._version import __version__
+    from nestrace.importers.requests import block_requests
     from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
     from nestrace.store.files import with_capture_id, write_capture_table
-    for table, rec in kernel_tables().items():
-        out = ev if table == "block_events" else record_schema(rec).empty_table()
-        write_capture_table(p, table, capture_id, with_capture_id(out, capture_id))
+    # (the events written on a second core while the requests are paired
+    # here, and stored as `correlate` stores them: what reads the capture
+    # then reads them, not sorting the events again)
+    with ThreadPoolExecutor(1) as pool:
+        events = pool.submit(write_capture_table, p, "block_events", capture_id,
+                             with_capture_id(ev, capture_id))
+        for table, rec in kernel_tables().items():
+            if table != "block_events":
+                write_capture_table(p, table, capture_id,
+                                    with_capture_id(record_schema(rec).empty_table(), capture_id))
+        write_capture_table(p, "block_requests", capture_id,
+                            block_requests(ev, capture_id, machine or "unknown", levels))
+        events.result()
     dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
            "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
     write_capture_table(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))

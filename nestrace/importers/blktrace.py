@@ -185,18 +185,25 @@ MAX_TIME, MAX_SECTOR = 1 << 63, 1 << 54
 
 def _headers(buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
     """The headers of the records at offs, as DTYPE rows."""
-    h = np.empty(len(offs), dtype=DTYPE)
+    n = len(offs)
+    if n and offs[-1] == (n - 1) * HEADER.size and len(buf) >= n * HEADER.size and \
+            np.array_equal(offs, np.arange(n) * HEADER.size):     # (no payloads: a plain array)
+        return buf[:n * HEADER.size].view(DTYPE).copy()
+    if n and not (offs % 8).any():      # (8-byte aligned: six words a header)
+        words = buf[:len(buf) // 8 * 8].view(np.uint64)
+        return words[(offs // 8)[:, None] + np.arange(HEADER.size // 8)].view(DTYPE).ravel()
+    h = np.empty(n, dtype=DTYPE)
     lanes = np.arange(HEADER.size)
     for i in range(0, len(offs), 1 << 18):
         h[i:i + (1 << 18)] = buf[offs[i:i + (1 << 18), None] + lanes].view(DTYPE).ravel()
     return h
 
 
-def _implausible(path: Path, data: bytes, offs: np.ndarray) -> list[tuple[int, str]]:
-    """(offset, problem) of the whole records whose fields no kernel writes."""
+def _implausible(path: Path, h: np.ndarray, offs: np.ndarray) -> list[tuple[int, str]]:
+    """(offset, problem) of the whole records (headers h) whose fields no
+    kernel writes."""
     if not len(offs):
         return []
-    h = _headers(np.frombuffer(data, dtype=np.uint8), offs)
     cpu, t, sec, nb = h["cpu"], h["time"], h["sector"], h["bytes"]
     far = (nb > 0) & (sec >= np.uint64(MAX_SECTOR) - (nb >> 9).astype(np.uint64))
     out = []
@@ -224,14 +231,13 @@ class Damage:
         self.records += other.records
 
 
-def _foreign(path: Path, data: bytes, offs: np.ndarray) -> list[tuple[int, str]]:
+def _foreign(path: Path, h: np.ndarray, offs: np.ndarray) -> list[tuple[int, str]]:
     """(offset, problem) of the records of a blktrace file (one device's,
     its records numbered per CPU) whose device is damage: one seen once or
     twice, its sequence number between two of the file's device's on its
     CPU."""
     if len(offs) < 8:
         return []
-    h = _headers(np.frombuffer(data, dtype=np.uint8), offs)
     if not h["sequence"].any():
         return []
     devs, counts = np.unique(h["device"], return_counts=True)
@@ -252,20 +258,51 @@ def _foreign(path: Path, data: bytes, offs: np.ndarray) -> list[tuple[int, str]]
     return out
 
 
-def _walk(path: Path, data: bytes, resync: bool) -> tuple[np.ndarray, list[str], Damage]:
-    """The byte offsets of path's whole and plausible records, the problems
-    met in file order (without resync, the first one ends the file), and
-    what the damage cost."""
+def _walk(path: Path, data: bytes, resync: bool
+          ) -> tuple[np.ndarray, np.ndarray, list[str], Damage]:
+    """The byte offsets of path's whole and plausible records and their
+    headers, the problems met in file order (without resync, the first
+    one ends the file), and what the damage cost."""
     offs, problems = _walk_whole(path, data, resync)
-    bad = sorted(_implausible(path, data, offs) + _foreign(path, data, offs))
+    h = _headers(np.frombuffer(data, dtype=np.uint8), offs)
+    bad = sorted(_implausible(path, h, offs) + _foreign(path, h, offs))
     if bad and not resync:      # the first bad record ends the file: before any problem met
-        return offs[offs < bad[0][0]], [bad[0][1]], Damage(1, 0, 1)
+        keep = offs < bad[0][0]
+        return offs[keep], h[keep], [bad[0][1]], Damage(1, 0, 1)
     dmg = Damage(len(problems) + len(bad), sum(n for _, _, n in problems), len(problems) + len(bad))
     if bad:
         drop = np.array([o for o, _ in bad], np.int64)
         dmg.bytes += sum(HEADER.size + _MAGIC_PDU.unpack_from(data, o)[1] for o, _ in bad)
-        offs = offs[~np.isin(offs, drop)]
-    return offs, [p for _, p in sorted([(o, p) for o, p, _ in problems] + bad)], dmg
+        keep = ~np.isin(offs, drop)
+        offs, h = offs[keep], h[keep]
+    return offs, h, [p for _, p in sorted([(o, p) for o, p, _ in problems] + bad)], dmg
+
+
+def _chain(data: bytes) -> np.ndarray | None:
+    """The byte offsets of the records of an undamaged file, found without
+    a loop over them: every place where a record's first bytes (magic and
+    version) stand, at any alignment, must be where the one before it
+    ends, the first at 0 and the last ending at the file's end.  None when
+    they are not (damage, or a payload holding those bytes: the walk
+    decides)."""
+    end = len(data)
+    if end < HEADER.size:
+        return None
+    want = np.uint32(MAGIC | VERSION)
+    at = [np.flatnonzero(np.frombuffer(data, "=u4", (end - a) // 4, a) == want) * 4 + a
+          for a in range(4)]
+    offs = np.sort(np.concatenate(at)) if any(len(x) for x in at[1:]) else at[0]
+    if not len(offs) or offs[0] != 0 or offs[-1] > end - HEADER.size:
+        return None
+    buf = np.frombuffer(data, np.uint8)
+    lo, hi = (46, 47) if np.little_endian else (47, 46)     # (pdu_len: host byte order)
+    pdu = buf[offs + lo].astype(np.int64) | (buf[offs + hi].astype(np.int64) << 8)
+    if (pdu > MAX_PDU).any():
+        return None
+    nxt = offs + HEADER.size + pdu
+    if nxt[-1] != end or not np.array_equal(nxt[:-1], offs[1:]):
+        return None
+    return offs.astype(np.int64)
 
 
 def _walk_whole(path: Path, data: bytes, resync: bool
@@ -273,6 +310,9 @@ def _walk_whole(path: Path, data: bytes, resync: bool
     """The byte offsets of path's whole records, and (offset, problem,
     bytes skipped) of the damage met (without resync, the first one ends
     the file)."""
+    fast = _chain(data)
+    if fast is not None:
+        return fast, []
     offs, problems = array("q"), []
     off, end, want = 0, len(data), MAGIC | VERSION
     unpack, size = _MAGIC_PDU.unpack_from, HEADER.size
@@ -296,18 +336,25 @@ def _walk_whole(path: Path, data: bytes, resync: bool
 
 def _strings(values: np.ndarray, name) -> pa.Array:
     """A string column from small integer keys, naming each distinct key once."""
-    keys, inverse = np.unique(values, return_inverse=True)
+    if len(values) and values.dtype.kind in "ui" and values.min() >= 0 and \
+            values.max() < (1 << 20):      # (small keys: a table, no sort)
+        present = np.flatnonzero(np.bincount(values.astype(np.int64)))
+        lut = np.zeros(int(present[-1]) + 1, np.int32)
+        lut[present] = np.arange(len(present), dtype=np.int32)
+        keys, inverse = present, lut[values]
+    else:
+        keys, inverse = np.unique(values, return_inverse=True)
     d = pa.array([name(int(k)) for k in keys], pa.string())
     return pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32)), d).cast(pa.string())
 
 
-def _table(path: Path, data: bytes, offs: np.ndarray) -> pa.Table:
-    """The records at offs, as columns (no Python work per record)."""
+def _table(path: Path, data: bytes, offs: np.ndarray, h: np.ndarray) -> pa.Table:
+    """The records at offs (headers h), as columns (no Python work per
+    record)."""
     n = len(offs)
     if not n:
         return SCHEMA.empty_table()
     buf = np.frombuffer(data, dtype=np.uint8)
-    h = _headers(buf, offs)
     code, cats, nbytes = h["action"] & 0xFFFF, (h["action"] >> 16).astype(np.uint16), h["bytes"]
     cgroup = (code & TA_CGROUP) != 0
     code = (code & ~np.uint32(TA_CGROUP)).astype(np.uint16)
@@ -349,8 +396,8 @@ def _read(paths, resync: bool) -> tuple[list[pa.Table], list[str], Damage]:
             data = p.read_bytes()
         except OSError as e:
             raise BlktraceError(f"{p}: cannot read: {e.strerror}", _concat(parts)) from None
-        offs, pr, dmg = _walk(p, data, resync)
-        parts.append(_table(p, data, offs))
+        offs, h, pr, dmg = _walk(p, data, resync)
+        parts.append(_table(p, data, offs, h))
         damage.add(dmg)
         if len(pr) > 1:     # (said once per file)
             pr = [f"{pr[0]}; and {len(pr) - 1} more damaged place(s): {dmg.bytes} bytes, "

@@ -64,7 +64,7 @@ class DatFile:
     uname: str = ""
     offset_ns: int = 0
     tsc2nsec: tuple[int, int, int] | None = None
-    clock_where: str = ""    # where the OFFSET or TSC2NSEC option is, for messages
+    clock_where: str = ""    # where the clock, OFFSET or TSC2NSEC option is, for messages
     cpus: list[tuple[int, int, int]] = field(default_factory=list)   # (cpu, offset, size)
     cpustats: dict[int, str] = field(default_factory=dict)
 
@@ -236,6 +236,7 @@ def _option(dat: DatFile, b: Buf, oid: int, off: int, size: int, sections: dict)
         m = re.search(r"\[(\S+)\]", text)
         if m:
             dat.clock = m[1]
+            dat.clock_where = dat.clock_where or b.where(off)
     elif oid == OPT_UNAME:
         dat.uname = data.split(b"\0", 1)[0].decode(errors="replace")
     elif oid == OPT_OFFSET:
@@ -355,11 +356,13 @@ def open_dat(path: str | os.PathLike) -> tuple[DatFile, Buf]:
         return dat, b
     dat.compression, off = b.cstr(off, "compression name")
     _cver, off = b.cstr(off, "compression version")
-    sections = _options_v7(dat, b, b.u(off, 8, "options offset"))
+    opt_off = b.u(off, 8, "options offset")
+    sections = _options_v7(dat, b, opt_off)
     if SEC_HEADER_INFO in sections:
         _header_info(_section(dat, b, sections[SEC_HEADER_INFO], SEC_HEADER_INFO), 0, dat)
     if SEC_EVENT_FORMATS not in sections:
-        raise TraceCmdError(f"{path}: no event formats section: the events cannot be decoded")
+        raise TraceCmdError(f"{path}: offset {opt_off}: the options name no event formats "
+                            "section: the events cannot be decoded")
     _formats_block(_section(dat, b, sections[SEC_EVENT_FORMATS], SEC_EVENT_FORMATS), 0, dat)
     if SEC_CMDLINES in sections:
         s = _section(dat, b, sections[SEC_CMDLINES], SEC_CMDLINES)

@@ -448,8 +448,9 @@ def _table(dat: DatFile, parts: list[dict[str, np.ndarray]]) -> pa.Table:
     ts = cols["time_ns"]
     if dat.clock == "x86-tsc":
         if not dat.tsc2nsec:
-            raise TraceCmdError(f"{dat.path}: recorded with the x86-tsc clock and no TSC2NSEC "
-                                "option: its times cannot be made nanoseconds")
+            raise TraceCmdError(f"{dat.clock_where or dat.path}: recorded with the x86-tsc "
+                                "clock and no TSC2NSEC option: its times cannot be made "
+                                "nanoseconds")
         mult, shift, toff = dat.tsc2nsec
         ts = ((ts.astype(object) * mult) >> shift) + toff
     if dat.offset_ns:

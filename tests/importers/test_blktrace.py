@@ -114,6 +114,8 @@ def test_imported_records_pair_into_requests_like_btt(tmp_path):
     assert len({r["bio_id"] for r in ids if r["action"] in (1, 4, 5, 6)}) == 1
     assert s.rows("SELECT machine, records_total, lost_total FROM capture_meta") == [
         {"machine": "m1", "records_total": 17, "lost_total": 0}]
+    from test_requests import assert_stored_as_computed
+    assert assert_stored_as_computed(tmp_path / "s") == 4
 
 
 def test_imported_split_pieces_and_the_remainder_have_the_q_of_the_bio_they_were_cut_from(tmp_path):
@@ -138,6 +140,9 @@ def test_imported_split_pieces_and_the_remainder_have_the_q_of_the_bio_they_were
                    {"sector": 0, "q_ns": 100, "g_ns": 102, "q2c_ns": 100},
                    {"sector": 8, "q_ns": 100, "g_ns": 105, "q2c_ns": 101},
                    {"sector": 16, "q_ns": 100, "g_ns": 107, "q2c_ns": 102}]
+    # (the import stored them: the SQL pairs the events the same way)
+    from test_requests import assert_stored_as_computed
+    assert assert_stored_as_computed(tmp_path / "s") == 4
 
 
 def test_import_skips_a_record_from_an_impossible_cpu_names_it_and_keeps_the_rest(tmp_path):

@@ -178,6 +178,9 @@ def test_an_imported_trace_pairs_into_requests(dats, tmp_path):
     assert meta["clock"] == "ftrace local" and meta["lost_total"] == 0
     assert meta["kernel"] == os.uname().release
     assert run_cli("report", "--json", str(store)).returncode == 0
+    # (the import stored them: the SQL pairs the events the same way)
+    from test_requests import assert_stored_as_computed
+    assert assert_stored_as_computed(store) >= READS + reqs["write"]["n"]   # (and other disks)
     # the same events from the version 6 file: the same requests (a
     # session reads the captures published when it was opened)
     run_cli("import", str(files["v6"]), "-o", str(store), "--capture-id", "v6")

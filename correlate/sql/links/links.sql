@@ -560,11 +560,21 @@ CREATE OR REPLACE VIEW _links_blocks AS
 WITH up AS MATERIALIZED (   -- (computed once for the three joins that read it)
   SELECT *, false AS moved FROM _links_upper_keyed
   UNION ALL SELECT *, true FROM _links_upper_moved_keyed),
+up_same AS MATERIALIZED (
+  SELECT * EXCLUDE (moved) FROM up WHERE NOT moved OR uop IN (0, 2, 4, 5)),
+-- (only the lower blocks an upper event of the same key is on go
+-- through the ASOF join, which sorts all it is given: the others, often
+-- most, have no cause there; with no upper level, an imported disk's
+-- requests, the join sorted 2.8 M rows for nothing)
+lower_near AS MATERIALIZED (
+  SELECT *, coalesce(k IN (SELECT k FROM up_same), false) AS near FROM _links_lower_keyed),
 same_op AS MATERIALIZED (
-  SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
-  FROM _links_lower_keyed l
-  ASOF LEFT JOIN (SELECT * EXCLUDE (moved) FROM up WHERE NOT moved OR uop IN (0, 2, 4, 5)) u
-    ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)),
+  SELECT l.* EXCLUDE (k, near), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
+  FROM (SELECT * FROM lower_near WHERE near) l
+  ASOF LEFT JOIN up_same u
+    ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)
+  UNION ALL BY NAME
+  SELECT * EXCLUDE (k, near) FROM lower_near WHERE NOT near),
 stored AS (   -- virtual-disk writes: the last store through a mapping before them
   SELECT l.* EXCLUDE (upper_id),
          -- (a write in flight with its call stays the call's)
@@ -581,12 +591,18 @@ unread AS (   -- reads no upper read was in flight for, keyed to upper writes
   SELECT * EXCLUDE (upper_id, u_start, u_end, uop, u_off, u_len),
          _links_key(ck, hop, 1, blk) AS k
   FROM stored WHERE lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false)),
-rmw AS (      -- (the writes of those blocks only: usually few, often none)
-  SELECT l.* EXCLUDE (k), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
-  FROM unread l
-  ASOF LEFT JOIN (SELECT * EXCLUDE (moved) FROM up
-                  WHERE (NOT moved OR uop IN (1, 4, 5)) AND k IN (SELECT k FROM unread)) u
-    ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)),
+up_w AS MATERIALIZED (   -- (the writes of those blocks only: usually few, often none)
+  SELECT * EXCLUDE (moved) FROM up
+  WHERE (NOT moved OR uop IN (1, 4, 5)) AND k IN (SELECT k FROM unread)),
+unread_near AS MATERIALIZED (   -- (and only the reads of blocks such a write is on)
+  SELECT *, coalesce(k IN (SELECT k FROM up_w), false) AS near FROM unread),
+rmw AS (
+  SELECT l.* EXCLUDE (k, near), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
+  FROM (SELECT * FROM unread_near WHERE near) l
+  ASOF LEFT JOIN up_w u
+    ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)
+  UNION ALL BY NAME
+  SELECT * EXCLUDE (k, near) FROM unread_near WHERE NOT near),
 j AS (
   SELECT * FROM stored WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
   UNION ALL BY NAME SELECT * FROM rmw),
@@ -651,25 +667,38 @@ tied AS (     -- the bytes an upper event explains: the latest one's, the other 
   WHERE attributed > 0
   UNION ALL
   SELECT ck, hop, lower_id, upper_id, kind0, attributed, l_start, u_start, u_end FROM more
-  WHERE kind0 IS NOT NULL AND attributed > 0)
+  WHERE kind0 IS NOT NULL AND attributed > 0),
+hk AS MATERIALIZED (SELECT * FROM _links_hints_keyed),
+fk AS MATERIALIZED (SELECT * FROM _links_faults_keyed),
+ak AS MATERIALIZED (SELECT * FROM _links_ra_keyed),
+rest_near AS MATERIALIZED (   -- (as same_op: the ASOF joins below get only the
+                              -- blocks a hint, a fault or a readahead is on)
+  SELECT *, coalesce(k IN (SELECT k FROM hk UNION ALL SELECT k FROM fk
+                            UNION ALL SELECT k FROM ak), false) AS near
+  FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM rest)),
+rest_hinted AS (
+  SELECT r.* EXCLUDE (near), h.h_id, h.h_end, h.h_ns, f.f_ns, a.ra_ns
+  FROM (SELECT * FROM rest_near WHERE near) r
+  -- (the hints' keys are virtual-disk reads': no other row matches)
+  ASOF LEFT JOIN hk h ON h.k = r.k AND r.l_start >= h.h_ns
+  ASOF LEFT JOIN fk f ON f.k = r.k AND r.l_start >= f.f_ns
+  -- (the readahead's keys are virtual- and host-disk reads': no other row matches)
+  ASOF LEFT JOIN ak a ON a.k = r.k AND r.l_start >= a.ra_ns
+  UNION ALL BY NAME
+  SELECT * EXCLUDE (near) FROM rest_near WHERE NOT near)
 SELECT ck, hop, lower_id, upper_id, kind0 AS kind, attributed AS bytes,
        CASE WHEN kind0 IN ('writeback', 'discard') THEN l_start::BIGINT - u_end::BIGINT
             ELSE l_start::BIGINT - u_start::BIGINT END AS lag_ns
 FROM tied
 UNION ALL
-SELECT r.ck, r.hop, r.lower_id, CASE WHEN r.l_start <= h.h_end THEN h.h_id END,
+SELECT r.ck, r.hop, r.lower_id, CASE WHEN r.l_start <= r.h_end THEN r.h_id END,
        _links_rest_kind(r.hop, r.lop, r.l_flags, r.blk, r.s_ns IS NOT NULL, r.l_zeroes,
-                        r.l_start <= h.h_end, r.l_start - f.f_ns <= 50000000,
-                        r.l_start - a.ra_ns <= 50000000, d.blk IS NOT NULL, o.role,
+                        r.l_start <= r.h_end, r.l_start - r.f_ns <= 50000000,
+                        r.l_start - r.ra_ns <= 50000000, d.blk IS NOT NULL, o.role,
                         j.hop IS NOT NULL, g.spans),
        r.left_bytes,
-       r.l_start::BIGINT - CASE WHEN r.l_start <= h.h_end THEN h.h_ns ELSE r.s_ns END::BIGINT
-FROM (SELECT *, _links_key(ck, hop, lop, blk) AS k FROM rest) r
--- (the hints' keys are virtual-disk reads': no other row matches)
-ASOF LEFT JOIN _links_hints_keyed h ON h.k = r.k AND r.l_start >= h.h_ns
-ASOF LEFT JOIN _links_faults_keyed f ON f.k = r.k AND r.l_start >= f.f_ns
--- (the readahead's keys are virtual- and host-disk reads': no other row matches)
-ASOF LEFT JOIN _links_ra_keyed a ON a.k = r.k AND r.l_start >= a.ra_ns
+       r.l_start::BIGINT - CASE WHEN r.l_start <= r.h_end THEN r.h_ns ELSE r.s_ns END::BIGINT
+FROM rest_hinted r
 LEFT JOIN filed d ON d.ck = r.ck AND d.hop = r.hop AND d.blk = r.blk AND r.lop = 1
                  AND r.l_flags & 2 = 0
 LEFT JOIN placed o ON o.ck = r.ck AND o.hop = r.hop AND o.blk = r.blk AND r.lop = 1

@@ -513,6 +513,20 @@ ASOF JOIN usec u ON u.ks = s.ks
  AND _links_asof_lower(s.l_asof) >= _links_asof_upper(u.u_start, u.u_end)
 WHERE u.upper_id <> s.first_id;
 
+-- Each lower block of `lower` (rows with their key k, and near: an upper
+-- event of `up` has that key) with the latest event of `up` on it
+-- (upper_id, u_*: NULL where none).  Only the near blocks go through
+-- the ASOF join, which sorts all it is given: the others, often most,
+-- have no cause there (with no upper level, an imported disk's requests,
+-- the join sorted 2.8 M rows for nothing).
+CREATE OR REPLACE MACRO _links_latest_upper(lower, up) AS TABLE
+SELECT l.* EXCLUDE (k, near), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
+FROM (SELECT * FROM query_table(lower) WHERE near) l
+ASOF LEFT JOIN query_table(up) u
+  ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)
+UNION ALL BY NAME
+SELECT * EXCLUDE (k, near) FROM query_table(lower) WHERE NOT near;
+
 -- The kind of a lower block's bytes no upper event explains (_links_blocks'
 -- rest): a hint's, a fault's, readahead, a store through a
 -- mapping, zeroes, nestrace's own, another VM's, another file system's
@@ -562,19 +576,9 @@ WITH up AS MATERIALIZED (   -- (computed once for the three joins that read it)
   UNION ALL SELECT *, true FROM _links_upper_moved_keyed),
 up_same AS MATERIALIZED (
   SELECT * EXCLUDE (moved) FROM up WHERE NOT moved OR uop IN (0, 2, 4, 5)),
--- (only the lower blocks an upper event of the same key is on go
--- through the ASOF join, which sorts all it is given: the others, often
--- most, have no cause there; with no upper level, an imported disk's
--- requests, the join sorted 2.8 M rows for nothing)
 lower_near AS MATERIALIZED (
   SELECT *, coalesce(k IN (SELECT k FROM up_same), false) AS near FROM _links_lower_keyed),
-same_op AS MATERIALIZED (
-  SELECT l.* EXCLUDE (k, near), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
-  FROM (SELECT * FROM lower_near WHERE near) l
-  ASOF LEFT JOIN up_same u
-    ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)
-  UNION ALL BY NAME
-  SELECT * EXCLUDE (k, near) FROM lower_near WHERE NOT near),
+same_op AS MATERIALIZED (SELECT * FROM _links_latest_upper('lower_near', 'up_same')),
 stored AS (   -- virtual-disk writes: the last store through a mapping before them
   SELECT l.* EXCLUDE (upper_id),
          -- (a write in flight with its call stays the call's)
@@ -596,13 +600,7 @@ up_w AS MATERIALIZED (   -- (the writes of those blocks only: usually few, often
   WHERE (NOT moved OR uop IN (1, 4, 5)) AND k IN (SELECT k FROM unread)),
 unread_near AS MATERIALIZED (   -- (and only the reads of blocks such a write is on)
   SELECT *, coalesce(k IN (SELECT k FROM up_w), false) AS near FROM unread),
-rmw AS (
-  SELECT l.* EXCLUDE (k, near), u.upper_id, u.u_start, u.u_end, u.uop, u.u_off, u.u_len
-  FROM (SELECT * FROM unread_near WHERE near) l
-  ASOF LEFT JOIN up_w u
-    ON u.k = l.k AND _links_asof_lower(l.l_asof) >= _links_asof_upper(u.u_start, u.u_end)
-  UNION ALL BY NAME
-  SELECT * EXCLUDE (k, near) FROM unread_near WHERE NOT near),
+rmw AS (SELECT * FROM _links_latest_upper('unread_near', 'up_w')),
 j AS (
   SELECT * FROM stored WHERE NOT (lop = 0 AND NOT coalesce(l_start <= u_end + l_err, false))
   UNION ALL BY NAME SELECT * FROM rmw),

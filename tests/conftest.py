@@ -132,9 +132,9 @@ def prog_ids(pid: int) -> set[int]:
 
 def until_recording(proc: subprocess.Popen) -> None:
     """Read a `nestrace record` run without CMD (text stderr piped) until it
-    says it is tracing (record.RECORDING); an AssertionError with what it
+    says it is tracing (workload.RECORDING); an AssertionError with what it
     said if it ends first."""
-    from nestrace.capture.record import RECORDING
+    from nestrace.capture.workload import RECORDING
     said = []
     for line in proc.stderr:
         if line.rstrip("\n") == RECORDING:

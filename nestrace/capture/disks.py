@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from nestrace.capture import memlimit
-from nestrace.capture.record import RECORDING, check_command, run_workload, wait_for_stop
+from nestrace.capture.workload import RECORDING, check_command, run_workload, wait_for_stop
 from nestrace.errors import RecordError
 
 

@@ -82,8 +82,9 @@ def run_cell(store: str | os.PathLike, cell: Cell, command: list[str], *, lab_na
     in `prepare`), tear the stack down, also on failure.  When `stopped()`
     turns true (Ctrl-C) before the capture starts, the cell is not recorded.
     `env`: more variables for `prepare` and `command`."""
-    from nestrace.capture.record import RecordError, record, run_workload
+    from nestrace.capture.record import RecordError, record
     from nestrace.capture.stack import StackError, discover
+    from nestrace.capture.workload import run_workload
     lab = Lab(lab_name)
     try:
         st = lab.up(cell.config)
@@ -132,7 +133,7 @@ def run_matrix(store: str | os.PathLike, todo: list[Cell], command: list[str], *
     lab's noting it) could leave a device or a lock behind.  The signal
     still reaches what runs: the terminal's Ctrl-C stops the workload
     and the agent, and record passes SIGTERM on to the workload."""
-    from nestrace.capture.record import _signal
+    from nestrace.capture.workload import handling
     name = f"run-{os.getpid()}"
     if Lab(name).state().get("made"):
         raise LabError(f"lab {name!r} is up: nestrace lab down --name {name}")
@@ -142,7 +143,7 @@ def run_matrix(store: str | os.PathLike, todo: list[Cell], command: list[str], *
         interrupted.append(signum)
 
     done: list[Cell] = []
-    with _signal(signal.SIGINT, on_interrupt), _signal(signal.SIGTERM, on_interrupt):
+    with handling(signal.SIGINT, on_interrupt), handling(signal.SIGTERM, on_interrupt):
         for i, cell in enumerate(todo, 1):
             log(f"nestrace: [{i}/{len(todo)}] {cell.label}")
             run_cell(store, cell, command, lab_name=name, prepare=prepare, log=log,

@@ -82,11 +82,12 @@ def record(store, mount, vdisk, image, disk, duration, max_size, memory, ringbuf
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from nestrace.capture import disks
     from nestrace.capture import record as rec
+    from nestrace.capture.workload import recorder_signals
     workload = None
     if os.environ.get(disks.RECORDER_ENV):     # (one disk's, of record_disks)
         sys.stdout, sys.stderr = _Orphanable(sys.stdout), _Orphanable(sys.stderr)
         workload = sys.stdin
-        rec.recorder_signals()
+        recorder_signals()
     mount, more = (mount[0], mount[1:]) if mount else (None, ())
     images, image = image, (image[0] if image else None)
     if status is None:

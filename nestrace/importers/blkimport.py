@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from nestrace.importers.blktrace import (
     ACTIONS,
@@ -269,7 +270,7 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
     if not ev.num_rows:
         raise StoreError(problems[0] if problems else
                          f"{', '.join(map(str, paths))}: no block request events to import")
-    devs = sorted(set(ev.column("dev").to_pylist()))
+    devs = sorted(pc.unique(ev.column("dev")).to_pylist())   # (not a Python int per event)
     unknown = sorted(set(levels) - set(devs))
     if unknown:
         raise StoreError(f"{', '.join(dev_name(d) for d in unknown)}: no request events of this "
@@ -316,10 +317,10 @@ def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel,
     write_capture_table(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
     write_capture_table(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
     write_capture_table(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
-    ts = ev.column("ts_ns").to_pylist()
+    ts = pc.min_max(ev.column("ts_ns")).as_py()
     meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
             "clock": clock,
-            "start_ns": min(ts), "end_ns": max(ts), "start_wall": "",
+            "start_ns": ts["min"], "end_ns": ts["max"], "start_wall": "",
             "command": "nestrace import " + " ".join(map(str, paths)), "hooks_json": "{}",
             "stack_json": json.dumps({"source": source, "files": [str(x) for x in paths],
                                       "levels": {dev_name(d["dev"]): d["level"] for d in dm},

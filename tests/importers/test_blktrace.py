@@ -145,6 +145,40 @@ def test_imported_split_pieces_and_the_remainder_have_the_q_of_the_bio_they_were
     assert assert_stored_as_computed(tmp_path / "s") == 4
 
 
+def test_links_of_an_import_are_a_row_a_request_as_the_block_join_classes_them(tmp_path):
+    """An import has no extent maps and no file-system level: links gives
+    each request one row, classed by op and flags (_links_bare_rows),
+    without the block-by-block join, and the join (made to take the
+    capture) gives the same rows.  Two devices, reads plain, readahead
+    and metadata, writes plain, sync, FUA and journal-like, a discard,
+    12 KiB across three blocks and 1 KiB inside one."""
+    import nestrace
+    R, W = 0x1, TC_WRITE
+    cats = [R, R | TC_AHEAD, R | 0x1000, W, W | TC_SYNC, W | TC_FUA | TC_SYNC, W | 0x1000,
+            W | 0x2000]
+    body, t = b"", 100
+    for i, c in enumerate(cats):
+        for dev in ((7 << 20) | 1, (7 << 20) | 2):
+            sec, n = 64 * i + 2, (12288 if i % 2 else 1024)
+            for a in (1, 4, 7, 8):      # Q G D C
+                body += rec(a, c, sec, n, t, dev=dev)
+                t += 10
+    f = tmp_path / "loop.blktrace.0"
+    f.write_bytes(body)
+    blkimport.import_files([f], tmp_path / "s", {(7 << 20) | 1: "vdisk"}, "imp")
+    cols = "capture_id, upper_level, lower_level, lower_id, upper_id, kind, bytes, lag_ns"
+    s = nestrace.open(tmp_path / "s")
+    assert s.rows("SELECT * FROM _links_bare") == [{"capture_id": "imp"}]
+    bare = s.rows(f"SELECT {cols} FROM links ORDER BY ALL")
+    assert len(bare) == 2 * len(cats)
+    assert {r["kind"] for r in bare} >= {"other", "readahead", "metadata", "writeback",
+                                         "journal", "discard"}, bare
+    s = nestrace.open(tmp_path / "s")
+    s.con.execute("CREATE OR REPLACE VIEW _links_bare AS SELECT NULL::VARCHAR AS capture_id "
+                  "WHERE false")
+    assert s.rows(f"SELECT {cols} FROM links ORDER BY ALL") == bare
+
+
 def test_import_skips_a_record_from_an_impossible_cpu_names_it_and_keeps_the_rest(tmp_path):
     """A fuzzed file (one byte of a cpu field changed) imported, then
     correlated: the record was kept and every query over requests failed

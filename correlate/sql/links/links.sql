@@ -174,25 +174,48 @@ SELECT 'vdisk' AS upper_level, 'disk' AS lower_level, capture_id, io_id AS upper
        u_off, u_len, unnest(_blocks(u_off, u_len)) AS blk
 FROM p;
 
-CREATE OR REPLACE VIEW _links_lower AS
+CREATE OR REPLACE VIEW _links_lower_io AS
 SELECT 'vdisk' AS lower_level, capture_id, io_id AS lower_id, start_ns AS l_start, op AS l_op,
        req_flags AS l_flags, req_op = 9 AS l_zeroes, false AS l_page, offset_bytes::BIGINT AS l_off,
-       bytes::BIGINT AS l_len, unnest(_blocks(offset_bytes, bytes)) AS blk
+       bytes::BIGINT AS l_len
 FROM vdisk_io WHERE bytes > 0
 UNION ALL
 -- (an access to a qcow2, qcow, vmdk, vdi, vhdx, vpc, qed, parallels or luks image's own tables counts as metadata: REQ_META)
 SELECT 'hostfs', h.capture_id, h.io_id, h.ts_ns, h.op,
        CASE WHEN m.io_id IS NULL THEN 0 ELSE 2 END::USMALLINT, false,
        h.source IN ('mm_filemap_get_pages', 'writeback_dirty_folio'),
-       h.off, h.bytes::BIGINT, unnest(_blocks(h.off, h.bytes))
+       h.off, h.bytes::BIGINT
 FROM _map_hostfs_io h LEFT JOIN _map_image_metadata_io m USING (capture_id, io_id)
 WHERE h.bytes > 0
 UNION ALL
 SELECT 'disk', d.capture_id, d.io_id, d.start_ns, d.op, d.req_flags, d.req_op = 9, false,
-       d.offset_bytes::BIGINT + x.shift, d.bytes::BIGINT,
-       unnest(_blocks(d.offset_bytes::BIGINT + x.shift, d.bytes))
+       d.offset_bytes::BIGINT + x.shift, d.bytes::BIGINT
 FROM disk_io d JOIN _links_disks x ON x.capture_id = d.capture_id AND x.dev = d.dev
 WHERE d.bytes > 0;
+
+-- The captures links can tie nothing in: no extent maps (no upper event
+-- lands on a lower block without them) and no file-system level (an
+-- imported blktrace file or trace.dat).  Their requests are classed by
+-- op and flags alone, a row each (_links_computed), not block by block.
+CREATE OR REPLACE VIEW _links_bare AS
+SELECT capture_id FROM _links_captures
+WHERE capture_id NOT IN (SELECT capture_id FROM extent_maps)
+  AND capture_id NOT IN (SELECT capture_id FROM device_map
+                         WHERE level IN ('vfs', 'hostfs', 'netfs'));
+
+-- (their rows in links: what _links_blocks would find for them, a row a
+-- request; a session whose captures are all such reads only these)
+CREATE OR REPLACE VIEW _links_bare_rows AS
+SELECT capture_id, CASE lower_level WHEN 'vdisk' THEN 'vfs' ELSE 'vdisk' END AS upper_level,
+       lower_level, lower_id, NULL::UBIGINT AS upper_id,
+       _links_rest_kind(_links_hop(lower_level), _links_op(l_op), l_flags, NULL, false, l_zeroes,
+                        false, false, false, false, NULL, false, NULL) AS kind,
+       l_len AS bytes, NULL::BIGINT AS lag_ns
+FROM _links_lower_io WHERE capture_id IN (SELECT capture_id FROM _links_bare);
+
+CREATE OR REPLACE VIEW _links_lower AS
+SELECT *, unnest(_blocks(l_off, l_len)) AS blk FROM _links_lower_io
+WHERE capture_id NOT IN (SELECT capture_id FROM _links_bare);
 
 -- (capture, hop, op, block) as one integer: DuckDB's ASOF join is ~2.5x
 -- faster on one integer key than on several columns.  Captures are
@@ -716,7 +739,9 @@ SELECT c.capture_id, CASE o.hop WHEN 0 THEN 'vfs' ELSE 'vdisk' END AS upper_leve
        o.bytes, o.lag_ns
 FROM (SELECT ck, hop, lower_id, upper_id, kind, sum(bytes)::BIGINT AS bytes, min(lag_ns) AS lag_ns
       FROM _links_blocks GROUP BY ck, hop, lower_id, upper_id, kind) o
-JOIN _links_captures c USING (ck);
+JOIN _links_captures c USING (ck)
+UNION ALL
+SELECT * FROM _links_bare_rows;
 
 -- Each lower-level request tied to each upper-level event that caused part
 -- of it (kind sync, writeback, rmw or discard; kind hint: a virtual-disk

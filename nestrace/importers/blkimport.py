@@ -62,18 +62,20 @@ def _stream_order(dev: np.ndarray, sec: np.ndarray, *tie: np.ndarray) -> np.ndar
 
 
 def _bio_ids(a: np.ndarray, k: np.ndarray, sec: np.ndarray, dev: np.ndarray,
-             aux: np.ndarray) -> np.ndarray:
+             aux: np.ndarray, order: np.ndarray) -> np.ndarray:
     """Bio ids by (dev, sector) stream, for events with time ranks k: Q and
     X start one (2k + 1) at their sector; each X also puts the bio it cut
     from (the id its own sector had just before it) on at the remainder's
-    sector, as a start right after it (2k + 2) that stands for that id."""
+    sector, as a start right after it (2k + 2) that stands for that id.
+    order: the events' stream order (_stream_order), which is this one's
+    when no X has a remainder (most files: no sort again)."""
     m = len(a)
     xs = np.flatnonzero((a == 8) & (aux > sec))
     pos = np.concatenate([2 * k, 2 * k[xs] + 1])
-    s_sec = np.concatenate([sec, aux[xs]])
-    s_dev = np.concatenate([dev, dev[xs]])
+    s_sec = np.concatenate([sec, aux[xs]]) if len(xs) else sec
+    s_dev = np.concatenate([dev, dev[xs]]) if len(xs) else dev
     start = np.concatenate([np.isin(a, (1, 8)), np.ones(len(xs), bool)])
-    g = _stream_order(s_dev, s_sec, pos)
+    g = _stream_order(s_dev, s_sec, pos) if len(xs) else order
     new = np.ones(len(g), bool)
     new[1:] = (s_dev[g][1:] != s_dev[g][:-1]) | (s_sec[g][1:] != s_sec[g][:-1])
     gid = np.cumsum(new) - 1
@@ -153,7 +155,7 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
         b = pdu[int(rows[i])].as_py()
         if len(b) >= 8:
             aux[i] = int.from_bytes(b[:8], "big")
-    bio = _bio_ids(a, k, sec, dev, aux)
+    bio = _bio_ids(a, k, sec, dev, aux, g)
     # per-CPU sequence numbers in time order
     c = np.argsort(cpu.astype(np.uint16) if m and int(cpu.max()) < (1 << 16) else cpu,
                    kind="stable")

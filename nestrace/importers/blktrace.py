@@ -54,6 +54,8 @@ TA_CGROUP = 0x100      # __BLK_TA_CGROUP: a cgroup id leads the payload
 TC_WRITE, TC_FLUSH, TC_SYNC = 0x2, 0x4, 0x8
 TC_AHEAD, TC_META, TC_DISCARD, TC_FUA = 0x800, 0x1000, 0x2000, 0x8000
 
+# (a few names over millions of rows: each kept once)
+_NAMES = pa.dictionary(pa.int32(), pa.string())
 SCHEMA = pa.schema([
     ("file", pa.dictionary(pa.int32(), pa.string())),
     ("file_offset", pa.uint64()),
@@ -61,11 +63,11 @@ SCHEMA = pa.schema([
     ("time_ns", pa.uint64()),
     ("sector", pa.uint64()),
     ("bytes", pa.uint32()),
-    ("action", pa.string()),
+    ("action", _NAMES),
     ("action_code", pa.uint16()),
     ("categories", pa.uint16()),
-    ("rwbs", pa.string()),
-    ("op", pa.string()),
+    ("rwbs", _NAMES),
+    ("op", _NAMES),
     ("pid", pa.uint32()),
     ("dev", pa.uint32()),
     ("cpu", pa.uint32()),
@@ -334,8 +336,9 @@ def _walk_whole(path: Path, data: bytes, resync: bool
     return np.frombuffer(offs, dtype=np.int64) if offs else np.zeros(0, np.int64), problems
 
 
-def _strings(values: np.ndarray, name) -> pa.Array:
-    """A string column from small integer keys, naming each distinct key once."""
+def _strings(values: np.ndarray, name, dictionary: bool = False) -> pa.Array:
+    """A string column from small integer keys, naming each distinct key
+    once (dictionary: as a dictionary column, the names not repeated)."""
     if len(values) and values.dtype.kind in "ui" and values.min() >= 0 and \
             values.max() < (1 << 20):      # (small keys: a table, no sort)
         present = np.flatnonzero(np.bincount(values.astype(np.int64)))
@@ -345,7 +348,8 @@ def _strings(values: np.ndarray, name) -> pa.Array:
     else:
         keys, inverse = np.unique(values, return_inverse=True)
     d = pa.array([name(int(k)) for k in keys], pa.string())
-    return pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32)), d).cast(pa.string())
+    names = pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32)), d)
+    return names if dictionary else names.cast(pa.string())
 
 
 def _table(path: Path, data: bytes, offs: np.ndarray, h: np.ndarray) -> pa.Table:
@@ -375,10 +379,10 @@ def _table(path: Path, data: bytes, offs: np.ndarray, h: np.ndarray) -> pa.Table
         "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([str(path)])),
         "file_offset": pa.array(offs.astype(np.uint64)), "sequence": pa.array(h["sequence"]),
         "time_ns": pa.array(h["time"]), "sector": pa.array(h["sector"]), "bytes": pa.array(nbytes),
-        "action": _strings(code, lambda c: ACTIONS.get(c, f"0x{c:x}")),
+        "action": _strings(code, lambda c: ACTIONS.get(c, f"0x{c:x}"), True),
         "action_code": pa.array(code), "categories": pa.array(cats),
-        "rwbs": _strings(kind, lambda k: rwbs(k >> 1, k & 1)),
-        "op": _strings(kind, lambda k: op_name(k >> 1, k & 1)),
+        "rwbs": _strings(kind, lambda k: rwbs(k >> 1, k & 1), True),
+        "op": _strings(kind, lambda k: op_name(k >> 1, k & 1), True),
         "pid": pa.array(h["pid"]), "dev": pa.array(h["device"]), "cpu": pa.array(h["cpu"]),
         "error": pa.array(h["error"]), "pdu": pdu,
     }

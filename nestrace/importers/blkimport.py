@@ -196,14 +196,16 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
     if dups:
         problems.append(f"{', '.join(map(str, paths))}: {dups} record(s) a second time (the same "
                         "device, CPU and sequence number): left out")
-    ev, skipped = block_events(t)
     lost = _lost_by_sequence(t, capture_id)
+    records = t.num_rows
+    ev, skipped = block_events(t)
+    del t       # (the records, not needed again: memory for the pairing)
     numbered = bool(lost)
     # (without sequence numbers the damaged places are the only count of
     # what was lost; with them, the gaps count those records already)
     lost_total = sum(r["seq_gaps"] for r in lost) + (0 if numbered else damage.records)
     r = write_import(ev, skipped, problems, paths, store, levels, capture_id, machine,
-                     source="blktrace", clock="blktrace", lost=lost, records=t.num_rows,
+                     source="blktrace", clock="blktrace", lost=lost, records=records,
                      lost_total=lost_total,
                      extra={"sequence_numbers": numbered,
                             "damaged": {"places": damage.places, "bytes": damage.bytes,

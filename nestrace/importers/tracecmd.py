@@ -506,6 +506,7 @@ def import_file(path: str | os.PathLike, store: str | os.PathLike, levels: dict[
     (like nestrace.importers.blkimport.import_files)."""
     r = read(path)
     ev, skipped = blkimport.block_events(r.table, r.comms)
+    r.table = None      # (the records, not needed again: memory for the pairing)
     skipped = skipped | r.other
     cpus = sorted(set(r.received) | set(r.lost))
     lost = [{"capture_id": capture_id, "cpu": c,

@@ -147,7 +147,10 @@ def record_dat(tmp: Path, seconds: int) -> Path:
 
 
 def timed(cmd: list[str], cwd: Path, out=subprocess.DEVNULL) -> tuple[float, float]:
-    """Wall seconds and peak RSS (GB) of one run of cmd, a fresh process."""
+    """Wall seconds and peak RSS (GB) of one run of cmd, a fresh process,
+    started with nothing left to write back (blkparse's 200 MB dump is not
+    written back during the next step)."""
+    os.sync()
     t = time.perf_counter()
     p = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(p.pid, 0)

@@ -191,9 +191,14 @@ def _headers(buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
     if n and offs[-1] == (n - 1) * HEADER.size and len(buf) >= n * HEADER.size and \
             np.array_equal(offs, np.arange(n) * HEADER.size):     # (no payloads: a plain array)
         return buf[:n * HEADER.size].view(DTYPE).copy()
-    if n and not (offs % 8).any():      # (8-byte aligned: six words a header)
-        words = buf[:len(buf) // 8 * 8].view(np.uint64)
-        return words[(offs // 8)[:, None] + np.arange(HEADER.size // 8)].view(DTYPE).ravel()
+    if n and not (offs % 8).any():      # (8-byte aligned: six words a header,
+        words = buf[:len(buf) // 8 * 8].view(np.uint64)     # gathered a word at a time:
+        h = np.empty(n, dtype=DTYPE)                        # no n x 6 index array)
+        hw = h.view(np.uint64).reshape(n, HEADER.size // 8)
+        w0 = offs // 8
+        for j in range(HEADER.size // 8):
+            hw[:, j] = words[w0 + j]
+        return h
     h = np.empty(n, dtype=DTYPE)
     lanes = np.arange(HEADER.size)
     for i in range(0, len(offs), 1 << 18):

@@ -113,6 +113,18 @@ def run_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
         out.unlink(missing_ok=True)
 
 
+def run_request_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
+    """(g): as (f), but the block programs keep each request's phase times
+    in maps (a bio's Q and G, a request's I and D) and write one header at
+    its completion: the floor of a capture with a record per block request
+    (issue #75's design), beside (f)'s record per event."""
+    out = out_dir / f"nestrace-bench-rfloor-{time.monotonic_ns()}.ntr"
+    try:
+        return run_agent_alone(mount, depth, runtime, tmp, "--request-floor", out)
+    finally:
+        out.unlink(missing_ok=True)
+
+
 def run_agent_alone(mount, depth, runtime, tmp, flag: str, stream: Path, then: str = "") -> dict:
     """fio under the agent alone, started as `record` starts it (hooks,
     filters, CPU pinning) with `flag`, its stream written to `stream`;
@@ -184,8 +196,9 @@ def program_families() -> dict[str, str]:
     return out
 
 
-def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path, floor: bool = False) -> dict:
-    """One more (b) run (with `floor`, (f)) with kernel.bpf_stats_enabled=1,
+def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path, floor: str = "") -> dict:
+    """One more (b) run (with `floor`, the agent alone with that flag: (f)
+    or (g)) with kernel.bpf_stats_enabled=1,
     outside the timed rounds (the kernel then reads the clock twice around
     every program run): the CPU time nestrace's programs spent, per family,
     per I/O.  bpftool reads the counters while fio's last I/Os are still
@@ -198,7 +211,7 @@ def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path, floor: bool = False
     knob.write_text("1\n")
     try:
         if floor:
-            run_agent_alone(mount, depth, runtime, tmp, "--floor-records", store, then)
+            run_agent_alone(mount, depth, runtime, tmp, floor, store, then)
         else:
             cmd = fio_cmd(mount, depth, runtime, out)
             cmd[-1] += then
@@ -260,7 +273,8 @@ def print_iops_tables(results: dict, depths: list[int]) -> None:
           "| CPU µs per I/O a / this / b (median) | (b)'s loss beyond this one's |")
     print("|---|---|---|---|---|---|---|")
     for depth in depths:
-        for m, name in (("e", "(e) hooks only"), ("f", "(f) floor records")):
+        for m, name in (("e", "(e) hooks only"), ("f", "(f) floor records"),
+                        ("g", "(g) floor, a block record per request")):
             rs = {k: results[(depth, k)] for k in ("a", "b", m)}
             med = {k: statistics.median(r["iops"] for r in rs[k]) for k in rs}
             cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[k]):.1f}"
@@ -309,20 +323,21 @@ def main() -> int:
             tmp = Path(t)
             for depth in [int(d) for d in args.depths.split(",")]:
                 modes = [("a", run_plain), ("b", run_nestrace), ("c", run_ftrace),
-                         ("e", run_empty), ("f", run_floor)]
+                         ("e", run_empty), ("f", run_floor), ("g", run_request_floor)]
                 for rnd in range(args.rounds):
                     # rotate the order, so that no mode always follows another
                     k = rnd % len(modes)
                     for mode, fn in modes[k:] + modes[:k]:
                         extra = {"a": (), "b": (out_dir,), "c": (out_dir, devs), "e": (),
-                                 "f": (out_dir,)}[mode]
+                                 "f": (out_dir,), "g": (out_dir,)}[mode]
                         t0 = cpu_times()
                         r = fn(mount, depth, args.runtime, tmp, *extra)
                         r["steal_pct"] = round(steal_pct(t0, cpu_times()), 1)
                         results.setdefault((depth, mode), []).append(r)
                         print(f"depth {depth} round {rnd} mode {mode}: {r}", file=sys.stderr)
                 if args.bpf_stats:
-                    for key, floor in (("stats", False), ("stats_f", True)):
+                    for key, floor in (("stats", ""), ("stats_f", "--floor-records"),
+                                       ("stats_g", "--request-floor")):
                         r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir, floor)
                         results[(depth, key)] = r
                         print(f"depth {depth} bpf {key}: {r}", file=sys.stderr)
@@ -338,22 +353,20 @@ def main() -> int:
     if args.bpf_stats:
         # kernel.bpf_stats_enabled adds two clock reads to every run: an
         # upper bound on what the programs cost in the rounds above.
-        print("\nBPF programs' own CPU time in one extra (b) run and one extra (f) run with "
+        print("\nBPF programs' own CPU time in one extra run each of (b), (f) and (g) with "
               "kernel.bpf_stats_enabled=1 (upper bounds: the stats add two clock reads per run)\n")
         print("| iodepth | family | runs per I/O | ns per run | ns per I/O "
-              "| (f) runs per I/O | (f) ns per run | (f) ns per I/O |")
-        print("|---|---|---|---|---|---|---|---|")
+              "| (f) runs per I/O | (f) ns per run | (f) ns per I/O "
+              "| (g) runs per I/O | (g) ns per run | (g) ns per I/O |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for depth in depths:
-            fams = results[(depth, "stats")]["families"]
-            floor = results[(depth, "stats_f")]["families"]
-            for f in sorted(set(fams) | set(floor)):
-                cells = []
-                for c in (fams.get(f), floor.get(f)):
-                    cells.append(f"{c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | {c['ns_per_io']:.0f}"
-                                 if c else " | | ")
-                print(f"| {depth} | {f} | {cells[0]} | {cells[1]} |")
-            total = [sum(c["ns_per_io"] for c in x.values()) for x in (fams, floor)]
-            print(f"| {depth} | all | | | {total[0]:.0f} | | | {total[1]:.0f} |")
+            runs = [results[(depth, k)]["families"] for k in ("stats", "stats_f", "stats_g")]
+            for f in sorted(set().union(*runs)):
+                cells = [f"{c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | {c['ns_per_io']:.0f}"
+                         if c else " | | " for c in (x.get(f) for x in runs)]
+                print(f"| {depth} | {f} | {' | '.join(cells)} |")
+            total = [f"{sum(c['ns_per_io'] for c in x.values()):.0f}" for x in runs]
+            print(f"| {depth} | all | | | {total[0]} | | | {total[1]} | | | {total[2]} |")
     return 0
 
 

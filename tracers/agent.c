@@ -76,6 +76,7 @@ static struct env {
 	bool cpus_all;			/* ... the agent not pinned (--agent-cpus all) */
 	bool empty_programs;		/* every program returns at once (--empty-programs) */
 	bool floor_records;		/* headers alone, after each filter (--floor-records) */
+	bool request_floor;		/* ... and a block request's one, at C (--request-floor) */
 	char **cmd;			/* ... the command it traces */
 	int ndevs, ninos;
 	struct { __u32 dev; __u32 roles; } devs[NT_MAX_DEVS];
@@ -116,7 +117,8 @@ static const char doc[] =
 "      guest.store` wherever nestrace is installed)\n";
 
 enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
-       OPT_GUEST_DIR, OPT_FACTS, OPT_CPUS, OPT_STATUS, OPT_CGROUP, OPT_EMPTY, OPT_FLOOR };
+       OPT_GUEST_DIR, OPT_FACTS, OPT_CPUS, OPT_STATUS, OPT_CGROUP, OPT_EMPTY, OPT_FLOOR,
+       OPT_REQUEST_FLOOR };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -140,6 +142,7 @@ static const struct argp_option opts[] = {
 	{ "mode", OPT_MODE, "MODE", 0, "auto (probe), tp_btf or raw_tp" },
 	{ "empty-programs", OPT_EMPTY, NULL, 0, "Attach every program, each returning at once: nothing is recorded (what the hooks alone cost; bench/overhead's (e))" },
 	{ "floor-records", OPT_FLOOR, NULL, 0, "Each program filters as it does, then records its record's header alone: what a record per event costs at the least (bench/overhead's (f)); the records are no capture's" },
+	{ "request-floor", OPT_REQUEST_FLOOR, NULL, 0, "As --floor-records, but the block programs keep each request's phase times in maps and record one header at its completion: what a record per request costs at the least (bench/overhead's (g))" },
 	{ "die-with-parent", OPT_DIE, NULL, 0, "Exit when the parent process dies" },
 	{ "verbose", 'v', NULL, 0, "Show libbpf debug output" },
 	{},
@@ -203,6 +206,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_CGROUP: env.cgroup = arg; break;
 	case OPT_EMPTY: env.empty_programs = true; break;
 	case OPT_FLOOR: env.floor_records = true; break;
+	case OPT_REQUEST_FLOOR: env.floor_records = env.request_floor = true; break;
 	case 'f': env.families = arg; break;
 	case 'o': env.output = arg; break;
 	case 'd': env.duration_s = strtol(arg, NULL, 10); break;
@@ -785,7 +789,18 @@ static void vfs__extra_rodata(struct vfs_bpf *s)
 			break;
 		}
 }
-static void block__extra_rodata(struct block_bpf *s) {}
+/* (the request floor's maps: a slot each for the bios and requests in
+ * flight on the traced disks; one entry each otherwise) */
+#define NT_REQUEST_FLOOR_SLOTS 65536
+static void block__extra_rodata(struct block_bpf *s)
+{
+	s->rodata->request_floor = env.request_floor;
+	if (env.request_floor) {
+		s->rodata->times_mask = NT_REQUEST_FLOOR_SLOTS - 1;
+		bpf_map__set_max_entries(s->maps.bio_times, NT_REQUEST_FLOOR_SLOTS);
+		bpf_map__set_max_entries(s->maps.rq_times, NT_REQUEST_FLOOR_SLOTS);
+	}
+}
 static void hostfs__extra_rodata(struct hostfs_bpf *s) {}
 static void netfs__extra_rodata(struct netfs_bpf *s) {}
 FAMILY(vfs)
@@ -1834,6 +1849,7 @@ static void start__frame(__u64 start, __u64 attach_ns, __u64 ends_ns, int nloade
 	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB%s)\n",
 		nloaded, (unsigned long long)env.ringbuf_bytes >> 10,
 		env.empty_programs ? "; empty programs: nothing is recorded" :
+		env.request_floor ? "; request floor: a header per block request, no capture's" :
 		env.floor_records ? "; floor records: headers alone, no capture's" : "");
 }
 

@@ -10,6 +10,159 @@ struct nt_block_event *unused_block_event __attribute__((unused));
 
 /* block_event.action values are NT_BLOCK_ACTION_<NAME>, from schemas/ */
 
+/* The floor of a record per request (the agent's --request-floor,
+ * bench/overhead's (g)), the design #75 asks about: a request's phase
+ * times kept in the kernel and one record written at its completion, as
+ * biosnoop keeps its start times.  Each hit filters as a capture's does;
+ * a bio's Q and G times wait in its slot of bio_times (a merged bio's are
+ * let go), a request's I and D times in rq_times, where D also takes its
+ * first bio's; C writes one record's header alone and lets the request
+ * go (a requeue writes one too: that dispatch is over).  No field is
+ * filled: what keeping the times costs, not a capture.  The other
+ * families stay as in --floor-records. */
+const volatile __u32 request_floor = 0;
+const volatile __u32 times_mask = 0;	/* slots - 1, set with them by the agent */
+
+/* A slot per bio or request address, chosen by a multiplicative hash of
+ * it: an array (the verifier inlines its lookup: a few instructions,
+ * where a hash map's update took ~100 ns and a lock).  The slot holds the
+ * address it serves; a slot still held by another address in flight is a
+ * collision, and that one's times are lost, counted as a drop.  Each
+ * address's events happen one after another (the block layer orders
+ * them), so no two CPUs write one request's slot at once. */
+struct nt_rq_times {
+	__u64 key, q_ns, g_ns, i_ns, d_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);		/* the agent sizes both in --request-floor */
+	__type(key, __u32);
+	__type(value, struct nt_rq_times);
+} bio_times SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_rq_times);
+} rq_times SEC(".maps");
+
+static __always_inline void times__dropped(void)
+{
+	struct nt_cpu_counters *c = counters__get();
+
+	if (c)
+		__sync_fetch_and_add(&c->ringbuf_drops, 1);
+}
+
+/* An address as a number: on tp_btf the verifier holds it a pointer, and
+ * forbids the hash's arithmetic on it; a copy through map memory is a
+ * plain number. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} times_addr SEC(".maps");
+
+static __always_inline struct nt_rq_times *times__slot(void *map, __u64 addr)
+{
+	__u32 zero = 0, i;
+	__u64 *a = bpf_map_lookup_elem(&times_addr, &zero);
+
+	if (!a)
+		return NULL;
+	*a = addr;
+	i = (__u32)((*(volatile __u64 *)a * 0x9E3779B97F4A7C15ULL) >> 40) & times_mask;
+	return bpf_map_lookup_elem(map, &i);
+}
+
+/* Take a slot for addr: one held by another address is a collision. */
+static __always_inline void times__claim(struct nt_rq_times *t, __u64 addr)
+{
+	if (t->key && t->key != addr)
+		times__dropped();
+	t->key = addr;
+	t->q_ns = t->g_ns = t->i_ns = t->d_ns = 0;
+}
+
+/* A hit on a traced disk: the slot of addr in map, and the time. */
+static __always_inline struct nt_rq_times *times__hit(__u32 dev, void *map, __u64 addr, __u64 *now)
+{
+	if (!dev__has(dev, NT_ROLE_BLOCK)) {
+		counters__filtered();
+		return NULL;
+	}
+	*now = bpf_ktime_get_ns();
+	return times__slot(map, addr);
+}
+
+static __always_inline int bio__times(struct bio *bio, __u16 action, const bool btf)
+{
+	__u64 key = (__u64)bio, now;
+	struct nt_rq_times *t = times__hit(bio__dev(bio, btf), &bio_times, key, &now);
+
+	if (!t)
+		return 0;
+	if (action == NT_BLOCK_ACTION_BACKMERGE || action == NT_BLOCK_ACTION_FRONTMERGE) {
+		if (t->key == key)	/* merged: its request's first bio carries the times */
+			t->key = 0;
+		return 0;
+	}
+	if (action == NT_BLOCK_ACTION_G && t->key == key) {
+		t->g_ns = now;
+		return 0;
+	}
+	times__claim(t, key);
+	if (action == NT_BLOCK_ACTION_G)	/* (a split-off piece: no Q of its own) */
+		t->g_ns = now;
+	else					/* Q, or X: the piece cut off */
+		t->q_ns = now;
+	return 0;
+}
+
+static __always_inline int rq__times(struct request *rq, __u16 action, const bool btf)
+{
+	__u64 key = (__u64)rq, bio, now;
+	struct nt_rq_times *t = times__hit(rq__dev(rq, btf), &rq_times, key, &now), *b;
+	struct nt_header *h;
+
+	if (!t)
+		return 0;
+	if (action == NT_BLOCK_ACTION_RQ_MERGE) {	/* merged into another request */
+		if (t->key == key)
+			t->key = 0;
+		return 0;
+	}
+	if (action == NT_BLOCK_ACTION_C || action == NT_BLOCK_ACTION_REQUEUE) {
+		h = record__reserve(sizeof(struct nt_block_event), NT_KIND_BLOCK_EVENT,
+				    NT_VERSION_BLOCK_EVENT, now);
+		if (h)
+			record__submit(h);
+		if (action == NT_BLOCK_ACTION_C && t->key == key)
+			t->key = 0;
+		return 0;
+	}
+	if (action == NT_BLOCK_ACTION_I) {
+		times__claim(t, key);
+		t->i_ns = now;
+		return 0;
+	}
+	/* D: the insert's slot, or a new one; the first bio's times */
+	if (t->key != key)
+		times__claim(t, key);
+	t->d_ns = now;
+	bio = (__u64)RD1(btf, rq, bio);
+	b = times__slot(&bio_times, bio);
+	if (b && b->key == bio) {
+		t->q_ns = b->q_ns;
+		t->g_ns = b->g_ns;
+		b->key = 0;
+	}
+	return 0;
+}
+
 static __always_inline struct nt_block_event *block__reserve(__u32 dev)
 {
 	if (!dev__has(dev, NT_ROLE_BLOCK)) {
@@ -45,9 +198,13 @@ static __always_inline int block__submit(struct nt_block_event *e, __u32 dev,
 
 static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, const bool btf)
 {
-	__u32 dev = bio__dev(bio, btf);
-	struct nt_block_event *e = block__reserve(dev);
+	__u32 dev;
+	struct nt_block_event *e;
 
+	if (request_floor)
+		return bio__times(bio, action, btf);
+	dev = bio__dev(bio, btf);
+	e = block__reserve(dev);
 	if (!e)
 		return 0;
 	FLOOR_SUBMIT(e);
@@ -63,9 +220,13 @@ static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, c
 static __always_inline int rq__emit(struct request *rq, __u16 action,
 				    int error, __u32 nr_bytes, const bool btf)
 {
-	__u32 dev = rq__dev(rq, btf);
-	struct nt_block_event *e = block__reserve(dev);
+	__u32 dev;
+	struct nt_block_event *e;
 
+	if (request_floor)
+		return rq__times(rq, action, btf);
+	dev = rq__dev(rq, btf);
+	e = block__reserve(dev);
 	if (!e)
 		return 0;
 	FLOOR_SUBMIT(e);

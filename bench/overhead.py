@@ -125,16 +125,42 @@ def run_request_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
         out.unlink(missing_ok=True)
 
 
+# (h): the block layer's tracepoints but its completions
+BLOCK_BEGINNINGS = ("block_bio_queue,block_bio_backmerge,block_bio_frontmerge,block_getrq,"
+                    "block_split,block_rq_insert,block_rq_issue,block_rq_merge")
+COMPLETION_FLOOR = f"--floor-records --skip-hooks {BLOCK_BEGINNINGS}"
+
+
+def run_completion_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
+    """(h): as (f), but of the block layer's tracepoints only the request's
+    completion (and requeue) attached: one header per request, and no
+    hook on the way down.  The floor of a capture that reads a request's
+    life from the kernel's own fields at completion (its allocation and
+    issue times in struct request, where the block layer keeps them)."""
+    out = out_dir / f"nestrace-bench-cfloor-{time.monotonic_ns()}.ntr"
+    try:
+        return run_agent_alone(mount, depth, runtime, tmp, COMPLETION_FLOOR, out)
+    finally:
+        out.unlink(missing_ok=True)
+
+
 def run_agent_alone(mount, depth, runtime, tmp, flag: str, stream: Path, then: str = "") -> dict:
     """fio under the agent alone, started as `record` starts it (hooks,
-    filters, CPU pinning) with `flag`, its stream written to `stream`;
-    `then`, a shell command run after fio while the agent still runs."""
+    filters, CPU pinning) with `flag` (its words: a --skip-hooks among
+    them adds to record's), its stream written to `stream`; `then`, a
+    shell command run after fio while the agent still runs."""
     sys.path.insert(0, str(ROOT))
     from nestrace.capture.agent import agent_args, agent_cpus, side_families
     from nestrace.capture.stack import discover
     stack = discover(mount)
     pin = agent_cpus("auto")
-    args = agent_args(stack, None, "auto", side_families(stack)) + [flag, "-o", str(stream)]
+    args = agent_args(stack, None, "auto", side_families(stack))
+    words = flag.split()
+    if "--skip-hooks" in words and "--skip-hooks" in args:
+        i, j = words.index("--skip-hooks"), args.index("--skip-hooks")
+        args[j + 1] += "," + words[i + 1]
+        del words[i:i + 2]
+    args += words + ["-o", str(stream)]
     out = tmp / "fio.json"
     agent = subprocess.Popen(args, stderr=subprocess.PIPE, text=True,
                              preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
@@ -274,7 +300,8 @@ def print_iops_tables(results: dict, depths: list[int]) -> None:
     print("|---|---|---|---|---|---|---|")
     for depth in depths:
         for m, name in (("e", "(e) hooks only"), ("f", "(f) floor records"),
-                        ("g", "(g) floor, a block record per request")):
+                        ("g", "(g) floor, a block record per request"),
+                        ("h", "(h) floor, block completions alone")):
             rs = {k: results[(depth, k)] for k in ("a", "b", m)}
             med = {k: statistics.median(r["iops"] for r in rs[k]) for k in rs}
             cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[k]):.1f}"
@@ -323,13 +350,14 @@ def main() -> int:
             tmp = Path(t)
             for depth in [int(d) for d in args.depths.split(",")]:
                 modes = [("a", run_plain), ("b", run_nestrace), ("c", run_ftrace),
-                         ("e", run_empty), ("f", run_floor), ("g", run_request_floor)]
+                         ("e", run_empty), ("f", run_floor), ("g", run_request_floor),
+                         ("h", run_completion_floor)]
                 for rnd in range(args.rounds):
                     # rotate the order, so that no mode always follows another
                     k = rnd % len(modes)
                     for mode, fn in modes[k:] + modes[:k]:
                         extra = {"a": (), "b": (out_dir,), "c": (out_dir, devs), "e": (),
-                                 "f": (out_dir,), "g": (out_dir,)}[mode]
+                                 "f": (out_dir,), "g": (out_dir,), "h": (out_dir,)}[mode]
                         t0 = cpu_times()
                         r = fn(mount, depth, args.runtime, tmp, *extra)
                         r["steal_pct"] = round(steal_pct(t0, cpu_times()), 1)
@@ -337,7 +365,8 @@ def main() -> int:
                         print(f"depth {depth} round {rnd} mode {mode}: {r}", file=sys.stderr)
                 if args.bpf_stats:
                     for key, floor in (("stats", ""), ("stats_f", "--floor-records"),
-                                       ("stats_g", "--request-floor")):
+                                       ("stats_g", "--request-floor"),
+                                       ("stats_h", COMPLETION_FLOOR)):
                         r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir, floor)
                         results[(depth, key)] = r
                         print(f"depth {depth} bpf {key}: {r}", file=sys.stderr)
@@ -353,20 +382,21 @@ def main() -> int:
     if args.bpf_stats:
         # kernel.bpf_stats_enabled adds two clock reads to every run: an
         # upper bound on what the programs cost in the rounds above.
-        print("\nBPF programs' own CPU time in one extra run each of (b), (f) and (g) with "
+        print("\nBPF programs' own CPU time in one extra run each of (b), (f), (g) and (h) with "
               "kernel.bpf_stats_enabled=1 (upper bounds: the stats add two clock reads per run)\n")
-        print("| iodepth | family | runs per I/O | ns per run | ns per I/O "
-              "| (f) runs per I/O | (f) ns per run | (f) ns per I/O "
-              "| (g) runs per I/O | (g) ns per run | (g) ns per I/O |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        modes = ("", "(f) ", "(g) ", "(h) ")
+        print("| iodepth | family | " + " | ".join(f"{m}runs per I/O | {m}ns per run | {m}ns per I/O"
+                                                  for m in modes) + " |")
+        print("|---|---|" + "---|---|---|" * len(modes))
         for depth in depths:
-            runs = [results[(depth, k)]["families"] for k in ("stats", "stats_f", "stats_g")]
+            runs = [results[(depth, k)]["families"]
+                    for k in ("stats", "stats_f", "stats_g", "stats_h")]
             for f in sorted(set().union(*runs)):
                 cells = [f"{c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | {c['ns_per_io']:.0f}"
                          if c else " | | " for c in (x.get(f) for x in runs)]
                 print(f"| {depth} | {f} | {' | '.join(cells)} |")
             total = [f"{sum(c['ns_per_io'] for c in x.values()):.0f}" for x in runs]
-            print(f"| {depth} | all | | | {total[0]} | | | {total[1]} | | | {total[2]} |")
+            print(f"| {depth} | all" + "".join(f" | | | {t}" for t in total) + " |")
     return 0
 
 

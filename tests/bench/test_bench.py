@@ -38,20 +38,21 @@ def test_bench_render_runs():
 def test_bench_overhead_runs():
     out = bench("overhead", "--rounds", "1", "--runtime", "2", "--depths", "1", "--no-bpf-stats")
     assert "| 1 | " in out and "(b)/(a)" in out
-    for mode in ("(e) hooks only", "(f) floor records",
-                 "(g) floor, a block record per request"):    # their rows
+    for mode in ("(e) hooks only", "(f) floor records", "(g) floor, a block record per request",
+                 "(h) floor, block completions alone"):    # their rows
         assert re.search(rf"^\| 1 \| {re.escape(mode)} \| \d+ \| [\d.]+ \| [\d.]+ \[", out, re.M), out
 
 
 def test_bench_overhead_measures_the_programs_of_a_capture_and_of_the_floor():
     out = bench("overhead", "--rounds", "0", "--runtime", "2", "--depths", "1")
-    total = re.search(r"^\| 1 \| all \| \| \| (\d+) \| \| \| (\d+) \| \| \| (\d+) \|$",
-                      out, re.M)
-    assert total and all(int(total[k]) > 0 for k in (1, 2, 3)), out   # (b)'s ns per I/O, (f)'s, (g)'s
-    block = re.search(r"^\| 1 \| block \| ([\d.]+) \| \d+ \| \d+ \| ([\d.]+) \| \d+ \| \d+ "
-                      r"\| ([\d.]+) \|", out, re.M)
-    # Q G D C, two disks: (g) runs the same programs, writing less
+    total = re.search(r"^\| 1 \| all" + r" \| \| \| (\d+)" * 4 + r" \|$", out, re.M)
+    # (b)'s ns per I/O, (f)'s, (g)'s, (h)'s
+    assert total and all(int(total[k]) > 0 for k in (1, 2, 3, 4)), out
+    block = re.search(r"^\| 1 \| block" + r" \| ([\d.]+) \| \d+ \| \d+" * 4 + r" \|$", out, re.M)
+    # Q G D C, two disks: (g) runs the same programs, writing less; (h)
+    # the completions alone: C, two disks (and the root disk's, filtered)
     assert block and all(float(block[k]) >= 8 for k in (1, 2, 3)), out
+    assert 2 <= float(block[4]) <= float(block[2]) / 3, out
 
 
 def test_bench_shapes_runs():

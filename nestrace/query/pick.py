@@ -2,10 +2,15 @@
 the slowest read or write of its level."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from nestrace.query.session import Session
+
+class Rows(Protocol):
+    """What pick asks of a session (nestrace.query.session.Session): its
+    rows, by SQL and parameters.  (A protocol, not the class: the session
+    imports pick.)"""
+
+    def rows(self, sql: str, params: list | None = None) -> list[dict]: ...
 
 LEVELS = ("vfs", "vdisk", "hostfs", "disk")
 
@@ -22,7 +27,7 @@ _SLOWEST = {
 }
 
 
-def pick(s: Session, cid: str, level: str, io_id: int | None) -> tuple[int, str]:
+def pick(s: Rows, cid: str, level: str, io_id: int | None) -> tuple[int, str]:
     """(io_id, how it was chosen); ValueError when there is no such I/O."""
     if level not in LEVELS:
         raise ValueError(f"level {level!r}: one of {', '.join(LEVELS)}")

@@ -965,7 +965,10 @@ static int family__load(struct family *f, struct family *first)
 	}
 	if (err && try_btf && !strcmp(env.mode, "auto")) {
 		/* tp_btf refused (no BTF-typed tracepoints, or not permitted):
-		 * load the raw_tp twins instead */
+		 * load the raw_tp twins instead, and say so (they read each
+		 * field through a helper: slower; --mode tp_btf -v shows why) */
+		fprintf(stderr, "nestrace-agent: the %s programs as raw_tp: tp_btf refused (%s)\n",
+			f->name, strerror(-err));
 		f->destroy(f->skel);
 		err = family__open(f, false, first);
 		if (!err)

@@ -198,13 +198,9 @@ static __always_inline int block__submit(struct nt_block_event *e, __u32 dev,
 
 static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, const bool btf)
 {
-	__u32 dev;
-	struct nt_block_event *e;
+	__u32 dev = bio__dev(bio, btf);
+	struct nt_block_event *e = block__reserve(dev);
 
-	if (request_floor)
-		return bio__times(bio, action, btf);
-	dev = bio__dev(bio, btf);
-	e = block__reserve(dev);
 	if (!e)
 		return 0;
 	FLOOR_SUBMIT(e);
@@ -220,13 +216,9 @@ static __always_inline int bio__emit(struct bio *bio, __u16 action, __u64 aux, c
 static __always_inline int rq__emit(struct request *rq, __u16 action,
 				    int error, __u32 nr_bytes, const bool btf)
 {
-	__u32 dev;
-	struct nt_block_event *e;
+	__u32 dev = rq__dev(rq, btf);
+	struct nt_block_event *e = block__reserve(dev);
 
-	if (request_floor)
-		return rq__times(rq, action, btf);
-	dev = rq__dev(rq, btf);
-	e = block__reserve(dev);
 	if (!e)
 		return 0;
 	FLOOR_SUBMIT(e);
@@ -240,16 +232,19 @@ static __always_inline int rq__emit(struct request *rq, __u16 action,
 	return block__submit(e, dev, action, RD1(btf, rq, cmd_flags), btf);
 }
 
-NT_TWIN(block_bio_queue) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_Q, 0, btf); }
-NT_TWIN(block_bio_backmerge) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_BACKMERGE, 0, btf); }
-NT_TWIN(block_bio_frontmerge) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_FRONTMERGE, 0, btf); }
-NT_TWIN(block_getrq) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_G, 0, btf); }
-NT_TWIN(block_split) { return bio__emit(ARG(0, struct bio *), NT_BLOCK_ACTION_X, (__u32)ctx[1], btf); }
-NT_TWIN(block_rq_insert) { return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_I, 0, 0, btf); }
-NT_TWIN(block_rq_issue) { return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_D, 0, 0, btf); }
-NT_TWIN(block_rq_merge) { return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_RQ_MERGE, 0, 0, btf); }
-NT_TWIN(block_rq_requeue) { return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_REQUEUE, 0, 0, btf); }
-NT_TWIN(block_rq_complete)
-{
-	return rq__emit(ARG(0, struct request *), NT_BLOCK_ACTION_C, (__u8)ctx[1], (__u32)ctx[2], btf);
-}
+/* (--request-floor: the times kept, bio__times and rq__times) */
+#define BIO(action, aux) (request_floor ? bio__times(ARG(0, struct bio *), action, btf) : \
+			  bio__emit(ARG(0, struct bio *), action, aux, btf))
+#define RQ(action, error, nr_bytes) (request_floor ? rq__times(ARG(0, struct request *), action, btf) : \
+				     rq__emit(ARG(0, struct request *), action, error, nr_bytes, btf))
+
+NT_TWIN(block_bio_queue) { return BIO(NT_BLOCK_ACTION_Q, 0); }
+NT_TWIN(block_bio_backmerge) { return BIO(NT_BLOCK_ACTION_BACKMERGE, 0); }
+NT_TWIN(block_bio_frontmerge) { return BIO(NT_BLOCK_ACTION_FRONTMERGE, 0); }
+NT_TWIN(block_getrq) { return BIO(NT_BLOCK_ACTION_G, 0); }
+NT_TWIN(block_split) { return BIO(NT_BLOCK_ACTION_X, (__u32)ctx[1]); }
+NT_TWIN(block_rq_insert) { return RQ(NT_BLOCK_ACTION_I, 0, 0); }
+NT_TWIN(block_rq_issue) { return RQ(NT_BLOCK_ACTION_D, 0, 0); }
+NT_TWIN(block_rq_merge) { return RQ(NT_BLOCK_ACTION_RQ_MERGE, 0, 0); }
+NT_TWIN(block_rq_requeue) { return RQ(NT_BLOCK_ACTION_REQUEUE, 0, 0); }
+NT_TWIN(block_rq_complete) { return RQ(NT_BLOCK_ACTION_C, (__u8)ctx[1], (__u32)ctx[2]); }

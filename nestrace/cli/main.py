@@ -495,9 +495,20 @@ def _keep_freed_memory() -> None:
     page-faulted in afresh: a 3 M-record blktrace import spent 1.4 of its
     3.7 s in the kernel, 0.5 with this).  Arrays under 32 MiB come from
     the heap, which is not trimmed under 1 GiB.  Nothing where the C
-    library is not glibc."""
+    library is not glibc.
+
+    And no transparent huge pages for numpy's arrays (numpy asks for them
+    with madvise): where the kernel compacts memory to make one at the
+    fault (defrag "madvise", Debian's default), they cost more than they
+    save.  The same import spent 1.0 to 1.3 s in the kernel with them,
+    0.3 to 0.5 s without."""
     import ctypes
     import ctypes.util
+    os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")    # (read when numpy is imported)
+    np = sys.modules.get("numpy")
+    if np is not None:     # (imported already: told directly)
+        core = getattr(np, "_core", None) or np.core
+        core.multiarray._set_madvise_hugepage(os.environ["NUMPY_MADVISE_HUGEPAGE"] != "0")
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         if hasattr(libc, "mallopt"):

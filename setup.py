@@ -2,9 +2,9 @@
 
 The repository keeps the design card's top level (tracers/, correlate/,
 schemas/); building a wheel maps them into the package, as
-nestrace/_data/{bin,bpf,sql,schemas,build_id}, after building the static
+nestrace/_data/{bin,lib,bpf,sql,schemas,build_id}, after building the static
 agent with tracers/Makefile.  The wheel is tagged for the platform (it
-holds an x86_64 binary).  An editable install maps nothing: the checkout
+holds x86_64 binaries).  An editable install maps nothing: the checkout
 is read in place (nestrace/_paths.py).
 """
 import shutil
@@ -33,6 +33,8 @@ class BuildWithAgent(build_py):
         built = HERE / "tracers" / "build"
         (data / "bin").mkdir(parents=True)
         shutil.copy2(built / "nestrace-agent", data / "bin" / "nestrace-agent")
+        (data / "lib").mkdir()
+        shutil.copy2(built / "libnestrace-readers.so", data / "lib" / "libnestrace-readers.so")
         (data / "bpf").mkdir()
         for o in sorted(built.glob("*.bpf.o")):
             shutil.copy2(o, data / "bpf" / o.name)

@@ -34,9 +34,10 @@ class AgentMismatch(RuntimeError):
 
 
 def tracer_sources(tracers: Path) -> list[Path]:
-    """The files the build id hashes, in the order tracers/Makefile cats them."""
-    return sorted([*tracers.glob("*.c"), *tracers.glob("*.h"), tracers / "Makefile"],
-                  key=lambda p: p.name.encode())
+    """The files the build id hashes, in the order tracers/Makefile cats them
+    (all but readers.c, the importers' loops: not the agent's)."""
+    return sorted([*(p for p in tracers.glob("*.c") if p.name != "readers.c"),
+                   *tracers.glob("*.h"), tracers / "Makefile"], key=lambda p: p.name.encode())
 
 
 def build_id_of(tracers: Path) -> str:
@@ -91,3 +92,21 @@ def agent_path() -> Path:
             + ("(reinstall nestrace, or unset NESTRACE_AGENT)" if INSTALLED
                else "(rebuild it: make -C tracers)"))
     return path
+
+
+class ReadersNotFound(AgentNotFound):
+    """The importers' compiled loops missing, or of another build."""
+
+
+# what tracers/readers.c's nt_readers_abi() returns for this package
+READERS_ABI = 1
+
+
+def readers_path() -> Path:
+    """libnestrace-readers.so: the importers' compiled loops (the package's
+    own, or the checkout's build)."""
+    built = (DATA / "lib" if INSTALLED else ROOT / "tracers" / "build") / "libnestrace-readers.so"
+    if not built.exists():
+        raise ReadersNotFound(f"{built}: not built: run `make -C tracers` "
+                              "(ci/demo and ci/test do it)")
+    return built

@@ -10,17 +10,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nestrace.importers import compiled
 from nestrace.importers.blktrace import (
     ACTIONS,
     TC_AHEAD,
     TC_FLUSH,
     TC_FUA,
     TC_META,
+    TC_NOTIFY,
     TC_SYNC,
+    TN_PROCESS,
+    X_CODE,
     _strings,
     dev_name,
     op_name,
-    read_damaged,
+    read_columns,
 )
 from nestrace.schema import code
 from nestrace.store.seqs import seq_gaps
@@ -29,8 +33,6 @@ from nestrace.store.seqs import seq_gaps
 NT_ACTIONS = {letter: code("block_action", name) for letter, name in (
     ("Q", "q"), ("M", "backmerge"), ("F", "frontmerge"), ("G", "g"), ("I", "i"), ("D", "d"),
     ("C", "c"), ("X", "x"), ("R", "requeue"))}
-TC_NOTIFY = 0x400
-TN_PROCESS = 0          # notify record: pdu = the task's comm
 
 
 # nestrace's req_op per op name, and its flag bits per BLK_TC_* category
@@ -38,65 +40,31 @@ NT_OPS = {"read": 0, "write": 1, "flush": 2, "discard": 3}
 NT_FLAGS = ((TC_SYNC, 1), (TC_META, 2), (TC_FUA, 8), (TC_FLUSH, 16), (TC_AHEAD, 32))
 
 
-def _ranks(x: np.ndarray) -> tuple[np.ndarray, int]:
-    """Each value's rank among the distinct values of x (few: devices), and
-    how many there are; found from a sample, checked against all."""
+def few_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(x, return_inverse=True) for a column of few distinct
+    values (devices, flags, a field's texts): found in a sample, checked
+    against all, without sorting them all (else sorted)."""
     if not len(x):
-        return np.zeros(0, np.int64), 0
+        return np.zeros(0, x.dtype), np.zeros(0, np.int64)
     u = np.unique(x[::max(1, len(x) // 4096)])
     r = np.searchsorted(u, x)
     if not np.array_equal(u[np.minimum(r, len(u) - 1)], x):
         u = np.unique(x)
         r = np.searchsorted(u, x)
+    return u, r
+
+
+def _ranks(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values of x (few: devices), and
+    how many there are."""
+    u, r = few_values(x)
     return r, len(u)
 
 
-def _stream_order(dev: np.ndarray, sec: np.ndarray, *tie: np.ndarray) -> np.ndarray:
-    """The order of events by (dev, sector), then by the tie keys (the
-    last first, as lexsort takes them): one 64-bit key, dev's rank above
-    the sector, when they fit."""
-    rank, n = _ranks(dev)
-    if len(sec) and n <= 1024 and int(sec.max()) < (1 << 54):
-        return np.lexsort((*tie, (rank.astype(np.uint64) << np.uint64(54)) | sec))
-    return np.lexsort((*tie, sec, dev))
-
-
-def _bio_ids(a: np.ndarray, k: np.ndarray, sec: np.ndarray, dev: np.ndarray,
-             aux: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Bio ids by (dev, sector) stream, for events with time ranks k: Q and
-    X start one (2k + 1) at their sector; each X also puts the bio it cut
-    from (the id its own sector had just before it) on at the remainder's
-    sector, as a start right after it (2k + 2) that stands for that id.
-    order: the events' stream order (_stream_order), which is this one's
-    when no X has a remainder (most files: no sort again)."""
-    m = len(a)
-    xs = np.flatnonzero((a == 8) & (aux > sec))
-    pos = np.concatenate([2 * k, 2 * k[xs] + 1])
-    s_sec = np.concatenate([sec, aux[xs]]) if len(xs) else sec
-    s_dev = np.concatenate([dev, dev[xs]]) if len(xs) else dev
-    start = np.concatenate([np.isin(a, (1, 8)), np.ones(len(xs), bool)])
-    g = _stream_order(s_dev, s_sec, pos) if len(xs) else order
-    new = np.ones(len(g), bool)
-    new[1:] = (s_dev[g][1:] != s_dev[g][:-1]) | (s_sec[g][1:] != s_sec[g][:-1])
-    gid = np.cumsum(new) - 1
-    base = gid * (2 * m + 3)
-    # the last start at or before each row of its stream (position + 1; 0:
-    # none), by a running maximum that a stream's own base keeps inside it
-    last = np.maximum.accumulate(np.where(start[g], base + pos[g] + 1, base)) - base
-    at = np.zeros(len(g), np.int64)
-    at[g] = last
-    before = np.zeros(len(g), np.int64)       # the same, just before the row
-    before[g[1:]] = np.where(new[1:], 0, last[:-1])
-    # a remainder's start stands for the id its X's sector had before the X
-    stands = np.arange(2 * m + 3, dtype=np.int64)
-    stands[2 * k[xs] + 2] = before[xs]
-    ids = at[:m]
-    while True:
-        nxt = stands[ids]
-        if np.array_equal(nxt, ids):
-            break
-        ids = nxt
-    return np.where(np.isin(a, (1, 2, 3, 4, 5, 6, 8)), ids, 0).astype(np.uint64)
+def _counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of x (few) and how many times each comes."""
+    u, r = few_values(x)
+    return u, np.bincount(r, minlength=len(u))
 
 
 def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.Table, dict]:
@@ -112,10 +80,28 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
     request at its sector unless one is open there, and the C at that
     sector closes it.  A requeued request (R, then I and D again) keeps
     its id.  comms: pid -> task name, beside blktrace's notify records."""
-    from nestrace.schema import record_schema
-    schema = record_schema("block_event")
     col = {c: t.column(c).to_numpy() for c in ("action_code", "categories", "time_ns", "sector",
                                                "bytes", "pid", "dev", "cpu", "error")}
+    notify = (col["categories"] & TC_NOTIFY) != 0
+    pdu = t.column("pdu")
+    comms = dict(comms or {}) | {
+        int(col["pid"][i]): pdu[int(i)].as_py().split(b"\0", 1)[0].decode(errors="replace")
+        for i in np.flatnonzero(notify & (col["action_code"] == TN_PROCESS))}
+    # X carries the sector where the bio was split (big-endian, in its payload)
+    col["aux"] = np.zeros(t.num_rows, np.uint64)
+    for i in np.flatnonzero(col["action_code"] == X_CODE):
+        b = pdu[int(i)].as_py()
+        if len(b) >= 8:
+            col["aux"][i] = int.from_bytes(b[:8], "big")
+    return events_of_columns(col, comms)
+
+
+def events_of_columns(col: dict[str, np.ndarray], comms: dict[int, str]
+                      ) -> tuple[pa.Table, dict]:
+    """block_events on blktrace.read_columns' columns (the task names
+    beside them: comms)."""
+    from nestrace.schema import record_schema
+    schema = record_schema("block_event")
     notify = (col["categories"] & TC_NOTIFY) != 0
     lut = np.zeros(1 << 16, np.uint16)
     for letter, a in NT_ACTIONS.items():
@@ -124,49 +110,19 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
     keep = nt > 0
     left = col["action_code"][~keep & ~notify]
     skipped = {ACTIONS.get(int(c), f"0x{int(c):x}"): int(k)
-               for c, k in zip(*np.unique(left, return_counts=True))}
-    pdu = t.column("pdu")
-    comms = dict(comms or {}) | {
-        int(col["pid"][i]): pdu[int(i)].as_py().split(b"\0", 1)[0].decode(errors="replace")
-        for i in np.flatnonzero(notify & (col["action_code"] == TN_PROCESS))}
+               for c, k in zip(*_counts(left))}
     rows = np.flatnonzero(keep)
     # time order, file order within a tie: every column below is in it
     rows = rows[np.argsort(col["time_ns"][rows], kind="stable")]
     m = len(rows)
     a, ts, sec, dev, cpu = (nt[rows], col["time_ns"][rows], col["sector"][rows],
                             col["dev"][rows], col["cpu"][rows])
-    k = np.arange(m)
-    # streams: (dev, sector) in time order
-    g = _stream_order(dev, sec)
-    new = np.ones(m, bool)
-    new[1:] = (dev[g][1:] != dev[g][:-1]) | (sec[g][1:] != sec[g][:-1])
-    gid = np.cumsum(new) - 1
-    ag = a[g]
-    # a stream's requests end at each C: the Cs before an event number it
-    is_c = (ag == 7).astype(np.int64)
-    before = np.cumsum(is_c) - is_c
-    seg = before - before[np.flatnonzero(new)][gid]
-    rq_g = (gid + 1) * (int(seg.max(initial=0)) + 1) + seg + 1
-    rq = np.zeros(m, np.uint64)
-    rq[g] = np.where(np.isin(ag, (5, 6, 7, 10)), rq_g, 0)
-    # X carries the sector where the bio was split (big-endian, in its payload)
-    aux = np.zeros(m, np.uint64)
-    for i in np.flatnonzero(a == 8):
-        b = pdu[int(rows[i])].as_py()
-        if len(b) >= 8:
-            aux[i] = int.from_bytes(b[:8], "big")
-    bio = _bio_ids(a, k, sec, dev, aux, g)
-    # per-CPU sequence numbers in time order
-    c = np.argsort(cpu.astype(np.uint16) if m and int(cpu.max()) < (1 << 16) else cpu,
-                   kind="stable")
-    first = np.ones(m, bool)
-    first[1:] = cpu[c][1:] != cpu[c][:-1]
-    idx = np.arange(m)
-    seq = np.empty(m, np.uint64)
-    seq[c] = idx - np.maximum.accumulate(np.where(first, idx, 0)) + 1
+    aux = col["aux"][rows]
+    # bio and request ids by (dev, sector) stream, per-CPU sequence numbers
+    bio, rq, seq = compiled.blk_pair(a, dev, sec, aux, cpu)
     cats, nbytes = col["categories"][rows], col["bytes"][rows]
     # req_op by op_name, once per distinct (categories, has bytes)
-    kinds, inverse = np.unique(cats.astype(np.int64) * 2 + (nbytes > 0), return_inverse=True)
+    kinds, inverse = few_values(cats.astype(np.int64) * 2 + (nbytes > 0))
     op = np.array([NT_OPS.get(op_name(int(k) >> 1, int(k) & 1), 0) for k in kinds],
                   np.uint16)[inverse] if m else np.zeros(0, np.uint16)
     flags = np.zeros(m, np.uint16)
@@ -191,15 +147,15 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
     the levels blktrace does not see.  Damaged records are skipped, named
     in the result's problems (reading resumes at the next whole record).
     Returns what was imported."""
-    t, problems, damage = read_damaged(*paths)
-    t, dups = _without_duplicates(t)
+    col, comms, problems, damage = read_columns(*paths)
+    col, dups = _without_duplicates(col)
     if dups:
         problems.append(f"{', '.join(map(str, paths))}: {dups} record(s) a second time (the same "
                         "device, CPU and sequence number): left out")
-    lost = _lost_by_sequence(t, capture_id)
-    records = t.num_rows
-    ev, skipped = block_events(t)
-    del t       # (the records, not needed again: memory for the pairing)
+    lost = _lost_by_sequence(col, capture_id)
+    records = len(col["time_ns"])
+    ev, skipped = events_of_columns(col, comms)
+    del col       # (the records, not needed again: memory for the pairing)
     numbered = bool(lost)
     # (without sequence numbers the damaged places are the only count of
     # what was lost; with them, the gaps count those records already)
@@ -214,16 +170,15 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
     return r | {"sequence_numbers": numbered, "damage": damage, "duplicates": dups}
 
 
-def _without_duplicates(t: pa.Table) -> tuple[pa.Table, int]:
-    """The records but a second one of a device, CPU and sequence number
-    (not 0: the ftrace blk tracer numbers none), and how many there were."""
-    if not t.num_rows:
-        return t, 0
-    seq = t.column("sequence").to_numpy()
-    if not seq.any():
-        return t, 0
-    rank, nrank = _ranks(t.column("dev").to_numpy())
-    cpu = t.column("cpu").to_numpy()
+def _without_duplicates(col: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """The records (read_columns' columns) but a second one of a device,
+    CPU and sequence number (not 0: the ftrace blk tracer numbers none),
+    and how many there were."""
+    seq = col["sequence"]
+    if not len(seq) or not seq.any():
+        return col, 0
+    rank, nrank = _ranks(col["dev"])
+    cpu = col["cpu"]
     if nrank < (1 << 16) and int(cpu.max()) < (1 << 16):     # (one key: dev, cpu, seq)
         key = (rank.astype(np.uint64) << np.uint64(48)) | \
             (cpu.astype(np.uint64) << np.uint64(32)) | seq.astype(np.uint64)
@@ -232,21 +187,21 @@ def _without_duplicates(t: pa.Table) -> tuple[pa.Table, int]:
         _, first = np.unique(np.stack([rank.astype(np.uint64), cpu.astype(np.uint64),
                                        seq.astype(np.uint64)], axis=1), axis=0,
                              return_index=True)
-    keep = np.zeros(t.num_rows, bool)
+    keep = np.zeros(len(seq), bool)
     keep[first] = True
     keep |= seq == 0
     n = int((~keep).sum())
-    return (t.filter(pa.array(keep)) if n else t), n
+    return ({c: v[keep] for c, v in col.items()} if n else col), n
 
 
-def _lost_by_sequence(t: pa.Table, capture_id: str) -> list[dict]:
+def _lost_by_sequence(col: dict[str, np.ndarray], capture_id: str) -> list[dict]:
     """lost_events rows (per CPU) of records missing by blktrace's sequence
     numbers: relay blktrace numbers each device's records per CPU from 1
     (the ftrace blk tracer writes 0: none)."""
-    seq = t.column("sequence").to_numpy()
+    seq = col["sequence"]
     if not seq.any():
         return []
-    dev, cpu = t.column("dev").to_numpy(), t.column("cpu").to_numpy()
+    dev, cpu = col["dev"], col["cpu"]
     by_cpu: dict[int, list[int]] = {}
     numbered = seq != 0
     keys = np.stack([dev[numbered], cpu[numbered]], axis=1)

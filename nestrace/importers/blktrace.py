@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from nestrace.importers import compiled
+
 MAGIC = 0x65617400
 VERSION = 7
 HEADER = struct.Struct("=IIQQIIIIIHH")
@@ -206,7 +208,7 @@ def _headers(buf: np.ndarray, offs: np.ndarray) -> np.ndarray:
     return h
 
 
-def _implausible(path: Path, h: np.ndarray, offs: np.ndarray) -> list[tuple[int, str]]:
+def _implausible(path: Path, h: dict[str, np.ndarray], offs: np.ndarray) -> list[tuple[int, str]]:
     """(offset, problem) of the whole records (headers h) whose fields no
     kernel writes."""
     if not len(offs):
@@ -238,7 +240,7 @@ class Damage:
         self.records += other.records
 
 
-def _foreign(path: Path, h: np.ndarray, offs: np.ndarray) -> list[tuple[int, str]]:
+def _foreign(path: Path, h: dict[str, np.ndarray], offs: np.ndarray) -> list[tuple[int, str]]:
     """(offset, problem) of the records of a blktrace file (one device's,
     its records numbered per CPU) whose device is damage: one seen once or
     twice, its sequence number between two of the file's device's on its
@@ -265,51 +267,33 @@ def _foreign(path: Path, h: np.ndarray, offs: np.ndarray) -> list[tuple[int, str
     return out
 
 
-def _walk(path: Path, data: bytes, resync: bool
-          ) -> tuple[np.ndarray, np.ndarray, list[str], Damage]:
-    """The byte offsets of path's whole and plausible records and their
-    headers, the problems met in file order (without resync, the first
-    one ends the file), and what the damage cost."""
-    offs, problems = _walk_whole(path, data, resync)
-    h = _headers(np.frombuffer(data, dtype=np.uint8), offs)
+def _keep(h: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: col[keep] for name, col in h.items()}
+
+
+def _walk(path: Path, data, resync: bool, into: dict[str, np.ndarray] | None = None,
+          start: int = 0) -> tuple[dict[str, np.ndarray], list[str], Damage]:
+    """path's whole and plausible records as columns ("offset": where each
+    starts, and its header's fields by DTYPE's names), the problems met
+    in file order (without resync, the first one ends the file), and what
+    the damage cost.  into: columns (compiled.blk_columns) to fill from
+    row start, where they can be."""
+    h = compiled.blk_index(data, into, start)      # (an undamaged file: in C)
+    problems = []
+    if h is None:
+        offs, problems = _walk_whole(path, data, resync)
+        rows = _headers(np.frombuffer(data, dtype=np.uint8), offs)
+        h = {"offset": offs} | {name: rows[name] for name in DTYPE.names if name != "magic"}
+    offs = h["offset"]
     bad = sorted(_implausible(path, h, offs) + _foreign(path, h, offs))
     if bad and not resync:      # the first bad record ends the file: before any problem met
-        keep = offs < bad[0][0]
-        return offs[keep], h[keep], [bad[0][1]], Damage(1, 0, 1)
+        return _keep(h, offs < bad[0][0]), [bad[0][1]], Damage(1, 0, 1)
     dmg = Damage(len(problems) + len(bad), sum(n for _, _, n in problems), len(problems) + len(bad))
     if bad:
         drop = np.array([o for o, _ in bad], np.int64)
         dmg.bytes += sum(HEADER.size + _MAGIC_PDU.unpack_from(data, o)[1] for o, _ in bad)
-        keep = ~np.isin(offs, drop)
-        offs, h = offs[keep], h[keep]
-    return offs, h, [p for _, p in sorted([(o, p) for o, p, _ in problems] + bad)], dmg
-
-
-def _chain(data: bytes) -> np.ndarray | None:
-    """The byte offsets of the records of an undamaged file, found without
-    a loop over them: every place where a record's first bytes (magic and
-    version) stand, at any alignment, must be where the one before it
-    ends, the first at 0 and the last ending at the file's end.  None when
-    they are not (damage, or a payload holding those bytes: the walk
-    decides)."""
-    end = len(data)
-    if end < HEADER.size:
-        return None
-    want = np.uint32(MAGIC | VERSION)
-    at = [np.flatnonzero(np.frombuffer(data, "=u4", (end - a) // 4, a) == want) * 4 + a
-          for a in range(4)]
-    offs = np.sort(np.concatenate(at)) if any(len(x) for x in at[1:]) else at[0]
-    if not len(offs) or offs[0] != 0 or offs[-1] > end - HEADER.size:
-        return None
-    buf = np.frombuffer(data, np.uint8)
-    lo, hi = (46, 47) if np.little_endian else (47, 46)     # (pdu_len: host byte order)
-    pdu = buf[offs + lo].astype(np.int64) | (buf[offs + hi].astype(np.int64) << 8)
-    if (pdu > MAX_PDU).any():
-        return None
-    nxt = offs + HEADER.size + pdu
-    if nxt[-1] != end or not np.array_equal(nxt[:-1], offs[1:]):
-        return None
-    return offs.astype(np.int64)
+        h = _keep(h, ~np.isin(offs, drop))
+    return h, [p for _, p in sorted([(o, p) for o, p, _ in problems] + bad)], dmg
 
 
 def _walk_whole(path: Path, data: bytes, resync: bool
@@ -317,9 +301,6 @@ def _walk_whole(path: Path, data: bytes, resync: bool
     """The byte offsets of path's whole records, and (offset, problem,
     bytes skipped) of the damage met (without resync, the first one ends
     the file)."""
-    fast = _chain(data)
-    if fast is not None:
-        return fast, []
     offs, problems = array("q"), []
     off, end, want = 0, len(data), MAGIC | VERSION
     unpack, size = _MAGIC_PDU.unpack_from, HEADER.size
@@ -357,9 +338,10 @@ def _strings(values: np.ndarray, name, dictionary: bool = False) -> pa.Array:
     return names if dictionary else names.cast(pa.string())
 
 
-def _table(path: Path, data: bytes, offs: np.ndarray, h: np.ndarray) -> pa.Table:
-    """The records at offs (headers h), as columns (no Python work per
+def _table(path: Path, data, h: dict[str, np.ndarray]) -> pa.Table:
+    """The records h (_walk's columns), as a table (no Python work per
     record)."""
+    offs = h["offset"]
     n = len(offs)
     if not n:
         return SCHEMA.empty_table()
@@ -382,7 +364,7 @@ def _table(path: Path, data: bytes, offs: np.ndarray, h: np.ndarray) -> pa.Table
     kind = cats.astype(np.int64) * 2 + (nbytes > 0)      # what rwbs and op depend on
     cols = {
         "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([str(path)])),
-        "file_offset": pa.array(offs.astype(np.uint64)), "sequence": pa.array(h["sequence"]),
+        "file_offset": pa.array(offs.view(np.uint64)), "sequence": pa.array(h["sequence"]),
         "time_ns": pa.array(h["time"]), "sector": pa.array(h["sector"]), "bytes": pa.array(nbytes),
         "action": _strings(code, lambda c: ACTIONS.get(c, f"0x{c:x}"), True),
         "action_code": pa.array(code), "categories": pa.array(cats),
@@ -398,15 +380,26 @@ def _concat(parts: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
 
 
+def _mapped(path: Path):
+    """path's bytes, mapped (the page cache's pages, not a copy), or read
+    when it is empty or cannot be mapped (a pipe)."""
+    import mmap
+    with open(path, "rb") as f:
+        try:
+            return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        except (ValueError, OSError):       # (empty, or not a regular file)
+            return f.read()
+
+
 def _read(paths, resync: bool) -> tuple[list[pa.Table], list[str], Damage]:
     parts, problems, damage = [], [], Damage()
     for p in map(Path, paths):
         try:
-            data = p.read_bytes()
+            data = _mapped(p)
         except OSError as e:
             raise BlktraceError(f"{p}: cannot read: {e.strerror}", _concat(parts)) from None
-        offs, h, pr, dmg = _walk(p, data, resync)
-        parts.append(_table(p, data, offs, h))
+        h, pr, dmg = _walk(p, data, resync)
+        parts.append(_table(p, data, h))
         damage.add(dmg)
         if len(pr) > 1:     # (said once per file)
             pr = [f"{pr[0]}; and {len(pr) - 1} more damaged place(s): {dmg.bytes} bytes, "
@@ -440,6 +433,67 @@ def read_damaged(*paths: str | os.PathLike) -> tuple[pa.Table, list[str], Damage
     """read_tolerant, and what the damage cost."""
     parts, problems, damage = _read(paths, resync=True)
     return _concat(parts), problems, damage
+
+
+TC_NOTIFY = 0x400       # BLK_TC_NOTIFY: a message, not an I/O event
+TN_PROCESS = 0          # notify record: pdu = the task's comm
+X_CODE = 13             # __BLK_TA_SPLIT: pdu = the sector split at, big-endian
+
+
+def read_columns(*paths: str | os.PathLike
+                 ) -> tuple[dict[str, np.ndarray], dict[int, str], list[str], Damage]:
+    """read_damaged's records as the columns an import reads, with no table
+    (a column an array, the files' records one after the other):
+    sequence, time_ns, sector, bytes, pid, dev, cpu, error, action_code
+    and categories, as read_damaged's table names them, and aux: a split's
+    (X) sector, else 0.  With the task names of the notify records (pid
+    -> comm), the problems and what the damage cost, as read_damaged."""
+    files = []
+    for p in map(Path, paths):
+        try:
+            files.append((p, _mapped(p)))
+        except OSError as e:
+            raise BlktraceError(f"{p}: cannot read: {e.strerror}", SCHEMA.empty_table()) from None
+    out = compiled.blk_columns(sum(len(d) for _, d in files) // HEADER.size)
+    n, problems, damage, comms = 0, [], Damage(), {}
+    aux = np.zeros(len(out["offset"]), np.uint64)
+    for p, data in files:
+        h, pr, dmg = _walk(p, data, True, out, n)
+        k = len(h["offset"])
+        for name, col in out.items():
+            if not np.may_share_memory(h[name], col):     # (a damaged file's, not in place)
+                col[n:n + k] = h[name]
+        _payloads(data, h, aux[n:n + k], comms)
+        n += k
+        damage.add(dmg)
+        if len(pr) > 1:
+            pr = [f"{pr[0]}; and {len(pr) - 1} more damaged place(s): {dmg.bytes} bytes, "
+                  f"at least {dmg.records} records skipped in all"]
+        problems += pr
+    action = out["action"][:n]
+    cols = {"sequence": out["sequence"][:n], "time_ns": out["time"][:n],
+            "sector": out["sector"][:n], "bytes": out["bytes"][:n], "pid": out["pid"][:n],
+            "dev": out["device"][:n], "cpu": out["cpu"][:n], "error": out["error"][:n],
+            "action_code": (action & 0xFFFF & ~np.uint32(TA_CGROUP)).astype(np.uint16),
+            "categories": (action >> 16).astype(np.uint16), "aux": aux[:n]}
+    return cols, comms, problems, damage
+
+
+def _payloads(data, h: dict[str, np.ndarray], aux: np.ndarray, comms: dict[int, str]) -> None:
+    """From the payloads of the records h (a few: splits and notify
+    records), the split sectors (into aux) and the task names (comms)."""
+    code = h["action"] & 0xFFFF
+    cats = h["action"] >> 16
+    base = code & ~np.uint32(TA_CGROUP)
+    rows = np.flatnonzero((base == X_CODE) | ((cats & TC_NOTIFY != 0) & (base == TN_PROCESS)))
+    for i in rows.tolist():
+        lead = 8 if code[i] & TA_CGROUP else 0
+        at = int(h["offset"][i]) + HEADER.size
+        b = bytes(data[at + lead:at + int(h["pdu_len"][i])])
+        if cats[i] & TC_NOTIFY:
+            comms[int(h["pid"][i])] = b.split(b"\0", 1)[0].decode(errors="replace")
+        elif len(b) >= 8:
+            aux[i] = int.from_bytes(b[:8], "big")
 
 
 def dev_name(dev: int) -> str:

@@ -28,16 +28,15 @@ least one record each) and stored with the import as lost records.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
-import struct
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from nestrace.importers import blkimport
+from nestrace.importers import blkimport, compiled
 from nestrace.importers import blktrace as bt
 from nestrace.importers.datfile import (
     MAGIC,
@@ -57,7 +56,6 @@ MISSED_EVENTS, MISSED_STORED = 1 << 31, 1 << 30
 # ring buffer of the largest machine holds (2^40 events) is damage
 MAX_MISSED = 1 << 40
 COMMIT_MASK = (1 << 27) - 1
-_U32 = struct.Struct("<I").unpack_from
 
 
 # block events -> blktrace's action codes (nestrace.importers.blktrace.ACTIONS)
@@ -170,7 +168,7 @@ def _text(data: bytes, p: int, f: Field) -> str:
 
 @dataclass
 class Events:
-    table: pa.Table                  # rows of nestrace.importers.blktrace.SCHEMA
+    columns: dict[str, np.ndarray]   # as blktrace.read_columns gives them, and file_offset
     comms: dict[int, str]
     other: dict[str, int]            # events of other kinds, by system/name
     lost: dict[int, int]             # cpu -> events the kernel lost
@@ -179,65 +177,33 @@ class Events:
     damage: bt.Damage                # what the damage in the CPUs' data cost
     dat: DatFile
 
+    @functools.cached_property
+    def table(self) -> pa.Table:
+        """The events as rows of nestrace.importers.blktrace.SCHEMA."""
+        return _table(self.dat, self.columns)
 
-def _page_records(data: bytes, page: int, p: int, end: int, ts: int, kinds: dict, dat,
-                  where, ci: int, found: list, hdrs: array, tss: array) -> int:
+
+def _page_records(walk: compiled.FtracePages, page: int, p: int, end: int, ts: int, dat,
+                  where, ci: int, found: list) -> int:
     """The event records of one ring-buffer page, from byte p to end: each
-    record's header offset into hdrs and its time into tss.  A damaged
-    record ends the page (a problem in found); 1 when a block event's time
-    was damaged, else 0."""
-    while p < end:
-        if p + 4 > end:
-            found.append((ci, page, p - page, f"{where(page)}: a record header cut at "
-                                              f"byte {p - page}: rest of the page skipped",
-                          end - p, 1))
-            break
-        h, = _U32(data, p)
-        tl, delta = h & 0x1F, h >> 5
-        if tl == TYPE_PADDING:
-            if delta == 0:
-                break
-            # a discarded event (the kernel's rb_event_discard): its
-            # array[0] is its length less its 4-byte header, and its
-            # delta stands (the next event's is from its time), as
-            # libtraceevent reads it.
-            ts += delta
-            p += 4 + _U32(data, p + 4)[0]
-            continue
-        if tl == TYPE_TIME_EXTEND:
-            ts += (_U32(data, p + 4)[0] << TS_SHIFT) + delta
-            p += 8
-            continue
-        if tl == TYPE_TIME_STAMP:
-            abs_ts = (int.from_bytes(data[p + 4:p + 8], "little") << TS_SHIFT) | delta
-            ts = (ts & ~((1 << 59) - 1)) | abs_ts
-            p += 8
-            continue
-        ts += delta
-        if tl == 0:
-            length = _U32(data, p + 4)[0] - 4
-            ev = p + 8
-        else:
-            length = tl * 4
-            ev = p + 4
-        if length < 8 or ev + length > end:
-            found.append((ci, page, p - page, f"{where(page)}: a record of {length} bytes "
-                                              f"at byte {p - page} runs past the page's "
-                                              "data: rest of the page skipped", end - p, 1))
-            break
-        if ts < bt.MAX_TIME:
-            tss.append(ts)
-        else:   # (as blktrace's import rules; later times build on it)
-            eid = data[ev] | data[ev + 1] << 8
-            if eid in kinds:
-                found.append((ci, page, p - page, f"{where(page)}: a "
-                              f"{dat.formats[eid].name} record at byte {p - page}: time "
-                              f"{ts} (past 2^63): the page's times are damaged, rest of "
-                              "the page skipped", end - p, 1))
-                return 1
-            tss.append(min(ts, (1 << 64) - 1))   # (another kind's: not kept)
-        hdrs.append(p)
-        p = ev + ((length + 3) & ~3)
+    record's header offset and its time, into walk.  A damaged record
+    ends the page (a problem in found); 1 when a block event's time was
+    damaged, else 0."""
+    why, at, x, t = walk.page(p, end, ts)
+    if why == compiled.PAGE_HEADER_CUT:
+        found.append((ci, page, at - page, f"{where(page)}: a record header cut at "
+                                           f"byte {at - page}: rest of the page skipped",
+                      end - at, 1))
+    elif why == compiled.PAGE_RECORD_PAST:
+        found.append((ci, page, at - page, f"{where(page)}: a record of {x} bytes "
+                                           f"at byte {at - page} runs past the page's "
+                                           "data: rest of the page skipped", end - at, 1))
+    elif why == compiled.PAGE_TIME_DAMAGED:
+        found.append((ci, page, at - page, f"{where(page)}: a "
+                      f"{dat.formats[x].name} record at byte {at - page}: time "
+                      f"{t & ((1 << 64) - 1)} (past 2^63): the page's times are damaged, rest "
+                      "of the page skipped", end - at, 1))
+        return 1
     return 0
 
 
@@ -269,7 +235,7 @@ def read(path: str | os.PathLike) -> Events:
             return (f"{dat.path}: cpu {cpu}, page at byte {page} of its data"
                     + (f" (file offset {off + page})" if by_page else ""))
 
-        hdrs, tss = array("q"), array("Q")     # each event record: its header, its time
+        walk = compiled.FtracePages(data, kinds)     # each event record: its header, its time
         n_damaged = 0                           # (read, and left out with their page's rest)
         for page in range(0, len(data) - data_off + 1, ps):
             ts = int.from_bytes(data[page:page + 8], "little")
@@ -290,8 +256,9 @@ def read(path: str | os.PathLike) -> Events:
                 found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
                                            f"({ps} bytes): page skipped", ps - data_off, 1))
                 continue
-            n_damaged += _page_records(data, page, page + data_off, page + data_off + used, ts,
-                                       kinds, dat, where, ci, found, hdrs, tss)
+            n_damaged += _page_records(walk, page, page + data_off, page + data_off + used, ts,
+                                       dat, where, ci, found)
+        hdrs, tss = walk.hdrs[:walk.n], walk.tss[:walk.n]
         received[cpu] = len(hdrs) + n_damaged
         cols = _fields(dat, kinds, data, ci, cpu, hdrs, tss, where, found, comms, other)
         cols["file_offset"] = (off + cols.pop("page")) if by_page else \
@@ -303,7 +270,7 @@ def read(path: str | os.PathLike) -> Events:
             lost[cpu] = lost.get(cpu, 0) + n
     found.sort(key=lambda x: x[:3])
     damage = bt.Damage(len(found), sum(f[4] for f in found), sum(f[5] for f in found))
-    return Events(_table(dat, parts), comms, other, lost, received, [f[3] for f in found],
+    return Events(_columns(dat, parts), comms, other, lost, received, [f[3] for f in found],
                   damage, dat)
 
 
@@ -336,6 +303,26 @@ def _gather(buf: np.ndarray, pos: np.ndarray, f: Field, signed: bool | None = No
     return np.array([_fld(data, int(x), f) for x in pos], np.int64 if sgn else np.uint64)
 
 
+def _fixed_texts(buf: np.ndarray, pos: np.ndarray, f: Field) -> tuple[list[bytes], np.ndarray]:
+    """The distinct raw texts of a fixed-size char field, and each record's
+    index into them: as one 8-byte number when every text ends within its
+    first 8 bytes (few values: no sort of them all), else as strings."""
+    if f.size >= 8:
+        keys, inverse = blkimport.few_values(_gather(buf, pos, Field(f.offset, 8, False, False)))
+        texts = [int(t).to_bytes(8, "little") for t in keys]
+        if all(b"\0" in t for t in texts):
+            return texts, inverse
+    raw = buf[pos[:, None] + (f.offset + np.arange(f.size))]
+    if f.size < 8:
+        wide = np.zeros((len(pos), 8), np.uint8)
+        wide[:, :f.size] = raw
+        keys, inverse = blkimport.few_values(wide.view("<u8")[:, 0])
+        return [int(t).to_bytes(8, "little") for t in keys], inverse
+    keys, inverse = np.unique(np.ascontiguousarray(raw).view(f"S{f.size}")[:, 0],
+                              return_inverse=True)
+    return keys.tolist(), inverse
+
+
 def _categories(buf: np.ndarray, data: bytes, pos: np.ndarray, k: _Block) -> np.ndarray:
     """blktrace's category bits of each event's rwbs field, each distinct
     text decoded once."""
@@ -344,16 +331,7 @@ def _categories(buf: np.ndarray, data: bytes, pos: np.ndarray, k: _Block) -> np.
                                            object), return_inverse=True)
         names = keys.tolist()
     else:
-        raw = buf[pos[:, None] + (k.rwbs.offset + np.arange(k.rwbs.size))]
-        if k.rwbs.size <= 8:    # (as one number: unique sorts numbers faster)
-            wide = np.zeros((len(pos), 8), np.uint8)
-            wide[:, :k.rwbs.size] = raw
-            keys, inverse = np.unique(wide.view("<u8")[:, 0], return_inverse=True)
-            texts = [int(t).to_bytes(8, "little") for t in keys]
-        else:
-            keys, inverse = np.unique(np.ascontiguousarray(raw).view(f"S{k.rwbs.size}")[:, 0],
-                                      return_inverse=True)
-            texts = keys.tolist()
+        texts, inverse = _fixed_texts(buf, pos, k.rwbs)
         names = [t.split(b"\0", 1)[0].decode(errors="replace") for t in texts]
     return np.array([rwbs_categories(t) for t in names], np.uint16)[inverse.reshape(-1)]
 
@@ -366,8 +344,7 @@ def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: i
     other kinds are counted in `other`; an event too short for its fields,
     or with fields no kernel writes, is named in `found` and left out."""
     buf = np.frombuffer(data, np.uint8)
-    hdr = np.frombuffer(hdrs, np.int64) if len(hdrs) else np.zeros(0, np.int64)
-    ts = np.frombuffer(tss, np.uint64) if len(hdrs) else np.zeros(0, np.uint64)
+    hdr, ts = hdrs, tss
     tl = (buf[hdr] & 0x1F).astype(np.int64)
     ev = hdr + np.where(tl == 0, 8, 4)
     length = np.where(tl == 0, _gather(buf, hdr, Field(4, 4, False, False)) - 4, tl * 4)
@@ -440,11 +417,14 @@ def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: i
             "error": error[keep], "new_sector": new_sector[keep], "has_pdu": has_pdu[keep]}
 
 
-def _table(dat: DatFile, parts: list[dict[str, np.ndarray]]) -> pa.Table:
+def _columns(dat: DatFile, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The CPUs' events (parts) as one set of columns, in nanoseconds."""
     if not parts:
-        return bt.SCHEMA.empty_table()
-    cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
-    n = len(cols["time_ns"])
+        parts = [{k: np.zeros(0, np.int64) for k in (
+            "file_offset", "time_ns", "sector", "bytes", "action_code", "categories", "pid", "dev",
+            "cpu", "error", "new_sector", "has_pdu")}]
+    cols = {k: np.concatenate([c[k] for c in parts]) if len(parts) > 1 else parts[0][k]
+            for k in parts[0]}
     ts = cols["time_ns"]
     if dat.clock == "x86-tsc":
         if not dat.tsc2nsec:
@@ -463,20 +443,37 @@ def _table(dat: DatFile, parts: list[dict[str, np.ndarray]]) -> pa.Table:
                                 f"{len(out)} event time(s) outside [0, 2^63) ns, the first at "
                                 f"{out[0]}: a damaged option")
         ts = np.array(ts, np.uint64)
-    cats, nbytes, acts = cols["categories"], cols["bytes"].astype(np.uint32), cols["action_code"]
+    acts = cols["action_code"].astype(np.uint16)
+    # a block_split's new sector: its payload, as blktrace's X carries it
+    split = cols["has_pdu"].astype(bool) & (acts == bt.X_CODE)
+    return {"file_offset": cols["file_offset"].astype(np.uint64),
+            "sequence": np.zeros(len(ts), np.uint32), "time_ns": ts.astype(np.uint64),
+            "sector": cols["sector"].astype(np.uint64),
+            "bytes": cols["bytes"].astype(np.uint32), "pid": cols["pid"].astype(np.uint32),
+            "dev": cols["dev"].astype(np.uint32), "cpu": cols["cpu"].astype(np.uint32),
+            "error": cols["error"].astype(np.uint16), "action_code": acts,
+            "categories": cols["categories"].astype(np.uint16),
+            "aux": np.where(split, cols["new_sector"], 0).astype(np.uint64),
+            "has_pdu": cols["has_pdu"].astype(bool)}
+
+
+def _table(dat: DatFile, cols: dict[str, np.ndarray]) -> pa.Table:
+    """_columns' events as rows of nestrace.importers.blktrace.SCHEMA."""
+    n = len(cols["time_ns"])
+    cats, nbytes, acts = cols["categories"], cols["bytes"], cols["action_code"]
     # a block_split's new sector is its pdu, big-endian, as in blktrace
     lens = np.where(cols["has_pdu"], 8, 0)
     pos = np.zeros(n + 1, np.int32)
     pos[1:] = np.cumsum(lens)
-    body = cols["new_sector"][cols["has_pdu"]].astype(">u8").tobytes()
+    body = cols["aux"][cols["has_pdu"]].astype(">u8").tobytes()
     pdu = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(pos), pa.py_buffer(body)])
     kind = cats.astype(np.int64) * 2 + (nbytes > 0)      # what rwbs and op depend on
     return pa.Table.from_pydict({
         "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
                                                pa.array([dat.path])),
-        "file_offset": pa.array(cols["file_offset"].astype(np.uint64)),
-        "sequence": pa.array(np.zeros(n, np.uint32)),
-        "time_ns": pa.array(ts.astype(np.uint64)),
+        "file_offset": pa.array(cols["file_offset"]),
+        "sequence": pa.array(cols["sequence"]),
+        "time_ns": pa.array(cols["time_ns"]),
         "sector": pa.array(cols["sector"]),
         "bytes": pa.array(nbytes),
         "action": bt._strings(acts, lambda a: bt.ACTIONS[a], True),
@@ -484,10 +481,10 @@ def _table(dat: DatFile, parts: list[dict[str, np.ndarray]]) -> pa.Table:
         "categories": pa.array(cats),
         "rwbs": bt._strings(kind, lambda k: bt.rwbs(k >> 1, k & 1), True),
         "op": bt._strings(kind, lambda k: bt.op_name(k >> 1, k & 1), True),
-        "pid": pa.array(cols["pid"].astype(np.uint32)),
-        "dev": pa.array(cols["dev"].astype(np.uint32)),
-        "cpu": pa.array(cols["cpu"].astype(np.uint32)),
-        "error": pa.array(cols["error"].astype(np.uint16)),
+        "pid": pa.array(cols["pid"]),
+        "dev": pa.array(cols["dev"]),
+        "cpu": pa.array(cols["cpu"]),
+        "error": pa.array(cols["error"]),
         "pdu": pdu,
     }, schema=bt.SCHEMA)
 
@@ -505,8 +502,8 @@ def import_file(path: str | os.PathLike, store: str | os.PathLike, levels: dict[
     """Write a trace.dat's block events as capture `capture_id` of `store`
     (like nestrace.importers.blkimport.import_files)."""
     r = read(path)
-    ev, skipped = blkimport.block_events(r.table, r.comms)
-    r.table = None      # (the records, not needed again: memory for the pairing)
+    ev, skipped = blkimport.events_of_columns(r.columns, r.comms)
+    r.columns = None      # (the records, not needed again: memory for the pairing)
     skipped = skipped | r.other
     cpus = sorted(set(r.received) | set(r.lost))
     lost = [{"capture_id": capture_id, "cpu": c,

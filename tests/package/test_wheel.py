@@ -28,6 +28,7 @@ cd "$WORK"
 NT="$VENV/bin/nestrace"
 trap '"$NT" lab down --name wheel >/dev/null 2>&1 || true' EXIT
 "$NT" --version
+"$VENV/bin/python" -c "from nestrace.importers import compiled; compiled._lib()"
 MP=$("$NT" lab up --name wheel --guest-fs ext4 --host-fs xfs --image-size 256M)
 fio --name=w --directory="$MP" --size=32M --rw=write --bs=1M --direct=1 --ioengine=psync \
     --output=/dev/null
@@ -74,6 +75,7 @@ def test_wheel_installs_and_captures_four_levels_without_the_checkout(tmp_path):
     assert "requires no external shared libraries" in built.stdout
     names = zipfile.ZipFile(wheel).namelist()
     for part in ("nestrace/_data/bin/nestrace-agent", "nestrace/_data/bpf/block.bpf.o",
+                 "nestrace/_data/lib/libnestrace-readers.so",
                  "nestrace/_data/sql/block/requests.sql", "nestrace/_data/schemas/records.toml",
                  "nestrace/_data/build_id", "nestrace/query/session.py"):
         assert part in names, part

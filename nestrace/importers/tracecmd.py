@@ -361,10 +361,12 @@ def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: i
     page, at = hdr - hdr % dat.page_size, hdr % dat.page_size
     keep = np.ones(n, bool)
     sector, new_sector = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
-    nbytes, dev, error = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    # (the stored types: nr_sector < 2^23, a dev_t in 32 bits, checked below)
+    nbytes, dev, error = np.zeros(n, np.uint32), np.zeros(n, np.uint32), np.zeros(n, np.uint16)
     action, cats = np.zeros(n, np.uint16), np.zeros(n, np.uint16)
     has_pdu, has_comm = np.zeros(n, bool), np.zeros(n, bool)
-    pid = np.maximum(_gather(buf, ev, Field(4, 4, True, False)), 0) if n else np.zeros(0, np.int64)
+    pid = np.maximum(_gather(buf, ev, Field(4, 4, True, False)), 0).astype(np.uint32) if n \
+        else np.zeros(0, np.uint32)
 
     def name(i: int) -> str:
         return dat.formats[int(eid[i])].name
@@ -413,7 +415,7 @@ def _fields(dat: DatFile, kinds: dict[int, _Block], data: bytes, ci: int, cpu: i
             comms[q] = _text(data, int(ev[i]), kinds[int(eid[i])].comm)
     return {"page": page[keep], "time_ns": ts[keep], "sector": sector[keep],
             "bytes": nbytes[keep], "action_code": action[keep], "categories": cats[keep],
-            "pid": pid[keep], "dev": dev[keep], "cpu": np.full(int(keep.sum()), cpu, np.int64),
+            "pid": pid[keep], "dev": dev[keep], "cpu": np.full(int(keep.sum()), cpu, np.uint32),
             "error": error[keep], "new_sector": new_sector[keep], "has_pdu": has_pdu[keep]}
 
 
@@ -443,18 +445,18 @@ def _columns(dat: DatFile, parts: list[dict[str, np.ndarray]]) -> dict[str, np.n
                                 f"{len(out)} event time(s) outside [0, 2^63) ns, the first at "
                                 f"{out[0]}: a damaged option")
         ts = np.array(ts, np.uint64)
-    acts = cols["action_code"].astype(np.uint16)
+    acts = cols["action_code"].astype(np.uint16, copy=False)
     # a block_split's new sector: its payload, as blktrace's X carries it
     split = cols["has_pdu"].astype(bool) & (acts == bt.X_CODE)
-    return {"file_offset": cols["file_offset"].astype(np.uint64),
-            "sequence": np.zeros(len(ts), np.uint32), "time_ns": ts.astype(np.uint64),
-            "sector": cols["sector"].astype(np.uint64),
-            "bytes": cols["bytes"].astype(np.uint32), "pid": cols["pid"].astype(np.uint32),
-            "dev": cols["dev"].astype(np.uint32), "cpu": cols["cpu"].astype(np.uint32),
-            "error": cols["error"].astype(np.uint16), "action_code": acts,
-            "categories": cols["categories"].astype(np.uint16),
+    return {"file_offset": cols["file_offset"].astype(np.uint64, copy=False),
+            "sequence": np.zeros(len(ts), np.uint32), "time_ns": ts.astype(np.uint64, copy=False),
+            "sector": cols["sector"].astype(np.uint64, copy=False),
+            "bytes": cols["bytes"].astype(np.uint32, copy=False), "pid": cols["pid"].astype(np.uint32, copy=False),
+            "dev": cols["dev"].astype(np.uint32, copy=False), "cpu": cols["cpu"].astype(np.uint32, copy=False),
+            "error": cols["error"].astype(np.uint16, copy=False), "action_code": acts,
+            "categories": cols["categories"].astype(np.uint16, copy=False),
             "aux": np.where(split, cols["new_sector"], 0).astype(np.uint64),
-            "has_pdu": cols["has_pdu"].astype(bool)}
+            "has_pdu": cols["has_pdu"].astype(bool, copy=False)}
 
 
 def _table(dat: DatFile, cols: dict[str, np.ndarray]) -> pa.Table:

@@ -384,19 +384,23 @@ def with_crc_marker(schema: pa.Schema) -> pa.Schema:
     return schema.with_metadata({**(schema.metadata or {}), PAGE_CRC_KEY: b"1"})
 
 
-def dictionary_columns(schema: pa.Schema) -> list[str]:
-    """The columns worth dictionary encoding: all but 64-bit numbers
-    (times, sectors, offsets, ids: nearly every value distinct, so the
-    writer would build each dictionary only to give it up).  Writing 2.4
-    M block events took 0.49 s so, 0.76 s with a dictionary tried on
-    every column, and the file was 15 MB, not 20."""
-    wide = (pa.types.is_int64, pa.types.is_uint64, pa.types.is_float64, pa.types.is_timestamp)
-    return [f.name for f in schema if not any(is_(f.type) for is_ in wide)]
+def column_options(schema: pa.Schema) -> dict:
+    """How each column is encoded: 64-bit integers (times, sectors,
+    offsets, ids: nearly every value distinct, most in runs that grow) as
+    deltas, the others with a dictionary.  Writing 2.4 M block events took
+    0.41 s so, 0.55 s with plain 64-bit columns, 0.76 s with a dictionary
+    tried on every column (the writer built each only to give it up), and
+    DuckDB read the 64-bit columns in 0.045 s against 0.07."""
+    wide = [f.name for f in schema if pa.types.is_int64(f.type) or pa.types.is_uint64(f.type)]
+    floats = [f.name for f in schema if pa.types.is_floating(f.type)
+              or pa.types.is_timestamp(f.type)]
+    return {"use_dictionary": [f.name for f in schema if f.name not in wide + floats],
+            "column_encoding": dict.fromkeys(wide, "DELTA_BINARY_PACKED")}
 
 
 def write_parquet_file(t: pa.Table, path: Path) -> None:
     pq.write_table(t.replace_schema_metadata(with_crc_marker(t.schema).metadata), path,
-                   use_dictionary=dictionary_columns(t.schema), **PARQUET_OPTIONS)
+                   **column_options(t.schema), **PARQUET_OPTIONS)
 
 
 def write_capture_table(store: Path, table: str, capture_id: str, t: pa.Table) -> None:

@@ -17,7 +17,7 @@ from nestrace.schema import kernel_tables
 from nestrace.store.files import (
     PARQUET_OPTIONS,
     check_store,
-    dictionary_columns,
+    column_options,
     init_store,
     with_crc_marker,
     write_parquet_file,
@@ -52,7 +52,7 @@ def replicate(src: str | Path, dst: str | Path, copies: int, capture_id: str | N
         out_dir = dst_p / table / f"capture={new_id}"
         out_dir.mkdir(parents=True, exist_ok=True)
         with pq.ParquetWriter(out_dir / "data.parquet", with_crc_marker(t.schema),
-                              use_dictionary=dictionary_columns(t.schema),
+                              **column_options(t.schema),
                               **PARQUET_OPTIONS) as w:
             for k in range(copies):
                 if not t.num_rows:

@@ -28,9 +28,11 @@ least one record each) and stored with the import as lost records.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,6 +209,17 @@ def _page_records(walk: compiled.FtracePages, page: int, p: int, end: int, ts: i
     return 0
 
 
+@dataclass
+class _Cpu:
+    """What one CPU's section of a trace.dat gave."""
+    cols: dict[str, np.ndarray] | None = None
+    found: list = dataclasses.field(default_factory=list)
+    lost: dict[int, int] = dataclasses.field(default_factory=dict)
+    other: dict[str, int] = dataclasses.field(default_factory=dict)
+    comms: dict[int, str] = dataclasses.field(default_factory=dict)
+    received: int = 0
+
+
 def read(path: str | os.PathLike) -> Events:
     """The block request events of a trace.dat, in file order per CPU.
     A walk in Python reads only the record headers (and each event's id,
@@ -216,22 +229,17 @@ def read(path: str | os.PathLike) -> Events:
     commit_off, commit_size = _page_layout(dat)
     data_off = commit_off + commit_size
     ps = dat.page_size
-    comms = dict(dat.cmdlines)
-    other: dict[str, int] = {}
-    lost: dict[int, int] = {}
-    received: dict[int, int] = {}
-    # (cpu index, page, byte, problem, bytes skipped, records skipped: at least)
-    found: list[tuple[int, int, int, str, int, int]] = []
-    parts: list[dict[str, np.ndarray]] = []
     by_page = dat.compression == "none" or dat.version == 6
-    for ci, (cpu, off, size) in enumerate(dat.cpus):
+
+    def one(ci: int, cpu: int, off: int, size: int) -> _Cpu:
+        r = _Cpu()
         try:
             data = _cpu_data(dat, b, cpu, off, size)
         except TraceCmdError as e:      # (one CPU's section: the others are read)
-            found.append((ci, 0, 0, f"{e}: cpu {cpu}'s events left out", size, 1))
-            continue
+            r.found.append((ci, 0, 0, f"{e}: cpu {cpu}'s events left out", size, 1))
+            return r
 
-        def where(page: int, cpu=cpu, off=off) -> str:
+        def where(page: int) -> str:
             return (f"{dat.path}: cpu {cpu}, page at byte {page} of its data"
                     + (f" (file offset {off + page})" if by_page else ""))
 
@@ -247,23 +255,47 @@ def read(path: str | os.PathLike) -> Events:
                     at = page + data_off + used
                     missed = int.from_bytes(data[at:at + dat.long_size], "little") or 1
                     if missed > MAX_MISSED:
-                        found.append((ci, page, 0, f"{where(page)}: {missed} events missed "
-                                                   "(no ring buffer holds that many: a damaged "
-                                                   "count): counted as 1", 0, 0))
+                        r.found.append((ci, page, 0, f"{where(page)}: {missed} events missed "
+                                                     "(no ring buffer holds that many: a "
+                                                     "damaged count): counted as 1", 0, 0))
                         missed = 1
-                lost[cpu] = lost.get(cpu, 0) + missed
+                r.lost[cpu] = r.lost.get(cpu, 0) + missed
             if data_off + used > ps:
-                found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
-                                           f"({ps} bytes): page skipped", ps - data_off, 1))
+                r.found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
+                                             f"({ps} bytes): page skipped", ps - data_off, 1))
                 continue
             n_damaged += _page_records(walk, page, page + data_off, page + data_off + used, ts,
-                                       dat, where, ci, found)
+                                       dat, where, ci, r.found)
         hdrs, tss = walk.hdrs[:walk.n], walk.tss[:walk.n]
-        received[cpu] = len(hdrs) + n_damaged
-        cols = _fields(dat, kinds, data, ci, cpu, hdrs, tss, where, found, comms, other)
+        r.received = len(hdrs) + n_damaged
+        cols = _fields(dat, kinds, data, ci, cpu, hdrs, tss, where, r.found, r.comms, r.other)
         cols["file_offset"] = (off + cols.pop("page")) if by_page else \
             np.full(len(cols["time_ns"]), off, np.int64)
-        parts.append(cols)
+        r.cols = cols
+        return r
+
+    # (the CPUs' sections on both cores: the C walk, zstd and most of
+    # numpy let go of the GIL; merged in CPU order, as read one by one)
+    with ThreadPoolExecutor(2) as pool:
+        cpus = list(pool.map(one, range(len(dat.cpus)), *zip(*dat.cpus))) if dat.cpus else []
+    comms = dict(dat.cmdlines)
+    other: dict[str, int] = {}
+    lost: dict[int, int] = {}
+    received: dict[int, int] = {}
+    # (cpu index, page, byte, problem, bytes skipped, records skipped: at least)
+    found: list[tuple[int, int, int, str, int, int]] = []
+    parts: list[dict[str, np.ndarray]] = []
+    for (cpu, _, _), r in zip(dat.cpus, cpus):
+        found += r.found
+        for k, v in r.lost.items():
+            lost[k] = lost.get(k, 0) + v
+        for k, v in r.other.items():
+            other[k] = other.get(k, 0) + v
+        for k, v in r.comms.items():
+            comms.setdefault(k, v)
+        if r.cols is not None:
+            received[cpu] = r.received
+            parts.append(r.cols)
     for cpu, text in dat.cpustats.items():
         n = sum(int(m[1]) for m in re.finditer(r"^(?:overrun|dropped events):\s*(\d+)", text, re.M))
         if n:

@@ -99,41 +99,54 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
 def events_of_columns(col: dict[str, np.ndarray], comms: dict[int, str]
                       ) -> tuple[pa.Table, dict]:
     """block_events on blktrace.read_columns' columns (the task names
-    beside them: comms)."""
+    beside them: comms).  It takes the columns out of col as it reads them
+    (the records' memory goes to the events as they are made)."""
     from nestrace.schema import record_schema
     schema = record_schema("block_event")
     notify = (col["categories"] & TC_NOTIFY) != 0
     lut = np.zeros(1 << 16, np.uint16)
     for letter, a in NT_ACTIONS.items():
         lut[next(c for c, x in ACTIONS.items() if x == letter)] = a
-    nt = np.where(notify, 0, lut[col["action_code"]])
+    code = col.pop("action_code")
+    nt = np.where(notify, 0, lut[code])
     keep = nt > 0
-    left = col["action_code"][~keep & ~notify]
     skipped = {ACTIONS.get(int(c), f"0x{int(c):x}"): int(k)
-               for c, k in zip(*_counts(left))}
+               for c, k in zip(*_counts(code[~keep & ~notify]))}
+    del code, notify
     rows = np.flatnonzero(keep)
+    del keep
     # time order, file order within a tie: every column below is in it
-    rows = rows[np.argsort(col["time_ns"][rows], kind="stable")]
+    ts = col.pop("time_ns")[rows]
+    order = np.argsort(ts, kind="stable")
+    rows, ts = rows[order], ts[order]
+    del order
+
+    def take(name: str) -> np.ndarray:
+        return col.pop(name)[rows]
+
     m = len(rows)
-    a, ts, sec, dev, cpu = (nt[rows], col["time_ns"][rows], col["sector"][rows],
-                            col["dev"][rows], col["cpu"][rows])
-    aux = col["aux"][rows]
+    a = nt[rows]
+    del nt
+    sec, dev, cpu, aux = take("sector"), take("dev"), take("cpu"), take("aux")
     # bio and request ids by (dev, sector) stream, per-CPU sequence numbers
     bio, rq, seq = compiled.blk_pair(a, dev, sec, aux, cpu)
-    cats, nbytes = col["categories"][rows], col["bytes"][rows]
+    cats, nbytes = take("categories"), take("bytes")
     # req_op by op_name, once per distinct (categories, has bytes)
     kinds, inverse = few_values(cats.astype(np.int64) * 2 + (nbytes > 0))
     op = np.array([NT_OPS.get(op_name(int(k) >> 1, int(k) & 1), 0) for k in kinds],
                   np.uint16)[inverse] if m else np.zeros(0, np.uint16)
+    del inverse
     flags = np.zeros(m, np.uint16)
     for tc, f in NT_FLAGS:
         flags |= np.where(cats & tc != 0, f, 0).astype(np.uint16)
-    pids = col["pid"][rows]
+    del cats
+    pids = take("pid")
     out = {"kind": np.full(m, 2, np.uint16), "version": np.ones(m, np.uint16), "cpu": cpu,
            "seq": seq, "ts_ns": ts, "sector": sec, "rq_id": rq, "bio_id": bio,
            "aux_sector": aux, "dev": dev, "nr_sectors": (nbytes >> 9).astype(np.uint32),
-           "pid": pids, "error": col["error"][rows].astype(np.int32), "action": a,
+           "pid": pids, "error": take("error").astype(np.int32), "action": a,
            "req_op": op, "req_flags": flags}
+    col.clear()
     arrays = {n: pa.array(v) for n, v in out.items()}
     arrays["comm"] = _strings(pids, lambda p: comms.get(p, ""))
     return pa.Table.from_pydict(arrays, schema=schema), skipped

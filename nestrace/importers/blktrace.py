@@ -26,6 +26,7 @@ report work on traces recorded elsewhere.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from array import array
 from dataclasses import dataclass
@@ -391,6 +392,15 @@ def _mapped(path: Path):
             return f.read()
 
 
+def _unmap(data) -> None:
+    """Let a mapped file's pages go now (nothing may still view them)."""
+    if hasattr(data, "close"):
+        try:
+            data.close()
+        except BufferError:     # (a view left: its pages go with it)
+            pass
+
+
 def _read(paths, resync: bool) -> tuple[list[pa.Table], list[str], Damage]:
     parts, problems, damage = [], [], Damage()
     for p in map(Path, paths):
@@ -448,22 +458,35 @@ def read_columns(*paths: str | os.PathLike
     and categories, as read_damaged's table names them, and aux: a split's
     (X) sector, else 0.  With the task names of the notify records (pid
     -> comm), the problems and what the damage cost, as read_damaged."""
-    files = []
+    files = []      # (path, its bytes if not a regular file: read now, else its size)
     for p in map(Path, paths):
         try:
-            files.append((p, _mapped(p)))
+            st = os.stat(p)
+            files.append((p, None, st.st_size) if stat.S_ISREG(st.st_mode) else
+                         (p, (data := _mapped(p)), len(data)))
         except OSError as e:
             raise BlktraceError(f"{p}: cannot read: {e.strerror}", SCHEMA.empty_table()) from None
-    out = compiled.blk_columns(sum(len(d) for _, d in files) // HEADER.size)
+    out = compiled.blk_columns(sum(size for _, _, size in files) // HEADER.size)
     n, problems, damage, comms = 0, [], Damage(), {}
     aux = np.zeros(len(out["offset"]), np.uint64)
-    for p, data in files:
+    for p, data, size in files:
+        if data is None:        # (mapped a file at a time: its pages leave with it)
+            try:
+                data = _mapped(p)
+            except OSError as e:
+                raise BlktraceError(f"{p}: cannot read: {e.strerror}",
+                                    SCHEMA.empty_table()) from None
+            if len(data) > size:
+                raise BlktraceError(f"{p}: grew while read ({size} bytes, then {len(data)})",
+                                    SCHEMA.empty_table())
         h, pr, dmg = _walk(p, data, True, out, n)
         k = len(h["offset"])
         for name, col in out.items():
             if not np.may_share_memory(h[name], col):     # (a damaged file's, not in place)
                 col[n:n + k] = h[name]
         _payloads(data, h, aux[n:n + k], comms)
+        del h
+        _unmap(data)
         n += k
         damage.add(dmg)
         if len(pr) > 1:

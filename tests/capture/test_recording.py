@@ -185,6 +185,20 @@ def test_status_lines_are_on_by_default_when_attaching_on_a_terminal(lab_factory
         load.wait()
 
 
+def readable_rows(path: Path) -> int:
+    """The rows of the whole batches of an Arrow IPC stream being written
+    (or left by a killed writer): its torn tail is not read."""
+    import pyarrow as pa
+    n = 0
+    try:
+        with pa.ipc.open_stream(pa.memory_map(str(path))) as rd:
+            for b in rd:
+                n += b.num_rows
+    except (pa.ArrowInvalid, OSError):
+        pass
+    return n
+
+
 def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_factory, tmp_path):
     lab = lab_factory("ext4", "xfs")
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
@@ -198,9 +212,11 @@ def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_fac
                             start_new_session=True)
     live = None
     deadline = time.time() + 30
-    while time.time() < deadline:   # wait until batches are on disk
+    # until a whole batch is on disk (a file's size alone can be that of a
+    # first batch still being written, on a loaded machine)
+    while time.time() < deadline:
         files = list(store.glob("_live/*/block_events.arrows"))
-        if files and files[0].stat().st_size > 100_000:
+        if files and readable_rows(files[0]) > 0:
             live = files[0].parent
             break
         time.sleep(0.2)
@@ -208,15 +224,7 @@ def test_sigkilled_record_leaves_readable_batches_that_seal_into_a_store(lab_fac
     os.killpg(proc.pid, signal.SIGKILL)   # recorder, agent and fio's main process
     proc.wait()
     kill_fio_jobs(lab.mount)
-    import pyarrow as pa
-    with pa.ipc.open_stream(pa.memory_map(str(live / "block_events.arrows"))) as rd:
-        n = 0
-        try:
-            for b in rd:
-                n += b.num_rows
-        except (pa.ArrowInvalid, OSError):
-            pass  # the torn tail of a killed writer
-    assert n > 0
+    assert readable_rows(live / "block_events.arrows") > 0
     r = run_cli("seal", str(store))
     assert "capture" in r.stdout
     s = nestrace.open(store)

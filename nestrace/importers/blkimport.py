@@ -19,8 +19,6 @@ from nestrace.importers.blktrace import (
     TC_META,
     TC_NOTIFY,
     TC_SYNC,
-    TN_PROCESS,
-    X_CODE,
     _strings,
     dev_name,
     op_name,
@@ -67,7 +65,8 @@ def _counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, np.bincount(r, minlength=len(u))
 
 
-def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.Table, dict]:
+def block_events(col: dict[str, np.ndarray], comms: dict[int, str]
+                 ) -> tuple[pa.Table, dict]:
     """blktrace records as nestrace block_events rows (without capture_id),
     in time order, and counts of what was left out.
 
@@ -79,28 +78,9 @@ def block_events(t: pa.Table, comms: dict[int, str] | None = None) -> tuple[pa.T
     remainder keeps the old one); an I or D starts a
     request at its sector unless one is open there, and the C at that
     sector closes it.  A requeued request (R, then I and D again) keeps
-    its id.  comms: pid -> task name, beside blktrace's notify records."""
-    col = {c: t.column(c).to_numpy() for c in ("action_code", "categories", "time_ns", "sector",
-                                               "bytes", "pid", "dev", "cpu", "error")}
-    notify = (col["categories"] & TC_NOTIFY) != 0
-    pdu = t.column("pdu")
-    comms = dict(comms or {}) | {
-        int(col["pid"][i]): pdu[int(i)].as_py().split(b"\0", 1)[0].decode(errors="replace")
-        for i in np.flatnonzero(notify & (col["action_code"] == TN_PROCESS))}
-    # X carries the sector where the bio was split (big-endian, in its payload)
-    col["aux"] = np.zeros(t.num_rows, np.uint64)
-    for i in np.flatnonzero(col["action_code"] == X_CODE):
-        b = pdu[int(i)].as_py()
-        if len(b) >= 8:
-            col["aux"][i] = int.from_bytes(b[:8], "big")
-    return events_of_columns(col, comms)
-
-
-def events_of_columns(col: dict[str, np.ndarray], comms: dict[int, str]
-                      ) -> tuple[pa.Table, dict]:
-    """block_events on blktrace.read_columns' columns (the task names
-    beside them: comms).  It takes the columns out of col as it reads them
-    (the records' memory goes to the events as they are made)."""
+    its id.  col: blktrace.read_columns' columns, taken out of it as they
+    are read (the records' memory goes to the events as they are made);
+    comms: pid -> task name, beside blktrace's notify records."""
     from nestrace.schema import record_schema
     schema = record_schema("block_event")
     notify = (col["categories"] & TC_NOTIFY) != 0
@@ -167,7 +147,7 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
                         "device, CPU and sequence number): left out")
     lost = _lost_by_sequence(col, capture_id)
     records = len(col["time_ns"])
-    ev, skipped = events_of_columns(col, comms)
+    ev, skipped = block_events(col, comms)
     del col       # (the records, not needed again: memory for the pairing)
     numbered = bool(lost)
     # (without sequence numbers the damaged places are the only count of

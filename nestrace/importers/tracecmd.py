@@ -536,7 +536,7 @@ def import_file(path: str | os.PathLike, store: str | os.PathLike, levels: dict[
     """Write a trace.dat's block events as capture `capture_id` of `store`
     (like nestrace.importers.blkimport.import_files)."""
     r = read(path)
-    ev, skipped = blkimport.events_of_columns(r.columns, r.comms)
+    ev, skipped = blkimport.block_events(r.columns, r.comms)
     r.columns = None      # (the records, not needed again: memory for the pairing)
     skipped = skipped | r.other
     cpus = sorted(set(r.received) | set(r.lost))

@@ -6,9 +6,12 @@ as libnestrace-readers.so), called through ctypes on numpy arrays.
   Python walk of nestrace.importers.blktrace then decides).
 - `FtracePages`: the event records of a trace.dat's ring-buffer pages,
   a page a call.
+- `blk_window`: the same for one window of a file read in windows.
 - `blk_pair`: bio ids, request ids and per-CPU sequence numbers of block
   events in time order, in one pass over a hash table of (device,
-  sector) streams.
+  sector) streams; `Pairing` the same a chunk at a time.
+- `Requests`: the block requests of block events in time order, a chunk
+  at a time (what nestrace.importers.requests pairs in numpy).
 """
 from __future__ import annotations
 
@@ -38,8 +41,22 @@ def _lib() -> ctypes.CDLL:
     lib.nt_blk_index.argtypes = [_P, _I64, _I64, _P]
     lib.nt_ftrace_page.restype = _I64
     lib.nt_ftrace_page.argtypes = [_P, _I64, _I64, _I64, ctypes.c_uint64, _P, _P, _P, _I64, _P]
+    lib.nt_blk_window.restype = _I64
+    lib.nt_blk_window.argtypes = [_P, _I64, ctypes.c_int, _I64, _P, _P]
     lib.nt_blk_pair.restype = ctypes.c_int
     lib.nt_blk_pair.argtypes = [_I64, _P, _P, _P, _P, _P, _P, _P, _P]
+    lib.nt_pairing_new.restype = _P
+    lib.nt_pairing_new.argtypes = []
+    lib.nt_pairing_free.restype = None
+    lib.nt_pairing_free.argtypes = [_P]
+    lib.nt_pairing_step.restype = ctypes.c_int
+    lib.nt_pairing_step.argtypes = [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P]
+    lib.nt_requests_new.restype = _P
+    lib.nt_requests_new.argtypes = []
+    lib.nt_requests_free.restype = None
+    lib.nt_requests_free.argtypes = [_P]
+    lib.nt_requests_step.restype = _I64
+    lib.nt_requests_step.argtypes = [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]
     return lib
 
 
@@ -80,26 +97,117 @@ def blk_index(data, into: dict[str, np.ndarray] | None = None,
     return {name: a[start:start + n] for name, a in cols.items()}
 
 
+def blk_window(buf: np.ndarray, n: int, at_end: bool, into: dict[str, np.ndarray]
+               ) -> tuple[int, int]:
+    """The records of a window of a file, buf[:n] (at_end: the file's
+    last), into the columns `into` (from row 0): (how many, where the next
+    window starts); a record the window cuts off is the next window's.
+    (-1, offset) at a record that is not plainly whole: damage."""
+    c = _BlkColumns(*(_ptr(into[name]) for name, _ in BLK_COLUMNS))
+    nxt = ctypes.c_int64(0)
+    k = _lib().nt_blk_window(_ptr(buf), n, int(at_end), len(into["offset"]), ctypes.byref(c),
+                             ctypes.byref(nxt))
+    return (-1, -k - 1) if k < 0 else (k, nxt.value)
+
+
+def _pair_args(a, dev, sec, aux, cpu) -> tuple[np.ndarray, ...]:
+    return (np.ascontiguousarray(a, np.uint16), np.ascontiguousarray(dev, np.uint32),
+            np.ascontiguousarray(sec, np.uint64), np.ascontiguousarray(aux, np.uint64),
+            np.ascontiguousarray(cpu, np.uint32))
+
+
+def _paired(r: int, cpu: np.ndarray) -> None:
+    if r == -2:
+        raise ValueError(f"a CPU numbered {int(cpu.max())}: past the 65,535 a record can name")
+    if r:
+        raise MemoryError("nestrace-readers: out of memory pairing block events")
+
+
 def blk_pair(a: np.ndarray, dev: np.ndarray, sec: np.ndarray, aux: np.ndarray,
              cpu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bio ids, request ids, per-CPU sequence numbers) of block events in
     time order (block_action codes a), as blkimport.block_events gives
     them."""
-    m = len(a)
-    a = np.ascontiguousarray(a, np.uint16)
-    dev = np.ascontiguousarray(dev, np.uint32)
-    sec = np.ascontiguousarray(sec, np.uint64)
-    aux = np.ascontiguousarray(aux, np.uint64)
-    cpu = np.ascontiguousarray(cpu, np.uint32)
+    args = _pair_args(a, dev, sec, aux, cpu)
+    m = len(args[0])
     bio, rq, seq = (np.empty(m, np.uint64) for _ in range(3))
-    if not m:
-        return bio, rq, seq
-    r = _lib().nt_blk_pair(m, *map(_ptr, (a, dev, sec, aux, cpu, bio, rq, seq)))
-    if r == -2:
-        raise ValueError(f"a CPU numbered {int(cpu.max())}: past the 65,535 a record can name")
-    if r:
-        raise MemoryError("nestrace-readers: out of memory pairing block events")
+    if m:
+        _paired(_lib().nt_blk_pair(m, *map(_ptr, (*args, bio, rq, seq))), args[4])
     return bio, rq, seq
+
+
+class _Handle:
+    """A state the library keeps between calls, freed with this object."""
+    _new = _free = ""
+
+    def __init__(self):
+        self._lib = _lib()
+        self._h = getattr(self._lib, self._new)()
+        if not self._h:
+            raise MemoryError("nestrace-readers: out of memory")
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            getattr(self._lib, self._free)(self._h)
+            self._h = None
+
+
+class Pairing(_Handle):
+    """blk_pair a chunk at a time: the ids go on from the chunks before
+    (bio ids count every event of every chunk)."""
+    _new, _free = "nt_pairing_new", "nt_pairing_free"
+
+    def step(self, a, dev, sec, aux, cpu) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        args = _pair_args(a, dev, sec, aux, cpu)
+        m = len(args[0])
+        bio, rq, seq = (np.empty(m, np.uint64) for _ in range(3))
+        if m:
+            _paired(self._lib.nt_pairing_step(self._h, m, *map(_ptr, (*args, bio, rq, seq))),
+                    args[4])
+        return bio, rq, seq
+
+
+# struct nt_phases: a request's phases, a column each (row: see Requests)
+PHASES = (("row", np.int64), ("q", np.int64), ("g", np.int64), ("i", np.int64),
+          ("c", np.int64), ("done", np.int64), ("error", np.int32))
+
+
+class _Phases(ctypes.Structure):
+    _fields_ = [(name, _P) for name, _ in PHASES]
+
+
+def _phases(n: int) -> tuple[dict[str, np.ndarray], _Phases]:
+    cols = {name: np.empty(n, t) for name, t in PHASES}
+    return cols, _Phases(*(_ptr(cols[name]) for name, _ in PHASES))
+
+
+class Requests(_Handle):
+    """The requests of block events, a chunk at a time (each in time then
+    CPU order, after the chunks before), paired as
+    nestrace.importers.requests pairs all of them at once."""
+    _new, _free = "nt_requests_new", "nt_requests_free"
+
+    def step(self, a, ts, dev, bio, rq, sec, aux, error
+             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """(this chunk's requests: a row per D, "row" the D's index in the
+        chunk, then its q, g, i, c and done times, -1 for none, and error;
+        the requests of earlier chunks finished now: "row" the request's
+        number among all, from 0, and its c, done and error)."""
+        m = len(a)
+        cols = [np.ascontiguousarray(x, t) for x, t in (
+            (a, np.uint16), (ts, np.uint64), (dev, np.uint32), (bio, np.uint64),
+            (rq, np.uint64), (sec, np.uint64), (aux, np.uint64), (error, np.int32))]
+        # (a row per D; a fix per request still open: at most a row per event)
+        out, out_c = _phases(int(np.count_nonzero(cols[0] == 6)))
+        fix, fix_c = _phases(m)
+        fixes = ctypes.c_int64(0)
+        n = self._lib.nt_requests_step(self._h, m, *map(_ptr, cols), ctypes.byref(out_c),
+                                       ctypes.byref(fix_c), ctypes.byref(fixes)) if m else 0
+        if n < 0:
+            raise MemoryError("nestrace-readers: out of memory pairing block requests")
+        k = fixes.value
+        assert n == len(out["row"]), (n, len(out["row"]))
+        return out, {c: fix[c][:k].copy() for c in ("row", "c", "done", "error")}
 
 
 # why nt_ftrace_page stopped (status[0])

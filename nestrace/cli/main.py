@@ -115,6 +115,9 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
         raise UserError(str(e)) from None
     for p in r["problems"]:
         click.secho(f"nestrace: warning: {p}", err=True, fg="red", bold=True)
+    if r.get("read", "streamed") != "streamed":     # (blktrace files held whole: said why)
+        click.echo(f"note: read whole, not streamed ({r['read'].removeprefix('whole: ')}): "
+                   "its memory grows with the files", err=True)
     skipped = ", ".join(f"{n} {a}" for a, n in sorted(r["not_imported"].items()))
     click.echo(f"capture {cid}: {r['block_events']} block events of {r['records']} records "
                f"({', '.join(f'{d}={lv}' for d, lv in r['devices'].items())})"

@@ -1,7 +1,8 @@
 """blktrace records into a store: nestrace block_events rows, paired the
 way btt pairs them (`block_events`), and the capture written and
-published (`import_files` for blktrace files, `write_import` for any
-source of block events: trace-cmd's too)."""
+published (`import_files` for blktrace files, streamed a chunk at a time
+where the files are as the kernel writes them, else read whole;
+`write_import` for any source of block events: trace-cmd's too)."""
 from __future__ import annotations
 
 import os
@@ -19,6 +20,7 @@ from nestrace.importers.blktrace import (
     TC_META,
     TC_NOTIFY,
     TC_SYNC,
+    Damage,
     _strings,
     dev_name,
     op_name,
@@ -81,8 +83,27 @@ def block_events(col: dict[str, np.ndarray], comms: dict[int, str]
     its id.  col: blktrace.read_columns' columns, taken out of it as they
     are read (the records' memory goes to the events as they are made);
     comms: pid -> task name, beside blktrace's notify records."""
-    from nestrace.schema import record_schema
-    schema = record_schema("block_event")
+    rows, nt, skipped = _kept(col)
+    # time order, file order within a tie: every column below is in it
+    ts = col.pop("time_ns")[rows]
+    order = np.argsort(ts, kind="stable")
+    rows, ts = rows[order], ts[order]
+    del order
+    a = nt[rows]
+    del nt
+    out = _event_columns(col, rows, a, ts, compiled.blk_pair)
+    return _events_table(out, lambda p: comms.get(p, "")), _letters(skipped)
+
+
+def _letters(skipped: dict[int, int]) -> dict[str, int]:
+    """Counts by action code as counts by blkparse's letter, in code order."""
+    return {ACTIONS.get(c, f"0x{c:x}"): k for c, k in sorted(skipped.items())}
+
+
+def _kept(col: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The rows of the records col that are block events (col's actions
+    taken out of it), every record's block_action code (0: none), and
+    counts of the records left out by their action code."""
     notify = (col["categories"] & TC_NOTIFY) != 0
     lut = np.zeros(1 << 16, np.uint16)
     for letter, a in NT_ACTIONS.items():
@@ -90,26 +111,23 @@ def block_events(col: dict[str, np.ndarray], comms: dict[int, str]
     code = col.pop("action_code")
     nt = np.where(notify, 0, lut[code])
     keep = nt > 0
-    skipped = {ACTIONS.get(int(c), f"0x{int(c):x}"): int(k)
-               for c, k in zip(*_counts(code[~keep & ~notify]))}
-    del code, notify
-    rows = np.flatnonzero(keep)
-    del keep
-    # time order, file order within a tie: every column below is in it
-    ts = col.pop("time_ns")[rows]
-    order = np.argsort(ts, kind="stable")
-    rows, ts = rows[order], ts[order]
-    del order
+    skipped = {int(c): int(k) for c, k in zip(*_counts(code[~keep & ~notify]))}
+    return np.flatnonzero(keep), nt, skipped
 
+
+def _event_columns(col: dict[str, np.ndarray], rows: np.ndarray, a: np.ndarray,
+                   ts: np.ndarray, pair) -> dict[str, np.ndarray]:
+    """block_events columns (but comm) of the records col's rows, in time
+    order (their actions a, times ts), the columns taken out of col as
+    they are read; pair(a, dev, sector, aux, cpu): their bio ids, request
+    ids and sequence numbers (compiled.blk_pair, or a Pairing's step)."""
     def take(name: str) -> np.ndarray:
         return col.pop(name)[rows]
 
     m = len(rows)
-    a = nt[rows]
-    del nt
     sec, dev, cpu, aux = take("sector"), take("dev"), take("cpu"), take("aux")
     # bio and request ids by (dev, sector) stream, per-CPU sequence numbers
-    bio, rq, seq = compiled.blk_pair(a, dev, sec, aux, cpu)
+    bio, rq, seq = pair(a, dev, sec, aux, cpu)
     cats, nbytes = take("categories"), take("bytes")
     # req_op by op_name, once per distinct (categories, has bytes)
     kinds, inverse = few_values(cats.astype(np.int64) * 2 + (nbytes > 0))
@@ -120,16 +138,22 @@ def block_events(col: dict[str, np.ndarray], comms: dict[int, str]
     for tc, f in NT_FLAGS:
         flags |= np.where(cats & tc != 0, f, 0).astype(np.uint16)
     del cats
-    pids = take("pid")
     out = {"kind": np.full(m, 2, np.uint16), "version": np.ones(m, np.uint16), "cpu": cpu,
            "seq": seq, "ts_ns": ts, "sector": sec, "rq_id": rq, "bio_id": bio,
            "aux_sector": aux, "dev": dev, "nr_sectors": (nbytes >> 9).astype(np.uint32),
-           "pid": pids, "error": take("error").astype(np.int32), "action": a,
+           "pid": take("pid"), "error": take("error").astype(np.int32), "action": a,
            "req_op": op, "req_flags": flags}
     col.clear()
+    return out
+
+
+def _events_table(out: dict[str, np.ndarray], name) -> pa.Table:
+    """_event_columns' columns as block_events rows (without capture_id),
+    comm named by name(pid)."""
+    from nestrace.schema import record_schema
     arrays = {n: pa.array(v) for n, v in out.items()}
-    arrays["comm"] = _strings(pids, lambda p: comms.get(p, ""))
-    return pa.Table.from_pydict(arrays, schema=schema), skipped
+    arrays["comm"] = _strings(out["pid"], name)
+    return pa.Table.from_pydict(arrays, schema=record_schema("block_event"))
 
 
 def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
@@ -137,9 +161,22 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
     """Write blktrace files as capture `capture_id` of `store`: block_events,
     a device_map naming each device's level (`levels`: dev -> vdisk or
     disk; devices not named are disk), capture_meta, and empty tables for
-    the levels blktrace does not see.  Damaged records are skipped, named
-    in the result's problems (reading resumes at the next whole record).
-    Returns what was imported."""
+    the levels blktrace does not see.  Files as blktrace and the kernel
+    write them are streamed: read a window at a time, in memory that does
+    not grow with them (blkstream); others are read whole, and damaged
+    records skipped, named in the result's problems (reading resumes at
+    the next whole record).  Returns what was imported, and how the files
+    were read ("read": streamed, or why whole)."""
+    from nestrace.importers.blkstream import NotStreamable
+    try:
+        return _import_streamed(paths, store, levels, capture_id, machine) | {"read": "streamed"}
+    except NotStreamable as e:
+        why = str(e)
+    return _import_whole(paths, store, levels, capture_id, machine) | {"read": f"whole: {why}"}
+
+
+def _import_whole(paths, store, levels: dict[int, str], capture_id: str, machine: str) -> dict:
+    """import_files, every record held at once."""
     col, comms, problems, damage = read_columns(*paths)
     col, dups = _without_duplicates(col)
     if dups:
@@ -155,12 +192,154 @@ def import_files(paths: list[str | os.PathLike], store: str | os.PathLike,
     lost_total = sum(r["seq_gaps"] for r in lost) + (0 if numbered else damage.records)
     r = write_import(ev, skipped, problems, paths, store, levels, capture_id, machine,
                      source="blktrace", clock="blktrace", lost=lost, records=records,
-                     lost_total=lost_total,
-                     extra={"sequence_numbers": numbered,
-                            "damaged": {"places": damage.places, "bytes": damage.bytes,
-                                        "records_at_least": damage.records,
-                                        "duplicates": dups}})
+                     lost_total=lost_total, extra=_blktrace_facts(numbered, damage, dups))
     return r | {"sequence_numbers": numbered, "damage": damage, "duplicates": dups}
+
+
+def _blktrace_facts(numbered: bool, damage: Damage, dups: int) -> dict:
+    return {"sequence_numbers": numbered,
+            "damaged": {"places": damage.places, "bytes": damage.bytes,
+                        "records_at_least": damage.records, "duplicates": dups}}
+
+
+# block events written a row group at a time, of at least this many (as
+# small as DuckDB's own: the last one's write is the import's tail)
+ROW_GROUP = 1 << 18
+
+
+def _import_streamed(paths, store, levels: dict[int, str], capture_id: str,
+                     machine: str) -> dict:
+    """import_files a chunk of records at a time (blkstream.Records): the
+    events made, written and paired into requests as they come, so that
+    what is held is a few chunks and what is still open.  Raises
+    NotStreamable where the files are not as the kernel writes them, or a
+    task's name would differ from the whole read's (a notify record after
+    its task's events)."""
+    import shutil
+
+    from nestrace.store.files import StoreError, captures, init_store, writing
+    from nestrace.store.manifest import publishing
+
+    s = _Streamed(paths, capture_id, machine or "unknown", levels)
+    new = not os.path.exists(store)
+    p = init_store(store)
+    with writing(p, f"nestrace import {capture_id}"):
+        if capture_id in captures(p):
+            raise StoreError(f"{p}: already holds a capture {capture_id!r}")
+        try:
+            with publishing(p, capture_id):
+                s.write(p)
+                s.check()
+                lost = s.recs.lost(capture_id)
+                meta = _write_rest(p, capture_id, levels, lost, sorted(s.devs), paths, machine,
+                                   "unknown", "blktrace", "blktrace", _letters(s.skipped),
+                                   _blktrace_facts(bool(lost), Damage(), 0),
+                                   sum(r["seq_gaps"] for r in lost), s.span, s.events)
+        except BaseException:
+            if new:         # (a store this import made: not left behind, as the whole read)
+                shutil.rmtree(p, ignore_errors=True)
+            raise
+    return {"capture_id": capture_id, "problems": [], "records": s.records,
+            "block_events": s.events,
+            "devices": {dev_name(d): levels.get(d, "disk") for d in sorted(s.devs)},
+            "not_imported": _letters(s.skipped), "lost": meta["lost_total"],
+            "sequence_numbers": bool(lost), "damage": Damage(), "duplicates": 0}
+
+
+class _Streamed:
+    """The block events and requests of blktrace files, streamed into a
+    capture's tables, and what the capture's other tables say of them."""
+
+    def __init__(self, paths, capture_id: str, machine: str, levels: dict[int, str]):
+        from nestrace.importers.blkstream import Records
+        self.paths, self.capture_id, self.machine, self.levels = paths, capture_id, machine, levels
+        self.recs = Records(paths)
+        self.records = self.events = 0
+        self.skipped: dict[int, int] = {}       # by action code
+        self.devs: set[int] = set()
+        self.span: list[int] = []               # the first and last event's times
+        self.used: dict[int, str] = {}          # pid -> the task name its events were given
+
+    def write(self, p) -> None:
+        """block_events and block_requests of capture_id in store p."""
+        import collections
+        from concurrent.futures import ThreadPoolExecutor
+
+        from nestrace.importers.requests import SCHEMA as REQUESTS
+        from nestrace.importers.requests import RequestStream
+        from nestrace.schema import record_schema
+        from nestrace.store.files import capture_table_parts, with_capture_id
+
+        cid = self.capture_id
+        schema = with_capture_id(record_schema("block_event").empty_table(), cid).schema
+        with ThreadPoolExecutor(1) as pool, \
+                capture_table_parts(p, "block_events", cid, schema) as write, \
+                capture_table_parts(p, "block_requests", cid, REQUESTS) as write_rq:
+            # (the second core writes, in order; this one reads, makes events
+            # and pairs requests: a few parts ahead at most)
+            queue: collections.deque = collections.deque()
+
+            def later(fn, *args) -> None:
+                queue.append(pool.submit(fn, *args))
+                while len(queue) > 4:
+                    queue.popleft().result()
+
+            reqs = RequestStream(lambda t: later(write_rq, t), cid, self.machine, self.levels,
+                                 self._name)
+            held: list[pa.Table] = []
+            for ev in self._events(reqs):
+                held.append(with_capture_id(ev, cid))
+                if sum(t.num_rows for t in held) >= ROW_GROUP:
+                    later(write, pa.concat_tables(held))
+                    held = []
+            if held:
+                later(write, pa.concat_tables(held))
+            reqs.close()
+            while queue:
+                queue.popleft().result()
+
+    def _events(self, reqs):
+        """Each chunk's block events (a table), its requests given to reqs."""
+        pairing = compiled.Pairing()
+        self._names = self.recs.comms()
+        for col in self.recs.chunks():
+            self.records += len(col["time_ns"])
+            rows, nt, skipped = _kept(col)
+            for k, v in skipped.items():
+                self.skipped[k] = self.skipped.get(k, 0) + v
+            if not len(rows):
+                continue
+            ts = col.pop("time_ns")[rows]
+            out = _event_columns(col, rows, nt[rows], ts, pairing.step)
+            del nt, rows
+            reqs.add(out)
+            self.devs.update(few_values(out["dev"])[0].tolist())
+            self.span = [self.span[0] if self.span else int(ts[0]), int(ts[-1])]
+            self._names = self.recs.comms()
+            ev = _events_table(out, self._name)
+            self.events += ev.num_rows
+            yield ev
+
+    def _name(self, pid: int) -> str:
+        return self.used.setdefault(pid, self._names.get(pid, ""))
+
+    def check(self) -> None:
+        """What the whole read would refuse, or name otherwise."""
+        from nestrace.importers.blkstream import NotStreamable
+        from nestrace.store.files import StoreError
+        files = ", ".join(map(str, self.paths))
+        comms = self.recs.comms()
+        renamed = [pid for pid, n in self.used.items() if comms.get(pid, "") != n]
+        if renamed:
+            raise NotStreamable(f"{files}: task {renamed[0]} named by a notify record after "
+                                "its events")
+        if not self.events:
+            raise StoreError(f"{files}: no block request events to import")
+        unknown = sorted(set(self.levels) - self.devs)
+        if unknown:
+            raise StoreError(f"{', '.join(dev_name(d) for d in unknown)}: no request events of "
+                             f"this device in {files} (it has "
+                             f"{', '.join(dev_name(d) for d in sorted(self.devs))})")
 
 
 def _without_duplicates(col: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
@@ -242,14 +421,11 @@ def write_import(ev: pa.Table, skipped: dict, problems: list[str], paths, store,
 
 
 def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel, clock, source,
-              skipped, extra, lost_total) -> dict:
+                 skipped, extra, lost_total) -> dict:
     """write_import's tables, capture_meta last."""
-    import json
     from concurrent.futures import ThreadPoolExecutor
 
-    from nestrace._version import __version__
     from nestrace.importers.requests import block_requests
-    from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
     from nestrace.store.files import with_capture_id, write_capture_table
     # (the events written on a second core while the requests are paired
     # here, and stored as `correlate` stores them: what reads the capture
@@ -257,28 +433,42 @@ def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel,
     with ThreadPoolExecutor(1) as pool:
         events = pool.submit(write_capture_table, p, "block_events", capture_id,
                              with_capture_id(ev, capture_id))
-        for table, rec in kernel_tables().items():
-            if table != "block_events":
-                write_capture_table(p, table, capture_id,
-                                    with_capture_id(record_schema(rec).empty_table(), capture_id))
         write_capture_table(p, "block_requests", capture_id,
                             block_requests(ev, capture_id, machine or "unknown", levels))
         events.result()
+    ts = pc.min_max(ev.column("ts_ns")).as_py()
+    return _write_rest(p, capture_id, levels, lost, devs, paths, machine, kernel, clock, source,
+                       skipped, extra, lost_total, [ts["min"], ts["max"]], ev.num_rows)
+
+
+def _write_rest(p, capture_id, levels, lost, devs, paths, machine, kernel, clock, source,
+                skipped, extra, lost_total, span, rows) -> dict:
+    """An import's tables but its events and requests: the other kernel
+    tables (empty), device_map, extent_maps, lost_events, and capture_meta
+    last (span: the first and last event's times; rows: how many)."""
+    import json
+
+    from nestrace._version import __version__
+    from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
+    from nestrace.store.files import with_capture_id, write_capture_table
+    for table, rec in kernel_tables().items():
+        if table != "block_events":
+            write_capture_table(p, table, capture_id,
+                                with_capture_id(record_schema(rec).empty_table(), capture_id))
     dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
            "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
     write_capture_table(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))
     write_capture_table(p, "extent_maps", capture_id, table_schema("extent_maps").empty_table())
     write_capture_table(p, "lost_events", capture_id, pa.Table.from_pylist(lost, schema=table_schema("lost_events")))
-    ts = pc.min_max(ev.column("ts_ns")).as_py()
     meta = {"capture_id": capture_id, "machine": machine or "unknown", "kernel": kernel,
             "clock": clock,
-            "start_ns": ts["min"], "end_ns": ts["max"], "start_wall": "",
+            "start_ns": span[0], "end_ns": span[1], "start_wall": "",
             "command": "nestrace import " + " ".join(map(str, paths)), "hooks_json": "{}",
             "stack_json": json.dumps({"source": source, "files": [str(x) for x in paths],
                                       "levels": {dev_name(d["dev"]): d["level"] for d in dm},
                                       "not_imported": skipped, **(extra or {})}),
             "lost_total": sum(r["seq_gaps"] for r in lost) if lost_total is None
-            else lost_total, "records_total": ev.num_rows,
+            else lost_total, "records_total": rows,
             "tool_version": __version__,
             "schema_version": json.dumps({n: s["version"] for n, s in RECORDS.items()})}
     write_capture_table(p, "capture_meta", capture_id,

@@ -180,15 +180,27 @@ def block_requests(ev: pa.Table, capture_id: str, machine: str,
     at = np.empty(len(a), np.int64)
     at[ds] = np.arange(len(ds))
     k = at[r]
-    ops = col["req_op"][r]
+    c = {"q": bq[k], "g": gn[k], "i": i_ns, "c": c_ns, "done": done, "error": err}
+    for name in ("dev", "cpu", "seq", "rq_id", "ts_ns", "sector", "nr_sectors", "req_op",
+                 "req_flags", "pid"):
+        c[name] = col[name][r]
+    return _table(c, capture_id, machine, levels, ev.column("comm").take(pa.array(r)))
+
+
+def _table(c: dict[str, np.ndarray], capture_id: str, machine: str, levels: dict[int, str],
+           comm: pa.Array) -> pa.Table:
+    """block_requests rows of requests' columns c (dev, cpu, seq, rq_id,
+    ts_ns, sector, nr_sectors, req_op, req_flags, pid, error, and the
+    times q, g, i, c and done: NONE where there is none)."""
+    ops = c["req_op"]
 
     def u64(v: np.ndarray) -> pa.Array:
         return pa.array(v.astype(np.uint64), pa.uint64(), mask=v == NONE)
 
     names = np.array([OPS.get(int(x), "other") for x in range(max(int(ops.max(initial=0)), 9) + 1)],
                      dtype=object)
-    devs = dev[r]
-    n = len(r)
+    devs = c["dev"]
+    n = len(devs)
     udev = np.unique(devs)
     lv = pa.array([levels.get(d, "disk") for d in udev.tolist()], pa.string())
     cols = {
@@ -196,16 +208,103 @@ def block_requests(ev: pa.Table, capture_id: str, machine: str,
         "machine": pa.repeat(pa.scalar(machine, pa.string()), n),
         "level": lv.take(pa.array(np.searchsorted(udev, devs))),
         "dev": pa.array(devs, pa.uint32()),
-        "io_id": pa.array((col["cpu"][r].astype(np.uint64) << np.uint64(48)) | col["seq"][r],
-                          pa.uint64()),
-        "rq_id": pa.array(rq[r], pa.uint64()), "ts_ns": pa.array(ts[r], pa.uint64()),
-        "q_ns": u64(bq[k]), "g_ns": u64(gn[k]), "i_ns": u64(i_ns), "c_ns": u64(c_ns),
-        "done_by_ns": u64(done), "sector": pa.array(col["sector"][r], pa.uint64()),
-        "nr_sectors": pa.array(col["nr_sectors"][r], pa.uint32()),
+        "io_id": pa.array((c["cpu"].astype(np.uint64) << np.uint64(48)) | c["seq"], pa.uint64()),
+        "rq_id": pa.array(c["rq_id"], pa.uint64()), "ts_ns": pa.array(c["ts_ns"], pa.uint64()),
+        "q_ns": u64(c["q"]), "g_ns": u64(c["g"]), "i_ns": u64(c["i"]), "c_ns": u64(c["c"]),
+        "done_by_ns": u64(c["done"]), "sector": pa.array(c["sector"], pa.uint64()),
+        "nr_sectors": pa.array(c["nr_sectors"], pa.uint32()),
         "op": pa.array(names[ops].tolist() if n else [], pa.string()),
         "req_op": pa.array(ops, pa.uint16()),
-        "req_flags": pa.array(col["req_flags"][r], pa.uint16()),
-        "error": pa.array(err, pa.int32()), "pid": pa.array(col["pid"][r], pa.uint32()),
-        "comm": ev.column("comm").take(pa.array(r)).combine_chunks(),
+        "req_flags": pa.array(c["req_flags"], pa.uint16()),
+        "error": pa.array(c["error"], pa.int32()), "pid": pa.array(c["pid"], pa.uint32()),
+        "comm": comm if isinstance(comm, pa.Array) else comm.combine_chunks(),
     }
     return pa.Table.from_pydict(cols, schema=SCHEMA)
+
+
+class RequestStream:
+    """block_requests a chunk of events at a time: each chunk's events in
+    time order and after the chunk before's (blkimport's streamed import),
+    paired in one pass of compiled.Requests, which keeps only what is
+    still open between chunks.  A request is written (a part at a time,
+    `write`) once the event after its D has come, or at the end: what is
+    held is the requests still open and a part not yet written.  The rows
+    are block_requests' (in another order); comm is name(pid)."""
+    _EVENT = ("dev", "cpu", "seq", "rq_id", "ts_ns", "sector", "nr_sectors", "req_op",
+              "req_flags", "pid")
+    PART = 1 << 18      # requests a part (a row group)
+
+    def __init__(self, write, capture_id: str, machine: str, levels: dict[int, str], name):
+        from nestrace.importers import compiled
+        self._pair = compiled.Requests()
+        self._write, self._name = write, name
+        self._meta = (capture_id, machine, levels)
+        self._done: list[dict[str, np.ndarray]] = []      # finished, not yet written
+        self._last: dict[str, np.ndarray] | None = None   # the last chunk's, "n": numbers
+        self._open: dict[str, np.ndarray] | None = None   # older ones still waiting
+        self.made = self.written = 0
+
+    def add(self, ev: dict[str, np.ndarray]) -> None:
+        """A chunk's events (block_events columns by name)."""
+        ts, cpu = ev["ts_ns"], ev["cpu"]
+        o = _time_order(ts, cpu)
+        if len(o) and not np.array_equal(o, np.arange(len(o))):
+            pick = {n: ev[n][o] for n in ("action", "ts_ns", "dev", "bio_id", "rq_id",
+                                          "sector", "aux_sector", "error")}
+        else:
+            o, pick = None, ev
+        out, fix = self._pair.step(pick["action"], pick["ts_ns"], pick["dev"], pick["bio_id"],
+                                   pick["rq_id"], pick["sector"], pick["aux_sector"],
+                                   pick["error"])
+        rows = out.pop("row")
+        if o is not None:
+            rows = o[rows]
+        new = out | {n: ev[n][rows] for n in self._EVENT}
+        new["n"] = np.arange(self.made, self.made + len(rows))
+        self.made += len(rows)
+        # (the requests of earlier chunks finished now: most of the last
+        # chunk's, and a few older ones)
+        last, old = self._last, self._open
+        if len(fix["row"]):
+            first = int(last["n"][0]) if last is not None and len(last["n"]) else self.made
+            for held, sel in ((last, fix["row"] >= first), (old, fix["row"] < first)):
+                if held is None or not sel.any():
+                    continue
+                at = np.searchsorted(held["n"], fix["row"][sel])
+                for c in ("c", "done", "error"):
+                    held[c][at] = fix[c][sel]
+        if old is not None:
+            waiting = old["done"] == NONE
+            if not waiting.all():
+                self._done.append({c: v[~waiting] for c, v in old.items()})
+                old = {c: v[waiting] for c, v in old.items()}
+        if last is not None:
+            waiting = last["done"] == NONE
+            if waiting.any():       # (still open: kept apart, the rest written)
+                more = {c: v[waiting] for c, v in last.items()}
+                old = more if old is None else \
+                    {c: np.concatenate([old[c], more[c]]) for c in more}
+                last = {c: v[~waiting] for c, v in last.items()}
+            self._done.append(last)
+        self._open, self._last = old, new
+        if sum(len(d["n"]) for d in self._done) >= self.PART:
+            self._flush()
+
+    def _flush(self) -> None:
+        parts = [d for d in self._done if len(d["n"])]
+        self._done = []
+        if not parts:
+            return
+        c = {n: np.concatenate([p[n] for p in parts]) for n in parts[0]}
+        from nestrace.importers.blktrace import _strings
+        self._write(_table(c, *self._meta, _strings(c["pid"], self._name)))
+        self.written += len(c["n"])
+
+    def close(self) -> int:
+        """Write what is left (requests without an event after their D as
+        they are); how many requests there were."""
+        self._done += [x for x in (self._open, self._last) if x is not None]
+        self._open = self._last = None
+        self._flush()
+        assert self.written == self.made, (self.written, self.made)
+        return self.made

@@ -415,6 +415,28 @@ def write_capture_table(store: Path, table: str, capture_id: str, t: pa.Table) -
     os.replace(tmp, d / "data.parquet")
 
 
+@contextlib.contextmanager
+def capture_table_parts(store: Path, table: str, capture_id: str, schema: pa.Schema):
+    """Write a capture's table a part at a time: yields write(part), each
+    part a table of `schema` that becomes one row group; the file is in
+    place when the block ends, and none is left when it fails."""
+    d = store / table / f"capture={capture_id}"
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / "data.parquet.tmp"
+    marked = with_crc_marker(schema)
+    try:
+        with pq.ParquetWriter(tmp, marked, **column_options(schema), **PARQUET_OPTIONS) as w:
+            yield lambda t: w.write_table(t.replace_schema_metadata(marked.metadata),
+                                          row_group_size=max(t.num_rows, 1))
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"{tmp}: cannot write: {e}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, d / "data.parquet")
+
+
 def with_capture_id(t: pa.Table, capture_id: str) -> pa.Table:
     return t.append_column(pa.field("capture_id", pa.string()),
                            pa.repeat(pa.scalar(capture_id, pa.string()), t.num_rows))

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import loop_devices
 from test_blk_oracle import blk_tracer
+from test_blkstream import assert_same_stores
 
-from nestrace.importers import blkimport
+from nestrace.importers import blkimport, blktrace
 from nestrace.query.session import Session
 
 pytestmark = pytest.mark.root
@@ -50,8 +51,31 @@ def test_the_requests_an_import_stores_are_those_the_sql_pairs(tmp_path):
         subprocess.run(["losetup", "-d", loop], check=True)
     assert loop_devices() <= before, "a loop device was left attached"
     r = blkimport.import_files([trace], tmp_path / "s", {}, "imp", "m1")
-    assert r["block_events"] > 0
+    assert r["block_events"] > 0 and r["read"] == "streamed"
     with Session(tmp_path / "s") as s:
         splits = s.rows("SELECT count(*) AS n FROM block_events WHERE action = 8")[0]["n"]
     assert splits > 100, "no bio was split: the test would not check the split pieces' Q"
     assert assert_stored_as_computed(tmp_path / "s") > 1000
+    # the same records split per CPU, as blktrace writes them: streamed
+    # through the merge, they store what the whole read stores
+    per_cpu = split_per_cpu(trace, tmp_path)
+    assert len(per_cpu) == 2
+    r = blkimport.import_files(per_cpu, tmp_path / "streamed", {}, "imp", "m1")
+    assert r["read"] == "streamed"
+    blkimport._import_whole(per_cpu, tmp_path / "whole", {}, "imp", "m1")
+    assert_same_stores(tmp_path / "streamed", tmp_path / "whole")
+
+
+def split_per_cpu(trace: Path, out: Path) -> list[Path]:
+    """trace's records in a file per CPU (DEV.blktrace.N), file order kept."""
+    t = blktrace.read(trace)
+    data = trace.read_bytes()
+    offs = t.column("file_offset").to_pylist() + [len(data)]
+    files: dict[int, bytearray] = {}
+    for k, cpu in enumerate(t.column("cpu").to_pylist()):
+        files.setdefault(cpu, bytearray()).extend(data[offs[k]:offs[k + 1]])
+    paths = []
+    for cpu in sorted(files):
+        paths.append(out / f"loop.blktrace.{cpu}")
+        paths[-1].write_bytes(bytes(files[cpu]))
+    return paths

@@ -190,6 +190,23 @@ def blk_part(tmp: Path, seconds: int) -> None:
     shutil.rmtree(tmp / "blk.store")
 
 
+def large_part(tmp: Path, seconds: int) -> None:
+    """The import's time and peak memory on a file of about 10 M records
+    (issue #75: under 1 GiB), blkparse's beside it."""
+    name, files, records = record_blk(tmp, seconds)
+    n = sum(f.stat().st_size for f in files)
+    bp = timed(["blkparse", "-i", name, "-d", "/dev/null", "-o", "/dev/null"], tmp)
+    imp = timed(NESTRACE + ["import", *map(str, files), "-o", str(tmp / "large.store")], tmp)
+    print(f"\nThe same, {seconds} s of fio: {records:,} records, {n / 1e6:.0f} MB in "
+          f"{len(files)} files:\n")
+    print("| step | classic tool | nestrace | ratio |")
+    print("|---|---|---|---|")
+    print(row("read the large trace", ("blkparse -d -o /dev/null", *bp), ("nestrace import", *imp)))
+    for f in files:
+        f.unlink()
+    shutil.rmtree(tmp / "large.store")
+
+
 def dat_part(tmp: Path, seconds: int) -> None:
     dat = record_dat(tmp, seconds)
     tc = timed(["trace-cmd", "report", "-i", str(dat)], tmp)
@@ -208,6 +225,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=int, default=8,
                     help="seconds of fio to record (8: over 3 M blk tracer records here)")
+    ap.add_argument("--large-seconds", type=int, default=21,
+                    help="seconds of fio for the peak-memory file (21: about 10 M records "
+                    "here; 0: none)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/imports: needs root (tracefs, a loop device)")
@@ -218,6 +238,8 @@ def main() -> int:
             raise SystemExit(f"bench/imports: no {tool} (ci/setup installs it)")
     with tempfile.TemporaryDirectory(prefix="nestrace-bench-imports-", dir="/var/tmp") as t:
         blk_part(Path(t), args.seconds)
+        if args.large_seconds:
+            large_part(Path(t), args.large_seconds)
         dat_part(Path(t), args.seconds)
     return 0
 

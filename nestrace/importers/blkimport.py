@@ -230,6 +230,7 @@ def _import_streamed(paths, store, levels: dict[int, str], capture_id: str,
             with publishing(p, capture_id):
                 s.write(p)
                 s.check()
+                _write_empty(p, capture_id)
                 lost = s.recs.lost(capture_id)
                 meta = _write_rest(p, capture_id, levels, lost, sorted(s.devs), paths, machine,
                                    "unknown", "blktrace", "blktrace", _letters(s.skipped),
@@ -433,6 +434,7 @@ def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel,
     with ThreadPoolExecutor(1) as pool:
         events = pool.submit(write_capture_table, p, "block_events", capture_id,
                              with_capture_id(ev, capture_id))
+        _write_empty(p, capture_id)
         write_capture_table(p, "block_requests", capture_id,
                             block_requests(ev, capture_id, machine or "unknown", levels))
         events.result()
@@ -441,20 +443,26 @@ def _write_tables(p, ev, capture_id, levels, lost, devs, paths, machine, kernel,
                        skipped, extra, lost_total, [ts["min"], ts["max"]], ev.num_rows)
 
 
-def _write_rest(p, capture_id, levels, lost, devs, paths, machine, kernel, clock, source,
-                skipped, extra, lost_total, span, rows) -> dict:
-    """An import's tables but its events and requests: the other kernel
-    tables (empty), device_map, extent_maps, lost_events, and capture_meta
-    last (span: the first and last event's times; rows: how many)."""
-    import json
-
-    from nestrace._version import __version__
-    from nestrace.schema import RECORDS, kernel_tables, record_schema, table_schema
+def _write_empty(p, capture_id: str) -> None:
+    """The kernel tables an import of block events has nothing for."""
+    from nestrace.schema import kernel_tables, record_schema
     from nestrace.store.files import with_capture_id, write_capture_table
     for table, rec in kernel_tables().items():
         if table != "block_events":
             write_capture_table(p, table, capture_id,
                                 with_capture_id(record_schema(rec).empty_table(), capture_id))
+
+
+def _write_rest(p, capture_id, levels, lost, devs, paths, machine, kernel, clock, source,
+                skipped, extra, lost_total, span, rows) -> dict:
+    """An import's tables but its events, requests and empty ones:
+    device_map, extent_maps, lost_events, and capture_meta last (span: the
+    first and last event's times; rows: how many)."""
+    import json
+
+    from nestrace._version import __version__
+    from nestrace.schema import RECORDS, table_schema
+    from nestrace.store.files import write_capture_table
     dm = [{"capture_id": capture_id, "level": levels.get(d, "disk"), "dev": d,
            "name": dev_name(d), "size_sectors": 0, "block_size_bytes": 512} for d in devs]
     write_capture_table(p, "device_map", capture_id, pa.Table.from_pylist(dm, schema=table_schema("device_map")))

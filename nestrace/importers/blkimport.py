@@ -209,18 +209,39 @@ ROW_GROUP = 1 << 18
 
 def _import_streamed(paths, store, levels: dict[int, str], capture_id: str,
                      machine: str) -> dict:
-    """import_files a chunk of records at a time (blkstream.Records): the
-    events made, written and paired into requests as they come, so that
-    what is held is a few chunks and what is still open.  Raises
-    NotStreamable where the files are not as the kernel writes them, or a
-    task's name would differ from the whole read's (a notify record after
-    its task's events)."""
+    """import_files a chunk of records at a time (blkstream.Records).
+    Raises NotStreamable where the files are not as the kernel writes
+    them."""
+    from nestrace.importers.blkstream import Records
+    recs = Records(paths)
+
+    def facts(s: _Streamed) -> tuple[dict, dict]:
+        lost = recs.lost(capture_id)
+        return ({"lost": lost, "lost_total": sum(r["seq_gaps"] for r in lost),
+                 "kernel": "unknown", "clock": "blktrace", "source": "blktrace",
+                 "skipped": _letters(s.skipped),
+                 "extra": _blktrace_facts(bool(lost), Damage(), 0)},
+                {"sequence_numbers": bool(lost), "damage": Damage(), "duplicates": 0})
+    return stream_import(recs, paths, store, levels, capture_id, machine, facts)
+
+
+def stream_import(recs, paths, store, levels: dict[int, str], capture_id: str, machine: str,
+                  facts) -> dict:
+    """Write the block events of records that come a chunk at a time, in
+    time order (recs: chunks() of read_columns' columns, comms()), as a
+    capture, as write_import writes them: the events made, written and
+    paired into requests as they come, so that what is held is a few
+    chunks and what is still open.  facts(streamed): (the capture's other
+    facts, as _write_rest takes them: lost, lost_total, kernel, clock,
+    source, skipped, extra; and more of the result).  Raises NotStreamable
+    where a task's name would differ from the whole read's (a notify
+    record after its task's events), or recs does."""
     import shutil
 
     from nestrace.store.files import StoreError, captures, init_store, writing
     from nestrace.store.manifest import publishing
 
-    s = _Streamed(paths, capture_id, machine or "unknown", levels)
+    s = _Streamed(recs, paths, capture_id, machine or "unknown", levels)
     new = not os.path.exists(store)
     p = init_store(store)
     with writing(p, f"nestrace import {capture_id}"):
@@ -231,11 +252,10 @@ def _import_streamed(paths, store, levels: dict[int, str], capture_id: str,
                 s.write(p)
                 s.check()
                 _write_empty(p, capture_id)
-                lost = s.recs.lost(capture_id)
-                meta = _write_rest(p, capture_id, levels, lost, sorted(s.devs), paths, machine,
-                                   "unknown", "blktrace", "blktrace", _letters(s.skipped),
-                                   _blktrace_facts(bool(lost), Damage(), 0),
-                                   sum(r["seq_gaps"] for r in lost), s.span, s.events)
+                f, more = facts(s)
+                meta = _write_rest(p, capture_id, levels, f["lost"], sorted(s.devs), paths,
+                                   machine, f["kernel"], f["clock"], f["source"], f["skipped"],
+                                   f["extra"], f["lost_total"], s.span, s.events)
         except BaseException:
             if new:         # (a store this import made: not left behind, as the whole read)
                 shutil.rmtree(p, ignore_errors=True)
@@ -243,18 +263,16 @@ def _import_streamed(paths, store, levels: dict[int, str], capture_id: str,
     return {"capture_id": capture_id, "problems": [], "records": s.records,
             "block_events": s.events,
             "devices": {dev_name(d): levels.get(d, "disk") for d in sorted(s.devs)},
-            "not_imported": _letters(s.skipped), "lost": meta["lost_total"],
-            "sequence_numbers": bool(lost), "damage": Damage(), "duplicates": 0}
+            "not_imported": f["skipped"], "lost": meta["lost_total"]} | more
 
 
 class _Streamed:
     """The block events and requests of blktrace files, streamed into a
     capture's tables, and what the capture's other tables say of them."""
 
-    def __init__(self, paths, capture_id: str, machine: str, levels: dict[int, str]):
-        from nestrace.importers.blkstream import Records
+    def __init__(self, recs, paths, capture_id: str, machine: str, levels: dict[int, str]):
         self.paths, self.capture_id, self.machine, self.levels = paths, capture_id, machine, levels
-        self.recs = Records(paths)
+        self.recs = recs
         self.records = self.events = 0
         self.skipped: dict[int, int] = {}       # by action code
         self.devs: set[int] = set()

@@ -193,52 +193,57 @@ class Records:
                  "ringbuf_drops": 0, "seq_gaps": g} for c, (n, g) in sorted(by_cpu.items())]
 
     def chunks(self) -> Iterator[dict[str, np.ndarray]]:
-        """Every record, in chunks of time order (a file's records before a
-        later file's at the same time): each chunk's records are all
-        earlier than the next chunk's, or at the same time from a later
-        file.  Records of a chunk from files not yet at its end wait."""
+        """Every record, in chunks of time order (merged)."""
         try:
             for p in self.paths:
                 self.files.append(_File(p, self.owners, self.seqs))
-            yield from self._merged()
+            yield from merged(self.files)
             for f in self.files:
                 f.check_devices()
         finally:
             for f in self.files:
                 f.close()
 
-    def _fill(self, f: _File) -> None:
-        while not f.done and (f.pending is None or not len(f.pending["time_ns"])):
-            f.pending = f.read()
 
-    def _merged(self) -> Iterator[dict[str, np.ndarray]]:
-        files = self.files
-        for f in files:
-            self._fill(f)
-        while True:
-            live = [f for f in files if f.pending is not None and len(f.pending["time_ns"])]
-            if not live:
-                return
-            more = [f for f in files if not f.done]
-            # (a file with more to read holds back what is past its last record read)
-            until = min(int(f.pending["time_ns"][-1]) for f in more) if more else None
-            parts = []
-            for f in live:
-                t = f.pending["time_ns"]
-                k = len(t) if until is None else int(np.searchsorted(t, until, "left"))
-                if k:
-                    parts.append(_take(f.pending, slice(0, k)))
-                    f.pending = _take(f.pending, slice(k, None))
-            if not parts:
-                # (every record left is at that one time: read on past it)
-                for f in more:
-                    if int(f.pending["time_ns"][-1]) == until:
-                        nxt = f.read()
-                        if nxt is not None:
-                            f.pending = _concat([f.pending, nxt])
-                continue
-            chunk = _concat(parts)
-            order = np.argsort(chunk["time_ns"], kind="stable")
-            yield _take(chunk, order)
-            for f in files:
-                self._fill(f)
+def _fill(f) -> None:
+    while not f.done and (f.pending is None or not len(f.pending["time_ns"])):
+        f.pending = f.read()
+
+
+def merged(sources) -> Iterator[dict[str, np.ndarray]]:
+    """The records of sources, each in time order (read(): its next
+    records, None at the end; done: no more; pending: read, not yet
+    given), merged in chunks of time order: each chunk's records are all
+    earlier than the next chunk's, or at the same time from a later
+    source, as a stable sort of all of them, source after source, would
+    give them.  Records of a chunk from sources not yet at their end
+    wait."""
+    for f in sources:
+        _fill(f)
+    while True:
+        live = [f for f in sources if f.pending is not None and len(f.pending["time_ns"])]
+        if not live:
+            return
+        more = [f for f in sources if not f.done]
+        # (a source with more to read holds back what is past its last record read)
+        until = min(int(f.pending["time_ns"][-1]) for f in more) if more else None
+        parts = []
+        for f in live:
+            t = f.pending["time_ns"]
+            k = len(t) if until is None else int(np.searchsorted(t, until, "left"))
+            if k:
+                parts.append(_take(f.pending, slice(0, k)))
+                f.pending = _take(f.pending, slice(k, None))
+        if not parts:
+            # (every record left is at that one time: read on past it)
+            for f in more:
+                if int(f.pending["time_ns"][-1]) == until:
+                    nxt = f.read()
+                    if nxt is not None:
+                        f.pending = _concat([f.pending, nxt])
+            continue
+        chunk = _concat(parts)
+        order = np.argsort(chunk["time_ns"], kind="stable")
+        yield _take(chunk, order)
+        for f in sources:
+            _fill(f)

@@ -3,6 +3,7 @@ and compression), read up to the per-CPU ring-buffer pages that
 nestrace.importers.tracecmd decodes."""
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import struct
@@ -294,14 +295,17 @@ def _options_v7(dat: DatFile, b: Buf, off: int) -> dict[int, int]:
 
 
 def open_dat(path: str | os.PathLike) -> tuple[DatFile, Buf]:
-    """Parse a trace.dat's metadata (not its events)."""
+    """Parse a trace.dat's metadata (not its events); the file mapped."""
     path = str(path)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            try:        # (mapped: the CPUs' data is read a window at a time)
+                data = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            except (ValueError, OSError):       # (empty, or not a regular file)
+                data = f.read()
     except OSError as e:
         raise TraceCmdError(f"{path}: {e.strerror}") from None
-    if not data.startswith(MAGIC):
+    if data[:len(MAGIC)] != MAGIC:
         raise TraceCmdError(f"{path}: offset 0: not a trace-cmd file (no \\x17\\x08\\x44tracing)")
     b = Buf(path, data)
     ver, off = b.cstr(len(MAGIC), "version")

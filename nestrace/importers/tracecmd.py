@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import mmap
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -72,20 +74,57 @@ def _page_layout(dat: DatFile) -> tuple[int, int]:
     return (int(m[1]), int(m[2])) if m else (8, dat.long_size)
 
 
-def _cpu_data(dat: DatFile, b: Buf, cpu: int, off: int, size: int) -> bytes:
+# bytes of a CPU's data walked at a time (whole pages)
+WINDOW = 8 << 20
+
+
+def _cpu_chunks(dat: DatFile, b: Buf, cpu: int, off: int, size: int) -> Iterator[bytes]:
+    """A CPU's data, a compressed chunk (or WINDOW bytes) at a time."""
     if dat.version == 7 and dat.compression != "none" and size:
         n = b.u(off, 4, f"cpu {cpu} chunk count")
-        p, out = off + 4, []
+        p = off + 4
         for _ in range(n):
             where = f"{dat.path}: offset {p} (a chunk of cpu {cpu}'s data)"
             csize, usize = b.u(p, 4, "chunk size"), b.u(p + 4, 4, "chunk uncompressed size")
             b.need(p + 8, csize, f"cpu {cpu} chunk")
-            out.append(decompress(dat.compression, bytes(b.data[p + 8:p + 8 + csize]), usize,
-                                   where))
+            chunk = bytes(b.data[p + 8:p + 8 + csize])
+            _let_go(b.data, p, 8 + csize)
+            yield decompress(dat.compression, chunk, usize, where)
             p += 8 + csize
-        return b"".join(out)
+        return
     b.need(off, size, f"cpu {cpu}'s data")
-    return bytes(b.data[off:off + size])
+    for w in range(0, size, WINDOW):
+        window = bytes(b.data[off + w:off + min(size, w + WINDOW)])
+        _let_go(b.data, off + w, len(window))
+        yield window
+
+
+def _let_go(data, start: int, n: int) -> None:
+    """A mapped file's pages of bytes [start, start + n), read, out of this
+    process's memory (the page cache keeps them): what a stream holds does
+    not grow with the file."""
+    if isinstance(data, mmap.mmap) and n > 0:
+        a = start - start % mmap.PAGESIZE
+        data.madvise(mmap.MADV_DONTNEED, a, start + n - a)
+
+
+def _cpu_windows(dat: DatFile, b: Buf, cpu: int, off: int, size: int
+                 ) -> Iterator[tuple[int, bytes]]:
+    """A CPU's data in windows of whole pages, at least WINDOW bytes each
+    but the last: (where the window starts in the CPU's data, its bytes)."""
+    ps = dat.page_size
+    base, held, n = 0, [], 0
+    for chunk in _cpu_chunks(dat, b, cpu, off, size):
+        held.append(chunk)
+        n += len(chunk)
+        if n >= WINDOW:
+            data = b"".join(held)
+            cut = len(data) - len(data) % ps
+            yield base, data[:cut]
+            base += cut
+            held, n = [data[cut:]], len(data) - cut
+    if n:
+        yield base, b"".join(held)
 
 
 @dataclass
@@ -226,65 +265,39 @@ def read(path: str | os.PathLike) -> Events:
     to keep the block events); numpy reads the fields of those at once."""
     dat, b = open_dat(path)
     kinds = _block_kinds(dat)
-    commit_off, commit_size = _page_layout(dat)
-    data_off = commit_off + commit_size
-    ps = dat.page_size
-    by_page = dat.compression == "none" or dat.version == 6
 
     def one(ci: int, cpu: int, off: int, size: int) -> _Cpu:
-        r = _Cpu()
+        r, parts = _Cpu(), []
         try:
-            data = _cpu_data(dat, b, cpu, off, size)
+            for base, data in _cpu_windows(dat, b, cpu, off, size):
+                parts.append(_window(dat, kinds, ci, cpu, off, base, data, r))
         except TraceCmdError as e:      # (one CPU's section: the others are read)
-            r.found.append((ci, 0, 0, f"{e}: cpu {cpu}'s events left out", size, 1))
-            return r
-
-        def where(page: int) -> str:
-            return (f"{dat.path}: cpu {cpu}, page at byte {page} of its data"
-                    + (f" (file offset {off + page})" if by_page else ""))
-
-        walk = compiled.FtracePages(data, kinds)     # each event record: its header, its time
-        n_damaged = 0                           # (read, and left out with their page's rest)
-        for page in range(0, len(data) - data_off + 1, ps):
-            ts = int.from_bytes(data[page:page + 8], "little")
-            commit = int.from_bytes(data[page + commit_off:page + commit_off + commit_size], "little")
-            used = commit & COMMIT_MASK
-            if commit & MISSED_EVENTS:
-                missed = 1
-                if commit & MISSED_STORED:
-                    at = page + data_off + used
-                    missed = int.from_bytes(data[at:at + dat.long_size], "little") or 1
-                    if missed > MAX_MISSED:
-                        r.found.append((ci, page, 0, f"{where(page)}: {missed} events missed "
-                                                     "(no ring buffer holds that many: a "
-                                                     "damaged count): counted as 1", 0, 0))
-                        missed = 1
-                r.lost[cpu] = r.lost.get(cpu, 0) + missed
-            if data_off + used > ps:
-                r.found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
-                                             f"({ps} bytes): page skipped", ps - data_off, 1))
-                continue
-            n_damaged += _page_records(walk, page, page + data_off, page + data_off + used, ts,
-                                       dat, where, ci, r.found)
-        hdrs, tss = walk.hdrs[:walk.n], walk.tss[:walk.n]
-        r.received = len(hdrs) + n_damaged
-        cols = _fields(dat, kinds, data, ci, cpu, hdrs, tss, where, r.found, r.comms, r.other)
-        cols["file_offset"] = (off + cols.pop("page")) if by_page else \
-            np.full(len(cols["time_ns"]), off, np.int64)
-        r.cols = cols
+            return _Cpu(found=[(ci, 0, 0, f"{e}: cpu {cpu}'s events left out", size, 1)])
+        r.cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]} if len(parts) > 1 \
+            else parts[0] if parts else _window(dat, kinds, ci, cpu, off, 0, b"", r)
         return r
 
     # (the CPUs' sections on both cores: the C walk, zstd and most of
     # numpy let go of the GIL; merged in CPU order, as read one by one)
     with ThreadPoolExecutor(2) as pool:
         cpus = list(pool.map(one, range(len(dat.cpus)), *zip(*dat.cpus))) if dat.cpus else []
+    comms, other, lost, received, found = _merge_cpus(dat, cpus)
+    parts = [r.cols for r in cpus if r.cols is not None]
+    damage = bt.Damage(len(found), sum(f[4] for f in found), sum(f[5] for f in found))
+    return Events(_columns(dat, parts), comms, other, lost, received, [f[3] for f in found],
+                  damage, dat)
+
+
+def _merge_cpus(dat: DatFile, cpus: list[_Cpu]):
+    """What the CPUs' sections gave, as one: task names (the file's list,
+    then each CPU's in CPU order), other events by name, lost and received
+    events per CPU (the kernel's statistics too), the damage found."""
     comms = dict(dat.cmdlines)
     other: dict[str, int] = {}
     lost: dict[int, int] = {}
     received: dict[int, int] = {}
     # (cpu index, page, byte, problem, bytes skipped, records skipped: at least)
     found: list[tuple[int, int, int, str, int, int]] = []
-    parts: list[dict[str, np.ndarray]] = []
     for (cpu, _, _), r in zip(dat.cpus, cpus):
         found += r.found
         for k, v in r.lost.items():
@@ -295,15 +308,61 @@ def read(path: str | os.PathLike) -> Events:
             comms.setdefault(k, v)
         if r.cols is not None:
             received[cpu] = r.received
-            parts.append(r.cols)
     for cpu, text in dat.cpustats.items():
         n = sum(int(m[1]) for m in re.finditer(r"^(?:overrun|dropped events):\s*(\d+)", text, re.M))
         if n:
             lost[cpu] = lost.get(cpu, 0) + n
     found.sort(key=lambda x: x[:3])
-    damage = bt.Damage(len(found), sum(f[4] for f in found), sum(f[5] for f in found))
-    return Events(_columns(dat, parts), comms, other, lost, received, [f[3] for f in found],
-                  damage, dat)
+    return comms, other, lost, received, found
+
+
+def _window(dat: DatFile, kinds: dict[int, "_Block"], ci: int, cpu: int, off: int, base: int,
+            data: bytes, r: _Cpu) -> dict[str, np.ndarray]:
+    """The block events of one window of a CPU's data (whole pages, from
+    byte base of the CPU's data at file offset off) as columns, and what
+    else it holds into r: events of other kinds, the kernel's missed
+    events, damage (pages: from the start of the CPU's data), the task
+    names first met, the records read."""
+    commit_off, commit_size = _page_layout(dat)
+    data_off = commit_off + commit_size
+    ps = dat.page_size
+    by_page = dat.compression == "none" or dat.version == 6
+
+    def where(page: int) -> str:        # (page: in this window)
+        return (f"{dat.path}: cpu {cpu}, page at byte {base + page} of its data"
+                + (f" (file offset {off + base + page})" if by_page else ""))
+
+    found: list = []
+    walk = compiled.FtracePages(data, kinds)     # each event record: its header, its time
+    n_damaged = 0                           # (read, and left out with their page's rest)
+    for page in range(0, len(data) - data_off + 1, ps):
+        ts = int.from_bytes(data[page:page + 8], "little")
+        commit = int.from_bytes(data[page + commit_off:page + commit_off + commit_size], "little")
+        used = commit & COMMIT_MASK
+        if commit & MISSED_EVENTS:
+            missed = 1
+            if commit & MISSED_STORED:
+                at = page + data_off + used
+                missed = int.from_bytes(data[at:at + dat.long_size], "little") or 1
+                if missed > MAX_MISSED:
+                    found.append((ci, page, 0, f"{where(page)}: {missed} events missed "
+                                               "(no ring buffer holds that many: a "
+                                               "damaged count): counted as 1", 0, 0))
+                    missed = 1
+            r.lost[cpu] = r.lost.get(cpu, 0) + missed
+        if data_off + used > ps:
+            found.append((ci, page, 0, f"{where(page)}: commit {used} runs past the page "
+                                       f"({ps} bytes): page skipped", ps - data_off, 1))
+            continue
+        n_damaged += _page_records(walk, page, page + data_off, page + data_off + used, ts,
+                                   dat, where, ci, found)
+    hdrs, tss = walk.hdrs[:walk.n], walk.tss[:walk.n]
+    r.received += len(hdrs) + n_damaged
+    cols = _fields(dat, kinds, data, ci, cpu, hdrs, tss, where, found, r.comms, r.other)
+    r.found += [(c, base + pg, *rest) for c, pg, *rest in found]
+    page = cols.pop("page") + base
+    cols["file_offset"] = (off + page) if by_page else np.full(len(page), off, np.int64)
+    return cols
 
 
 def _gather(buf: np.ndarray, pos: np.ndarray, f: Field, signed: bool | None = None) -> np.ndarray:
@@ -531,18 +590,116 @@ def is_dat(path: str | os.PathLike) -> bool:
         return False
 
 
+class _CpuStream:
+    """One CPU's block events, a window of its pages at a time (for
+    blkstream.merged), converted to nanoseconds; r: what else its pages
+    held.  What the stream cannot take exactly raises NotStreamable: damage
+    (the whole read names and skips it), an event earlier than the one
+    before it, a clock conversion out of range."""
+
+    def __init__(self, dat: DatFile, b: Buf, kinds, ci: int, cpu: int, off: int, size: int):
+        self.dat, self.kinds, self.ci, self.cpu, self.off = dat, kinds, ci, cpu, off
+        self.windows = _cpu_windows(dat, b, cpu, off, size)
+        self.r = _Cpu(cols={})
+        self.done, self.pending, self.last = False, None, 0
+
+    def read(self) -> dict[str, np.ndarray] | None:
+        from nestrace.importers.blkstream import NotStreamable
+        try:
+            base, data = next(self.windows)
+        except StopIteration:
+            self.done = True
+            return None
+        except TraceCmdError as e:
+            raise NotStreamable(str(e)) from None
+        cols = _window(self.dat, self.kinds, self.ci, self.cpu, self.off, base, data, self.r)
+        if self.r.found:
+            raise NotStreamable(self.r.found[0][3])
+        try:
+            cols = _columns(self.dat, [cols])
+        except TraceCmdError as e:
+            raise NotStreamable(str(e)) from None
+        t = cols["time_ns"]
+        back = np.flatnonzero(t[1:] < t[:-1])
+        if len(t) and (t[0] < self.last or len(back)):
+            raise NotStreamable(f"{self.dat.path}: cpu {self.cpu}: an event at file offset "
+                                f"{int(cols['file_offset'][back[0] + 1 if len(back) else 0])} "
+                                "earlier than the one before it")
+        if len(t):
+            self.last = int(t[-1])
+        return cols
+
+    def close(self) -> None:
+        self.windows.close()
+
+
+class _DatStream:
+    """A trace.dat's block events in time order, a chunk at a time: its
+    CPUs' sections merged (blkimport.stream_import's records)."""
+
+    def __init__(self, dat: DatFile, b: Buf):
+        self.dat, kinds = dat, _block_kinds(dat)
+        self.cpus = [_CpuStream(dat, b, kinds, ci, *c) for ci, c in enumerate(dat.cpus)]
+
+    def chunks(self):
+        from nestrace.importers.blkstream import merged
+        try:
+            yield from merged(self.cpus)
+        finally:
+            for c in self.cpus:
+                c.close()
+
+    def facts(self):
+        """_merge_cpus of what the CPUs' sections held."""
+        return _merge_cpus(self.dat, [c.r for c in self.cpus])
+
+    def comms(self) -> dict[int, str]:
+        return self.facts()[0]
+
+
+def _lost_rows(capture_id: str, lost: dict[int, int], received: dict[int, int]) -> list[dict]:
+    return [{"capture_id": capture_id, "cpu": c,
+             "emitted": received.get(c, 0) + lost.get(c, 0), "received": received.get(c, 0),
+             "ringbuf_drops": lost.get(c, 0), "seq_gaps": lost.get(c, 0)}
+            for c in sorted(set(received) | set(lost))]
+
+
 def import_file(path: str | os.PathLike, store: str | os.PathLike, levels: dict[int, str],
                 capture_id: str, machine: str = "") -> dict:
     """Write a trace.dat's block events as capture `capture_id` of `store`
-    (like nestrace.importers.blkimport.import_files)."""
+    (like nestrace.importers.blkimport.import_files: streamed where it
+    can be, else read whole; "read" says which)."""
+    from nestrace.importers.blkstream import NotStreamable
+    dat, b = open_dat(path)
+    uname = dat.uname.split()
+    machine = machine or (uname[1] if len(uname) > 1 else "")
+    kernel = uname[2] if len(uname) > 2 else "unknown"
+    extra = {"trace_cmd_version": dat.version, "compression": dat.compression}
+    recs = _DatStream(dat, b)
+
+    def facts(s) -> tuple[dict, dict]:
+        _, other, lost, received, _ = recs.facts()
+        return ({"lost": _lost_rows(capture_id, lost, received), "kernel": kernel,
+                 "clock": f"ftrace {dat.clock}", "source": "trace-cmd",
+                 "skipped": blkimport._letters(s.skipped) | other, "lost_total": sum(lost.values()),
+                 "extra": extra | {"damaged": {"places": 0, "bytes": 0, "records_at_least": 0}}},
+                {"records": sum(received.values())})
+    try:
+        return blkimport.stream_import(recs, [path], store, levels, capture_id, machine,
+                                       facts) | {"read": "streamed"}
+    except NotStreamable as e:
+        why = str(e)
+    recs = b = None     # (the windows and the file's bytes: not held through the whole read)
+    return _import_whole(path, store, levels, capture_id, machine) | {"read": f"whole: {why}"}
+
+
+def _import_whole(path, store, levels: dict[int, str], capture_id: str, machine: str) -> dict:
+    """import_file, every event held at once."""
     r = read(path)
     ev, skipped = blkimport.block_events(r.columns, r.comms)
     r.columns = None      # (the records, not needed again: memory for the pairing)
     skipped = skipped | r.other
-    cpus = sorted(set(r.received) | set(r.lost))
-    lost = [{"capture_id": capture_id, "cpu": c,
-             "emitted": r.received.get(c, 0) + r.lost.get(c, 0), "received": r.received.get(c, 0),
-             "ringbuf_drops": r.lost.get(c, 0), "seq_gaps": r.lost.get(c, 0)} for c in cpus]
+    lost = _lost_rows(capture_id, r.lost, r.received)
     uname = r.dat.uname.split()
     d = r.damage
     problems = r.problems if len(r.problems) < 2 else [   # (said once per file)

@@ -143,7 +143,10 @@ def our_events(path: Path) -> Counter:
 
 @pytest.mark.root
 @pytest.mark.parametrize("layout", ["v7 zstd", "v7", "v6"])
-def test_every_block_event_is_read_as_trace_cmd_reads_it(dats, layout):
+@pytest.mark.parametrize("window", [tracecmd.WINDOW, 4096])
+def test_every_block_event_is_read_as_trace_cmd_reads_it(dats, layout, window, monkeypatch):
+    """Read as the file is, and a page at a time (windows of one page)."""
+    monkeypatch.setattr(tracecmd, "WINDOW", window)
     files, dev, _ = dats
     path = files[layout]
     r = tracecmd.read(path)
@@ -190,7 +193,31 @@ def test_an_imported_trace_pairs_into_requests(dats, tmp_path):
 
 
 @pytest.mark.root
-def test_a_damaged_page_is_named_and_the_other_pages_are_read(dats, tmp_path):
+@pytest.mark.parametrize("layout", ["v7 zstd", "v7", "v6"])
+def test_a_streamed_import_stores_what_the_whole_read_stores(dats, tmp_path, monkeypatch,
+                                                             layout):
+    """Windows of one page, and small row groups and request parts: every
+    seam of the stream is crossed, the CPUs' pages merged by time."""
+    from test_blkstream import assert_same_stores
+
+    from nestrace.importers import blkimport, requests
+    monkeypatch.setattr(tracecmd, "WINDOW", 4096)
+    monkeypatch.setattr(blkimport, "ROW_GROUP", 97)
+    monkeypatch.setattr(requests.RequestStream, "PART", 41)
+    files, dev, _ = dats
+    r = tracecmd.import_file(files[layout], tmp_path / "s", {dev: "vdisk"}, "imp")
+    assert r.pop("read") == "streamed"
+    w = tracecmd._import_whole(files[layout], tmp_path / "w", {dev: "vdisk"}, "imp", "")
+    assert r == w and r["block_events"] > 3 * (READS + WRITES)
+    assert_same_stores(tmp_path / "s", tmp_path / "w")
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("window", [tracecmd.WINDOW, 4096])
+def test_a_damaged_page_is_named_and_the_other_pages_are_read(dats, tmp_path, window,
+                                                              monkeypatch):
+    """Read as the file is, and a page at a time: the same page named."""
+    monkeypatch.setattr(tracecmd, "WINDOW", window)
     files, _, _ = dats
     src = files["v6"]
     clean = tracecmd.read(src)
@@ -210,6 +237,9 @@ def test_a_damaged_page_is_named_and_the_other_pages_are_read(dats, tmp_path):
     assert r.damage == bt.Damage(places=1, bytes=data_size, records=1), r.damage
     rc = run_cli("import", str(bad), "-o", str(tmp_path / "s"), check=False)
     assert rc.returncode == 0 and "commit 1048576 runs past the page" in rc.stderr
+    # (the stream leaves damage to the whole read, and says so)
+    assert re.search(r"note: read whole, not streamed \(.*commit 1048576 runs past the page",
+                     rc.stderr), rc.stderr
     # in the store: the damage, and the record it hid among the lost
     [m] = nestrace.open(tmp_path / "s").rows("SELECT lost_total, stack_json FROM capture_meta")
     assert json.loads(m["stack_json"])["damaged"] == {

@@ -207,7 +207,7 @@ def large_part(tmp: Path, seconds: int) -> None:
     shutil.rmtree(tmp / "large.store")
 
 
-def dat_part(tmp: Path, seconds: int) -> None:
+def dat_part(tmp: Path, seconds: int, step: str = "read trace.dat") -> None:
     dat = record_dat(tmp, seconds)
     tc = timed(["trace-cmd", "report", "-i", str(dat)], tmp)
     imp = timed(NESTRACE + ["import", str(dat), "-o", str(tmp / "dat.store")], tmp)
@@ -217,7 +217,8 @@ def dat_part(tmp: Path, seconds: int) -> None:
           f"on ({dat.stat().st_size / 1e6:.0f} MB, v7 zstd; {events:,} block events stored):\n")
     print("| step | classic tool | nestrace | ratio |")
     print("|---|---|---|---|")
-    print(row("read trace.dat", ("trace-cmd report > /dev/null", *tc), ("nestrace import", *imp)))
+    print(row(step, ("trace-cmd report > /dev/null", *tc), ("nestrace import", *imp)))
+    dat.unlink()
     shutil.rmtree(tmp / "dat.store")
 
 
@@ -226,8 +227,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=8,
                     help="seconds of fio to record (8: over 3 M blk tracer records here)")
     ap.add_argument("--large-seconds", type=int, default=21,
-                    help="seconds of fio for the peak-memory file (21: about 10 M records "
-                    "here; 0: none)")
+                    help="seconds of fio for the peak-memory blk tracer file (21: about 10 M "
+                    "records here; 0: none)")
+    ap.add_argument("--large-dat-seconds", type=int, default=38,
+                    help="seconds of fio for the peak-memory trace.dat (38: about 10 M block "
+                    "events here; 0: none)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/imports: needs root (tracefs, a loop device)")
@@ -241,6 +245,8 @@ def main() -> int:
         if args.large_seconds:
             large_part(Path(t), args.large_seconds)
         dat_part(Path(t), args.seconds)
+        if args.large_dat_seconds:
+            dat_part(Path(t), args.large_dat_seconds, "read the large trace.dat")
     return 0
 
 

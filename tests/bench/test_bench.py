@@ -78,7 +78,7 @@ def test_bench_loop_workers_runs():
 
 
 def test_bench_imports_runs():
-    out = bench("imports", "--seconds", "1", "--large-seconds", "1")
+    out = bench("imports", "--seconds", "1", "--large-seconds", "1", "--large-dat-seconds", "1")
     # the blk tracer's records, and the trace.dat's events, each read by
     # the classic tool and by nestrace, with the ratio of their times
     n = re.search(r"fio 4 KiB random reads \(iodepth 8\): ([\d,]+) records", out)
@@ -86,7 +86,7 @@ def test_bench_imports_runs():
     steps = {l.split(" | ")[0].lstrip("| "): l for l in out.splitlines() if l.startswith("| ")
              and " s, " in l}
     assert set(steps) == {"read the binary trace", "analyse", "both", "read the large trace",
-                          "read trace.dat"}, out
+                          "read trace.dat", "read the large trace.dat"}, out
     assert all(float(l.rstrip(" |").rsplit(" | ", 1)[1]) > 0 for l in steps.values()), out
     assert "`blkparse -d -o /dev/null`" in steps["read the binary trace"]
     assert "`trace-cmd report > /dev/null`" in steps["read trace.dat"]

@@ -119,14 +119,17 @@ print(nestrace.open(sys.argv[1]).rows("SELECT count(*) AS n FROM block_events")[
 
 def record_dat(tmp: Path, seconds: int) -> Path:
     """fio on a loop device with the block tracepoints on in the top
-    ftrace buffer (64 MiB a CPU), saved by `trace-cmd extract` (v7, zstd)."""
+    ftrace buffer, saved by `trace-cmd extract` (v7, zstd).  The buffer
+    holds what extract saves: 64 MiB a CPU (8 s of this fio fill it), more
+    for longer runs (10 MB a CPU a second: a 38 s run keeps about 10 M
+    events)."""
     dat = tmp / "trace.dat"
     size = TRACING / "buffer_size_kb"
     old_size = size.read_text().split()[0]
     enabled = []
     with Loop(tmp) as loop:
         try:
-            size.write_text("65536\n")
+            size.write_text(f"{max(65536, seconds * 10000)}\n")
             # empty the buffer of what was there (trace-cmd extract also turns events off)
             subprocess.run(["trace-cmd", "extract", "-o", str(tmp / "before.dat")], check=True,
                            capture_output=True)

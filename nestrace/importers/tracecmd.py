@@ -25,6 +25,12 @@ page is named in `problems` and the next page is read, and a block event
 with fields no kernel writes is named and left out: no good event is
 lost.  What was skipped is counted (`damage`: places, bytes, and at
 least one record each) and stored with the import as lost records.
+
+Each CPU's data is walked a window of pages (WINDOW bytes) at a time.
+`import_file` streams: the CPUs' windows merged into time order and
+written as they come (blkimport.stream_import), in memory that does not
+grow with the file; a file with damage, or with an event earlier than
+the one before it on its CPU, is read whole instead.
 """
 from __future__ import annotations
 

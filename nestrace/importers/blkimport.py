@@ -238,6 +238,7 @@ def stream_import(recs, paths, store, levels: dict[int, str], capture_id: str, m
     record after its task's events), or recs does."""
     import shutil
 
+    from nestrace.importers.blkstream import NotStreamable
     from nestrace.store.files import StoreError, captures, init_store, writing
     from nestrace.store.manifest import publishing
 
@@ -247,17 +248,23 @@ def stream_import(recs, paths, store, levels: dict[int, str], capture_id: str, m
     with writing(p, f"nestrace import {capture_id}"):
         if capture_id in captures(p):
             raise StoreError(f"{p}: already holds a capture {capture_id!r}")
+        refused = False
         try:
             with publishing(p, capture_id):
                 s.write(p)
+                refused = True
                 s.check()
+                refused = False
                 _write_empty(p, capture_id)
                 f, more = facts(s)
                 meta = _write_rest(p, capture_id, levels, f["lost"], sorted(s.devs), paths,
                                    machine, f["kernel"], f["clock"], f["source"], f["skipped"],
                                    f["extra"], f["lost_total"], s.span, s.events)
-        except BaseException:
-            if new:         # (a store this import made: not left behind, as the whole read)
+        except BaseException as e:
+            # (a store made for an import the whole read refuses before it makes
+            # one, or that it reads instead, is not left behind; one a write
+            # failed in stays, empty, as the whole read leaves it)
+            if new and (refused or isinstance(e, NotStreamable)):
                 shutil.rmtree(p, ignore_errors=True)
             raise
     return {"capture_id": capture_id, "problems": [], "records": s.records,

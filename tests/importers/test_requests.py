@@ -51,7 +51,10 @@ def test_the_requests_an_import_stores_are_those_the_sql_pairs(tmp_path):
         subprocess.run(["losetup", "-d", loop], check=True)
     assert loop_devices() <= before, "a loop device was left attached"
     r = blkimport.import_files([trace], tmp_path / "s", {}, "imp", "m1")
-    assert r["block_events"] > 0 and r["read"] == "streamed"
+    # (streamed; read whole when the reader was stopped mid-record, on a busy
+    # machine: the last record cut short, named)
+    assert r["block_events"] > 0
+    assert r["read"] == "streamed" or r["read"].endswith(": not a whole record"), r["read"]
     with Session(tmp_path / "s") as s:
         splits = s.rows("SELECT count(*) AS n FROM block_events WHERE action = 8")[0]["n"]
     assert splits > 100, "no bio was split: the test would not check the split pieces' Q"
@@ -67,13 +70,19 @@ def test_the_requests_an_import_stores_are_those_the_sql_pairs(tmp_path):
 
 
 def split_per_cpu(trace: Path, out: Path) -> list[Path]:
-    """trace's records in a file per CPU (DEV.blktrace.N), file order kept."""
-    t = blktrace.read(trace)
+    """trace's whole records in a file per CPU (DEV.blktrace.N), file order
+    kept (a last record cut short left out).  When the machine ran them
+    all on one CPU, two files all the same, the records dealt in turn:
+    each file in time order, as the merge needs."""
+    t, _ = blktrace.read_tolerant(trace)
     data = trace.read_bytes()
-    offs = t.column("file_offset").to_pylist() + [len(data)]
+    cpus = t.column("cpu").to_pylist()
+    if len(set(cpus)) == 1:
+        cpus = [k % 2 for k in range(len(cpus))]
     files: dict[int, bytearray] = {}
-    for k, cpu in enumerate(t.column("cpu").to_pylist()):
-        files.setdefault(cpu, bytearray()).extend(data[offs[k]:offs[k + 1]])
+    for o, cpu in zip(t.column("file_offset").to_pylist(), cpus):
+        size = blktrace.HEADER.size + int.from_bytes(data[o + 46:o + 48], "little")
+        files.setdefault(cpu, bytearray()).extend(data[o:o + size])
     paths = []
     for cpu in sorted(files):
         paths.append(out / f"loop.blktrace.{cpu}")

@@ -216,12 +216,16 @@ def _import_streamed(paths, store, levels: dict[int, str], capture_id: str,
     recs = Records(paths)
 
     def facts(s: _Streamed) -> tuple[dict, dict]:
-        lost = recs.lost(capture_id)
-        return ({"lost": lost, "lost_total": sum(r["seq_gaps"] for r in lost),
+        lost, damage = recs.lost(capture_id), recs.damage()
+        # (as _import_whole counts them: a cut record is lost where no
+        # sequence numbers count it)
+        lost_total = sum(r["seq_gaps"] for r in lost) + (0 if lost else damage.records)
+        return ({"lost": lost, "lost_total": lost_total,
                  "kernel": "unknown", "clock": "blktrace", "source": "blktrace",
                  "skipped": _letters(s.skipped),
-                 "extra": _blktrace_facts(bool(lost), Damage(), 0)},
-                {"sequence_numbers": bool(lost), "damage": Damage(), "duplicates": 0})
+                 "extra": _blktrace_facts(bool(lost), damage, 0)},
+                {"sequence_numbers": bool(lost), "damage": damage, "duplicates": 0,
+                 "problems": recs.problems()})
     return stream_import(recs, paths, store, levels, capture_id, machine, facts)
 
 
@@ -310,19 +314,25 @@ class _Streamed:
                 while len(queue) > 4:
                     queue.popleft().result()
 
-            reqs = RequestStream(lambda t: later(write_rq, t), cid, self.machine, self.levels,
-                                 self._name)
-            held: list[pa.Table] = []
-            for ev in self._events(reqs):
-                held.append(with_capture_id(ev, cid))
-                if sum(t.num_rows for t in held) >= ROW_GROUP:
+            try:
+                reqs = RequestStream(lambda t: later(write_rq, t), cid, self.machine,
+                                     self.levels, self._name)
+                held: list[pa.Table] = []
+                for ev in self._events(reqs):
+                    held.append(with_capture_id(ev, cid))
+                    if sum(t.num_rows for t in held) >= ROW_GROUP:
+                        later(write, pa.concat_tables(held))
+                        held = []
+                if held:
                     later(write, pa.concat_tables(held))
-                    held = []
-            if held:
-                later(write, pa.concat_tables(held))
-            reqs.close()
-            while queue:
-                queue.popleft().result()
+                reqs.close()
+                while queue:
+                    queue.popleft().result()
+            finally:
+                # (no part still being written when its file closes, on a
+                # way out by an exception too: NotStreamable late in a file)
+                for f in queue:
+                    f.exception()
 
     def _events(self, reqs):
         """Each chunk's block events (a table), its requests given to reqs."""
@@ -360,7 +370,9 @@ class _Streamed:
             raise NotStreamable(f"{files}: task {renamed[0]} named by a notify record after "
                                 "its events")
         if not self.events:
-            raise StoreError(f"{files}: no block request events to import")
+            problems = self.recs.problems() if hasattr(self.recs, "problems") else []
+            raise StoreError(problems[0] if problems else
+                             f"{files}: no block request events to import")
         unknown = sorted(set(self.levels) - self.devs)
         if unknown:
             raise StoreError(f"{', '.join(dev_name(d) for d in unknown)}: no request events of "

@@ -2,8 +2,11 @@
 records of an import that never holds them all (`Records.chunks`).
 
 The files must be what blktrace and the kernel's blk tracer write: each
-a regular file, undamaged, its records in time order, and blktrace's
-sequence numbers rising on each device and CPU within one file.
+a regular file, undamaged (but for a last record cut short, as a
+trace_pipe reader stopped mid-record leaves it: named and counted as
+the whole read names and counts it), its records in time order, and
+blktrace's sequence numbers rising on each device and CPU within one
+file.
 Anything else raises NotStreamable (one line, naming the file and
 byte), and the import reads the files whole instead: the walk that names
 damage and resumes past it, a sort of all the records.  So a chunk of
@@ -19,7 +22,14 @@ from typing import Iterator
 import numpy as np
 
 from nestrace.importers import compiled
-from nestrace.importers.blktrace import HEADER, TA_CGROUP, _implausible, _payloads
+from nestrace.importers.blktrace import (
+    HEADER,
+    TA_CGROUP,
+    Damage,
+    _implausible,
+    _payloads,
+    cut_at_end,
+)
 from nestrace.store.seqs import MAX_SEQ_JUMP
 
 WINDOW = 8 << 20        # bytes of a file read at a time
@@ -74,6 +84,8 @@ class _File:
         self.pending: dict[str, np.ndarray] | None = None
         self.devs: dict[int, int] = {}      # records per device
         self.numbered = False
+        self.problem: str | None = None     # a last record cut short
+        self.damage = Damage()
 
     def close(self) -> None:
         self.f.close()
@@ -100,6 +112,8 @@ class _File:
         # (columns of its own for each window: its records are held until taken)
         cols = compiled.blk_columns(self.have // HEADER.size)
         k, nxt = compiled.blk_window(self.buf, self.have, at_end, cols)
+        if at_end and (k < 0 or nxt < self.have):     # (the file ends in a record's bytes)
+            k, nxt = self._cut_at_end(nxt, cols)
         if k < 0:
             raise NotStreamable(f"{self.path}: byte {self.pos + nxt}: not a whole record")
         h = {c: v[:k] for c, v in cols.items()}
@@ -115,6 +129,21 @@ class _File:
             self.done = True
             self.f.close()
         return cols if k else None
+
+    def _cut_at_end(self, stop: int, cols: dict[str, np.ndarray]) -> tuple[int, int]:
+        """The window's records before stop, where the file ends there in a
+        record cut short (blktrace.cut_at_end): its one problem and damage,
+        as the whole read names and counts them.  (-1, stop) otherwise."""
+        problem = cut_at_end(self.path, bytes(self.buf[stop:self.have]), 0, self.pos + stop)
+        if problem is None:
+            return -1, stop
+        k, nxt = compiled.blk_window(self.buf, stop, True, cols)
+        if k < 0 or nxt != stop:
+            return -1, stop
+        self.problem = problem
+        self.damage = Damage(1, self.have - stop, 1)
+        self.have = stop
+        return k, nxt
 
     def _check(self, cols: dict[str, np.ndarray], offs: np.ndarray) -> None:
         t = cols["time_ns"]
@@ -180,6 +209,17 @@ class Records:
         out: dict[int, str] = {}
         for f in self.files:
             out.update(f.comms)
+        return out
+
+    def problems(self) -> list[str]:
+        """The last records cut short, one line each, in file order."""
+        return [f.problem for f in self.files if f.problem]
+
+    def damage(self) -> Damage:
+        """What those cost, as the whole read counts it."""
+        out = Damage()
+        for f in self.files:
+            out.add(f.damage)
         return out
 
     def lost(self, capture_id: str) -> list[dict]:

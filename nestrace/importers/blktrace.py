@@ -131,25 +131,36 @@ def op_name(categories: int, nbytes: int) -> str:
 MAX_PDU = 8 + 128
 
 
-def _problem(path: Path, data, off: int) -> str | None:
-    """Why the record at off is not whole, or None."""
-    end = len(data)
+def _problem(path: Path, data, off: int, base: int = 0) -> str | None:
+    """Why the record at off is not whole, or None (base: the file's
+    offset of data[0], for the message)."""
+    end, at = len(data), base + off
     if end - off < HEADER.size:
-        return f"{path}: byte {off}: record cut short ({end - off} of {HEADER.size} header bytes)"
+        return f"{path}: byte {at}: record cut short ({end - off} of {HEADER.size} header bytes)"
     magic, pdu_len = _MAGIC_PDU.unpack_from(data, off)
     if magic & 0xFFFFFF00 != MAGIC:
-        return f"{path}: byte {off}: bad magic 0x{magic:08x} (not a blktrace record)"
+        return f"{path}: byte {at}: bad magic 0x{magic:08x} (not a blktrace record)"
     if magic & 0xFF != VERSION:
-        return f"{path}: byte {off}: blktrace version {magic & 0xFF} (this reader knows {VERSION})"
+        return f"{path}: byte {at}: blktrace version {magic & 0xFF} (this reader knows {VERSION})"
     if pdu_len > MAX_PDU:
-        return (f"{path}: byte {off}: a payload of {pdu_len} bytes (a kernel's is at most "
+        return (f"{path}: byte {at}: a payload of {pdu_len} bytes (a kernel's is at most "
                 f"{MAX_PDU})")
     if off + HEADER.size + pdu_len > end:
-        return (f"{path}: byte {off}: payload cut short "
+        return (f"{path}: byte {at}: payload cut short "
                 f"({end - off - HEADER.size} of {pdu_len} bytes)")
     if _swallows(data, off, pdu_len):
-        return (f"{path}: byte {off}: a payload of {pdu_len} bytes over the record at byte "
-                f"{_swallows(data, off, pdu_len)} (its length damaged)")
+        return (f"{path}: byte {at}: a payload of {pdu_len} bytes over the record at byte "
+                f"{base + _swallows(data, off, pdu_len)} (its length damaged)")
+    return None
+
+
+def cut_at_end(path: Path, data, off: int, base: int = 0) -> str | None:
+    """The problem of data[off:], the last bytes of a file, where they are
+    a record the file's end cut short and hold no whole record (as a
+    trace_pipe reader stopped mid-record leaves it); else None."""
+    problem = _problem(path, data, off, base)
+    if problem and " cut short (" in problem and _resync(data, off) is None:
+        return problem
     return None
 
 

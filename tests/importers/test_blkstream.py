@@ -150,6 +150,30 @@ def test_a_streamed_import_stores_what_the_whole_read_stores(tmp_path, small_par
         assert requeued and rq.filter(rq.column("q_ns").is_null()).num_rows == requeued
 
 
+@pytest.mark.parametrize("numbered", [False, True])
+@pytest.mark.parametrize("cut", ["header", "payload"])
+def test_a_last_record_cut_short_is_streamed_named_and_counted_as_the_whole_read_does(
+        tmp_path, small_parts, numbered, cut):
+    # (a trace_pipe reader stopped mid-record: the file ends inside a record)
+    files = write_per_cpu(workload(300), tmp_path, numbered)
+    last = rec(C, 8, 4096, 10 ** 9, 1, seq=10 ** 4) if cut == "header" else \
+        notify(10 ** 9, 1, 300, "late")
+    keep = 30 if cut == "header" else blktrace.HEADER.size + 5
+    at = files[1].stat().st_size
+    files[1].write_bytes(files[1].read_bytes() + last[:keep])
+    r = blkimport.import_files(files, tmp_path / "s", {}, "imp", "m1")
+    assert r["read"] == "streamed"
+    w = blkimport._import_whole(files, tmp_path / "w", {}, "imp", "m1")
+    assert {k: v for k, v in r.items() if k != "read"} == w
+    assert r["problems"] == [f"{files[1]}: byte {at}: " + (
+        "record cut short (30 of 48 header bytes)" if cut == "header" else
+        "payload cut short (5 of 16 bytes)")]
+    assert (r["damage"].places, r["damage"].bytes, r["damage"].records) == (1, keep, 1)
+    # (without sequence numbers, the cut record is the count of what was lost)
+    assert r["lost"] == (0 if numbered else 1)
+    assert_same_stores(tmp_path / "s", tmp_path / "w")
+
+
 def _offset(f: Path, k: int) -> int:
     return blktrace.read(f).column("file_offset")[k].as_py()
 
@@ -180,7 +204,14 @@ def _one_cpu_in_two(files):
     return f"{files[1]}: records of CPU 0 of device 7:1, which {files[0]} has too"
 
 
-@pytest.mark.parametrize("spoil", [_earlier, _damaged, _named_late, _one_cpu_in_two])
+def _garbage_at_end(files):
+    at = files[0].stat().st_size
+    files[0].write_bytes(files[0].read_bytes() + b"\xff" * 200)    # (no record cut short)
+    return f"{files[0]}: byte {at}: not a whole record"
+
+
+@pytest.mark.parametrize("spoil", [_earlier, _damaged, _named_late, _one_cpu_in_two,
+                                   _garbage_at_end])
 def test_files_it_cannot_stream_are_read_whole_and_it_says_why(tmp_path, small_parts, spoil):
     files = write_per_cpu(workload(200), tmp_path, numbered=spoil is _one_cpu_in_two)
     why = spoil(files)

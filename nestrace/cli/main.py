@@ -73,12 +73,13 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
     (`nestrace-agent --guest MOUNT --guest-capture DIR -- CMD`): a guest
     capture like `record --side guest` makes, for `merge`."""
     from nestrace.importers.blkimport import import_files
+    from nestrace.importers.datimport import import_file
     from nestrace.importers.guestdir import (
         GuestDirError,
         import_guest_dir,
         is_guest_dir,
     )
-    from nestrace.importers.tracecmd import TraceCmdError, import_file, is_dat
+    from nestrace.importers.tracecmd import TraceCmdError, is_dat
     if any(is_guest_dir(f) for f in files):
         if len(files) > 1:
             raise UserError(f"{next(f for f in files if is_guest_dir(f))} is a guest capture "

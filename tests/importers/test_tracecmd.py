@@ -20,7 +20,7 @@ from conftest import loop_devices, run_cli
 
 import nestrace
 from nestrace.importers import blktrace as bt
-from nestrace.importers import datfile, tracecmd
+from nestrace.importers import datfile, datimport, tracecmd
 
 TRACING = Path("/sys/kernel/tracing")
 EVENTS = ("block_bio_queue", "block_bio_backmerge", "block_bio_frontmerge", "block_getrq",
@@ -205,9 +205,9 @@ def test_a_streamed_import_stores_what_the_whole_read_stores(dats, tmp_path, mon
     monkeypatch.setattr(blkimport, "ROW_GROUP", 97)
     monkeypatch.setattr(requests.RequestStream, "PART", 41)
     files, dev, _ = dats
-    r = tracecmd.import_file(files[layout], tmp_path / "s", {dev: "vdisk"}, "imp")
+    r = datimport.import_file(files[layout], tmp_path / "s", {dev: "vdisk"}, "imp")
     assert r.pop("read") == "streamed"
-    w = tracecmd._import_whole(files[layout], tmp_path / "w", {dev: "vdisk"}, "imp", "")
+    w = datimport._import_whole(files[layout], tmp_path / "w", {dev: "vdisk"}, "imp", "")
     assert r == w and r["block_events"] > 3 * (READS + WRITES)
     assert_same_stores(tmp_path / "s", tmp_path / "w")
 

@@ -550,15 +550,36 @@ def _umount(path: str, tries: int = 60) -> None:
                    + (f" (held by {', '.join(held)})" if held else ""))
 
 
-def _detach(dev: str) -> None:
-    """Detach a loop device and wait (up to ~5 s) until the kernel has let
-    go of its file: `losetup -d` of a device something still has open (a
-    udev probe, say) only marks it to go when that one closes it."""
+def _detach(dev: str, tries: int = 80) -> None:
+    """Detach a loop device and wait (up to ~20 s: a loaded machine's udev
+    probe has taken more than 5) until the kernel has let go of its file:
+    `losetup -d` of a device something still has open (a udev probe, say)
+    only marks it to go when that one closes it.  Then name what holds it."""
     _run(["losetup", "-d", dev], "detach")
-    for _ in range(20):
+    for _ in range(tries):
         if not _loop_attached(dev):
             return
         time.sleep(0.25)
+    held = _dev_holders(dev)
+    raise LabError(f"detach failed: {dev} still reads its file {tries // 4} s after "
+                   "`losetup -d`" + (f" (held open by {', '.join(held)})" if held else ""))
+
+
+def _dev_holders(dev: str) -> list[str]:
+    """What has a block device open, as far as /proc and /sys tell:
+    processes with a file descriptor on it, and devices stacked on it."""
+    name = Path(dev).name
+    held = [f"/dev/{h.name}" for h in Path(f"/sys/block/{name}/holders").glob("*")]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            # (the links read, not followed: a stat could hang on a network mount)
+            if any(os.readlink(fd) == f"/dev/{name}" for fd in (proc / "fd").iterdir()):
+                held.append(f"{(proc / 'comm').read_text().strip()} (pid {proc.name})")
+        except OSError:      # (gone, or a kernel thread)
+            continue
+    return held
 
 
 def _holders(path: str) -> list[str]:

@@ -30,10 +30,14 @@ WORKLOADS = {
 }
 
 
-def source_capture(tmp: Path, workload: str) -> Path:
-    """A real capture of one of WORKLOADS on ext4 on xfs."""
+def source_capture(tmp: Path, workload: str, io_size: str | None = None,
+                   name: str = "src") -> Path:
+    """A real capture of one of WORKLOADS on ext4 on xfs (io_size: fio's,
+    in place of the workload's)."""
     fio, lab = WORKLOADS[workload]
-    store = tmp / "src"
+    if io_size:
+        fio = [a for a in fio if not a.startswith("--io_size=")] + [f"--io_size={io_size}"]
+    store = tmp / name
     subprocess.run(NT + ["lab", "down", "--name", "benchc"], capture_output=True, cwd=ROOT)
     mp = subprocess.run(NT + ["lab", "up", "--name", "benchc", *lab], capture_output=True,
                         text=True, check=True, cwd=ROOT).stdout.strip()
@@ -158,6 +162,79 @@ print(json.dumps(out))
 """
 
 
+# What every run of correlate pays, whatever the store's size, on a
+# small store: the imports of `nestrace correlate`, opening a session
+# (every module's views created), the inputs of links made tables, and
+# links itself, with DuckDB's own times for binding and optimizing its
+# plan.  One process; the times are wall seconds.
+FIXED = """
+import json, sys, time
+t = time.monotonic()
+import nestrace.cli, nestrace.report.document
+imports = time.monotonic() - t
+from nestrace.query.session import LINKS_INPUTS, Session
+t = time.monotonic()
+s = Session(sys.argv[1], late_modules=False)
+opened = time.monotonic() - t
+t = time.monotonic()
+s.cache(["_block_requests_core"])
+requests = time.monotonic() - t
+t = time.monotonic()
+s.cache(LINKS_INPUTS)
+inputs = time.monotonic() - t
+s.con.execute("PRAGMA enable_profiling = 'json'")
+s.con.execute("PRAGMA profiling_output = '/dev/shm/nestrace-bench-fixed.json'")
+s.con.execute("PRAGMA profiling_mode = 'detailed'")
+t = time.monotonic()
+s.con.execute("CREATE TEMP TABLE _fixed_links AS SELECT * FROM _links_computed")
+links = time.monotonic() - t
+s.con.execute("PRAGMA disable_profiling")
+flat = {}
+def walk(d, pre=""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            walk(v, pre + k + ".")
+        elif isinstance(v, (int, float)):
+            flat[pre + k] = v
+walk(json.load(open("/dev/shm/nestrace-bench-fixed.json")))
+print(json.dumps({"imports": imports, "opened": opened, "requests": requests, "inputs": inputs,
+                  "links": links, "binding": flat.get("planner.total_time", 0.0),
+                  "optimizing": flat.get("optimizer.total_time", 0.0),
+                  "running": flat.get("query.cpu_time", 0.0),
+                  "no_bytecode": sys.flags.dont_write_bytecode}))
+"""
+
+
+def fixed(store: Path) -> dict:
+    """What every run pays, on `store` (small): the two commands' times
+    (the best of three each), and FIXED's steps of correlate."""
+    n = __import__("nestrace").open(store).rows(
+        "SELECT sum(records_total) AS n FROM capture_meta")[0]["n"]
+    # (FIXED first: on a store correlate has not stored anything in)
+    out = subprocess.run([sys.executable, "-c", FIXED, str(store)], capture_output=True,
+                         text=True, check=True, cwd=ROOT).stdout
+    wall_c = min(timed(NT + ["correlate", str(store)])[0] for _ in range(3))
+    wall_r = min(timed(NT + ["report", str(store), "--json"])[0] for _ in range(3))
+    return {"events": n, "correlate": wall_c, "report": wall_r, **json.loads(out)}
+
+
+def print_fixed(f: dict) -> None:
+    print(f"\nWhat every run pays, on a store of {f['events']:,} records: `correlate` "
+          f"{f['correlate']:.2f} s and `report --json` {f['report']:.2f} s (the best of three "
+          "each); where correlate's time goes, in one process"
+          + (" (Python writes no bytecode here, PYTHONDONTWRITEBYTECODE: nestrace's own "
+             "modules are compiled at each import)" if f["no_bytecode"] else "") + "\n")
+    print("| step | s |")
+    print("|---|---|")
+    for key, what in (("imports", "imports (nestrace, DuckDB, pyarrow, click)"),
+                      ("opened", "opening the store: every module's views created"),
+                      ("requests", "block_requests"),
+                      ("inputs", "the inputs of links, each made a table")):
+        print(f"| {what} | {f[key]:.2f} |")
+    print(f"| links: DuckDB binding {f['binding']:.2f}, optimizing {f['optimizing']:.2f}, "
+          f"running (CPU) {f['running']:.2f} | {f['links']:.2f} |")
+
+
 def profile(store: Path) -> list[dict]:
     """PROFILE's rows for `store`."""
     out = subprocess.run([sys.executable, "-c", PROFILE, str(store)], capture_output=True,
@@ -199,6 +276,9 @@ def main() -> int:
                     help="a second run with DuckDB held to this: RSS beyond it should stay flat")
     ap.add_argument("--no-floor", action="store_true",
                     help="leave out the floor (start-up, one scan, the pairing sorts)")
+    ap.add_argument("--no-fixed", action="store_true",
+                    help="leave out what every run pays (correlate and report on a small "
+                         "capture)")
     ap.add_argument("--profile", action="store_true",
                     help="and where the time goes on the largest size: each view correlate "
                          "computes and each query of report, its costliest DuckDB operators")
@@ -209,6 +289,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir="/var/tmp") as t:
         tmp = Path(t)
         src = source_capture(tmp, args.workload)
+        fixed_cost = None if args.no_fixed else \
+            fixed(source_capture(tmp, args.workload, io_size="1M", name="small"))
         n_src = nestrace.open(src).rows("SELECT records_total AS n FROM capture_meta")[0]["n"]
         for size in [int(x) for x in args.sizes.split(",")]:
             copies = max(1, round(size / n_src))
@@ -271,6 +353,8 @@ def main() -> int:
             total = 2 * start + scan + pair
             print(f"| {n} | {target:.2f} | {start:.2f} | {scan:.2f} | {pair:.2f} | {total:.2f} "
                   f"| {total / target:.1f} |")
+    if fixed_cost:
+        print_fixed(fixed_cost)
     if prof:
         print_profile(*prof)
     return 1 if any(r[-1] for r in rows) else 0

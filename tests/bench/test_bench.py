@@ -29,6 +29,9 @@ def test_bench_correlate_runs():
     assert len(floor) == 1 and float(floor[0][5]) > 0, out   # and its floor
     sums = [c for c in cells if len(c) == 5]
     assert len(sums) == 1 and float(sums[0][3].replace(",", "")) > 0, out   # the first read
+    # what every run pays, on a small capture
+    assert re.search(r"on a store of [\d,]+ records: `correlate` [\d.]+ s", out), out
+    assert re.search(r"\| links: DuckDB binding [\d.]+, optimizing [\d.]+", out), out
 
 
 def test_bench_render_runs():

@@ -21,8 +21,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +37,7 @@ from nestrace.capture.loops import (
 from nestrace.capture.loops import run as _run
 from nestrace.capture.netlab import NETS
 from nestrace.capture.stack import RAW_HOST
+from nestrace.capture.teardown import detach, is_mounted, loop_attached, umount, unmount_on_top
 from nestrace.errors import json_object
 
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
@@ -434,19 +433,19 @@ class Lab:
             return [f"lab {self.name!r}: {e}: tearing down what it finds"] + self._down_found()
         made = st.get("made", [])
         own = [s["path"] for s in made if s["kind"] == "mount"]
-        undone = _unmount_on_top(own + [str(self.state_dir), str(self.data_dir)], own)
+        undone = unmount_on_top(own + [str(self.state_dir), str(self.data_dir)], own)
         while made:
             step = made[-1]
             try:
                 if step["kind"] == "mount":
-                    if _is_mounted(step["path"]):
-                        _umount(step["path"])
+                    if is_mounted(step["path"]):
+                        umount(step["path"])
                         undone.append(f"unmounted {step['path']}")
                     if step.get("role") == "net":
                         netlab.wait_unmounted(step["path"])
                 elif step["kind"] == "loop":
-                    if _loop_attached(step["dev"]):
-                        _detach(step["dev"])
+                    if loop_attached(step["dev"]):
+                        detach(step["dev"])
                         undone.append(f"detached {step['dev']}")
                 elif step["kind"] == "daemon":
                     if netlab.stop(step["pid"]):
@@ -478,7 +477,7 @@ class Lab:
         def ours(path: str) -> bool:
             return any(path == r or path.startswith(r + "/") for r in roots)
 
-        undone = _unmount_on_top(roots, [m.mount_point for m in mounts() if ours(m.mount_point)])
+        undone = unmount_on_top(roots, [m.mount_point for m in mounts() if ours(m.mount_point)])
         for _ in range(8):       # each round frees the level above the next
             mounted = [(m.mount_point, re.sub(r"^(/dev/loop\d+)p\d+$", r"\1", m.source))  # (a partition's loop)
                        for m in mounts()]
@@ -492,7 +491,7 @@ class Lab:
                 if dev in sources:
                     loops[dev] = f
                 else:            # its file system is unmounted: let go of the file
-                    _detach(dev)
+                    detach(dev)
                     undone.append(f"detached {dev}")
             lab_mounts = [mp for mp, _ in mounted if ours(mp)]
             if not lab_mounts:
@@ -500,121 +499,13 @@ class Lab:
             for mp in lab_mounts:
                 # an upper one first: no loop device still reads a file under it
                 if not any(f.startswith(mp + "/") for f in loops.values()):
-                    _umount(mp)
+                    umount(mp)
                     undone.append(f"unmounted {mp}")
         else:
             raise LabError(f"lab {self.name!r}: mounts left under {self.state_dir} after 8 rounds")
         shutil.rmtree(self.data_dir, ignore_errors=True)
         shutil.rmtree(self.state_dir, ignore_errors=True)
         return undone
-
-
-def _unmount_on_top(roots: list[str], own: list[str]) -> list[str]:
-    """Unmount what stands on the lab's file systems (the lab's mounts
-    `own`, and the directories they are in, `roots`), deepest first:
-    mounts inside them, and overlays whose layers are in them (a
-    container's root made on the lab: an overlay keeps its layers' file
-    system alive after that one's own mount is gone, and with it the loop
-    devices under it).  What was unmounted, said."""
-    from nestrace.capture.devices import overlay_dirs
-    roots = [os.path.realpath(r).rstrip("/") + "/" for r in roots]
-
-    def inside(path: str) -> bool:
-        return any((os.path.realpath(path) + "/").startswith(r) for r in roots)
-
-    lab = {os.path.realpath(mp) for mp in own}
-    on_top = [m.mount_point for m in mounts() if m.mount_point not in lab
-              and (inside(m.mount_point)
-                   or (m.fs_type == "overlay" and any(map(inside, overlay_dirs(m)))))]
-    undone = []
-    for mp in sorted(set(on_top), key=len, reverse=True):
-        _umount(mp)
-        undone.append(f"unmounted {mp} (on the lab's file system)")
-    return undone
-
-
-def _umount(path: str, tries: int = 60) -> None:
-    """Unmount; a process that was just killed, or a loop device detached
-    while something still had it open (the kernel lets go of its file when
-    the last opener closes it), may hold the mount for a moment, so retry
-    a busy unmount for up to ~15 s; then name what holds it."""
-    for i in range(tries):
-        r = subprocess.run(["umount", path], capture_output=True, text=True)
-        if r.returncode == 0 or not _is_mounted(path):
-            return
-        if "busy" not in r.stderr:
-            raise LabError(f"unmount failed: umount {path}: {r.stderr.strip()}")
-        time.sleep(0.25)
-    held = _holders(path)
-    raise LabError(f"unmount failed: umount {path}: {r.stderr.strip()}"
-                   + (f" (held by {', '.join(held)})" if held else ""))
-
-
-def _detach(dev: str, tries: int = 80) -> None:
-    """Detach a loop device and wait (up to ~20 s: a loaded machine's udev
-    probe has taken more than 5) until the kernel has let go of its file:
-    `losetup -d` of a device something still has open (a udev probe, say)
-    only marks it to go when that one closes it.  Then name what holds it."""
-    _run(["losetup", "-d", dev], "detach")
-    for _ in range(tries):
-        if not _loop_attached(dev):
-            return
-        time.sleep(0.25)
-    held = _dev_holders(dev)
-    raise LabError(f"detach failed: {dev} still reads its file {tries // 4} s after "
-                   "`losetup -d`" + (f" (held open by {', '.join(held)})" if held else ""))
-
-
-def _dev_holders(dev: str) -> list[str]:
-    """What has a block device open, as far as /proc and /sys tell:
-    processes with a file descriptor on it, and devices stacked on it."""
-    name = Path(dev).name
-    held = [f"/dev/{h.name}" for h in Path(f"/sys/block/{name}/holders").glob("*")]
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            # (the links read, not followed: a stat could hang on a network mount)
-            if any(os.readlink(fd) == f"/dev/{name}" for fd in (proc / "fd").iterdir()):
-                held.append(f"{(proc / 'comm').read_text().strip()} (pid {proc.name})")
-        except OSError:      # (gone, or a kernel thread)
-            continue
-    return held
-
-
-def _holders(path: str) -> list[str]:
-    """What keeps the file system at path busy, as far as /proc and /sys
-    tell: processes with a file, cwd or root under it, and loop devices
-    reading a file on it."""
-    root = os.path.realpath(path).rstrip("/") + "/"
-    held = []
-    for b in Path("/sys/block").glob("loop*/loop/backing_file"):
-        try:
-            if b.read_text().strip().startswith(root):
-                held.append(f"/dev/{b.parent.parent.name}")
-        except OSError:
-            continue
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            links = [proc / "cwd", proc / "root", *(proc / "fd").iterdir()]
-            if any((os.readlink(link) + "/").startswith(root) for link in links):
-                comm = (proc / "comm").read_text().strip()
-                held.append(f"{comm} (pid {proc.name})")
-        except OSError:      # (gone, or a kernel thread)
-            continue
-    return held
-
-
-def _is_mounted(path: str) -> bool:
-    rp = os.path.realpath(path)
-    return any(line.split()[4] == rp for line in
-               Path("/proc/self/mountinfo").read_text().splitlines())
-
-
-def _loop_attached(dev: str) -> bool:
-    return Path(f"/sys/block/{Path(dev).name}/loop/backing_file").exists()
 
 
 def labs() -> list[str]:

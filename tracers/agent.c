@@ -73,7 +73,8 @@ static struct env {
 	bool cpus_all;			/* ... the agent not pinned (--agent-cpus all) */
 	bool empty_programs;		/* every program returns at once (--empty-programs) */
 	bool floor_records;		/* headers alone, after each filter (--floor-records) */
-	bool request_floor;		/* ... and a block request's one, at C (--request-floor) */
+	bool per_request;		/* block: a record per request, at its end (--per-request) */
+	bool request_floor;		/* ... its header alone, as --floor-records (--request-floor) */
 	char **cmd;			/* ... the command it traces */
 	int ndevs, ninos;
 	struct { __u32 dev; __u32 roles; } devs[NT_MAX_DEVS];
@@ -115,7 +116,7 @@ static const char doc[] =
 
 enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
        OPT_GUEST_DIR, OPT_FACTS, OPT_CPUS, OPT_STATUS, OPT_CGROUP, OPT_EMPTY, OPT_FLOOR,
-       OPT_REQUEST_FLOOR };
+       OPT_REQUEST_FLOOR, OPT_PER_REQUEST };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -139,7 +140,8 @@ static const struct argp_option opts[] = {
 	{ "mode", OPT_MODE, "MODE", 0, "auto (probe), tp_btf or raw_tp" },
 	{ "empty-programs", OPT_EMPTY, NULL, 0, "Attach every program, each returning at once: nothing is recorded (what the hooks alone cost; bench/overhead's (e))" },
 	{ "floor-records", OPT_FLOOR, NULL, 0, "Each program filters as it does, then records its record's header alone: what a record per event costs at the least (bench/overhead's (f)); the records are no capture's" },
-	{ "request-floor", OPT_REQUEST_FLOOR, NULL, 0, "As --floor-records, but the block programs keep each request's phase times in maps and record one header at its completion: what a record per request costs at the least (bench/overhead's (g))" },
+	{ "per-request", OPT_PER_REQUEST, NULL, 0, "block: one record per request (block_request), written at its completion or requeue with the phase times kept in the kernel from its first bio's queue, and one per bio merged into a request, instead of a record per tracepoint hit" },
+	{ "request-floor", OPT_REQUEST_FLOOR, NULL, 0, "As --floor-records, but the block programs keep each request's phase times as --per-request does and record one header at its end: what a record per request costs at the least (bench/overhead's (g))" },
 	{ "die-with-parent", OPT_DIE, NULL, 0, "Exit when the parent process dies" },
 	{ "verbose", 'v', NULL, 0, "Show libbpf debug output" },
 	{},
@@ -203,7 +205,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_CGROUP: env.cgroup = arg; break;
 	case OPT_EMPTY: env.empty_programs = true; break;
 	case OPT_FLOOR: env.floor_records = true; break;
-	case OPT_REQUEST_FLOOR: env.floor_records = env.request_floor = true; break;
+	case OPT_REQUEST_FLOOR: env.floor_records = env.request_floor = env.per_request = true; break;
+	case OPT_PER_REQUEST: env.per_request = true; break;
 	case 'f': env.families = arg; break;
 	case 'o': env.output = arg; break;
 	case 'd': env.duration_s = strtol(arg, NULL, 10); break;
@@ -335,6 +338,7 @@ _Static_assert(sizeof(struct nt_hostfs_event) <= NT_REC_MAX, "NT_REC_MAX");
 _Static_assert(sizeof(struct nt_pagecache_event) <= NT_REC_MAX, "NT_REC_MAX");
 _Static_assert(sizeof(struct nt_mapping_event) <= NT_REC_MAX, "NT_REC_MAX");
 _Static_assert(sizeof(struct nt_netfs_event) <= NT_REC_MAX, "NT_REC_MAX");
+_Static_assert(sizeof(struct nt_block_request) <= NT_REC_MAX, "NT_REC_MAX");
 
 /* What the status lines count (--status-ms): records taken in so far, the
  * calls and dispatches with their bytes.  Counted only when asked for. */
@@ -342,6 +346,16 @@ static struct {
 	__u64 vfs_calls, vfs_bytes, hostfs, cache;
 	__u64 blk_d[NT_MAX_DEVS], blk_bytes[NT_MAX_DEVS];	/* by env.devs index */
 } tally;
+
+static void tally__dispatch(__u32 dev, __u32 nr_sectors)
+{
+	for (int i = 0; i < env.ndevs; i++)
+		if (env.devs[i].dev == dev) {
+			tally.blk_d[i]++;
+			tally.blk_bytes[i] += (__u64)nr_sectors << 9;
+			return;
+		}
+}
 
 static void tally__add(const void *p, __u16 kind)
 {
@@ -354,14 +368,13 @@ static void tally__add(const void *p, __u16 kind)
 	} else if (kind == NT_KIND_BLOCK_EVENT) {
 		const struct nt_block_event *e = p;
 
-		if (e->action != 6)	/* D: a request dispatched to the disk */
-			return;
-		for (int i = 0; i < env.ndevs; i++)
-			if (env.devs[i].dev == e->dev) {
-				tally.blk_d[i]++;
-				tally.blk_bytes[i] += (__u64)e->nr_sectors << 9;
-				break;
-			}
+		if (e->action == NT_BLOCK_ACTION_D)	/* a request dispatched to the disk */
+			tally__dispatch(e->dev, e->nr_sectors);
+	} else if (kind == NT_KIND_BLOCK_REQUEST) {	/* (--per-request: at its end) */
+		const struct nt_block_request *r = p;
+
+		if (r->action == NT_BLOCK_ACTION_C || r->action == NT_BLOCK_ACTION_REQUEUE)
+			tally__dispatch(r->dev, r->nr_sectors);
 	} else if (kind == NT_KIND_HOSTFS_EVENT) {
 		tally.hostfs++;
 	} else if (kind == NT_KIND_PAGECACHE_EVENT) {
@@ -478,16 +491,15 @@ static void vfs__extra_rodata(struct vfs_bpf *s)
 			break;
 		}
 }
-/* (the request floor's maps: a slot each for the bios and requests in
- * flight on the traced disks; one entry each otherwise) */
-#define NT_REQUEST_FLOOR_SLOTS 65536
+/* (--per-request's maps: a slot each for the bios and requests in flight
+ * on the traced disks; one entry each otherwise) */
 static void block__extra_rodata(struct block_bpf *s)
 {
-	s->rodata->request_floor = env.request_floor;
-	if (env.request_floor) {
-		s->rodata->times_mask = NT_REQUEST_FLOOR_SLOTS - 1;
-		bpf_map__set_max_entries(s->maps.bio_times, NT_REQUEST_FLOOR_SLOTS);
-		bpf_map__set_max_entries(s->maps.rq_times, NT_REQUEST_FLOOR_SLOTS);
+	s->rodata->per_request = env.per_request;
+	if (env.per_request) {
+		s->rodata->times_mask = NT_TIMES_SLOTS - 1;
+		bpf_map__set_max_entries(s->maps.bio_times, NT_TIMES_SLOTS);
+		bpf_map__set_max_entries(s->maps.rq_times, NT_TIMES_SLOTS);
 	}
 }
 static void hostfs__extra_rodata(struct hostfs_bpf *s) {}
@@ -857,6 +869,27 @@ static void stats__emit(struct family *first, __u64 *drops_total)
 		out__append(&s, NT_KIND_CPU_STATS);
 	}
 	out__flush_kind(NT_KIND_CPU_STATS);
+}
+
+/* --per-request, after the programs are detached: the requests and merged
+ * bios whose times were lost for want of a slot (*lost), the slots given
+ * up after 10 s without an end (*expired), and the requests dispatched
+ * and not ended (*in_flight: in flight at the end, or their end unseen). */
+static void requests__count(__u64 *lost, __u64 *expired, __u64 *in_flight)
+{
+	struct block_bpf *s = families[0].skel;	/* (block comes first) */
+	struct nt_rq_times t;
+	int fd;
+
+	*lost = *expired = *in_flight = 0;
+	if (!env.per_request || !s)
+		return;
+	*lost = s->bss->times_lost;
+	*expired = s->bss->times_expired;
+	fd = bpf_map__fd(s->maps.rq_times);
+	for (__u32 i = 0; i < NT_TIMES_SLOTS; i++)
+		if (!bpf_map_lookup_elem(fd, &i, &t) && t.key && t.d_ns)
+			(*in_flight)++;
 }
 
 /* Tracepoint hits the kernel did not run a program for: a program is
@@ -1440,7 +1473,8 @@ static void capture__loop(struct ring_buffer *rb, struct family *first, __u64 st
 static int capture__end(struct ring_buffer *rb, struct family *first, __u64 end)
 {
 	static char misses_json[4096];
-	__u64 drops = 0, misses = 0;
+	char per_request[128] = "";
+	__u64 drops = 0, misses = 0, rq_lost, rq_expired, rq_in_flight;
 	int err;
 
 	/* detach first, then drain what is left, so nothing is cut in half;
@@ -1461,13 +1495,23 @@ static int capture__end(struct ring_buffer *rb, struct family *first, __u64 end)
 			strerror(-err));
 	out__flush();
 	stats__emit(first, &drops);
+	requests__count(&rq_lost, &rq_expired, &rq_in_flight);
 	arrow__close();		/* before the end frame: it reports a failed write */
+	if (env.per_request)
+		snprintf(per_request, sizeof(per_request), ",\"requests_lost\":%llu,"
+			 "\"requests_expired\":%llu,\"requests_in_flight\":%llu",
+			 (unsigned long long)rq_lost, (unsigned long long)rq_expired,
+			 (unsigned long long)rq_in_flight);
 	out__json("{\"type\":\"end\",\"end_ns\":%llu,\"reason\":\"%s\",\"records\":%llu,"
 		  "\"bad_records\":%llu,\"ringbuf_drops\":%llu,\"hook_misses\":%llu,"
-		  "\"hook_misses_by_hook\":%s}",
+		  "\"hook_misses_by_hook\":%s%s}",
 		  (unsigned long long)end, exit_reason,
 		  (unsigned long long)out.records, (unsigned long long)out.bad_records,
-		  (unsigned long long)drops, (unsigned long long)misses, misses_json);
+		  (unsigned long long)drops, (unsigned long long)misses, misses_json, per_request);
+	if (rq_lost)
+		fprintf(stderr, "nestrace-agent: WARNING: %llu block requests lost (--per-request: "
+			"its %d slots were full)\n", (unsigned long long)rq_lost,
+			NT_TIMES_SLOTS);
 	if (misses)
 		fprintf(stderr, "nestrace-agent: WARNING: %llu tracepoint hits missed (a program "
 			"interrupted by its own tracepoint is not re-entered): %s\n",

@@ -1,42 +1,50 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* block: bio and request lifecycle on the traced disks (levels vdisk and
  * disk).  One record per tracepoint hit; the store's views pair them into
- * requests (Q, M/F, G, I, D, C; X for splits) by request and bio id. */
+ * requests (Q, M/F, G, I, D, C; X for splits) by request and bio id.  Or
+ * (--per-request) one record per request, at its end. */
 #include "common.bpf.h"
 #include "core_fixes.bpf.h"
 
 /* Keep the record types in BTF: tests check their layout against schemas/. */
 struct nt_block_event *unused_block_event __attribute__((unused));
+struct nt_block_request *unused_block_request __attribute__((unused));
 
 /* block_event.action values are NT_BLOCK_ACTION_<NAME>, from schemas/ */
 
-/* The floor of a record per request (the agent's --request-floor,
- * bench/overhead's (g)), the design #75 asks about: a request's phase
- * times kept in the kernel and one record written at its completion, as
- * biosnoop keeps its start times.  Each hit filters as a capture's does;
- * a bio's Q and G times wait in its slot of bio_times (a merged bio's are
- * let go), a request's I and D times in rq_times, where D also takes its
- * first bio's; C writes one record's header alone and lets the request
- * go (a requeue writes one too: that dispatch is over).  No field is
- * filled: what keeping the times costs, not a capture.  The other
- * families stay as in --floor-records. */
-const volatile __u32 request_floor = 0;
+/* A record per request (the agent's --per-request): a request's phase
+ * times kept in the kernel and one record written at its end, as
+ * biosnoop keeps its start times.  A bio's Q and G times wait in its slot
+ * of bio_times, a request's I and D times (and what D saw: its first
+ * bio's Q and G, sector, size, op, dispatcher) in rq_times; C or a
+ * requeue writes the request's block_request, a merge the merged bio's.
+ * A piece split off a bio (X) takes its parent's Q: bio_chain() made the
+ * parent its bi_private before the tracepoint.
+ * With --request-floor (bench/overhead's (g)) the same times are kept
+ * but each record is its header alone: what keeping them costs, no
+ * capture's.  The other families stay as in --floor-records then. */
+const volatile __u32 per_request = 0;
 const volatile __u32 times_mask = 0;	/* slots - 1, set with them by the agent */
 
-/* A slot per bio or request address, chosen by a multiplicative hash of
- * it: an array (the verifier inlines its lookup: a few instructions,
- * where a hash map's update took ~100 ns and a lock).  The slot holds the
- * address it serves; a slot still held by another address in flight is a
- * collision, and that one's times are lost, counted as a drop.  Each
+/* A slot per bio or request address, in a neighbourhood of NT_TIMES_WAYS
+ * slots chosen by a multiplicative hash of it: arrays (the verifier
+ * inlines their lookups: a few instructions, where a hash map's update
+ * took ~100 ns and a lock).  A slot holds the address it serves (key; 0:
+ * free), taken by compare-and-swap, so two CPUs never take one slot.  A
+ * full neighbourhood gives up its stalest slot: one written in the last
+ * NT_TIMES_STALE_NS was a bio or request in flight, and its times are
+ * lost (times_lost, the end frame's requests_lost, in lost_total); an
+ * older one was most likely a bio that never had a request of its own
+ * (an empty flush, a failed bio) and is counted in times_expired.  Each
  * address's events happen one after another (the block layer orders
- * them), so no two CPUs write one request's slot at once. */
-struct nt_rq_times {
-	__u64 key, q_ns, g_ns, i_ns, d_ns;
-};
+ * them), so no two CPUs write one request's slot at once.  (struct
+ * nt_rq_times: nestrace_bpf.h) */
+#define NT_TIMES_WAYS 4
+#define NT_TIMES_STALE_NS 10000000000ULL
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);		/* the agent sizes both in --request-floor */
+	__uint(max_entries, 1);		/* the agent sizes both in --per-request */
 	__type(key, __u32);
 	__type(value, struct nt_rq_times);
 } bio_times SEC(".maps");
@@ -48,13 +56,9 @@ struct {
 	__type(value, struct nt_rq_times);
 } rq_times SEC(".maps");
 
-static __always_inline void times__dropped(void)
-{
-	struct nt_cpu_counters *c = counters__get();
-
-	if (c)
-		__sync_fetch_and_add(&c->ringbuf_drops, 1);
-}
+/* read by the agent at the end (see above) */
+__u64 times_lost = 0;
+__u64 times_expired = 0;
 
 /* An address as a number: on tp_btf the verifier holds it a pointer, and
  * forbids the hash's arithmetic on it; a copy through map memory is a
@@ -66,98 +70,249 @@ struct {
 	__type(value, __u64);
 } times_addr SEC(".maps");
 
-static __always_inline struct nt_rq_times *times__slot(void *map, __u64 addr)
+static __always_inline __u32 times__home(__u64 addr)
 {
-	__u32 zero = 0, i;
+	__u32 zero = 0;
 	__u64 *a = bpf_map_lookup_elem(&times_addr, &zero);
 
 	if (!a)
-		return NULL;
+		return 0;
 	*a = addr;
-	i = (__u32)((*(volatile __u64 *)a * 0x9E3779B97F4A7C15ULL) >> 40) & times_mask;
-	return bpf_map_lookup_elem(map, &i);
+	return (__u32)((*(volatile __u64 *)a * 0x9E3779B97F4A7C15ULL) >> 40);
 }
 
-/* Take a slot for addr: one held by another address is a collision. */
-static __always_inline void times__claim(struct nt_rq_times *t, __u64 addr)
+/* addr's slot, or NULL when it holds none. */
+static __always_inline struct nt_rq_times *times__find(void *map, __u64 addr)
 {
-	if (t->key && t->key != addr)
-		times__dropped();
-	t->key = addr;
-	t->q_ns = t->g_ns = t->i_ns = t->d_ns = 0;
+	__u32 home = times__home(addr), i;
+	struct nt_rq_times *t;
+
+#pragma unroll
+	for (int w = 0; w < NT_TIMES_WAYS; w++) {
+		i = (home + w) & times_mask;
+		t = bpf_map_lookup_elem(map, &i);
+		if (t && t->key == addr)
+			return t;
+	}
+	return NULL;
 }
 
-/* A hit on a traced disk: the slot of addr in map, and the time. */
-static __always_inline struct nt_rq_times *times__hit(__u32 dev, void *map, __u64 addr, __u64 *now)
+static __always_inline void times__clear(struct nt_rq_times *t, __u64 now)
+{
+	t->q_ns = t->g_ns = t->i_ns = t->d_ns = 0;
+	t->queued = 0;
+	t->last_ns = now;
+}
+
+/* A slot for addr, cleared: its own, a free one, or the stalest of its
+ * neighbourhood. */
+static __always_inline struct nt_rq_times *times__take(void *map, __u64 addr, __u64 now)
+{
+	__u32 home = times__home(addr), i;
+	struct nt_rq_times *t, *free = NULL, *old = NULL;
+	__u64 key;
+
+#pragma unroll
+	for (int w = 0; w < NT_TIMES_WAYS; w++) {
+		i = (home + w) & times_mask;
+		t = bpf_map_lookup_elem(map, &i);
+		if (!t)
+			continue;
+		key = t->key;
+		if (key == addr) {
+			times__clear(t, now);
+			return t;
+		}
+		if (!key) {
+			if (!free)
+				free = t;
+		} else if (!old || t->last_ns < old->last_ns) {
+			old = t;
+		}
+	}
+	if (free && !__sync_val_compare_and_swap(&free->key, 0, addr)) {
+		times__clear(free, now);
+		return free;
+	}
+	if (!old) {			/* (the free one taken meanwhile) */
+		__sync_fetch_and_add(&times_lost, 1);
+		return NULL;
+	}
+	key = old->key;
+	if (__sync_val_compare_and_swap(&old->key, key, addr) != key) {
+		__sync_fetch_and_add(&times_lost, 1);	/* (taken meanwhile: addr's lost) */
+		return NULL;
+	}
+	if (now - old->last_ns < NT_TIMES_STALE_NS)
+		__sync_fetch_and_add(&times_lost, 1);
+	else
+		__sync_fetch_and_add(&times_expired, 1);
+	times__clear(old, now);
+	return old;
+}
+
+/* A hit on a traced disk: its time, or 0 when the disk is not traced. */
+static __always_inline __u64 times__hit(__u32 dev)
 {
 	if (!dev__has(dev, NT_ROLE_BLOCK)) {
 		counters__filtered();
-		return NULL;
+		return 0;
 	}
-	*now = bpf_ktime_get_ns();
-	return times__slot(map, addr);
+	return bpf_ktime_get_ns();
+}
+
+/* A request's record, at its end: the times and what its dispatch saw. */
+static __always_inline void request__emit(struct nt_rq_times *t, __u32 dev, __u64 rq,
+					  __u16 action, int error, __u64 now)
+{
+	struct nt_block_request *r;
+
+	r = record__reserve(sizeof(*r), NT_KIND_BLOCK_REQUEST, NT_VERSION_BLOCK_REQUEST, now);
+	if (!r)
+		return;
+	if (floor_records) {		/* (--request-floor: the header alone) */
+		record__submit(r);
+		return;
+	}
+	r->sector = t->sector;
+	r->rq_id = rq;
+	r->bio_id = t->bio;
+	r->q_ns = t->q_ns;
+	r->g_ns = t->g_ns;
+	r->i_ns = t->i_ns;
+	r->d_ns = t->d_ns;
+	r->dev = dev;
+	r->nr_sectors = t->nr_sectors;
+	r->pid = t->pid;
+	r->error = error;
+	r->action = action;
+	r->req_op = t->opf & NT_REQ_OP_MASK;
+	r->req_flags = opf__nt_flags(t->opf);
+	r->queued = t->queued;
+	__builtin_memcpy(r->comm, t->comm, sizeof(r->comm));
+	record__submit(r);
 }
 
 static __always_inline int bio__times(struct bio *bio, __u16 action, const bool btf)
 {
-	__u64 key = (__u64)bio, now;
-	struct nt_rq_times *t = times__hit(bio__dev(bio, btf), &bio_times, key, &now);
+	__u64 key = (__u64)bio, now = times__hit(bio__dev(bio, btf));
+	struct nt_rq_times *t, *p;
+	struct nt_block_request *r;
+	__u32 opf;
 
-	if (!t)
+	if (!now)
 		return 0;
 	if (action == NT_BLOCK_ACTION_BACKMERGE || action == NT_BLOCK_ACTION_FRONTMERGE) {
-		if (t->key == key)	/* merged: its request's first bio carries the times */
+		/* merged: its request's first bio carries the request's times */
+		t = times__find(&bio_times, key);
+		r = record__reserve(sizeof(*r), NT_KIND_BLOCK_REQUEST, NT_VERSION_BLOCK_REQUEST, now);
+		if (r && floor_records) {
+			record__submit(r);
+		} else if (r) {
+			r->sector = RD1(btf, bio, bi_iter.bi_sector);
+			r->nr_sectors = RD1(btf, bio, bi_iter.bi_size) >> 9;
+			r->rq_id = r->g_ns = r->i_ns = r->d_ns = 0;
+			r->bio_id = key;
+			r->q_ns = t ? t->q_ns : 0;
+			r->queued = t ? t->queued : 0;
+			r->dev = bio__dev(bio, btf);
+			r->error = 0;
+			r->action = action;
+			opf = RD1(btf, bio, bi_opf);
+			r->req_op = opf & NT_REQ_OP_MASK;
+			r->req_flags = opf__nt_flags(opf);
+			r->pid = task__tgid();
+			task__comm(r->comm, btf);
+			record__submit(r);
+		}
+		if (t)
 			t->key = 0;
 		return 0;
 	}
-	if (action == NT_BLOCK_ACTION_G && t->key == key) {
-		t->g_ns = now;
+	if (action == NT_BLOCK_ACTION_G) {
+		t = times__find(&bio_times, key);
+		if (!t)				/* (no Q seen: before tracing) */
+			t = times__take(&bio_times, key, now);
+		if (t)
+			t->g_ns = t->last_ns = now;
 		return 0;
 	}
-	times__claim(t, key);
-	if (action == NT_BLOCK_ACTION_G)	/* (a split-off piece: no Q of its own) */
-		t->g_ns = now;
-	else					/* Q, or X: the piece cut off */
+	t = times__take(&bio_times, key, now);
+	if (!t)
+		return 0;
+	if (action == NT_BLOCK_ACTION_Q) {
 		t->q_ns = now;
+		t->queued = 1;
+	} else {				/* X: the piece cut off, its parent's Q */
+		p = times__find(&bio_times, (__u64)RD1(btf, bio, bi_private));
+		if (p)
+			t->q_ns = p->q_ns;
+	}
 	return 0;
 }
 
-static __always_inline int rq__times(struct request *rq, __u16 action, const bool btf)
+static __always_inline int rq__times(struct request *rq, __u16 action, int error, const bool btf)
 {
 	__u64 key = (__u64)rq, bio, now;
-	struct nt_rq_times *t = times__hit(rq__dev(rq, btf), &rq_times, key, &now), *b;
-	struct nt_header *h;
+	__u32 dev = rq__dev(rq, btf);
+	struct nt_rq_times *t, *b;
 
-	if (!t)
+	now = times__hit(dev);
+	if (!now)
 		return 0;
 	if (action == NT_BLOCK_ACTION_RQ_MERGE) {	/* merged into another request */
-		if (t->key == key)
+		t = times__find(&rq_times, key);
+		if (t)
 			t->key = 0;
 		return 0;
 	}
 	if (action == NT_BLOCK_ACTION_C || action == NT_BLOCK_ACTION_REQUEUE) {
-		h = record__reserve(sizeof(struct nt_block_event), NT_KIND_BLOCK_EVENT,
-				    NT_VERSION_BLOCK_EVENT, now);
-		if (h)
-			record__submit(h);
-		if (action == NT_BLOCK_ACTION_C && t->key == key)
+		/* (a request dispatched before tracing has no record) */
+		t = times__find(&rq_times, key);
+		if (!t || !t->d_ns)
+			return 0;
+		request__emit(t, dev, key, action, error, now);
+		if (action == NT_BLOCK_ACTION_C)
 			t->key = 0;
+		else		/* that dispatch is over; the next has no Q or G */
+			times__clear(t, now);
 		return 0;
 	}
+	/* I or D.  A dispatch still held was never seen to end: its C was
+	 * missed (the kernel ran no program for it).  Its record goes now,
+	 * as action d, ended by this (as block_requests.done_by_ns). */
+	t = times__find(&rq_times, key);
+	if (t && t->d_ns) {
+		request__emit(t, dev, key, NT_BLOCK_ACTION_D, 0, now);
+		times__clear(t, now);
+	}
 	if (action == NT_BLOCK_ACTION_I) {
-		times__claim(t, key);
-		t->i_ns = now;
+		if (t)
+			times__clear(t, now);
+		else
+			t = times__take(&rq_times, key, now);
+		if (t)
+			t->i_ns = now;
 		return 0;
 	}
 	/* D: the insert's slot, or a new one; the first bio's times */
-	if (t->key != key)
-		times__claim(t, key);
-	t->d_ns = now;
+	if (!t)
+		t = times__take(&rq_times, key, now);
+	if (!t)
+		return 0;
+	t->d_ns = t->last_ns = now;
 	bio = (__u64)RD1(btf, rq, bio);
-	b = times__slot(&bio_times, bio);
-	if (b && b->key == bio) {
+	t->bio = bio;
+	t->sector = RD1(btf, rq, __sector);
+	t->nr_sectors = RD1(btf, rq, __data_len) >> 9;
+	t->opf = RD1(btf, rq, cmd_flags);
+	t->pid = task__tgid();
+	task__comm(t->comm, btf);
+	b = times__find(&bio_times, bio);
+	if (b) {
 		t->q_ns = b->q_ns;
 		t->g_ns = b->g_ns;
+		t->queued = b->queued;
 		b->key = 0;
 	}
 	return 0;
@@ -232,10 +387,10 @@ static __always_inline int rq__emit(struct request *rq, __u16 action,
 	return block__submit(e, dev, action, RD1(btf, rq, cmd_flags), btf);
 }
 
-/* (--request-floor: the times kept, bio__times and rq__times) */
-#define BIO(action, aux) (request_floor ? bio__times(ARG(0, struct bio *), action, btf) : \
+/* (--per-request: the times kept, bio__times and rq__times) */
+#define BIO(action, aux) (per_request ? bio__times(ARG(0, struct bio *), action, btf) : \
 			  bio__emit(ARG(0, struct bio *), action, aux, btf))
-#define RQ(action, error, nr_bytes) (request_floor ? rq__times(ARG(0, struct request *), action, btf) : \
+#define RQ(action, error, nr_bytes) (per_request ? rq__times(ARG(0, struct request *), action, error, btf) : \
 				     rq__emit(ARG(0, struct request *), action, error, nr_bytes, btf))
 
 NT_TWIN(block_bio_queue) { return BIO(NT_BLOCK_ACTION_Q, 0); }

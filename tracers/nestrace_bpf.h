@@ -34,6 +34,18 @@ struct nt_cpu_counters {
 	__u32 _pad;
 };
 
+/* A bio's or request's times in flight (block.bpf.c, --per-request): its
+ * slot of bio_times or rq_times, held by its address (key; 0: free;
+ * last_ns: when it was last written).  The agent counts the requests
+ * still dispatched at the end. */
+#define NT_TIMES_SLOTS 65536
+struct nt_rq_times {
+	__u64 key, last_ns, q_ns, g_ns, i_ns, d_ns, sector, bio;
+	__u32 nr_sectors, opf, pid;
+	__u16 queued, _pad;
+	char comm[16];
+};
+
 /* Per-CPU staging of records (see common.bpf.h). */
 #define NT_STAGE_BYTES 8192
 #define NT_STAGE_LEVELS 4

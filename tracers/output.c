@@ -30,6 +30,7 @@ const __u32 rec_sizes[MAX_KIND] = {
 	[NT_KIND_MAPPING_EVENT] = sizeof(struct nt_mapping_event),
 	[NT_KIND_NETFS_EVENT] = sizeof(struct nt_netfs_event),
 	[NT_KIND_CPU_STATS] = sizeof(struct nt_cpu_stats),
+	[NT_KIND_BLOCK_REQUEST] = sizeof(struct nt_block_request),
 };
 static const __u16 rec_versions[MAX_KIND] = {
 	[NT_KIND_VFS_EVENT] = NT_VERSION_VFS_EVENT,
@@ -39,6 +40,7 @@ static const __u16 rec_versions[MAX_KIND] = {
 	[NT_KIND_MAPPING_EVENT] = NT_VERSION_MAPPING_EVENT,
 	[NT_KIND_NETFS_EVENT] = NT_VERSION_NETFS_EVENT,
 	[NT_KIND_CPU_STATS] = NT_VERSION_CPU_STATS,
+	[NT_KIND_BLOCK_REQUEST] = NT_VERSION_BLOCK_REQUEST,
 };
 
 struct out out;

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <linux/types.h>
 
-#define MAX_KIND 8
+#define MAX_KIND 9
 #define BATCH_BYTES (1 << 20)
 
 /* the agent's: set to stop the capture when the output fails */

@@ -122,8 +122,11 @@ def cgroup_dir(path: str) -> str:
 def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
                flush_ms: int | None = None, all_hooks: bool = False,
                arrow_dir: Path | None = None, pid: int | None = None,
-               status_ms: int = 0, cgroup: str | None = None) -> list[str]:
+               status_ms: int = 0, cgroup: str | None = None,
+               per_request: bool = False) -> list[str]:
     args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families]
+    if per_request:
+        args.append("--per-request")
     if stack.has_guest:
         args += [a for g in guests(stack) for a in ("--dev", f"{kdev_str(g.guest_kdev)}=vfs,cache,map")]
         if stack.vdisk:     # (none in a gateway: the files are on the network mount)

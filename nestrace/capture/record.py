@@ -319,7 +319,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            pid: int | None = None, cgroup: str | None = None, cwd: str | None = None,
            env: dict[str, str] | None = None, status: float = 0, max_bytes: int | None = None,
            workload=None, redact: bool = False, before_tracing=None,
-           memory: int | None = None,
+           memory: int | None = None, per_request: bool = False,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
@@ -336,7 +336,9 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     called once the stack's facts are read, before tracing starts.
     `memory`: run the command in a memory cgroup of that many bytes
     (memlimit); its limit, peak and the times it was reached go into
-    settings_json's `memory`."""
+    settings_json's `memory`.  `per_request`: the block levels as a record
+    per request, written at its end (block_request_records), not a record
+    per tracepoint hit."""
     if memory is not None:
         if not command:
             raise RecordError("--memory holds CMD's memory: give CMD")
@@ -362,6 +364,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     try:
         cap = Capture(store_p, cid)
         settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
+                    "block_records": "requests" if per_request else "events",
                     **({"redact": True} if redact else {}),
                     "pid": pid, "cgroup": cgroup, "store_traced_at": store_level,
                     "max_size_bytes": max_bytes,
@@ -375,7 +378,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
             before_tracing()
         args = agent_args(stack, ringbuf_kb, mode, families or side_families(stack), flush_ms,
                           all_hooks, arrow_dir=live.dir, pid=pid,
-                          status_ms=round(status * 1000), cgroup=cgroup)
+                          status_ms=round(status * 1000), cgroup=cgroup,
+                          per_request=per_request)
         run = _AgentRun(args, live, cap, stack, pin, log)
         if max_bytes:
             run.watch_size(max_bytes, bool(command))

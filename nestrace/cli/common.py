@@ -222,6 +222,11 @@ def capture_options(f):
         click.option("--all-hooks", is_flag=True,
                      help="Also attach the host-FS access hooks hostfs_io ignores for this "
                           "host FS (for comparing hooks; costs CPU per I/O)."),
+        click.option("--per-request", is_flag=True,
+                     help="Record each block request once, at its end, with its phase times "
+                          "kept in the kernel (and each bio merged into one), instead of a "
+                          "record per block tracepoint hit: fewer records per I/O "
+                          "(docs/guide/per-request.md)."),
         click.option("--agent-cpus", default="auto", show_default=True,
                      help="CPUs the agent runs on: a list (0,2-3), 'all', or 'auto': those "
                           "that take no block-device interrupts, if some CPUs do and others "

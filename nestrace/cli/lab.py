@@ -175,7 +175,7 @@ def lab_list() -> None:
 @needs_root
 @needs_btf
 def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, repeat, prepare, ringbuf_kb, flush_ms,
-            mode, all_hooks, agent_cpus, command, **stack) -> None:
+            mode, all_hooks, per_request, agent_cpus, command, **stack) -> None:
     """Run CMD on every stack of a guest FS x host FS (x dio modes) matrix,
     each built fresh, recorded into STORE and torn down; then print them
     side by side.  CMD runs in the guest mount ({guest} in an argument is
@@ -202,7 +202,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, repeat, prepare, ring
     check_cpus(agent_cpus)      # a bad CPU list is refused before anything is built
     done = matrix.run_matrix(store, todo, list(command), prepare=prepare, ringbuf_kb=ringbuf_kb,
                              flush_ms=flush_ms, mode=mode, all_hooks=all_hooks,
-                             cpus=agent_cpus)
+                             per_request=per_request, cpus=agent_cpus)
     ids = [c.capture_id for c in done if c.capture_id]
     if ids:
         from nestrace.store.files import check_store

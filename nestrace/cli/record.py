@@ -77,7 +77,8 @@ from nestrace.images.chain import backing_chain
 @needs_root
 @needs_btf
 def record(store, mount, vdisk, image, disk, duration, max_size, memory, ringbuf_kb, flush_ms,
-           mode, all_hooks, agent_cpus, pid, cgroup, status, side, redact, command) -> None:
+           mode, all_hooks, per_request, agent_cpus, pid, cgroup, status, side, redact,
+           command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
     from nestrace.capture import disks
@@ -113,12 +114,14 @@ def record(store, mount, vdisk, image, disk, duration, max_size, memory, ringbuf
             raise UserError("--vdisk, --image and --disk name the devices of one stack: with "
                             "--stack on several virtual disks, give none of them")
         _record_disks(store, groups, duration, command, max_size, memory_bytes, ringbuf_kb,
-                      flush_ms, mode, all_hooks, agent_cpus, pid, cgroup, status, side, redact)
+                      flush_ms, mode, all_hooks, per_request, agent_cpus, pid, cgroup, status,
+                      side, redact)
         return
     stack = _stack(side, [mount, *more] if mount else [], vdisk, image, disk)
     cap = rec.record(store, stack, duration=duration, command=list(command) or None,
                      ringbuf_kb=ringbuf_kb, flush_ms=flush_ms, mode=mode,
-                     all_hooks=all_hooks, cpus=agent_cpus, pid=pid, cgroup=cgroup,
+                     all_hooks=all_hooks, per_request=per_request, cpus=agent_cpus,
+                     pid=pid, cgroup=cgroup,
                      status=status, max_bytes=max_bytes, workload=workload, redact=redact,
                      memory=memory_bytes)
     report_capture(cap.store, cap.capture_id, cap.seal, cap.stream_problems)
@@ -144,7 +147,8 @@ def _size(option: str, text: str | None) -> int | None:
 
 
 def _record_disks(store, groups, duration, command, max_size, memory, ringbuf_kb, flush_ms,
-                  mode, all_hooks, agent_cpus, pid, cgroup, status, side, redact) -> None:
+                  mode, all_hooks, per_request, agent_cpus, pid, cgroup, status, side,
+                  redact) -> None:
     """One recorder per virtual disk (or image), each given the options as
     they were given here."""
     from nestrace.capture import disks
@@ -152,6 +156,7 @@ def _record_disks(store, groups, duration, command, max_size, memory, ringbuf_kb
             *(("--ringbuf-kb", str(ringbuf_kb)) if ringbuf_kb is not None else ()),
             *(("--flush-ms", str(flush_ms)) if flush_ms is not None else ()),
             "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
+            *(("--per-request",) if per_request else ()),
             "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
             *(("--cgroup", cgroup) if cgroup is not None else ()),
             "--status", str(status), "--side", side, *(("--redact",) if redact else ()),

@@ -66,6 +66,19 @@ def completion_accounting(block: pa.Table, start_ns: int, end_ns: int) -> tuple[
     return int(missed), int(unfinished)
 
 
+def request_accounting(requests: pa.Table, start_ns: int, end_ns: int) -> tuple[int, int]:
+    """completion_accounting's counts for a capture recorded --per-request:
+    the kernel wrote a dispatch whose completion it did not see as action
+    d when the request's next insert or dispatch ended it (missed by
+    end_ns; unfinished after it).  The requests still dispatched at the
+    end are the agent's to count (requests_in_flight)."""
+    import pyarrow.compute as pc
+    d = requests.filter(pc.and_(pc.equal(requests["action"], 6), pc.and_(
+        pc.greater_equal(requests["d_ns"], start_ns), pc.less_equal(requests["d_ns"], end_ns))))
+    missed = int(pc.sum(pc.less_equal(d["ts_ns"], end_ns)).as_py() or 0)
+    return missed, d.num_rows - missed
+
+
 @dataclass
 class SealResult:
     capture_id: str
@@ -162,12 +175,14 @@ def _read_live(live: Path, problems: list[str]) -> dict[str, list[pa.RecordBatch
 
 
 def _write_records(store: Path, capture_id: str, tables: dict
-                   ) -> tuple[int, dict[int, list], pa.Table]:
+                   ) -> tuple[int, dict[int, list], pa.Table, pa.Table]:
     """The kernel record tables written; their rows, each CPU's sequence
-    numbers, and the block events (for completion accounting)."""
+    numbers, and the block events and block requests (for completion
+    accounting)."""
     seqs: dict[int, list] = {}   # cpu -> its records' sequence numbers, table by table
     records = 0
     block = record_schema("block_event").empty_table()
+    requests = record_schema("block_request").empty_table()
     for table, rec_name in kernel_tables().items():
         if rec_name == "cpu_stats":
             continue
@@ -181,8 +196,10 @@ def _write_records(store: Path, capture_id: str, tables: dict
                 seqs.setdefault(int(c), []).append(seq[cpu == c])
         if rec_name == "block_event":
             block = t
+        elif rec_name == "block_request":
+            requests = t
         write_capture_table(store, table, capture_id, with_capture_id(t, capture_id))
-    return records, seqs, block
+    return records, seqs, block, requests
 
 
 def _write_losses(store: Path, capture_id: str, live: Path, tables: dict,
@@ -227,17 +244,23 @@ def _seal(store: Path, capture_id: str) -> SealResult:
     tables = _read_live(live, problems)
     if facts.get("settings", {}).get("redact"):
         facts = _redact(store, facts, tables)
-    records, seqs, block = _write_records(store, capture_id, tables)
+    records, seqs, block, requests = _write_records(store, capture_id, tables)
     lost_rows = _write_losses(store, capture_id, live, tables, seqs, problems)
     end_meta = facts.get("agent_end", {})
     hook_misses = end_meta.get("hook_misses")
     end_ns = facts.get("end_ns", end_meta.get("end_ns", 0))
     start_ns = facts.get("start_ns", facts.get("agent_start", {}).get("start_ns", 0))
-    missed, unfinished = completion_accounting(block, start_ns, end_ns or (1 << 64) - 1)
     gaps = sum(r["seq_gaps"] for r in lost_rows)
+    settings = facts.get("settings", {})
+    if "requests_lost" in end_meta:     # --per-request: the kernel ended each dispatch
+        missed, unfinished = request_accounting(requests, start_ns, end_ns or (1 << 64) - 1)
+        unfinished += end_meta["requests_in_flight"]
+        settings = settings | {k: end_meta[k] for k in ("requests_expired", "requests_in_flight")}
+    else:
+        missed, unfinished = completion_accounting(block, start_ns, end_ns or (1 << 64) - 1)
     # a completion record lost in a gap is counted there already
     unseen = max(missed - gaps, 0)
-    lost_total = gaps + (hook_misses or 0) + unseen
+    lost_total = gaps + (hook_misses or 0) + unseen + end_meta.get("requests_lost", 0)
 
     for name in ("extent_maps", "device_map"):
         schema = table_schema(name)
@@ -257,7 +280,7 @@ def _seal(store: Path, capture_id: str) -> SealResult:
         "command": facts.get("command", ""),
         "command_exit": facts.get("command_exit"),
         "hooks_json": json.dumps(start_meta.get("hooks", {})),
-        "settings_json": capture_settings(start_meta, facts.get("settings", {})),
+        "settings_json": capture_settings(start_meta, settings),
         "stack_json": json.dumps(facts.get("stack", {})),
         "lost_total": lost_total,
         "hook_misses": hook_misses,

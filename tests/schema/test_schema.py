@@ -56,7 +56,7 @@ def _btf_structs(obj: Path) -> dict[str, dict[str, tuple[int, int]]]:
                     reason="needs bpftool and the built BPF objects (make -C tracers)")
 @pytest.mark.parametrize("obj,records", [
     ("vfs.bpf.o", ["vfs_event"]),
-    ("block.bpf.o", ["block_event"]),
+    ("block.bpf.o", ["block_event", "block_request"]),
     ("hostfs.bpf.o", ["hostfs_event", "pagecache_event", "mapping_event"]),
     ("netfs.bpf.o", ["netfs_event"]),
 ])

@@ -92,7 +92,14 @@ joined AS (   -- each D with the insert right before it, the completion right af
 SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns, j.q_ns, j.g_ns, j.i_ns,
        j.c_ns, j.done_by_ns, j.sector, j.nr_sectors, _req_op_name(j.req_op) AS op, j.req_op,
        j.req_flags, coalesce(j.error, 0) AS error, j.pid, j.comm
-FROM joined j JOIN _base_block_devs l USING (dk);
+FROM joined j JOIN _base_block_devs l USING (dk)
+UNION ALL   -- a capture recorded --per-request: its requests as the kernel kept them
+SELECT r.capture_id, l.machine, l.level, r.dev, (r.cpu::UBIGINT << 48) | r.seq, r.rq_id, r.d_ns,
+       nullif(r.q_ns, 0), nullif(r.g_ns, 0), nullif(r.i_ns, 0),
+       CASE WHEN r.action = _block_action('c') THEN r.ts_ns END, r.ts_ns, r.sector, r.nr_sectors,
+       _req_op_name(r.req_op), r.req_op, r.req_flags, r.error, r.pid, r.comm
+FROM block_request_records r JOIN _base_block_devs l USING (capture_id, dev)
+WHERE r.action IN (_block_action('c'), _block_action('requeue'), _block_action('d'));
 
 -- The paired requests: computed, or read from what `correlate` stored.
 CREATE OR REPLACE VIEW _block_requests_core AS SELECT * FROM _block_requests_computed;
@@ -108,7 +115,7 @@ CREATE OR REPLACE VIEW _block_requests_core AS SELECT * FROM _block_requests_com
 -- @column machine VARCHAR      machine that recorded it
 -- @column level VARCHAR        vdisk or disk
 -- @column dev UINTEGER         kernel dev_t of the disk
--- @column io_id UBIGINT        row id, unique in a capture (cpu << 48 | seq of the D event)
+-- @column io_id UBIGINT        row id, unique in a capture (cpu << 48 | seq of the D event; of the block_request record, --per-request)
 -- @column rq_id UBIGINT        request id (kernel address, reused over time)
 -- @column ts_ns UBIGINT        dispatch (D) time, CLOCK_MONOTONIC ns
 -- @column start_ns UBIGINT     first time the request was seen: Q, else G, else D

@@ -27,7 +27,15 @@ SELECT m.capture_id, l.level, m.dev, m.bio_id, q.q_ns, m.m_ns,
 FROM m ASOF LEFT JOIN q ON q.capture_id = m.capture_id AND q.dev = m.dev
                        AND q.bio_id = m.bio_id AND m.m_ns >= q.q_ns
 JOIN base_levels l ON l.capture_id = m.capture_id AND l.dev = m.dev
-                  AND l.level IN ('vdisk', 'disk');
+                  AND l.level IN ('vdisk', 'disk')
+UNION ALL   -- --per-request: each merged bio's record carries its Q
+SELECT r.capture_id, l.level, r.dev, r.bio_id, nullif(r.q_ns, 0), r.ts_ns,
+       r.ts_ns::BIGINT - nullif(r.q_ns, 0)::BIGINT, r.nr_sectors::UBIGINT * 512,
+       r.action = _block_action('frontmerge')
+FROM block_request_records r
+JOIN base_levels l ON l.capture_id = r.capture_id AND l.dev = r.dev
+                  AND l.level IN ('vdisk', 'disk')
+WHERE r.action IN (_block_action('backmerge'), _block_action('frontmerge'));
 
 -- Each request's phases, one row per phase it has, and each merged bio's Q2M.
 CREATE OR REPLACE VIEW _phases_long AS

@@ -47,12 +47,22 @@ FROM s GROUP BY ALL;
 -- @column dispatched BIGINT    D events (requests)
 -- @column merge_ratio DOUBLE   queued / dispatched
 CREATE OR REPLACE VIEW size_merge_ratio AS
-SELECT e.capture_id, l.level, e.dev,
-       count(*) FILTER (WHERE action = _block_action('q')) AS queued,
-       count(*) FILTER (WHERE action IN (_block_action('backmerge'), _block_action('frontmerge')))
-         AS merged,
-       count(*) FILTER (WHERE action = _block_action('d')) AS dispatched,
-       queued / nullif(dispatched, 0) AS merge_ratio
-FROM block_events e
-JOIN base_levels l ON l.capture_id = e.capture_id AND l.dev = e.dev AND l.level IN ('vdisk', 'disk')
+WITH n AS (
+  SELECT capture_id, dev,
+         count(*) FILTER (WHERE action = _block_action('q')) AS queued,
+         count(*) FILTER (WHERE action IN (_block_action('backmerge'), _block_action('frontmerge')))
+           AS merged,
+         count(*) FILTER (WHERE action = _block_action('d')) AS dispatched
+  FROM block_events GROUP BY ALL
+  UNION ALL   -- --per-request: the Qs each record stands for, its merges and dispatches
+  SELECT capture_id, dev, sum(queued),
+         count(*) FILTER (WHERE action IN (_block_action('backmerge'), _block_action('frontmerge'))),
+         count(*) FILTER (WHERE action IN (_block_action('c'), _block_action('requeue'),
+                                           _block_action('d')))
+  FROM block_request_records GROUP BY ALL)
+SELECT n.capture_id, l.level, n.dev, sum(n.queued)::BIGINT AS queued,
+       sum(n.merged)::BIGINT AS merged, sum(n.dispatched)::BIGINT AS dispatched,
+       (sum(n.queued) / nullif(sum(n.dispatched), 0))::DOUBLE AS merge_ratio
+FROM n
+JOIN base_levels l ON l.capture_id = n.capture_id AND l.dev = n.dev AND l.level IN ('vdisk', 'disk')
 GROUP BY ALL;

@@ -200,7 +200,16 @@ def _shift_ts(t: pa.Table, offset_ns: int, clamp: bool) -> tuple[pa.Table, int]:
         return _set_column(t, "ts_ns", np.maximum(out, 0).astype(np.uint64)), 0
     if before.any():
         t, out = t.filter(pa.array(~before)), out[~before]
+    for name in REQUEST_TIMES:     # (a block_request's phase times; 0: not seen)
+        if name in t.column_names:
+            v = t.column(name).to_numpy().astype(np.int64)
+            t = _set_column(t, name, np.where((v != 0) & (v > offset_ns), v - offset_ns,
+                                              0).astype(np.uint64))
     return _set_column(t, "ts_ns", out.astype(np.uint64)), int(before.sum())
+
+
+# the times a block_request record (record --per-request) carries besides ts_ns
+REQUEST_TIMES = ("q_ns", "g_ns", "i_ns", "d_ns")
 
 
 def _hooks(meta: dict) -> dict:

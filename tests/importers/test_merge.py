@@ -133,11 +133,13 @@ def shift_store(store: Path, shift_ns: int, machine: str) -> None:
     for f in store.glob("*/capture=*/*.parquet"):
         t = pq.read_table(f)
         table = f.parent.parent.name
-        for col in ("ts_ns", "start_ns", "end_ns"):
+        # (a block_request's phase times too, those seen: 0 is none)
+        for col in ("ts_ns", "start_ns", "end_ns", "q_ns", "g_ns", "i_ns", "d_ns"):
             if col in t.column_names:
                 i = t.schema.get_field_index(col)
                 t = t.set_column(i, t.schema.field(i),
-                                 pa.array([v + shift_ns for v in t.column(col).to_pylist()],
+                                 pa.array([v + shift_ns if v or col in ("ts_ns", "start_ns", "end_ns")
+                                           else v for v in t.column(col).to_pylist()],
                                           t.schema.field(i).type))
         if table in ("capture_meta", "device_map") and "machine" in t.column_names:
             i = t.schema.get_field_index("machine")
@@ -146,14 +148,14 @@ def shift_store(store: Path, shift_ns: int, machine: str) -> None:
     _republish(store)
 
 
-def record_both_sides(lab, tmp_path: Path, guest_by: str = "record"
+def record_both_sides(lab, tmp_path: Path, guest_by: str = "record", host_extra=()
                       ) -> tuple[Path, Path, list[int], str, str]:
     """The host side records in the background (until SIGINT) while the
     guest side records an fio job: two agents, two stores.  guest_by
     "agent": the guest side is the agent alone (`--guest-capture`, no
-    Python), made a store by `nestrace import`.  Returns the stores, fio's
-    offsets, and what the host side and the guest side (record, or
-    import) printed."""
+    Python), made a store by `nestrace import`.  host_extra: the host
+    side's record options.  Returns the stores, fio's offsets, and what
+    the host side and the guest side (record, or import) printed."""
     from nestrace.capture.stack import discover
     image = discover(lab.mount).image_path
     lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
@@ -161,7 +163,7 @@ def record_both_sides(lab, tmp_path: Path, guest_by: str = "record"
     gstore, hstore, log = tmp_path / "guest", tmp_path / "host", tmp_path / "fio.iolog"
     fio = ["fio", "--name=t", f"--directory={lab.mount}", "--ioengine=psync",
            "--output=/dev/null", f"--write_iolog={log}", *FIO_RANDREAD]
-    with host_side_recording(hstore, image) as host:
+    with host_side_recording(hstore, image, extra=host_extra) as host:
         if guest_by == "agent":
             r = subprocess.run([str(agent_path()), "--guest", lab.mount, "--guest-capture",
                                 str(tmp_path / "gdir"), "--", *fio], capture_output=True, text=True)
@@ -194,10 +196,14 @@ def test_guest_and_host_sides_merge_into_one_capture_that_traces_through(lab_fac
     followed to a vdisk request, a host access and a disk request.
     guest_by "agent": the guest side is the agent alone, on file systems
     on partitions (as in a real VM image), imported on "the host"; a
-    btrfs guest's extents mapped through the chunk tree the agent read."""
+    btrfs guest's extents mapped through the chunk tree the agent read.
+    guest_by "record": the host side records --per-request, and merge
+    moves the times its disk requests carry onto the guest's clock too."""
     lab = lab_factory(guest_fs, "xfs", guest_dio="on", host_dio="on",
                       **({"partitions": True} if guest_by == "agent" else {}))
-    gstore, hstore, offsets, host_out, guest_out = record_both_sides(lab, tmp_path, guest_by)
+    per_request = guest_by == "record"
+    gstore, hstore, offsets, host_out, guest_out = record_both_sides(
+        lab, tmp_path, guest_by, host_extra=["--per-request"] if per_request else [])
     if guest_by == "agent":
         # record takes the guest side's snapshot from the agent too:
         # the same rows, and the journal's where the guest's fs has one

@@ -49,7 +49,8 @@ def fio_result(out: Path) -> dict:
     snap = [[int(x) for x in Path(f"{out}.cpu{i}").read_text().split()[1:9]] for i in (0, 1)]
     d = [b - a for a, b in zip(*snap)]
     busy_s = (d[0] + d[1] + d[2] + d[5] + d[6]) / os.sysconf("SC_CLK_TCK")
-    return {"iops": job["iops"], "cpu_us_per_io": 1e6 * busy_s / max(job["total_ios"], 1)}
+    return {"iops": job["iops"], "ios": job["total_ios"],
+            "cpu_us_per_io": 1e6 * busy_s / max(job["total_ios"], 1)}
 
 
 def cpu_times() -> list[int]:
@@ -68,10 +69,10 @@ def run_plain(mount, depth, runtime, tmp) -> dict:
     return fio_result(out)
 
 
-def run_nestrace(mount, depth, runtime, tmp, out_dir: Path) -> dict:
+def run_nestrace(mount, depth, runtime, tmp, out_dir: Path, *flags: str) -> dict:
     out, store = tmp / "fio.json", out_dir / f"nestrace-bench-store-{time.monotonic_ns()}"
     t0 = time.monotonic()
-    r = subprocess.run(NT + ["record", "-o", str(store), "--stack", mount, "--",
+    r = subprocess.run(NT + ["record", "-o", str(store), "--stack", mount, *flags, "--",
                              *fio_cmd(mount, depth, runtime, out)],
                        capture_output=True, text=True, cwd=ROOT)
     wall = time.monotonic() - t0
@@ -87,6 +88,12 @@ def run_nestrace(mount, depth, runtime, tmp, out_dir: Path) -> dict:
     return {**fio_result(out), "events": m["records_total"], "lost": m["lost_total"],
             "drops": m["ringbuf_drops"], "missed_c": m["completions_missed"] or 0,
             "events_per_s": m["records_total"] / max(m["secs"], 1e-9), "wall_s": wall}
+
+
+def run_per_request(mount, depth, runtime, tmp, out_dir: Path) -> dict:
+    """(p): (b) with --per-request: a block request recorded once, at its
+    end, its phase times kept in the kernel (issue #75's item 3)."""
+    return run_nestrace(mount, depth, runtime, tmp, out_dir, "--per-request")
 
 
 def run_empty(mount, depth, runtime, tmp) -> dict:
@@ -298,13 +305,32 @@ def print_iops_tables(results: dict, depths: list[int]) -> None:
     for depth in depths:
         for m, name in (("e", "(e) hooks only"), ("f", "(f) floor records"),
                         ("g", "(g) floor, a block record per request"),
-                        ("h", "(h) floor, block completions alone")):
+                        ("h", "(h) floor, block completions alone"),
+                        ("p", "(p) nestrace --per-request")):
             rs = {k: results[(depth, k)] for k in ("a", "b", m)}
             med = {k: statistics.median(r["iops"] for r in rs[k]) for k in rs}
             cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[k]):.1f}"
                              for k in ("a", m, "b"))
             print(f"| {depth} | {name} | {med[m]:.0f} | {med[m] / med['a']:.3f} "
                   f"| {per_round(rs[m], rs['a'])} | {cpu} | {(med[m] - med['b']) / med['a']:.3f} |")
+
+
+def print_per_request(results: dict, depths: list[int]) -> None:
+    """(p) against (b) and the floor (f): records per I/O, losses, and the
+    CPU per I/O each adds over (a) (#75's target: (p) adds at most half
+    of what (f) adds)."""
+    print("\n| iodepth | records per I/O (b) / (p) | (p) lost (ring-buffer drops) "
+          "| CPU µs per I/O added over (a): (b) / (f) / (p) | (p) added / (f) added |")
+    print("|---|---|---|---|---|")
+    for depth in depths:
+        rs = {k: results[(depth, k)] for k in "abfp"}
+        cpu = {k: statistics.median(r["cpu_us_per_io"] for r in rs[k]) for k in rs}
+        per_io = [statistics.median(r["events"] / max(r["ios"], 1) for r in rs[k]) for k in "bp"]
+        added = {k: cpu[k] - cpu["a"] for k in "bfp"}
+        share = f"{added['p'] / added['f']:.2f}" if added["f"] > 0 else "((f) added none)"
+        print(f"| {depth} | {per_io[0]:.1f} / {per_io[1]:.1f} | "
+              f"{sum(r['lost'] for r in rs['p'])} ({sum(r['drops'] for r in rs['p'])}) | "
+              f"{added['b']:.1f} / {added['f']:.1f} / {added['p']:.1f} | {share} |")
 
 
 def per_round(runs: list[dict], plain: list[dict]) -> str:
@@ -348,13 +374,14 @@ def main() -> int:
             for depth in [int(d) for d in args.depths.split(",")]:
                 modes = [("a", run_plain), ("b", run_nestrace), ("c", run_ftrace),
                          ("e", run_empty), ("f", run_floor), ("g", run_request_floor),
-                         ("h", run_completion_floor)]
+                         ("h", run_completion_floor), ("p", run_per_request)]
                 for rnd in range(args.rounds):
                     # rotate the order, so that no mode always follows another
                     k = rnd % len(modes)
                     for mode, fn in modes[k:] + modes[:k]:
                         extra = {"a": (), "b": (out_dir,), "c": (out_dir, devs), "e": (),
-                                 "f": (out_dir,), "g": (out_dir,), "h": (out_dir,)}[mode]
+                                 "f": (out_dir,), "g": (out_dir,), "h": (out_dir,),
+                                 "p": (out_dir,)}[mode]
                         t0 = cpu_times()
                         r = fn(mount, depth, args.runtime, tmp, *extra)
                         r["steal_pct"] = round(steal_pct(t0, cpu_times()), 1)
@@ -363,7 +390,8 @@ def main() -> int:
                 if args.bpf_stats:
                     for key, floor in (("stats", ""), ("stats_f", "--floor-records"),
                                        ("stats_g", "--request-floor"),
-                                       ("stats_h", COMPLETION_FLOOR)):
+                                       ("stats_h", COMPLETION_FLOOR),
+                                       ("stats_p", "--per-request")):
                         r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir, floor)
                         results[(depth, key)] = r
                         print(f"depth {depth} bpf {key}: {r}", file=sys.stderr)
@@ -376,18 +404,20 @@ def main() -> int:
     depths = sorted({d for d, _ in results})
     if args.rounds:     # --rounds 0: the BPF programs' table alone
         print_iops_tables(results, depths)
+        print_per_request(results, depths)
     if args.bpf_stats:
         # kernel.bpf_stats_enabled adds two clock reads to every run: an
         # upper bound on what the programs cost in the rounds above.
-        print("\nBPF programs' own CPU time in one extra run each of (b), (f), (g) and (h) with "
-              "kernel.bpf_stats_enabled=1 (upper bounds: the stats add two clock reads per run)\n")
-        modes = ("", "(f) ", "(g) ", "(h) ")
+        print("\nBPF programs' own CPU time in one extra run each of (b), (f), (g), (h) and (p) "
+              "(the agent alone, --per-request) with kernel.bpf_stats_enabled=1 (upper bounds: "
+              "the stats add two clock reads per run)\n")
+        modes = ("", "(f) ", "(g) ", "(h) ", "(p) ")
         print("| iodepth | family | " + " | ".join(f"{m}runs per I/O | {m}ns per run | {m}ns per I/O"
                                                   for m in modes) + " |")
         print("|---|---|" + "---|---|---|" * len(modes))
         for depth in depths:
             runs = [results[(depth, k)]["families"]
-                    for k in ("stats", "stats_f", "stats_g", "stats_h")]
+                    for k in ("stats", "stats_f", "stats_g", "stats_h", "stats_p")]
             for f in sorted(set().union(*runs)):
                 cells = [f"{c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | {c['ns_per_io']:.0f}"
                          if c else " | | " for c in (x.get(f) for x in runs)]

@@ -319,7 +319,7 @@ def print_per_request(results: dict, depths: list[int]) -> None:
     """(p) against (b) and the floor (f): records per I/O, losses, and the
     CPU per I/O each adds over (a) (#75's target: (p) adds at most half
     of what (f) adds)."""
-    print("\n| iodepth | records per I/O (b) / (p) | (p) lost (ring-buffer drops) "
+    print("\n| iodepth | records per I/O (b) / (p) | (p) lost (ring-buffer drops / completions missed) "
           "| CPU µs per I/O added over (a): (b) / (f) / (p) | (p) added / (f) added |")
     print("|---|---|---|---|---|")
     for depth in depths:
@@ -329,7 +329,8 @@ def print_per_request(results: dict, depths: list[int]) -> None:
         added = {k: cpu[k] - cpu["a"] for k in "bfp"}
         share = f"{added['p'] / added['f']:.2f}" if added["f"] > 0 else "((f) added none)"
         print(f"| {depth} | {per_io[0]:.1f} / {per_io[1]:.1f} | "
-              f"{sum(r['lost'] for r in rs['p'])} ({sum(r['drops'] for r in rs['p'])}) | "
+              f"{sum(r['lost'] for r in rs['p'])} ({sum(r['drops'] for r in rs['p'])} / "
+              f"{sum(r['missed_c'] for r in rs['p'])}) | "
               f"{added['b']:.1f} / {added['f']:.1f} / {added['p']:.1f} | {share} |")
 
 

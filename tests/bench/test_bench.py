@@ -45,7 +45,7 @@ def test_bench_overhead_runs():
                  "(h) floor, block completions alone", "(p) nestrace --per-request"):  # their rows
         assert re.search(rf"^\| 1 \| {re.escape(mode)} \| \d+ \| [\d.]+ \| [\d.]+ \[", out, re.M), out
     # (p) against (b) and the floor: records per I/O, fewer for (p)
-    per_io = re.search(r"^\| 1 \| ([\d.]+) / ([\d.]+) \| \d+ \(\d+\) \| [-\d.]+ / [-\d.]+ / [-\d.]+ \| ",
+    per_io = re.search(r"^\| 1 \| ([\d.]+) / ([\d.]+) \| \d+ \(\d+ / \d+\) \| [-\d.]+ / [-\d.]+ / [-\d.]+ \| ",
                        out, re.M)
     assert per_io and float(per_io[2]) < float(per_io[1]) / 2, out
 

@@ -35,8 +35,8 @@ class AgentMismatch(RuntimeError):
 
 def tracer_sources(tracers: Path) -> list[Path]:
     """The files the build id hashes, in the order tracers/Makefile cats them
-    (all but readers.c, the importers' loops: not the agent's)."""
-    return sorted([*(p for p in tracers.glob("*.c") if p.name != "readers.c"),
+    (all but readers*.c, the importers' loops: not the agent's)."""
+    return sorted([*(p for p in tracers.glob("*.c") if not p.name.startswith("readers")),
                    *tracers.glob("*.h"), tracers / "Makefile"], key=lambda p: p.name.encode())
 
 

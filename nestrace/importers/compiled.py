@@ -1,4 +1,4 @@
-"""The importers' compiled loops (tracers/readers.c, built with the agent
+"""The importers' compiled loops (tracers/readers*.c, built with the agent
 as libnestrace-readers.so), called through ctypes on numpy arrays.
 
 - `blk_index`: the record offsets and headers of an undamaged blktrace

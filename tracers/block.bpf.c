@@ -60,25 +60,17 @@ struct {
 __u64 times_lost = 0;
 __u64 times_expired = 0;
 
-/* An address as a number: on tp_btf the verifier holds it a pointer, and
- * forbids the hash's arithmetic on it; a copy through map memory is a
- * plain number. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} times_addr SEC(".maps");
-
+/* The slot neighbourhood of an address.  On tp_btf the verifier holds
+ * the address a pointer and forbids the hash's arithmetic on it; a copy
+ * through the helper is a plain number.  (A per-CPU scratch map would do
+ * it without a call, but another program may run between its write and
+ * its read on this CPU: a preempted program, an interrupt's completion.) */
 static __always_inline __u32 times__home(__u64 addr)
 {
-	__u32 zero = 0;
-	__u64 *a = bpf_map_lookup_elem(&times_addr, &zero);
+	__u64 a = 0;
 
-	if (!a)
-		return 0;
-	*a = addr;
-	return (__u32)((*(volatile __u64 *)a * 0x9E3779B97F4A7C15ULL) >> 40);
+	bpf_probe_read_kernel(&a, sizeof(a), &addr);
+	return (__u32)((a * 0x9E3779B97F4A7C15ULL) >> 40);
 }
 
 /* addr's slot, or NULL when it holds none. */

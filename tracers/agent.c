@@ -1057,11 +1057,12 @@ static void start__frame(__u64 start, __u64 attach_ns, __u64 ends_ns, int nloade
 	out__json("{\"type\":\"start\",\"agent_version\":\"%s\",\"start_ns\":%llu,"
 		  "\"attach_ns\":%llu,\"ends_attached_ns\":%llu,"
 		  "\"ringbuf_bytes\":%llu,\"wakeup_bytes\":%llu,\"flush_ms\":%ld,\"ncpu\":%d,"
-		  "\"families\":\"%s\",\"mode\":\"%s\",\"hooks\":%s}",
+		  "\"families\":\"%s\",\"mode\":\"%s\",\"block_records\":\"%s\",\"hooks\":%s}",
 		  NT_AGENT_VERSION, (unsigned long long)start,
 		  (unsigned long long)attach_ns, (unsigned long long)ends_ns,
 		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
-		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode, hooks_json);
+		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode,
+		  env.per_request ? "requests" : "events", hooks_json);
 	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB%s)\n",
 		nloaded, (unsigned long long)env.ringbuf_bytes >> 10,
 		env.empty_programs ? "; empty programs: nothing is recorded" :

@@ -364,7 +364,6 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     try:
         cap = Capture(store_p, cid)
         settings = {"agent_cpus": sorted(pin) if pin else None, "all_hooks": all_hooks,
-                    "block_records": "requests" if per_request else "events",
                     **({"redact": True} if redact else {}),
                     "pid": pid, "cgroup": cgroup, "store_traced_at": store_level,
                     "max_size_bytes": max_bytes,

@@ -89,7 +89,7 @@ class SealResult:
 
 
 AGENT_SETTINGS = ("agent_version", "ringbuf_bytes", "wakeup_bytes", "flush_ms", "ncpu",
-                  "families", "mode", "attach_ns", "ends_attached_ns")
+                  "families", "mode", "block_records", "attach_ns", "ends_attached_ns")
 
 
 def capture_settings(agent_start: dict, settings: dict) -> str | None:

@@ -5,6 +5,7 @@ per event: the same requests, every fio read traced through all four
 levels, merges and their Q2M, and every loss counted."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -34,6 +35,8 @@ def test_per_request_capture_holds_the_requests_a_capture_of_every_event_does(
     assert_traced_through(rq, offsets)
     assert_losses_counted(rq, r.stdout)
     assert rq.rows("SELECT count(*) AS n FROM block_events") == [{"n": 0}]
+    assert [json.loads(s.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])
+            ["block_records"] for s in (ev, rq)] == ["events", "requests"]
     got, want = (Counter(tuple(x.values()) for x in s.rows(REQUESTS)) for s in (rq, ev))
     reads = {lvl: sum(n for (lv, op, *_), n in got.items() if (lv, op) == (lvl, "read"))
              for lvl in ("vdisk", "disk")}

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <time.h>
 #include <linux/types.h>
 
 #include "nestrace_bpf.h"
@@ -45,6 +46,14 @@ struct env {
 };
 
 extern struct env env;
+
+static inline __u64 now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (__u64)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
 
 /* Trace dev for roles too (a device given again adds roles); false when
  * NT_MAX_DEVS are taken. */

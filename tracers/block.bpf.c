@@ -73,10 +73,10 @@ static __always_inline __u32 times__home(__u64 addr)
 	return (__u32)((a * 0x9E3779B97F4A7C15ULL) >> 40);
 }
 
-/* addr's slot, or NULL when it holds none. */
-static __always_inline struct nt_rq_times *times__find(void *map, __u64 addr)
+/* addr's slot, or NULL when it holds none (home: times__home(addr)). */
+static __always_inline struct nt_rq_times *times__find(void *map, __u64 addr, __u32 home)
 {
-	__u32 home = times__home(addr), i;
+	__u32 i;
 	struct nt_rq_times *t;
 
 #pragma unroll
@@ -98,9 +98,10 @@ static __always_inline void times__clear(struct nt_rq_times *t, __u64 now)
 
 /* A slot for addr, cleared: its own, a free one, or the stalest of its
  * neighbourhood. */
-static __always_inline struct nt_rq_times *times__take(void *map, __u64 addr, __u64 now)
+static __always_inline struct nt_rq_times *times__take(void *map, __u64 addr, __u32 home,
+						       __u64 now)
 {
-	__u32 home = times__home(addr), i;
+	__u32 i;
 	struct nt_rq_times *t, *free = NULL, *old = NULL;
 	__u64 key;
 
@@ -187,16 +188,17 @@ static __always_inline void request__emit(struct nt_rq_times *t, __u32 dev, __u6
 
 static __always_inline int bio__times(struct bio *bio, __u16 action, const bool btf)
 {
-	__u64 key = (__u64)bio, now = times__hit(bio__dev(bio, btf));
+	__u64 key = (__u64)bio, now = times__hit(bio__dev(bio, btf)), parent;
 	struct nt_rq_times *t, *p;
 	struct nt_block_request *r;
-	__u32 opf;
+	__u32 opf, home;
 
 	if (!now)
 		return 0;
+	home = times__home(key);
 	if (action == NT_BLOCK_ACTION_BACKMERGE || action == NT_BLOCK_ACTION_FRONTMERGE) {
 		/* merged: its request's first bio carries the request's times */
-		t = times__find(&bio_times, key);
+		t = times__find(&bio_times, key, home);
 		r = record__reserve(sizeof(*r), NT_KIND_BLOCK_REQUEST, NT_VERSION_BLOCK_REQUEST, now);
 		if (r && floor_records) {
 			record__submit(r);
@@ -222,21 +224,22 @@ static __always_inline int bio__times(struct bio *bio, __u16 action, const bool 
 		return 0;
 	}
 	if (action == NT_BLOCK_ACTION_G) {
-		t = times__find(&bio_times, key);
+		t = times__find(&bio_times, key, home);
 		if (!t)				/* (no Q seen: before tracing) */
-			t = times__take(&bio_times, key, now);
+			t = times__take(&bio_times, key, home, now);
 		if (t)
 			t->g_ns = t->last_ns = now;
 		return 0;
 	}
-	t = times__take(&bio_times, key, now);
+	t = times__take(&bio_times, key, home, now);
 	if (!t)
 		return 0;
 	if (action == NT_BLOCK_ACTION_Q) {
 		t->q_ns = now;
 		t->queued = 1;
 	} else {				/* X: the piece cut off, its parent's Q */
-		p = times__find(&bio_times, (__u64)RD1(btf, bio, bi_private));
+		parent = (__u64)RD1(btf, bio, bi_private);
+		p = times__find(&bio_times, parent, times__home(parent));
 		if (p)
 			t->q_ns = p->q_ns;
 	}
@@ -248,19 +251,21 @@ static __always_inline int rq__times(struct request *rq, __u16 action, int error
 	__u64 key = (__u64)rq, bio, now;
 	__u32 dev = rq__dev(rq, btf);
 	struct nt_rq_times *t, *b;
+	__u32 home;
 
 	now = times__hit(dev);
 	if (!now)
 		return 0;
+	home = times__home(key);
 	if (action == NT_BLOCK_ACTION_RQ_MERGE) {	/* merged into another request */
-		t = times__find(&rq_times, key);
+		t = times__find(&rq_times, key, home);
 		if (t)
 			t->key = 0;
 		return 0;
 	}
 	if (action == NT_BLOCK_ACTION_C || action == NT_BLOCK_ACTION_REQUEUE) {
 		/* (a request dispatched before tracing has no record) */
-		t = times__find(&rq_times, key);
+		t = times__find(&rq_times, key, home);
 		if (!t || !t->d_ns)
 			return 0;
 		request__emit(t, dev, key, action, error, now);
@@ -273,7 +278,7 @@ static __always_inline int rq__times(struct request *rq, __u16 action, int error
 	/* I or D.  A dispatch still held was never seen to end: its C was
 	 * missed (the kernel ran no program for it).  Its record goes now,
 	 * as action d, ended by this (as block_requests.done_by_ns). */
-	t = times__find(&rq_times, key);
+	t = times__find(&rq_times, key, home);
 	if (t && t->d_ns) {
 		request__emit(t, dev, key, NT_BLOCK_ACTION_D, 0, now);
 		times__clear(t, now);
@@ -282,14 +287,14 @@ static __always_inline int rq__times(struct request *rq, __u16 action, int error
 		if (t)
 			times__clear(t, now);
 		else
-			t = times__take(&rq_times, key, now);
+			t = times__take(&rq_times, key, home, now);
 		if (t)
 			t->i_ns = now;
 		return 0;
 	}
 	/* D: the insert's slot, or a new one; the first bio's times */
 	if (!t)
-		t = times__take(&rq_times, key, now);
+		t = times__take(&rq_times, key, home, now);
 	if (!t)
 		return 0;
 	t->d_ns = t->last_ns = now;
@@ -300,7 +305,7 @@ static __always_inline int rq__times(struct request *rq, __u16 action, int error
 	t->opf = RD1(btf, rq, cmd_flags);
 	t->pid = task__tgid();
 	task__comm(t->comm, btf);
-	b = times__find(&bio_times, bio);
+	b = times__find(&bio_times, bio, times__home(bio));
 	if (b) {
 		t->q_ns = b->q_ns;
 		t->g_ns = b->g_ns;

@@ -209,3 +209,13 @@ def assert_chain(s) -> None:
     got = {r["level"]: r["n"] for r in s.rows("SELECT level, count(*) AS n FROM chain_io GROUP BY level")}
     assert got == {lv: s.rows(f"SELECT count(*) AS n FROM {lv}_io")[0]["n"]
                    for lv in ("vfs", "vdisk", "hostfs", "disk")}
+
+
+def uncached_file(lab, mib: int) -> str:
+    """A file of `mib` MiB of random bytes on the lab's guest FS, on its
+    disk and in no page cache; its path."""
+    path = f"{lab.mount}/f"
+    subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=1M", f"count={mib}",
+                    "oflag=direct", "status=none"], check=True)
+    drop_caches(lab)
+    return path

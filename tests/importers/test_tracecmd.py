@@ -370,9 +370,11 @@ def test_absolute_time_stamps_are_read_as_trace_cmd_reads_them(dats, tmp_path):
         ts = int.from_bytes(data[page:page + 8], "little")
         times = []
         for at, tl, delta, n in recs:
+            word = int.from_bytes(data[page + at + 4:page + at + 8], "little")
             if tl == tracecmd.TYPE_TIME_EXTEND:
-                ts += (int.from_bytes(data[page + at + 4:page + at + 8], "little")
-                       << tracecmd.TS_SHIFT) + delta
+                ts += (word << tracecmd.TS_SHIFT) + delta
+            elif tl == tracecmd.TYPE_TIME_STAMP:    # the kernel's own (rb_fix_abs_ts)
+                ts = ts & ~((1 << 59) - 1) | word << tracecmd.TS_SHIFT | delta
             elif tl <= tracecmd.TYPE_PADDING:      # an event, or a discard's delta
                 ts += delta
             times.append(ts)

@@ -96,6 +96,14 @@ def run_per_request(mount, depth, runtime, tmp, out_dir: Path) -> dict:
     return run_nestrace(mount, depth, runtime, tmp, out_dir, "--per-request")
 
 
+def run_from_completions(mount, depth, runtime, tmp, out_dir: Path) -> dict:
+    """(k): (b) with --from-completions: a block request recorded once, from
+    its completion alone, its times read from the kernel's struct request;
+    no program on a request's way down (issue #75's item 3, the shape of
+    (h))."""
+    return run_nestrace(mount, depth, runtime, tmp, out_dir, "--from-completions")
+
+
 def run_empty(mount, depth, runtime, tmp) -> dict:
     """(e): the agent as `record` starts it (the same hooks, filters and
     CPUs), but with --empty-programs: each program returns at once, and
@@ -306,7 +314,8 @@ def print_iops_tables(results: dict, depths: list[int]) -> None:
         for m, name in (("e", "(e) hooks only"), ("f", "(f) floor records"),
                         ("g", "(g) floor, a block record per request"),
                         ("h", "(h) floor, block completions alone"),
-                        ("p", "(p) nestrace --per-request")):
+                        ("p", "(p) nestrace --per-request"),
+                        ("k", "(k) nestrace --from-completions")):
             rs = {k: results[(depth, k)] for k in ("a", "b", m)}
             med = {k: statistics.median(r["iops"] for r in rs[k]) for k in rs}
             cpu = " / ".join(f"{statistics.median(r['cpu_us_per_io'] for r in rs[k]):.1f}"
@@ -316,22 +325,23 @@ def print_iops_tables(results: dict, depths: list[int]) -> None:
 
 
 def print_per_request(results: dict, depths: list[int]) -> None:
-    """(p) against (b) and the floor (f): records per I/O, losses, and the
-    CPU per I/O each adds over (a) (#75's target: (p) adds at most half
-    of what (f) adds)."""
-    print("\n| iodepth | records per I/O (b) / (p) | (p) lost (ring-buffer drops / completions missed) "
-          "| CPU µs per I/O added over (a): (b) / (f) / (p) | (p) added / (f) added |")
-    print("|---|---|---|---|---|")
+    """(p) and (k) against (b) and the floor (f): records per I/O, losses,
+    and the CPU per I/O each adds over (a) (#75's target: a capture adds
+    at most half of what (f) adds)."""
+    print("\n| iodepth | mode | records per I/O (b) / this | lost (ring-buffer drops / completions missed) "
+          "| CPU µs per I/O added over (a): (b) / (f) / this | this added / (f) added |")
+    print("|---|---|---|---|---|---|")
     for depth in depths:
-        rs = {k: results[(depth, k)] for k in "abfp"}
-        cpu = {k: statistics.median(r["cpu_us_per_io"] for r in rs[k]) for k in rs}
-        per_io = [statistics.median(r["events"] / max(r["ios"], 1) for r in rs[k]) for k in "bp"]
-        added = {k: cpu[k] - cpu["a"] for k in "bfp"}
-        share = f"{added['p'] / added['f']:.2f}" if added["f"] > 0 else "((f) added none)"
-        print(f"| {depth} | {per_io[0]:.1f} / {per_io[1]:.1f} | "
-              f"{sum(r['lost'] for r in rs['p'])} ({sum(r['drops'] for r in rs['p'])} / "
-              f"{sum(r['missed_c'] for r in rs['p'])}) | "
-              f"{added['b']:.1f} / {added['f']:.1f} / {added['p']:.1f} | {share} |")
+        for m, name in (("p", "(p) --per-request"), ("k", "(k) --from-completions")):
+            rs = {k: results[(depth, k)] for k in ("a", "b", "f", m)}
+            cpu = {k: statistics.median(r["cpu_us_per_io"] for r in rs[k]) for k in rs}
+            per_io = [statistics.median(r["events"] / max(r["ios"], 1) for r in rs[k]) for k in ("b", m)]
+            added = {k: cpu[k] - cpu["a"] for k in ("b", "f", m)}
+            share = f"{added[m] / added['f']:.2f}" if added["f"] > 0 else "((f) added none)"
+            print(f"| {depth} | {name} | {per_io[0]:.1f} / {per_io[1]:.1f} | "
+                  f"{sum(r['lost'] for r in rs[m])} ({sum(r['drops'] for r in rs[m])} / "
+                  f"{sum(r['missed_c'] for r in rs[m])}) | "
+                  f"{added['b']:.1f} / {added['f']:.1f} / {added[m]:.1f} | {share} |")
 
 
 def per_round(runs: list[dict], plain: list[dict]) -> str:
@@ -375,14 +385,15 @@ def main() -> int:
             for depth in [int(d) for d in args.depths.split(",")]:
                 modes = [("a", run_plain), ("b", run_nestrace), ("c", run_ftrace),
                          ("e", run_empty), ("f", run_floor), ("g", run_request_floor),
-                         ("h", run_completion_floor), ("p", run_per_request)]
+                         ("h", run_completion_floor), ("p", run_per_request),
+                         ("k", run_from_completions)]
                 for rnd in range(args.rounds):
                     # rotate the order, so that no mode always follows another
                     k = rnd % len(modes)
                     for mode, fn in modes[k:] + modes[:k]:
                         extra = {"a": (), "b": (out_dir,), "c": (out_dir, devs), "e": (),
                                  "f": (out_dir,), "g": (out_dir,), "h": (out_dir,),
-                                 "p": (out_dir,)}[mode]
+                                 "p": (out_dir,), "k": (out_dir,)}[mode]
                         t0 = cpu_times()
                         r = fn(mount, depth, args.runtime, tmp, *extra)
                         r["steal_pct"] = round(steal_pct(t0, cpu_times()), 1)
@@ -392,7 +403,8 @@ def main() -> int:
                     for key, floor in (("stats", ""), ("stats_f", "--floor-records"),
                                        ("stats_g", "--request-floor"),
                                        ("stats_h", COMPLETION_FLOOR),
-                                       ("stats_p", "--per-request")):
+                                       ("stats_p", "--per-request"),
+                                       ("stats_k", "--from-completions")):
                         r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir, floor)
                         results[(depth, key)] = r
                         print(f"depth {depth} bpf {key}: {r}", file=sys.stderr)
@@ -409,16 +421,16 @@ def main() -> int:
     if args.bpf_stats:
         # kernel.bpf_stats_enabled adds two clock reads to every run: an
         # upper bound on what the programs cost in the rounds above.
-        print("\nBPF programs' own CPU time in one extra run each of (b), (f), (g), (h) and (p) "
-              "(the agent alone, --per-request) with kernel.bpf_stats_enabled=1 (upper bounds: "
-              "the stats add two clock reads per run)\n")
-        modes = ("", "(f) ", "(g) ", "(h) ", "(p) ")
+        print("\nBPF programs' own CPU time in one extra run each of (b), (f), (g), (h), (p) "
+              "and (k) (the agent alone, with --per-request, --from-completions) with "
+              "kernel.bpf_stats_enabled=1 (upper bounds: the stats add two clock reads per run)\n")
+        modes = ("", "(f) ", "(g) ", "(h) ", "(p) ", "(k) ")
         print("| iodepth | family | " + " | ".join(f"{m}runs per I/O | {m}ns per run | {m}ns per I/O"
                                                   for m in modes) + " |")
         print("|---|---|" + "---|---|---|" * len(modes))
         for depth in depths:
             runs = [results[(depth, k)]["families"]
-                    for k in ("stats", "stats_f", "stats_g", "stats_h", "stats_p")]
+                    for k in ("stats", "stats_f", "stats_g", "stats_h", "stats_p", "stats_k")]
             for f in sorted(set().union(*runs)):
                 cells = [f"{c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | {c['ns_per_io']:.0f}"
                          if c else " | | " for c in (x.get(f) for x in runs)]

@@ -75,7 +75,7 @@ static const char doc[] =
 
 enum { OPT_DIE = 1000, OPT_MODE, OPT_FLUSH, OPT_WAKEUP, OPT_SKIP, OPT_ARROW, OPT_TEE, OPT_GUEST,
        OPT_GUEST_DIR, OPT_FACTS, OPT_CPUS, OPT_STATUS, OPT_CGROUP, OPT_EMPTY, OPT_FLOOR,
-       OPT_REQUEST_FLOOR, OPT_PER_REQUEST };
+       OPT_REQUEST_FLOOR, OPT_PER_REQUEST, OPT_FROM_COMPLETIONS };
 
 static const struct argp_option opts[] = {
 	{ "dev", 'D', "MAJ:MIN=ROLES", 0, "Trace this device for ROLES (repeatable)" },
@@ -100,6 +100,7 @@ static const struct argp_option opts[] = {
 	{ "empty-programs", OPT_EMPTY, NULL, 0, "Attach every program, each returning at once: nothing is recorded (what the hooks alone cost; bench/overhead's (e))" },
 	{ "floor-records", OPT_FLOOR, NULL, 0, "Each program filters as it does, then records its record's header alone: what a record per event costs at the least (bench/overhead's (f)); the records are no capture's" },
 	{ "per-request", OPT_PER_REQUEST, NULL, 0, "block: one record per request (block_request), written at its completion or requeue with the phase times kept in the kernel from its first bio's queue, and one per bio merged into a request, instead of a record per tracepoint hit" },
+	{ "from-completions", OPT_FROM_COMPLETIONS, NULL, 0, "As --per-request, but each request's record is written from its completion or requeue alone, its times read from struct request (allocation, dispatch; its first bio's queue where the kernel keeps it): no program on its way down, no insert time, no merged bio's own record" },
 	{ "request-floor", OPT_REQUEST_FLOOR, NULL, 0, "As --floor-records, but the block programs keep each request's phase times as --per-request does and record one header at its end: what a record per request costs at the least (bench/overhead's (g))" },
 	{ "die-with-parent", OPT_DIE, NULL, 0, "Exit when the parent process dies" },
 	{ "verbose", 'v', NULL, 0, "Show libbpf debug output" },
@@ -166,6 +167,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_FLOOR: env.floor_records = true; break;
 	case OPT_REQUEST_FLOOR: env.floor_records = env.request_floor = env.per_request = true; break;
 	case OPT_PER_REQUEST: env.per_request = true; break;
+	case OPT_FROM_COMPLETIONS: env.per_request = env.from_completions = true; break;
 	case 'f': env.families = arg; break;
 	case 'o': env.output = arg; break;
 	case 'd': env.duration_s = strtol(arg, NULL, 10); break;
@@ -434,13 +436,14 @@ static int capture__end(struct ring_buffer *rb, struct family *first, __u64 end)
 {
 	static char misses_json[4096];
 	char per_request[128] = "";
-	__u64 drops = 0, misses = 0, rq_lost, rq_expired, rq_in_flight;
+	__u64 drops = 0, misses = 0, rq_lost, rq_expired, rq_in_flight, rq_dispatched, rq_ended;
 	int err;
 
 	/* detach first, then drain what is left, so nothing is cut in half;
 	 * the misses are read between the two: all counted, none to come.
 	 * The hooks that end what others begin go last, as they came first:
 	 * what was in flight at end_ns completes on the record. */
+	completions__window(0, end);
 	families__detach(misses_json, sizeof(misses_json), &misses);
 	ring_buffer__consume(rb);
 	err = stages__drain(first, on_record);
@@ -451,7 +454,12 @@ static int capture__end(struct ring_buffer *rb, struct family *first, __u64 end)
 	stats__emit(first, &drops);
 	requests__count(&rq_lost, &rq_expired, &rq_in_flight);
 	arrow__close();		/* before the end frame: it reports a failed write */
-	if (env.per_request)
+	completions__count(&rq_dispatched, &rq_ended);
+	if (env.from_completions)
+		snprintf(per_request, sizeof(per_request), ",\"requests_dispatched\":%llu,"
+			 "\"requests_ended\":%llu", (unsigned long long)rq_dispatched,
+			 (unsigned long long)rq_ended);
+	else if (env.per_request)
 		snprintf(per_request, sizeof(per_request), ",\"requests_lost\":%llu,"
 			 "\"requests_expired\":%llu,\"requests_in_flight\":%llu",
 			 (unsigned long long)rq_lost, (unsigned long long)rq_expired,
@@ -490,7 +498,8 @@ static void start__frame(__u64 start, __u64 attach_ns, __u64 ends_ns, int nloade
 		  (unsigned long long)attach_ns, (unsigned long long)ends_ns,
 		  (unsigned long long)env.ringbuf_bytes, (unsigned long long)env.wakeup_bytes,
 		  env.flush_ms, libbpf_num_possible_cpus(), env.families, env.mode,
-		  env.per_request ? "requests" : "events", hooks_json);
+		  env.from_completions ? "completions" : env.per_request ? "requests" : "events",
+		  hooks_json);
 	fprintf(stderr, "nestrace-agent: tracing (%d families, ring buffer %llu KiB%s)\n",
 		nloaded, (unsigned long long)env.ringbuf_bytes >> 10,
 		env.empty_programs ? "; empty programs: nothing is recorded" :
@@ -556,6 +565,7 @@ int main(int argc, char **argv)
 	attach_ns = families__attach(&ends_ns);
 
 	start = now_ns();
+	completions__window(start, 0);
 	start__frame(start, attach_ns, ends_ns, nloaded);
 	if (env.cmd && command__start())
 		exiting = 1, exit_reason = "command failed to start";

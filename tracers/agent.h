@@ -38,6 +38,7 @@ struct env {
 	bool empty_programs;		/* every program returns at once (--empty-programs) */
 	bool floor_records;		/* headers alone, after each filter (--floor-records) */
 	bool per_request;		/* block: a record per request, at its end (--per-request) */
+	bool from_completions;		/* ... read from struct request at its end (--from-completions) */
 	bool request_floor;		/* ... its header alone, as --floor-records (--request-floor) */
 	char **cmd;			/* ... the command it traces */
 	int ndevs, ninos;

@@ -2,7 +2,9 @@
 /* block: bio and request lifecycle on the traced disks (levels vdisk and
  * disk).  One record per tracepoint hit; the store's views pair them into
  * requests (Q, M/F, G, I, D, C; X for splits) by request and bio id.  Or
- * (--per-request) one record per request, at its end. */
+ * (--per-request) one record per request, at its end: its times kept
+ * here from each hit, or (--from-completions) read at its end from the
+ * kernel's own fields. */
 #include "common.bpf.h"
 #include "core_fixes.bpf.h"
 
@@ -315,6 +317,104 @@ static __always_inline int rq__times(struct request *rq, __u16 action, int error
 	return 0;
 }
 
+/* --from-completions: a request's record from its completion (or requeue)
+ * alone, no program on its way down.  Its times are the kernel's own, in
+ * struct request where the block layer keeps them (blk_time_get_ns: the
+ * submitter's plug may cache the clock): start_time_ns, when it was
+ * allocated (G; 0 when the queue keeps no time stamps), and
+ * io_start_time_ns, its dispatch (D; 0 without the queue's statistics:
+ * writeback throttling or a blk-stat user).  Its first bio's
+ * issue_time_ns, where the kernel keeps one (blk-iolatency), is its Q.
+ * No I, no submitter or dispatcher (a completion runs in whatever task
+ * the interrupt found), and its merges only as the bios it carries
+ * (queued), not one row each.  A request completed in parts has its row
+ * at its last part.  The dispatch hook stays, to count. */
+const volatile bool from_completion = false;
+
+#define NT_MAX_RQ_BIOS 64
+
+/* Its accounting, with no state per request: the requests on the traced
+ * disks whose start_time_ns (set when each got its tag, before its
+ * dispatch) falls in [count_from_ns, count_to_ns) (the capture's start,
+ * set by the agent once every hook is attached, and its end), counted at
+ * each dispatch, and at each end a program saw.  Both hooks pick the same
+ * requests by the kernel's own time stamp, and both stay attached until
+ * the agent has waited for those in flight to end, so the difference is
+ * the completions no program ran for.  (io_start_time_ns would not do:
+ * the kernel sets it after the dispatch tracepoint.) */
+__u64 count_from_ns = 0;
+__u64 count_to_ns = 0;
+__u64 rq_dispatched = 0;
+__u64 rq_ended = 0;
+
+static __always_inline bool rq__counted(struct request *rq, const bool btf)
+{
+	__u64 t, from = count_from_ns, to = count_to_ns;
+
+	if (!from)
+		return false;
+	t = RD1(btf, rq, start_time_ns);
+	return t >= from && (!to || t < to);
+}
+
+struct bio___issue {
+	__u64 issue_time_ns;
+} __attribute__((preserve_access_index));
+
+static __always_inline int rq__ended(struct request *rq, __u16 action, int error,
+				     __u32 nr_bytes, const bool btf)
+{
+	__u32 dev = rq__dev(rq, btf), opf, n = 0;
+	struct nt_block_request *r;
+	struct bio *bio, *b;
+	__u64 now;
+
+	if (action == NT_BLOCK_ACTION_D) {	/* counted, no record */
+		if (dev__has(dev, NT_ROLE_BLOCK) && rq__counted(rq, btf))
+			__sync_fetch_and_add(&rq_dispatched, 1);
+		return 0;
+	}
+	/* a part of the request done, the rest to come: its end is later */
+	if (action == NT_BLOCK_ACTION_C && nr_bytes < RD1(btf, rq, __data_len))
+		return 0;
+	now = times__hit(dev);
+	if (!now)
+		return 0;
+	if (rq__counted(rq, btf))
+		__sync_fetch_and_add(&rq_ended, 1);
+	r = record__reserve(sizeof(*r), NT_KIND_BLOCK_REQUEST, NT_VERSION_BLOCK_REQUEST, now);
+	if (!r)
+		return 0;
+	if (floor_records) {
+		record__submit(r);
+		return 0;
+	}
+	bio = RD1(btf, rq, bio);
+	r->sector = RD1(btf, rq, __sector);
+	r->nr_sectors = RD1(btf, rq, __data_len) >> 9;
+	r->rq_id = (__u64)rq;
+	r->bio_id = (__u64)bio;
+	r->q_ns = 0;
+	if (bio && bpf_core_field_exists(((struct bio___issue *)bio)->issue_time_ns))
+		r->q_ns = BPF_CORE_READ((struct bio___issue *)bio, issue_time_ns);
+	r->g_ns = RD1(btf, rq, start_time_ns);
+	r->i_ns = 0;
+	r->d_ns = RD1(btf, rq, io_start_time_ns);
+	r->dev = dev;
+	r->pid = 0;
+	r->error = error;
+	r->action = action;
+	opf = RD1(btf, rq, cmd_flags);
+	r->req_op = opf & NT_REQ_OP_MASK;
+	r->req_flags = opf__nt_flags(opf);
+	for (b = bio; b && n < NT_MAX_RQ_BIOS; n++)
+		b = BPF_CORE_READ(b, bi_next);
+	r->queued = n;
+	__builtin_memset(r->comm, 0, sizeof(r->comm));
+	record__submit(r);
+	return 0;
+}
+
 static __always_inline struct nt_block_event *block__reserve(__u32 dev)
 {
 	if (!dev__has(dev, NT_ROLE_BLOCK)) {
@@ -387,7 +487,8 @@ static __always_inline int rq__emit(struct request *rq, __u16 action,
 /* (--per-request: the times kept, bio__times and rq__times) */
 #define BIO(action, aux) (per_request ? bio__times(ARG(0, struct bio *), action, btf) : \
 			  bio__emit(ARG(0, struct bio *), action, aux, btf))
-#define RQ(action, error, nr_bytes) (per_request ? rq__times(ARG(0, struct request *), action, error, btf) : \
+#define RQ(action, error, nr_bytes) (from_completion ? rq__ended(ARG(0, struct request *), action, error, nr_bytes, btf) : \
+				     per_request ? rq__times(ARG(0, struct request *), action, error, btf) : \
 				     rq__emit(ARG(0, struct request *), action, error, nr_bytes, btf))
 
 NT_TWIN(block_bio_queue) { return BIO(NT_BLOCK_ACTION_Q, 0); }

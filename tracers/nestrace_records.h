@@ -137,25 +137,25 @@ struct nt_netfs_event {
 
 #define NT_KIND_BLOCK_REQUEST 8
 #define NT_VERSION_BLOCK_REQUEST 1
-/* One block request on a traced device, written once at its end (`record --per-request`): the phase times its events would carry, kept in the kernel from Q to C as biosnoop keeps its start times.  A row ends a dispatch (action c: completed at ts_ns; requeue: sent back at ts_ns, its next dispatch is another row; d: its completion was not seen, and the request's next insert or dispatch at ts_ns ended it, as capture_meta.completions_missed counts) or is a bio merged into a request (backmerge, frontmerge: at ts_ns).  A request still dispatched when the capture ends has no row (capture_meta.requests_unfinished counts it).  The views read these rows as they read block_events' (block_requests, phases_merges, size_merge_ratio); a capture has one or the other. (120 bytes) */
+/* One block request on a traced device, written once at its end (`record --per-request`): the phase times its events would carry, kept in the kernel from Q to C as biosnoop keeps its start times.  A row ends a dispatch (action c: completed at ts_ns; requeue: sent back at ts_ns, its next dispatch is another row; d: its completion was not seen, and the request's next insert or dispatch at ts_ns ended it, as capture_meta.completions_missed counts) or is a bio merged into a request (backmerge, frontmerge: at ts_ns).  A request still dispatched when the capture ends has no row (capture_meta.requests_unfinished counts it).  The views read these rows as they read block_events' (block_requests, phases_merges, size_merge_ratio); a capture has one or the other.  With `record --from-completions` each row is written at a completion or requeue alone, from the kernel's struct request (settings_json.block_records = completions): no merged bio's row and no action d, as the fields say. (120 bytes) */
 struct nt_block_request {
 	struct nt_header hdr;
 	__u64 sector; /* start sector at dispatch (a merged bio: its own) */
 	__u64 rq_id; /* request id (struct request address); 0 for a merged bio */
 	__u64 bio_id; /* the request's first bio at dispatch (struct bio address; the merged bio) */
-	__u64 q_ns; /* bio queue (Q) time of the first bio (of the bio it was split from, for a piece split off); 0: not seen */
-	__u64 g_ns; /* get-request (G) time of the first bio; 0: not seen */
-	__u64 i_ns; /* insert (I) time; 0: not seen */
-	__u64 d_ns; /* dispatch (D) time; 0 for a merged bio */
+	__u64 q_ns; /* bio queue (Q) time of the first bio (of the bio it was split from, for a piece split off); 0: not seen (--from-completions: the first bio's issue_time_ns, kept by the kernel only for blk-iolatency) */
+	__u64 g_ns; /* get-request (G) time of the first bio; 0: not seen (--from-completions: the request's start_time_ns, when it got its tag; 0 when the queue keeps no time stamps) */
+	__u64 i_ns; /* insert (I) time; 0: not seen (always, --from-completions) */
+	__u64 d_ns; /* dispatch (D) time; 0 for a merged bio (--from-completions: the request's io_start_time_ns, 0 when the queue keeps no statistics) */
 	__u32 dev; /* kernel dev_t of the disk */
 	__u32 nr_sectors; /* size in 512-byte sectors at dispatch (a merged bio: its own) */
-	__u32 pid; /* process id (tgid) current at dispatch (a merged bio: at the merge, its submitter) */
+	__u32 pid; /* process id (tgid) current at dispatch (a merged bio: at the merge, its submitter); 0 with --from-completions */
 	__s32 error; /* completion status (negative errno); 0 otherwise */
 	__u16 action; /* what ended the row (enum block_action): c, requeue, d (no completion seen), backmerge or frontmerge */
 	__u16 req_op; /* kernel REQ_OP, as block_event.req_op */
 	__u16 req_flags; /* nestrace flag bits, as block_event.req_flags */
-	__u16 queued; /* the Q events the row stands for: 1 when its first bio's own Q was seen (not for a piece split off, whose Q is its parent's, nor a requeued request's next dispatch), else 0; a merged bio: 1 when its Q was seen */
-	char comm[16]; /* task command name current at dispatch (a merged bio: at the merge) */
+	__u16 queued; /* the Q events the row stands for: 1 when its first bio's own Q was seen (not for a piece split off, whose Q is its parent's, nor a requeued request's next dispatch), else 0; a merged bio: 1 when its Q was seen; --from-completions: the bios the request carries at its end (up to 64), its merges one fewer */
+	char comm[16]; /* task command name current at dispatch (a merged bio: at the merge); empty with --from-completions */
 };
 
 #define NT_KIND_CPU_STATS 6

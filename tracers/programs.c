@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <linux/types.h>
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
@@ -103,7 +104,8 @@ static void vfs__extra_rodata(struct vfs_bpf *s)
 static void block__extra_rodata(struct block_bpf *s)
 {
 	s->rodata->per_request = env.per_request;
-	if (env.per_request) {
+	s->rodata->from_completion = env.from_completions;
+	if (env.per_request && !env.from_completions) {
 		s->rodata->times_mask = NT_TIMES_SLOTS - 1;
 		bpf_map__set_max_entries(s->maps.bio_times, NT_TIMES_SLOTS);
 		bpf_map__set_max_entries(s->maps.rq_times, NT_TIMES_SLOTS);
@@ -215,6 +217,18 @@ static bool list__has(const char *list, const char *name)
 	return false;
 }
 
+/* The block tracepoints on a request's way down: --from-completions
+ * attaches none of them but the dispatch, which counts the requests. */
+#define BLOCK_BEGINNINGS "block_bio_queue,block_bio_backmerge,block_bio_frontmerge,block_getrq," \
+	"block_split,block_rq_insert,block_rq_merge"
+
+/* A hook not to attach: --skip-hooks, or one --from-completions leaves. */
+static bool hook__skipped(const char *tp)
+{
+	return list__has(env.skip_hooks, tp) ||
+	       (env.from_completions && list__has(BLOCK_BEGINNINGS, tp));
+}
+
 static bool family__wanted(const char *name)
 {
 	return list__has(env.families, name);
@@ -240,7 +254,7 @@ static int family__open(struct family *f, bool use_btf, struct family *first)
 			bpf_program__set_autoload(p, !first);
 		else
 			bpf_program__set_autoload(p, tracepoint__exists(tp) && is_btf == use_btf &&
-						  !list__has(env.skip_hooks, tp));
+						  !hook__skipped(tp));
 	}
 	if (first) {
 		static const char *shared[] = { "events", "counters", "stage", "devs", "inos" };
@@ -291,7 +305,9 @@ static int family__load(struct family *f, struct family *first)
 	return err;
 }
 
-/* A tracepoint that ends what others begin (a request, a system call). */
+/* A tracepoint that ends what others begin (a request, a system call).
+ * With --from-completions the dispatch counts what the completions end:
+ * it is attached and detached with them. */
 static bool hook__ends(const char *tp)
 {
 	static const char *const ends[] = {
@@ -301,7 +317,7 @@ static bool hook__ends(const char *tp)
 	for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++)
 		if (!strcmp(tp, ends[i]))
 			return true;
-	return false;
+	return env.from_completions && !strcmp(tp, "block_rq_issue");
 }
 
 /* Attach a family's programs on the tracepoints that end what others
@@ -325,7 +341,7 @@ static void family__attach(struct family *f, bool ends)
 		}
 		if (!bpf_program__autoload(p)) {
 			/* record a tracepoint skipped or the kernel lacks, once */
-			if (is_btf && list__has(env.skip_hooks, tp)) {
+			if (is_btf && hook__skipped(tp)) {
 				h = &hooks[nhooks++];
 				snprintf(h->name, sizeof(h->name), "%s", tp);
 				h->how = "skipped";
@@ -468,7 +484,7 @@ void requests__count(__u64 *lost, __u64 *expired, __u64 *in_flight)
 	int fd;
 
 	*lost = *expired = *in_flight = 0;
-	if (!env.per_request || !s)
+	if (!env.per_request || env.from_completions || !s)
 		return;
 	*lost = s->bss->times_lost;
 	*expired = s->bss->times_expired;
@@ -476,6 +492,48 @@ void requests__count(__u64 *lost, __u64 *expired, __u64 *in_flight)
 	for (__u32 i = 0; i < NT_TIMES_SLOTS; i++)
 		if (!bpf_map_lookup_elem(fd, &i, &t) && t.key && t.d_ns)
 			(*in_flight)++;
+}
+
+/* --from-completions: the capture's window for counting requests (its
+ * start, then its end: the requests dispatched from start and before end). */
+void completions__window(__u64 from, __u64 to)
+{
+	struct block_bpf *s = families[0].skel;
+
+	if (env.from_completions && s) {
+		if (from)
+			s->bss->count_from_ns = from;
+		if (to)
+			s->bss->count_to_ns = to;
+	}
+}
+
+/* ... after the other hooks came off: the counted requests still in
+ * flight get up to 200 ms to end, before the dispatch and completion
+ * hooks come off. */
+static void completions__wait(void)
+{
+	struct block_bpf *s = families[0].skel;
+
+	if (!env.from_completions || !s)
+		return;
+	for (int ms = 0; ms < 200; ms++) {
+		if (__atomic_load_n(&s->bss->rq_ended, __ATOMIC_RELAXED) >=
+		    __atomic_load_n(&s->bss->rq_dispatched, __ATOMIC_RELAXED))
+			return;
+		usleep(1000);
+	}
+}
+
+void completions__count(__u64 *dispatched, __u64 *ended)
+{
+	struct block_bpf *s = families[0].skel;
+
+	*dispatched = *ended = 0;
+	if (env.from_completions && s) {
+		*dispatched = s->bss->rq_dispatched;
+		*ended = s->bss->rq_ended;
+	}
 }
 
 /* Tracepoint hits the kernel did not run a program for: a program is
@@ -572,10 +630,13 @@ __u64 families__attach(__u64 *ends_ns)
  * read between the detach and the drain (all counted, none to come). */
 void families__detach(char *misses_json, size_t len, __u64 *misses)
 {
-	for (int pass = 0; pass < 2; pass++)
+	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < nhooks; i++)
 			if (hook__ends(hooks[i].name) == pass)
 				bpf_link__destroy(hooks[i].link);
+		if (!pass)
+			completions__wait();
+	}
 	hooks__misses_json(misses_json, len, misses);
 	for (int i = 0; i < nhooks; i++)
 		hooks[i].link = NULL;

@@ -123,10 +123,12 @@ def agent_args(stack: Stack, ringbuf_kb: int | None, mode: str, families: str,
                flush_ms: int | None = None, all_hooks: bool = False,
                arrow_dir: Path | None = None, pid: int | None = None,
                status_ms: int = 0, cgroup: str | None = None,
-               per_request: bool = False) -> list[str]:
+               per_request: bool | str = False) -> list[str]:
+    """The agent's command line.  `per_request`: true for --per-request,
+    "completions" for --from-completions."""
     args = [str(agent_path()), "--die-with-parent", "--mode", mode, "--families", families]
     if per_request:
-        args.append("--per-request")
+        args.append("--from-completions" if per_request == "completions" else "--per-request")
     if stack.has_guest:
         args += [a for g in guests(stack) for a in ("--dev", f"{kdev_str(g.guest_kdev)}=vfs,cache,map")]
         if stack.vdisk:     # (none in a gateway: the files are on the network mount)

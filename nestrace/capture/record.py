@@ -319,7 +319,7 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
            pid: int | None = None, cgroup: str | None = None, cwd: str | None = None,
            env: dict[str, str] | None = None, status: float = 0, max_bytes: int | None = None,
            workload=None, redact: bool = False, before_tracing=None,
-           memory: int | None = None, per_request: bool = False,
+           memory: int | None = None, per_request: bool | str = False,
            log=lambda msg: print(msg, file=sys.stderr)) -> Capture:
     """Trace `stack` while `command` runs (or for `duration` seconds, or
     until SIGINT), into a new capture of `store`.  `pid`: the vfs level
@@ -338,7 +338,8 @@ def record(store: str | os.PathLike, stack: Stack, *, duration: float | None = N
     (memlimit); its limit, peak and the times it was reached go into
     settings_json's `memory`.  `per_request`: the block levels as a record
     per request, written at its end (block_request_records), not a record
-    per tracepoint hit."""
+    per tracepoint hit; "completions": that record read from the kernel's
+    request at its completion alone (--from-completions)."""
     if memory is not None:
         if not command:
             raise RecordError("--memory holds CMD's memory: give CMD")

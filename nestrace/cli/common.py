@@ -227,6 +227,12 @@ def capture_options(f):
                           "kept in the kernel (and each bio merged into one), instead of a "
                           "record per block tracepoint hit: fewer records per I/O "
                           "(docs/guide/per-request.md)."),
+        click.option("--from-completions", is_flag=True,
+                     help="As --per-request, but each request's record is written from its "
+                          "completion alone, its times read from the kernel's struct request: "
+                          "no program on a request's way down, the cheapest block capture; no "
+                          "insert time, submitter or merged bio's own row "
+                          "(docs/guide/per-request.md)."),
         click.option("--agent-cpus", default="auto", show_default=True,
                      help="CPUs the agent runs on: a list (0,2-3), 'all', or 'auto': those "
                           "that take no block-device interrupts, if some CPUs do and others "

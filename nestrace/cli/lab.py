@@ -175,7 +175,7 @@ def lab_list() -> None:
 @needs_root
 @needs_btf
 def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, repeat, prepare, ringbuf_kb, flush_ms,
-            mode, all_hooks, per_request, agent_cpus, command, **stack) -> None:
+            mode, all_hooks, per_request, from_completions, agent_cpus, command, **stack) -> None:
     """Run CMD on every stack of a guest FS x host FS (x dio modes) matrix,
     each built fresh, recorded into STORE and torn down; then print them
     side by side.  CMD runs in the guest mount ({guest} in an argument is
@@ -184,6 +184,7 @@ def lab_run(store, guest_fs, host_fs, guest_dio, host_dio, repeat, prepare, ring
     stack failed or a workload exited non-zero."""
     from nestrace.capture import matrix
     from nestrace.query.session import Session
+    per_request = "completions" if from_completions else per_request
     # (unknown options pass through to CMD, so that its own need no `--`:
     # one before CMD is a mistyped option of ours, not a command)
     if command[0].startswith("-"):

@@ -77,10 +77,11 @@ from nestrace.images.chain import backing_chain
 @needs_root
 @needs_btf
 def record(store, mount, vdisk, image, disk, duration, max_size, memory, ringbuf_kb, flush_ms,
-           mode, all_hooks, per_request, agent_cpus, pid, cgroup, status, side, redact,
-           command) -> None:
+           mode, all_hooks, per_request, from_completions, agent_cpus, pid, cgroup, status, side,
+           redact, command) -> None:
     """Trace a nested stack while CMD runs (or for --duration, or until
     Ctrl-C or SIGTERM; a SIGTERM while CMD runs is passed on to CMD)."""
+    per_request = "completions" if from_completions else per_request
     from nestrace.capture import disks
     from nestrace.capture import record as rec
     from nestrace.capture.workload import recorder_signals
@@ -157,6 +158,7 @@ def _record_disks(store, groups, duration, command, max_size, memory, ringbuf_kb
             *(("--flush-ms", str(flush_ms)) if flush_ms is not None else ()),
             "--mode", mode, *(("--all-hooks",) if all_hooks else ()),
             *(("--per-request",) if per_request else ()),
+            *(("--from-completions",) if per_request == "completions" else ()),
             "--agent-cpus", agent_cpus, *(("--pid", str(pid)) if pid is not None else ()),
             *(("--cgroup", cgroup) if cgroup is not None else ()),
             "--status", str(status), "--side", side, *(("--redact",) if redact else ()),

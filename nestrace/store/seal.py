@@ -252,7 +252,11 @@ def _seal(store: Path, capture_id: str) -> SealResult:
     start_ns = facts.get("start_ns", facts.get("agent_start", {}).get("start_ns", 0))
     gaps = sum(r["seq_gaps"] for r in lost_rows)
     settings = facts.get("settings", {})
-    if "requests_lost" in end_meta:     # --per-request: the kernel ended each dispatch
+    if "requests_dispatched" in end_meta:   # --from-completions: the kernel counted them
+        missed = max(end_meta["requests_dispatched"] - end_meta["requests_ended"], 0)
+        unfinished = 0
+        settings = settings | {k: end_meta[k] for k in ("requests_dispatched", "requests_ended")}
+    elif "requests_lost" in end_meta:     # --per-request: the kernel ended each dispatch
         missed, unfinished = request_accounting(requests, start_ns, end_ns or (1 << 64) - 1)
         unfinished += end_meta["requests_in_flight"]
         settings = settings | {k: end_meta[k] for k in ("requests_expired", "requests_in_flight")}

@@ -42,24 +42,28 @@ def test_bench_overhead_runs():
     out = bench("overhead", "--rounds", "1", "--runtime", "2", "--depths", "1", "--no-bpf-stats")
     assert "| 1 | " in out and "(b)/(a)" in out
     for mode in ("(e) hooks only", "(f) floor records", "(g) floor, a block record per request",
-                 "(h) floor, block completions alone", "(p) nestrace --per-request"):  # their rows
+                 "(h) floor, block completions alone", "(p) nestrace --per-request",
+                 "(k) nestrace --from-completions"):  # their rows
         assert re.search(rf"^\| 1 \| {re.escape(mode)} \| \d+ \| [\d.]+ \| [\d.]+ \[", out, re.M), out
-    # (p) against (b) and the floor: records per I/O, fewer for (p)
-    per_io = re.search(r"^\| 1 \| ([\d.]+) / ([\d.]+) \| \d+ \(\d+ / \d+\) \| [-\d.]+ / [-\d.]+ / [-\d.]+ \| ",
-                       out, re.M)
-    assert per_io and float(per_io[2]) < float(per_io[1]) / 2, out
+    # (p) and (k) against (b) and the floor: records per I/O, fewer for both
+    for mode in ("(p) --per-request", "(k) --from-completions"):
+        per_io = re.search(rf"^\| 1 \| {re.escape(mode)} \| ([\d.]+) / ([\d.]+) \| \d+ \(\d+ / \d+\) "
+                           r"\| [-\d.]+ / [-\d.]+ / [-\d.]+ \| ", out, re.M)
+        assert per_io and float(per_io[2]) < float(per_io[1]) / 2, out
 
 
 def test_bench_overhead_measures_the_programs_of_a_capture_and_of_the_floor():
     out = bench("overhead", "--rounds", "0", "--runtime", "2", "--depths", "1")
-    total = re.search(r"^\| 1 \| all" + r" \| \| \| (\d+)" * 5 + r" \|$", out, re.M)
-    # (b)'s ns per I/O, (f)'s, (g)'s, (h)'s, (p)'s
-    assert total and all(int(total[k]) > 0 for k in (1, 2, 3, 4, 5)), out
-    block = re.search(r"^\| 1 \| block" + r" \| ([\d.]+) \| \d+ \| \d+" * 5 + r" \|$", out, re.M)
+    total = re.search(r"^\| 1 \| all" + r" \| \| \| (\d+)" * 6 + r" \|$", out, re.M)
+    # (b)'s ns per I/O, (f)'s, (g)'s, (h)'s, (p)'s, (k)'s
+    assert total and all(int(total[k]) > 0 for k in (1, 2, 3, 4, 5, 6)), out
+    block = re.search(r"^\| 1 \| block" + r" \| ([\d.]+) \| \d+ \| \d+" * 6 + r" \|$", out, re.M)
     # Q G D C, two disks: (g) and (p) run the same programs, writing less;
-    # (h) the completions alone: C, two disks (and the root disk's, filtered)
+    # (h) the completions alone: C, two disks (and the root disk's,
+    # filtered); (k) D, to count, and C
     assert block and all(float(block[k]) >= 8 for k in (1, 2, 3, 5)), out
     assert 2 <= float(block[4]) <= float(block[2]) / 3, out
+    assert 2 * float(block[4]) <= float(block[6]) <= float(block[2]) / 2, out
 
 
 def test_bench_shapes_runs():

@@ -2,15 +2,25 @@
 with the phase times the kernel kept (bench/overhead's (b) with fewer
 records per I/O).  Checked against the same workload recorded a record
 per event: the same requests, every fio read traced through all four
-levels, merges and their Q2M, and every loss counted."""
+levels, merges and their Q2M, and every loss counted.  And record
+--from-completions, checked against a record per event of the same I/O."""
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 
+import duckdb
+import pyarrow as pa
 import pytest
 from conftest import assert_losses_counted, run_cli
-from tracethrough import FIO_RANDREAD, assert_traced_through, record_fio
+from tracethrough import (
+    FIO_RANDREAD,
+    TRACE_THROUGH,
+    assert_traced_through,
+    fio_log_offsets,
+    record_fio,
+)
 
 import nestrace
 
@@ -78,3 +88,82 @@ def test_per_request_records_bios_merged_into_a_request_with_their_q(lab_factory
     # the merged bios' bytes went out in the requests: 8 MiB of fio writes
     (w,) = s.rows("SELECT sum(bytes) AS b FROM vdisk_io WHERE op = 'write' AND comm = 'fio'")
     assert w["b"] == 8 << 20, w
+
+
+def test_requests_read_at_completion_are_the_ones_the_tracepoints_see(lab_factory, tmp_path):
+    """fio reads recorded two ways at once: a record per event around a
+    record --from-completions around fio.  Every read request either saw
+    has its row in the other, on the same request, with the kernel's own
+    dispatch time and allocation time (when the request got its tag) near
+    the tracepoints' (the submitter's plug may cache the clock); each read
+    traced through the four levels; no I, submitter, or loss, and the
+    kernel's count of dispatches ended."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    log = tmp_path / "fio.iolog"
+    fio = ["fio", "--name=t", f"--directory={lab.mount}", "--output=/dev/null",
+           f"--write_iolog={log}", *FIO_RANDREAD, "--ioengine=libaio", "--iodepth=8"]
+    inner = run_cli("record", "-o", str(tmp_path / "ev"), "--stack", lab.mount, "--",
+                    sys.executable, "-m", "nestrace", "record", "-o", str(tmp_path / "rq"),
+                    "--stack", lab.mount, "--from-completions", "--", *fio)
+    ev, rq = nestrace.open(tmp_path / "ev"), nestrace.open(tmp_path / "rq")
+    missed = assert_losses_counted(rq, inner.stdout)
+    assert_losses_counted(ev)
+    settings = json.loads(rq.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])
+    assert settings["block_records"] == "completions", settings
+    assert settings["requests_dispatched"] >= 2 * 4096, settings
+    # Each read traced through the four levels, as the record per event
+    # traces it.  (This kernel now and then runs no program at all for a
+    # burst of completions, conftest.assert_losses_counted: both captures
+    # then count the same requests lost.)
+    reads = sorted(fio_log_offsets(log, "read"))
+    assert sorted(r["offset_bytes"] for r in rq.rows(
+        "SELECT offset_bytes FROM vfs_io WHERE syscall = 'aio_pread'")) == reads
+    got = [s.con.execute(TRACE_THROUGH, {"syscall": "aio_pread", "err": 0}).fetchone()
+           for s in (rq, ev)]
+    assert got[0] == got[1] and got[0][0] == 4096 and min(got[0]) >= 4096 - missed, (got, missed)
+    assert rq.rows("SELECT count(*) AS n FROM block_events") == [{"n": 0}]
+    q = ("SELECT level, rq_id::VARCHAR AS rq, sector, nr_sectors, g_ns::BIGINT AS g, "
+         "i_ns, ts_ns::BIGINT AS d, c_ns::BIGINT AS c, pid, comm FROM block_requests "
+         "WHERE op = 'read'")
+    (w,) = rq.rows("SELECT start_ns, end_ns FROM capture_meta")
+    con = duckdb.connect()
+    for name, s in (("ev", ev), ("rq", rq)):
+        # (the outer capture's, while the inner one ran)
+        con.register(name, pa.Table.from_pylist(
+            s.rows(q + " AND c_ns BETWEEN $s AND $e", {"s": w["start_ns"], "e": w["end_ns"]})))
+    both = con.execute(
+        "SELECT count(*), median(abs(rq.d - ev.d)), median(abs(rq.g - ev.g)), count(rq.i_ns), "
+        "count(*) FILTER (WHERE rq.pid = 0 AND rq.comm = '') "
+        "FROM rq JOIN ev ON rq.level = ev.level AND rq.rq = ev.rq AND rq.sector = ev.sector "
+        "AND rq.nr_sectors = ev.nr_sectors AND abs(rq.c - ev.c) < 100000").fetchone()
+    n_ev, n_rq = (con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("ev", "rq"))
+    assert n_ev == n_rq == both[0] >= 2 * 4096, (n_ev, n_rq, both)
+    assert both[1] < 5000 and both[2] < 5000, both
+    assert both[3] == 0 and both[4] == both[0], both
+
+
+def test_merges_read_at_completion_are_the_ones_the_tracepoints_see(lab_factory, tmp_path):
+    """Sequential 4 KiB O_DIRECT writes submitted 32 at a time, merged in
+    the plug, recorded two ways at once (a record per event around record
+    --from-completions): the bios each request carries at its end are the
+    bios queued and merged into it, so the two give the same merge counts
+    at both levels."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=32M")
+    run_cli("record", "-o", str(tmp_path / "ev"), "--stack", lab.mount, "--",
+            sys.executable, "-m", "nestrace", "record", "-o", str(tmp_path / "rq"),
+            "--stack", lab.mount, "--from-completions", "--",
+            "fio", "--name=t", f"--directory={lab.mount}", "--output=/dev/null",
+            "--rw=write", "--bs=4k", "--direct=1", "--size=32M", "--io_size=8M",
+            "--ioengine=libaio", "--iodepth=32", "--iodepth_batch_submit=32")
+    ev, rq = nestrace.open(tmp_path / "ev"), nestrace.open(tmp_path / "rq")
+    assert_losses_counted(rq)
+    got = rq.rows("SELECT level, merged, dispatched FROM size_merge_ratio ORDER BY level")
+    # the outer capture's, while the inner one ran (its rows are written at C)
+    (w,) = rq.rows("SELECT start_ns, end_ns FROM capture_meta")
+    want = ev.rows("SELECT level, (SELECT count(*) FROM phases_merges m WHERE m.level = r.level "
+                   "AND m.m_ns BETWEEN $s AND $e) AS merged, count(*) AS dispatched "
+                   "FROM block_requests r WHERE c_ns BETWEEN $s AND $e GROUP BY level ORDER BY level",
+                   {"s": w["start_ns"], "e": w["end_ns"]})
+    assert got == want and sum(r["merged"] for r in got) > 0, (got, want)

@@ -54,9 +54,11 @@ WITH n AS (
            AS merged,
          count(*) FILTER (WHERE action = _block_action('d')) AS dispatched
   FROM block_events GROUP BY ALL
-  UNION ALL   -- --per-request: the Qs each record stands for, its merges and dispatches
+  UNION ALL   -- --per-request: the Qs each record stands for, its merges (a row each;
+              -- --from-completions: a request's bios but its first) and dispatches
   SELECT capture_id, dev, sum(queued),
-         count(*) FILTER (WHERE action IN (_block_action('backmerge'), _block_action('frontmerge'))),
+         count(*) FILTER (WHERE action IN (_block_action('backmerge'), _block_action('frontmerge')))
+           + coalesce(sum(queued - 1) FILTER (WHERE queued > 1), 0),
          count(*) FILTER (WHERE action IN (_block_action('c'), _block_action('requeue'),
                                            _block_action('d')))
   FROM block_request_records GROUP BY ALL)

@@ -42,6 +42,7 @@
 #include "agent.h"
 #include "gcap.h"
 #include "programs.h"
+#include "requests.h"
 #include "guest.h"
 #include "output.h"
 

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <linux/types.h>
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
@@ -20,6 +19,7 @@
 #include "agent.h"
 #include "output.h"
 #include "programs.h"
+#include "requests.h"
 #include "vfs.skel.h"
 #include "block.skel.h"
 #include "hostfs.skel.h"
@@ -473,67 +473,10 @@ void stats__emit(struct family *first, __u64 *drops_total)
 	out__flush_kind(NT_KIND_CPU_STATS);
 }
 
-/* --per-request, after the programs are detached: the requests and merged
- * bios whose times were lost for want of a slot (*lost), the slots given
- * up after 10 s without an end (*expired), and the requests dispatched
- * and not ended (*in_flight: in flight at the end, or their end unseen). */
-void requests__count(__u64 *lost, __u64 *expired, __u64 *in_flight)
+/* The block family's skeleton (it comes first), NULL when not loaded. */
+struct block_bpf *families__block(void)
 {
-	struct block_bpf *s = families[0].skel;	/* (block comes first) */
-	struct nt_rq_times t;
-	int fd;
-
-	*lost = *expired = *in_flight = 0;
-	if (!env.per_request || env.from_completions || !s)
-		return;
-	*lost = s->bss->times_lost;
-	*expired = s->bss->times_expired;
-	fd = bpf_map__fd(s->maps.rq_times);
-	for (__u32 i = 0; i < NT_TIMES_SLOTS; i++)
-		if (!bpf_map_lookup_elem(fd, &i, &t) && t.key && t.d_ns)
-			(*in_flight)++;
-}
-
-/* --from-completions: the capture's window for counting requests (its
- * start, then its end: the requests dispatched from start and before end). */
-void completions__window(__u64 from, __u64 to)
-{
-	struct block_bpf *s = families[0].skel;
-
-	if (env.from_completions && s) {
-		if (from)
-			s->bss->count_from_ns = from;
-		if (to)
-			s->bss->count_to_ns = to;
-	}
-}
-
-/* ... after the other hooks came off: the counted requests still in
- * flight get up to 200 ms to end, before the dispatch and completion
- * hooks come off. */
-static void completions__wait(void)
-{
-	struct block_bpf *s = families[0].skel;
-
-	if (!env.from_completions || !s)
-		return;
-	for (int ms = 0; ms < 200; ms++) {
-		if (__atomic_load_n(&s->bss->rq_ended, __ATOMIC_RELAXED) >=
-		    __atomic_load_n(&s->bss->rq_dispatched, __ATOMIC_RELAXED))
-			return;
-		usleep(1000);
-	}
-}
-
-void completions__count(__u64 *dispatched, __u64 *ended)
-{
-	struct block_bpf *s = families[0].skel;
-
-	*dispatched = *ended = 0;
-	if (env.from_completions && s) {
-		*dispatched = s->bss->rq_dispatched;
-		*ended = s->bss->rq_ended;
-	}
+	return families[0].skel;
 }
 
 /* Tracepoint hits the kernel did not run a program for: a program is

@@ -45,14 +45,6 @@ int stages__drain(struct family *first, ring_buffer_sample_fn sink);
 long long drops__now(struct family *first);
 /* One cpu_stats record per CPU; the drops' sum. */
 void stats__emit(struct family *first, __u64 *drops_total);
-/* --per-request: requests lost for want of a slot, slots expired, and
- * requests still dispatched at the end. */
-void requests__count(__u64 *lost, __u64 *expired, __u64 *in_flight);
-/* --from-completions: the window in which the requests are counted (from
- * the capture's start; to its end, 0: unchanged), and the counts: the
- * requests dispatched in it and of them those whose end was seen. */
-void completions__window(__u64 from, __u64 to);
-void completions__count(__u64 *dispatched, __u64 *ended);
 /* The hooks and how each was attached, as JSON. */
 void hooks__json(char *buf, size_t len);
 

@@ -34,8 +34,9 @@ def test_per_request_capture_holds_the_requests_a_capture_of_every_event_does(
         lab_factory, tmp_path):
     """The same fio reads (O_DIRECT at both levels: the same sectors each
     run) recorded both ways: the same requests at both block levels, each
-    with Q, G, D and C; each read traced through the four levels; fewer
-    records per I/O."""
+    with Q, G, D and C (but a completion the kernel ran no program for,
+    counted); each read traced through the four levels; fewer records per
+    I/O."""
     lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
     for d in ("ev", "rq"):
         (tmp_path / d).mkdir()
@@ -43,7 +44,7 @@ def test_per_request_capture_holds_the_requests_a_capture_of_every_event_does(
     rq, offsets, r = record_fio(lab, tmp_path / "rq" / "s", tmp_path / "rq", *FIO_RANDREAD,
                                 extra=["--per-request"])
     assert_traced_through(rq, offsets)
-    assert_losses_counted(rq, r.stdout)
+    missed = assert_losses_counted(rq, r.stdout)
     assert rq.rows("SELECT count(*) AS n FROM block_events") == [{"n": 0}]
     assert [json.loads(s.rows("SELECT settings_json FROM capture_meta")[0]["settings_json"])
             ["block_records"] for s in (ev, rq)] == ["events", "requests"]
@@ -59,8 +60,10 @@ def test_per_request_capture_holds_the_requests_a_capture_of_every_event_does(
                      "count(*) FILTER (WHERE q_ns <= g_ns AND g_ns <= d_ns AND d_ns < c_ns) AS ordered, "
                      "count(*) FILTER (WHERE comm = '') AS no_comm "
                      "FROM block_requests WHERE op = 'read'")[0]
-    assert phases["n"] == phases["q"] == phases["g"] == phases["c"] == phases["ids"] \
-        == phases["ordered"], phases
+    # each with a C but those the kernel ran no program for (counted above:
+    # conftest.assert_losses_counted)
+    assert phases["n"] == phases["q"] == phases["g"] == phases["ids"], phases
+    assert phases["n"] - missed <= phases["c"] == phases["ordered"] <= phases["n"], (phases, missed)
     assert phases["no_comm"] == 0, phases
     per_io = [s.rows("SELECT records_total AS n FROM capture_meta")[0]["n"] for s in (ev, rq)]
     assert per_io[1] < per_io[0] / 2, per_io
@@ -121,7 +124,9 @@ def test_requests_read_at_completion_are_the_ones_the_tracepoints_see(lab_factor
         "SELECT offset_bytes FROM vfs_io WHERE syscall = 'aio_pread'")) == reads
     got = [s.con.execute(TRACE_THROUGH, {"syscall": "aio_pread", "err": 0}).fetchone()
            for s in (rq, ev)]
-    assert got[0] == got[1] and got[0][0] == 4096 and min(got[0]) >= 4096 - missed, (got, missed)
+    # (a request whose completion was missed: a row per event, none here)
+    assert got[0][0] == got[1][0] == 4096 and \
+        all(4096 - missed <= a <= b for a, b in zip(got[0][1:], got[1][1:])), (got, missed)
     assert rq.rows("SELECT count(*) AS n FROM block_events") == [{"n": 0}]
     q = ("SELECT level, rq_id::VARCHAR AS rq, sector, nr_sectors, g_ns::BIGINT AS g, "
          "i_ns, ts_ns::BIGINT AS d, c_ns::BIGINT AS c, pid, comm FROM block_requests "
@@ -158,7 +163,7 @@ def test_merges_read_at_completion_are_the_ones_the_tracepoints_see(lab_factory,
             "--rw=write", "--bs=4k", "--direct=1", "--size=32M", "--io_size=8M",
             "--ioengine=libaio", "--iodepth=32", "--iodepth_batch_submit=32")
     ev, rq = nestrace.open(tmp_path / "ev"), nestrace.open(tmp_path / "rq")
-    assert_losses_counted(rq)
+    missed = assert_losses_counted(rq)
     got = rq.rows("SELECT level, merged, dispatched FROM size_merge_ratio ORDER BY level")
     # the outer capture's, while the inner one ran (its rows are written at C)
     (w,) = rq.rows("SELECT start_ns, end_ns FROM capture_meta")
@@ -166,4 +171,9 @@ def test_merges_read_at_completion_are_the_ones_the_tracepoints_see(lab_factory,
                    "AND m.m_ns BETWEEN $s AND $e) AS merged, count(*) AS dispatched "
                    "FROM block_requests r WHERE c_ns BETWEEN $s AND $e GROUP BY level ORDER BY level",
                    {"s": w["start_ns"], "e": w["end_ns"]})
-    assert got == want and sum(r["merged"] for r in got) > 0, (got, want)
+    assert [(r["level"], r["dispatched"]) for r in got] == \
+        [(r["level"], r["dispatched"]) for r in want], (got, want)
+    # (a request whose completion no program ran for takes its bios along:
+    # the record per event counts its merges, up to 63 a request)
+    assert all(w["merged"] - 63 * missed <= g["merged"] <= w["merged"]
+               for g, w in zip(got, want)) and sum(r["merged"] for r in got) > 0, (got, want, missed)

@@ -320,8 +320,8 @@ static __always_inline int rq__times(struct request *rq, __u16 action, int error
 /* --from-completions: a request's record from its completion (or requeue)
  * alone, no program on its way down.  Its times are the kernel's own, in
  * struct request where the block layer keeps them (blk_time_get_ns: the
- * submitter's plug may cache the clock): start_time_ns, when it was
- * allocated (G; 0 when the queue keeps no time stamps), and
+ * submitter's plug may cache the clock): start_time_ns, when it got its
+ * tag (G; 0 when the queue keeps no time stamps), and
  * io_start_time_ns, its dispatch (D; 0 without the queue's statistics:
  * writeback throttling or a blk-stat user).  Its first bio's
  * issue_time_ns, where the kernel keeps one (blk-iolatency), is its Q.

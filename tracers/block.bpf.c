@@ -347,14 +347,12 @@ __u64 count_to_ns = 0;
 __u64 rq_dispatched = 0;
 __u64 rq_ended = 0;
 
-static __always_inline bool rq__counted(struct request *rq, const bool btf)
+/* Is a request whose start_time_ns is t counted? */
+static __always_inline bool rq__counted(__u64 t)
 {
-	__u64 t, from = count_from_ns, to = count_to_ns;
+	__u64 from = count_from_ns, to = count_to_ns;
 
-	if (!from)
-		return false;
-	t = RD1(btf, rq, start_time_ns);
-	return t >= from && (!to || t < to);
+	return from && t >= from && (!to || t < to);
 }
 
 struct bio___issue {
@@ -364,23 +362,24 @@ struct bio___issue {
 static __always_inline int rq__ended(struct request *rq, __u16 action, int error,
 				     __u32 nr_bytes, const bool btf)
 {
-	__u32 dev = rq__dev(rq, btf), opf, n = 0;
+	__u32 dev = rq__dev(rq, btf), len, opf, n = 0;
+	__u64 now, start = RD1(btf, rq, start_time_ns);
 	struct nt_block_request *r;
 	struct bio *bio, *b;
-	__u64 now;
 
 	if (action == NT_BLOCK_ACTION_D) {	/* counted, no record */
-		if (dev__has(dev, NT_ROLE_BLOCK) && rq__counted(rq, btf))
+		if (dev__has(dev, NT_ROLE_BLOCK) && rq__counted(start))
 			__sync_fetch_and_add(&rq_dispatched, 1);
 		return 0;
 	}
 	/* a part of the request done, the rest to come: its end is later */
-	if (action == NT_BLOCK_ACTION_C && nr_bytes < RD1(btf, rq, __data_len))
+	len = RD1(btf, rq, __data_len);
+	if (action == NT_BLOCK_ACTION_C && nr_bytes < len)
 		return 0;
 	now = times__hit(dev);
 	if (!now)
 		return 0;
-	if (rq__counted(rq, btf))
+	if (rq__counted(start))
 		__sync_fetch_and_add(&rq_ended, 1);
 	r = record__reserve(sizeof(*r), NT_KIND_BLOCK_REQUEST, NT_VERSION_BLOCK_REQUEST, now);
 	if (!r)
@@ -391,13 +390,13 @@ static __always_inline int rq__ended(struct request *rq, __u16 action, int error
 	}
 	bio = RD1(btf, rq, bio);
 	r->sector = RD1(btf, rq, __sector);
-	r->nr_sectors = RD1(btf, rq, __data_len) >> 9;
+	r->nr_sectors = len >> 9;
 	r->rq_id = (__u64)rq;
 	r->bio_id = (__u64)bio;
 	r->q_ns = 0;
 	if (bio && bpf_core_field_exists(((struct bio___issue *)bio)->issue_time_ns))
 		r->q_ns = BPF_CORE_READ((struct bio___issue *)bio, issue_time_ns);
-	r->g_ns = RD1(btf, rq, start_time_ns);
+	r->g_ns = start;
 	r->i_ns = 0;
 	r->d_ns = RD1(btf, rq, io_start_time_ns);
 	r->dev = dev;

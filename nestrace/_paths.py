@@ -99,7 +99,7 @@ class ReadersNotFound(AgentNotFound):
 
 
 # what tracers/readers.c's nt_readers_abi() returns for this package
-READERS_ABI = 2
+READERS_ABI = 3
 
 
 def readers_path() -> Path:

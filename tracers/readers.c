@@ -19,7 +19,7 @@
 #include <string.h>
 
 /* what nestrace.importers.compiled checks before it calls anything */
-#define NT_READERS_ABI 2
+#define NT_READERS_ABI 3
 
 int nt_readers_abi(void)
 {

@@ -80,7 +80,10 @@ def block_events(col: dict[str, np.ndarray], comms: dict[int, str]
     remainder keeps the old one); an I or D starts a
     request at its sector unless one is open there, and the C at that
     sector closes it.  A requeued request (R, then I and D again) keeps
-    its id.  col: blktrace.read_columns' columns, taken out of it as they
+    its id.  A sector with no request open forgets its bio STALE_NS
+    (nestrace.importers.requests) after its last event: a G, I or D
+    there later, with no Q of its own, has no bio (so the memory held
+    is bounded by the sectors of the last STALE_NS).  col: blktrace.read_columns' columns, taken out of it as they
     are read (the records' memory goes to the events as they are made);
     comms: pid -> task name, beside blktrace's notify records."""
     rows, nt, skipped = _kept(col)
@@ -119,15 +122,16 @@ def _event_columns(col: dict[str, np.ndarray], rows: np.ndarray, a: np.ndarray,
                    ts: np.ndarray, pair) -> dict[str, np.ndarray]:
     """block_events columns (but comm) of the records col's rows, in time
     order (their actions a, times ts), the columns taken out of col as
-    they are read; pair(a, dev, sector, aux, cpu): their bio ids, request
-    ids and sequence numbers (compiled.blk_pair, or a Pairing's step)."""
+    they are read; pair(a, ts, dev, sector, aux, cpu): their bio ids,
+    request ids and sequence numbers (compiled.blk_pair, or a Pairing's
+    step)."""
     def take(name: str) -> np.ndarray:
         return col.pop(name)[rows]
 
     m = len(rows)
     sec, dev, cpu, aux = take("sector"), take("dev"), take("cpu"), take("aux")
     # bio and request ids by (dev, sector) stream, per-CPU sequence numbers
-    bio, rq, seq = pair(a, dev, sec, aux, cpu)
+    bio, rq, seq = pair(a, ts, dev, sec, aux, cpu)
     cats, nbytes = take("categories"), take("bytes")
     # req_op by op_name, once per distinct (categories, has bytes)
     kinds, inverse = few_values(cats.astype(np.int64) * 2 + (nbytes > 0))

@@ -44,19 +44,23 @@ def _lib() -> ctypes.CDLL:
     lib.nt_blk_window.restype = _I64
     lib.nt_blk_window.argtypes = [_P, _I64, ctypes.c_int, _I64, _P, _P]
     lib.nt_blk_pair.restype = ctypes.c_int
-    lib.nt_blk_pair.argtypes = [_I64, _P, _P, _P, _P, _P, _P, _P, _P]
+    lib.nt_blk_pair.argtypes = [_I64, _P, _P, _P, _P, _P, _P, _P, _P, _P]
     lib.nt_pairing_new.restype = _P
     lib.nt_pairing_new.argtypes = []
     lib.nt_pairing_free.restype = None
     lib.nt_pairing_free.argtypes = [_P]
     lib.nt_pairing_step.restype = ctypes.c_int
-    lib.nt_pairing_step.argtypes = [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P]
+    lib.nt_pairing_step.argtypes = [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _P]
+    lib.nt_pairing_held.restype = _I64
+    lib.nt_pairing_held.argtypes = [_P]
     lib.nt_requests_new.restype = _P
     lib.nt_requests_new.argtypes = []
     lib.nt_requests_free.restype = None
     lib.nt_requests_free.argtypes = [_P]
     lib.nt_requests_step.restype = _I64
     lib.nt_requests_step.argtypes = [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]
+    lib.nt_requests_held.restype = _I64
+    lib.nt_requests_held.argtypes = [_P]
     return lib
 
 
@@ -110,8 +114,9 @@ def blk_window(buf: np.ndarray, n: int, at_end: bool, into: dict[str, np.ndarray
     return (-1, -k - 1) if k < 0 else (k, nxt.value)
 
 
-def _pair_args(a, dev, sec, aux, cpu) -> tuple[np.ndarray, ...]:
-    return (np.ascontiguousarray(a, np.uint16), np.ascontiguousarray(dev, np.uint32),
+def _pair_args(a, ts, dev, sec, aux, cpu) -> tuple[np.ndarray, ...]:
+    return (np.ascontiguousarray(a, np.uint16), np.ascontiguousarray(ts, np.uint64),
+            np.ascontiguousarray(dev, np.uint32),
             np.ascontiguousarray(sec, np.uint64), np.ascontiguousarray(aux, np.uint64),
             np.ascontiguousarray(cpu, np.uint32))
 
@@ -123,22 +128,22 @@ def _paired(r: int, cpu: np.ndarray) -> None:
         raise MemoryError("nestrace-readers: out of memory pairing block events")
 
 
-def blk_pair(a: np.ndarray, dev: np.ndarray, sec: np.ndarray, aux: np.ndarray,
-             cpu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def blk_pair(a: np.ndarray, ts: np.ndarray, dev: np.ndarray, sec: np.ndarray,
+             aux: np.ndarray, cpu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bio ids, request ids, per-CPU sequence numbers) of block events in
-    time order (block_action codes a), as blkimport.block_events gives
-    them."""
-    args = _pair_args(a, dev, sec, aux, cpu)
+    time order (block_action codes a, times ts), as blkimport.block_events
+    gives them."""
+    args = _pair_args(a, ts, dev, sec, aux, cpu)
     m = len(args[0])
     bio, rq, seq = (np.empty(m, np.uint64) for _ in range(3))
     if m:
-        _paired(_lib().nt_blk_pair(m, *map(_ptr, (*args, bio, rq, seq))), args[4])
+        _paired(_lib().nt_blk_pair(m, *map(_ptr, (*args, bio, rq, seq))), args[5])
     return bio, rq, seq
 
 
 class _Handle:
     """A state the library keeps between calls, freed with this object."""
-    _new = _free = ""
+    _new = _free = _held = ""
 
     def __init__(self):
         self._lib = _lib()
@@ -151,19 +156,24 @@ class _Handle:
             getattr(self._lib, self._free)(self._h)
             self._h = None
 
+    def held(self) -> int:
+        """How many entries the state holds now: starts, bios and requests
+        (STALE_NS, nestrace.importers.requests, bounds them)."""
+        return int(getattr(self._lib, self._held)(self._h))
+
 
 class Pairing(_Handle):
     """blk_pair a chunk at a time: the ids go on from the chunks before
     (bio ids count every event of every chunk)."""
-    _new, _free = "nt_pairing_new", "nt_pairing_free"
+    _new, _free, _held = "nt_pairing_new", "nt_pairing_free", "nt_pairing_held"
 
-    def step(self, a, dev, sec, aux, cpu) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        args = _pair_args(a, dev, sec, aux, cpu)
+    def step(self, a, ts, dev, sec, aux, cpu) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        args = _pair_args(a, ts, dev, sec, aux, cpu)
         m = len(args[0])
         bio, rq, seq = (np.empty(m, np.uint64) for _ in range(3))
         if m:
             _paired(self._lib.nt_pairing_step(self._h, m, *map(_ptr, (*args, bio, rq, seq))),
-                    args[4])
+                    args[5])
         return bio, rq, seq
 
 
@@ -185,7 +195,7 @@ class Requests(_Handle):
     """The requests of block events, a chunk at a time (each in time then
     CPU order, after the chunks before), paired as
     nestrace.importers.requests pairs all of them at once."""
-    _new, _free = "nt_requests_new", "nt_requests_free"
+    _new, _free, _held = "nt_requests_new", "nt_requests_free", "nt_requests_held"
 
     def step(self, a, ts, dev, bio, rq, sec, aux, error
              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

@@ -14,7 +14,11 @@ equal on real kernel files):
   any other: done_by_ns);
 - a split-off piece (X) has no Q of its own: it takes the Q of the bio
   it was cut from, found as `_block_split_q` finds it (the latest Q or X
-  remainder at its sector, followed back to a Q)."""
+  remainder at its sector, followed back to a Q);
+- a Q, G or X more than STALE_NS before the D is not its, nor a start
+  more than SPLIT_NS before the X (`_block_stale_ns()`,
+  `_block_split_ns()`; tracers/readers_pairing.c says why, and forgets
+  them)."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,6 +36,11 @@ SCHEMA = pa.schema([
     ("req_op", pa.uint16()), ("req_flags", pa.uint16()), ("error", pa.int32()),
     ("pid", pa.uint32()), ("comm", pa.string())])
 NONE = -1       # (no such event: NULL)
+# how long a bio's Q, G or X is kept for its D, and a start at a sector for
+# an X there, ns (STALE_NS and SPLIT_NS of tracers/readers_pairing.c,
+# _block_stale_ns() and _block_split_ns() of block.requests)
+STALE_NS = 30_000_000_000
+SPLIT_NS = 1_000_000_000
 
 
 def _time_order(ts: np.ndarray, cpu: np.ndarray) -> np.ndarray:
@@ -103,6 +112,7 @@ def _split_q(a, ts, sec, aux, dev, bio, cpu, seq) -> dict[tuple[int, int, int], 
         ok = (at >= 0)
         at_c = np.maximum(at, 0)
         ok &= (keys.f0[at_c] == want.f0) & (keys.f1[at_c] == want.f1)
+        ok &= ts[xs].astype(np.int64) - keys.f2[at_c].astype(np.int64) <= SPLIT_NS
         pred = np.where(ok, so[at_c], NONE)
     q_of = np.full(len(xs), NONE, np.int64)      # the Q time, per X
     x_index = {int(r): i for i, r in enumerate(xs)}
@@ -152,10 +162,11 @@ def block_requests(ev: pa.Table, capture_id: str, machine: str,
     p1, p2 = _neighbors(o, bio, dev, 1), _neighbors(o, bio, dev, 2)
     dsel = a[o] == D
     ds, p1, p2 = o[dsel], p1[dsel], p2[dsel]
-    a1 = np.where(p1 != NONE, a[np.maximum(p1, 0)], 0)
-    a2 = np.where(p2 != NONE, a[np.maximum(p2, 0)], 0)
     t1 = ts[np.maximum(p1, 0)].astype(np.int64)
     t2 = ts[np.maximum(p2, 0)].astype(np.int64)
+    td = ts[ds].astype(np.int64)
+    a1 = np.where((p1 != NONE) & (td - t1 <= STALE_NS), a[np.maximum(p1, 0)], 0)
+    a2 = np.where((p2 != NONE) & (td - t2 <= STALE_NS), a[np.maximum(p2, 0)], 0)
     bq = np.where(a1 == Q, t1, np.where((a1 == G) & (a2 == Q), t2, NONE))
     xn = np.where(a1 == X, t1, np.where((a1 == G) & (a2 == X), t2, NONE))
     gn = np.where(a1 == G, t1, NONE)

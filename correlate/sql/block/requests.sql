@@ -2,13 +2,23 @@
 -- INCLUDE base.levels
 -- INCLUDE codes.tables
 
+-- How long a bio's Q, G or X is its D's (ns): a D takes none longer
+-- before it.  blk-mq times a request out after 30 s (its default); held
+-- longer, it is a bio that was merged, or an address used again.  And
+-- how long a start at a sector is an X's there: the kernel splits a bio
+-- as it is queued.  (The importers pair the same way,
+-- nestrace.importers.requests' STALE_NS and SPLIT_NS, and forget what is
+-- older: their memory stays bounded.)
+CREATE OR REPLACE MACRO _block_stale_ns() AS 30000000000::UBIGINT;
+CREATE OR REPLACE MACRO _block_split_ns() AS 1000000000::UBIGINT;
+
 -- The bio queue (Q) time of each split-off piece (X): a piece is never
 -- queued itself; it inherits the Q of the bio it was cut from.  The kernel
 -- cuts a big bio from its front, one piece after another, so a piece's
 -- sector is where its parent Q started (first cut) or where the previous
 -- cut's remainder started (aux_sector of the X before): each X is matched
--- to the latest Q or X at that (dev, sector), and the chain followed to
--- its Q.
+-- to the latest Q or X at that (dev, sector), no more than
+-- _block_split_ns() before it, and the chain followed to its Q.
 CREATE OR REPLACE VIEW _block_split_q AS
 WITH RECURSIVE x AS (
   SELECT capture_id, dev, bio_id, ts_ns, sector, aux_sector, (cpu::UBIGINT << 48) | seq AS x_id
@@ -26,7 +36,8 @@ start AS (   -- where a piece may begin: a Q's sector (only the Qs at a
 pred AS (
   SELECT x.capture_id, x.dev, x.bio_id, x.ts_ns, x.x_id, s.kind, s.q_ns, s.x_id AS pred_id
   FROM x ASOF JOIN start s ON s.capture_id = x.capture_id AND s.dev = x.dev
-                          AND s.key = x.sector AND x.ts_ns >= s.ts_ns),
+                          AND s.key = x.sector AND x.ts_ns >= s.ts_ns
+  WHERE x.ts_ns <= s.ts_ns + _block_split_ns()),
 root(capture_id, dev, bio_id, ts_ns, x_id, q_ns) AS (
   SELECT capture_id, dev, bio_id, ts_ns, x_id, q_ns FROM pred WHERE kind = _block_action('q')
   UNION ALL
@@ -57,15 +68,17 @@ WITH by_bio AS (   -- Q, X, G, D of each bio address, in time order; D's own
   WHERE e.action IN (_block_action('q'), _block_action('g'), _block_action('d'),
                      _block_action('x'))
   WINDOW w AS (PARTITION BY e.bio_id, d.dk ORDER BY e.ts_ns, e.cpu::USMALLINT)),
-ev AS (   -- each D with its first bio's Q, X, G (Q G D, Q D, X G D, X D); I and C
+ev AS (   -- each D with its first bio's Q, X, G (Q G D, Q D, X G D, X D), none
+          -- more than _block_stale_ns() before it; I and C
   SELECT capture_id, dev, dk, rq_id, bio_id, ts_ns, sector, nr_sectors, req_op, req_flags, pid, comm,
          action, cpu, seq, NULL::INTEGER AS error,
-         CASE WHEN a1 = _block_action('q') THEN t1
-              WHEN a1 = _block_action('g') AND a2 = _block_action('q') THEN t2 END AS bq_ns,
-         CASE WHEN a1 = _block_action('x') THEN t1
-              WHEN a1 = _block_action('g') AND a2 = _block_action('x') THEN t2 END AS x_ns,
-         CASE WHEN a1 = _block_action('g') THEN t1 END AS g_ns
-  FROM by_bio WHERE action = _block_action('d')
+         CASE WHEN a1 = _block_action('q') AND f1 THEN t1
+              WHEN a1 = _block_action('g') AND a2 = _block_action('q') AND f2 THEN t2 END AS bq_ns,
+         CASE WHEN a1 = _block_action('x') AND f1 THEN t1
+              WHEN a1 = _block_action('g') AND a2 = _block_action('x') AND f2 THEN t2 END AS x_ns,
+         CASE WHEN a1 = _block_action('g') AND f1 THEN t1 END AS g_ns
+  FROM (SELECT *, ts_ns <= t1 + _block_stale_ns() AS f1, ts_ns <= t2 + _block_stale_ns() AS f2
+        FROM by_bio WHERE action = _block_action('d'))
   UNION ALL
   SELECT e.capture_id, e.dev, d.dk, e.rq_id, e.bio_id, e.ts_ns, NULL, NULL, NULL, NULL, NULL, NULL,
          e.action, e.cpu, e.seq, e.error, NULL, NULL, NULL
@@ -106,8 +119,9 @@ CREATE OR REPLACE VIEW _block_requests_core AS SELECT * FROM _block_requests_com
 
 -- One row per dispatched (issued) block request on a traced disk, with its
 -- lifecycle timestamps and btt phases.  Q and G are found through the
--- request's first bio (the Q, G just before D on that bio address; a
--- bio split off a bigger one has the Q of the bio it was cut from), I and
+-- request's first bio (the Q, G just before D on that bio address, no
+-- more than 30 s before it, _block_stale_ns(); a bio split off a bigger
+-- one has the Q of the bio it was cut from), I and
 -- C through the request id (the I just before D, the C just after it: a
 -- requeued request's first dispatch has no C); a phase whose events were
 -- not seen (no I/O scheduler insert, say) is NULL.

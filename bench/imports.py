@@ -23,12 +23,26 @@ def fio(loop: str, seconds: int) -> None:
                     "--time_based", "--size=256M"], check=True, capture_output=True)
 
 
-class Loop:
-    """A 256 MiB loop device with direct I/O on a file in tmp."""
+# a long trace: 4 KiB sequential reads of a sparse 64 GiB device, 16 in
+# flight, submitted 16 at a time (the plug merges some), 20,000 a second:
+# every bio starts at a sector of its own, and the trace outlasts the 30 s
+# after which the pairings forget a start (STALE_NS)
+LONG_SIZE = "64G"
 
-    def __init__(self, tmp: Path):
+
+def fio_long(loop: str, seconds: int) -> None:
+    subprocess.run(["fio", "--name=s", f"--filename={loop}", "--rw=read", "--bs=4k",
+                    "--direct=1", "--ioengine=libaio", "--iodepth=16",
+                    "--iodepth_batch_submit=16", "--rate_iops=20000", f"--runtime={seconds}",
+                    "--time_based", f"--size={LONG_SIZE}"], check=True, capture_output=True)
+
+
+class Loop:
+    """A loop device with direct I/O on a sparse file in tmp (256 MiB)."""
+
+    def __init__(self, tmp: Path, size: str = "256M"):
         self.img = tmp / "disk.img"
-        subprocess.run(["truncate", "-s", "256M", str(self.img)], check=True)
+        subprocess.run(["truncate", "-s", size, str(self.img)], check=True)
 
     def __enter__(self) -> str:
         self.dev = subprocess.run(["losetup", "--direct-io=on", "--find", "--show", str(self.img)],
@@ -40,12 +54,13 @@ class Loop:
         self.img.unlink()
 
 
-def record_blk(tmp: Path, seconds: int) -> tuple[str, list[Path], int]:
+def record_blk(tmp: Path, seconds: int, long: bool = False) -> tuple[str, list[Path], int]:
     """The kernel's blk tracer in bin mode (what blktrace reads from relay
     files, which this kernel's lockdown refuses) on the loop device under
-    fio, read from trace_pipe, then split per CPU as blktrace writes it
-    (DEV.blktrace.N): its name, the files and their records.  Every
-    ftrace setting it touches is put back."""
+    fio (long: fio_long, on a LONG_SIZE device), read from trace_pipe, then
+    split per CPU as blktrace writes it (DEV.blktrace.N): its name, the
+    files and their records.  Every ftrace setting it touches is put
+    back."""
     knobs = {TRACING / "trace_clock": "mono", TRACING / "options" / "bin": "1",
              TRACING / "options" / "context-info": "0"}
     old = {k: k.read_text().strip() for k in knobs}
@@ -54,7 +69,7 @@ def record_blk(tmp: Path, seconds: int) -> tuple[str, list[Path], int]:
         raise SystemExit("bench/imports: another ftrace tracer is in use")
     pipe = tmp / "pipe.bin"
     reader, enable = None, None
-    with Loop(tmp) as loop:
+    with Loop(tmp, LONG_SIZE if long else "256M") as loop:
         try:
             for k, v in knobs.items():
                 k.write_text(v + "\n")
@@ -63,7 +78,7 @@ def record_blk(tmp: Path, seconds: int) -> tuple[str, list[Path], int]:
                 reader = subprocess.Popen(["cat", str(TRACING / "trace_pipe")], stdout=f)
             enable = Path("/sys/block") / Path(loop).name / "trace" / "enable"
             enable.write_text("1\n")
-            fio(loop, seconds)
+            (fio_long if long else fio)(loop, seconds)
         finally:
             if enable:
                 enable.write_text("0\n")
@@ -210,6 +225,32 @@ def large_part(tmp: Path, seconds: int) -> None:
     shutil.rmtree(tmp / "large.store")
 
 
+def long_part(tmp: Path, lengths: list[int]) -> None:
+    """The import's peak memory on long sequential traces of each length
+    (seconds), at one rate: it should not grow with the length."""
+    print("\nLong traces: 4 KiB sequential reads of a sparse 64 GiB loop device, 20,000 a "
+          "second, 16 in flight, submitted 16 at a time; every bio at a sector of its own. "
+          "The pairings forget a start 30 s after it (STALE_NS):\n")
+    print("| fio s | records | MB | bios merged | `blkparse -d /dev/null -o /dev/null` s, GB "
+          "| `nestrace import` s, GB |")
+    print("|---|---|---|---|---|---|")
+    for seconds in lengths:
+        name, files, records = record_blk(tmp, seconds, long=True)
+        n = sum(f.stat().st_size for f in files)
+        bp = timed(["blkparse", "-i", name, "-d", "/dev/null", "-o", "/dev/null"], tmp)
+        imp = timed(NESTRACE + ["import", *map(str, files), "-o", str(tmp / "long.store")],
+                    tmp)
+        merged = int(subprocess.run(
+            [sys.executable, "-c", COUNT.replace("FROM block_events",
+                                                 "FROM block_events WHERE action IN (2, 3)"),
+             str(tmp / "long.store")], capture_output=True, text=True, check=True).stdout)
+        print(f"| {seconds} | {records:,} | {n / 1e6:.0f} | {merged:,} | {bp[0]:.2f}, {bp[1]:.2f} "
+              f"| {imp[0]:.2f}, {imp[1]:.2f} |")
+        for f in files:
+            f.unlink()
+        shutil.rmtree(tmp / "long.store")
+
+
 def dat_part(tmp: Path, seconds: int, step: str = "read trace.dat") -> None:
     dat = record_dat(tmp, seconds)
     tc = timed(["trace-cmd", "report", "-i", str(dat)], tmp)
@@ -235,6 +276,11 @@ def main() -> int:
     ap.add_argument("--large-dat-seconds", type=int, default=38,
                     help="seconds of fio for the peak-memory trace.dat (38: about 10 M block "
                     "events here; 0: none)")
+    ap.add_argument("--long-seconds", default="60,180",
+                    help="seconds of fio for each long sequential trace, whose import's peak "
+                    "memory should not grow with its length (\"\": none)")
+    ap.add_argument("--only-long", action="store_true",
+                    help="only the long traces")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/imports: needs root (tracefs, a loop device)")
@@ -244,6 +290,10 @@ def main() -> int:
         if not shutil.which(tool):
             raise SystemExit(f"bench/imports: no {tool} (ci/setup installs it)")
     with tempfile.TemporaryDirectory(prefix="nestrace-bench-imports-", dir="/var/tmp") as t:
+        if args.long_seconds:
+            long_part(Path(t), [int(x) for x in args.long_seconds.split(",")])
+        if args.only_long:
+            return 0
         blk_part(Path(t), args.seconds)
         if args.large_seconds:
             large_part(Path(t), args.large_seconds)

@@ -231,8 +231,8 @@ def long_part(tmp: Path, lengths: list[int]) -> None:
     print("\nLong traces: 4 KiB sequential reads of a sparse 64 GiB loop device, 20,000 a "
           "second, 16 in flight, submitted 16 at a time; every bio at a sector of its own. "
           "The pairings forget a start 30 s after it (STALE_NS):\n")
-    print("| fio s | records | MB | bios merged | `blkparse -d /dev/null -o /dev/null` s, GB "
-          "| `nestrace import` s, GB |")
+    print("| fio s | records | MB | bios merged | `blkparse -d /dev/null -o /dev/null` (s; GB) "
+          "| `nestrace import` (s; GB) |")
     print("|---|---|---|---|---|---|")
     for seconds in lengths:
         name, files, records = record_blk(tmp, seconds, long=True)
@@ -244,8 +244,8 @@ def long_part(tmp: Path, lengths: list[int]) -> None:
             [sys.executable, "-c", COUNT.replace("FROM block_events",
                                                  "FROM block_events WHERE action IN (2, 3)"),
              str(tmp / "long.store")], capture_output=True, text=True, check=True).stdout)
-        print(f"| {seconds} | {records:,} | {n / 1e6:.0f} | {merged:,} | {bp[0]:.2f}, {bp[1]:.2f} "
-              f"| {imp[0]:.2f}, {imp[1]:.2f} |")
+        print(f"| {seconds} | {records:,} | {n / 1e6:.0f} | {merged:,} | {bp[0]:.2f}; {bp[1]:.2f} "
+              f"| {imp[0]:.2f}; {imp[1]:.2f} |")
         for f in files:
             f.unlink()
         shutil.rmtree(tmp / "long.store")

@@ -89,7 +89,13 @@ def test_bench_loop_workers_runs():
 
 
 def test_bench_imports_runs():
-    out = bench("imports", "--seconds", "1", "--large-seconds", "1", "--large-dat-seconds", "1")
+    out = bench("imports", "--seconds", "1", "--large-seconds", "1", "--large-dat-seconds", "1",
+                "--long-seconds", "2")
+    # a long sequential trace, read by blkparse and nestrace (seconds; peak GB)
+    long = re.search(r"^\| 2 \| ([\d,]+) \| \d+ \| [\d,]+ \| ([\d.]+); ([\d.]+) "
+                     r"\| ([\d.]+); ([\d.]+) \|$", out, re.M)
+    assert long and int(long.group(1).replace(",", "")) > 1000, out
+    assert float(long.group(4)) > 0 and float(long.group(5)) > 0, out
     # the blk tracer's records, and the trace.dat's events, each read by
     # the classic tool and by nestrace, with the ratio of their times
     n = re.search(r"fio 4 KiB random reads \(iodepth 8\): ([\d,]+) records", out)

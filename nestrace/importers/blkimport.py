@@ -83,9 +83,10 @@ def block_events(col: dict[str, np.ndarray], comms: dict[int, str]
     its id.  A sector with no request open forgets its bio STALE_NS
     (nestrace.importers.requests) after its last event: a G, I or D
     there later, with no Q of its own, has no bio (so the memory held
-    is bounded by the sectors of the last STALE_NS).  col: blktrace.read_columns' columns, taken out of it as they
-    are read (the records' memory goes to the events as they are made);
-    comms: pid -> task name, beside blktrace's notify records."""
+    is bounded by the sectors of the last STALE_NS).  col:
+    blktrace.read_columns' columns, taken out of it as they are read (the
+    records' memory goes to the events as they are made); comms: pid ->
+    task name, beside blktrace's notify records."""
     rows, nt, skipped = _kept(col)
     # time order, file order within a tie: every column below is in it
     ts = col.pop("time_ns")[rows]

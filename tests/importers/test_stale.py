@@ -122,4 +122,3 @@ def test_a_start_and_a_q_older_than_30_s_are_forgotten_alike_by_every_pairing(tm
     late = ev.filter(pc.and_(pc.equal(ev.column("sector"), 800),
                              pc.greater(ev.column("ts_ns"), 10 ** 9 + 10 ** 10)))
     assert late.num_rows == 4 and set(late.column("bio_id").to_pylist()) == {0}
-

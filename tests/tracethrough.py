@@ -127,7 +127,7 @@ def assert_traced_through(s, offsets: list[int], syscall: str = "pread64") -> No
     assert all(r["ret_bytes"] == 4096 for r in vfs)
     got = s.con.execute(TRACE_THROUGH, {"syscall": syscall, "err": 0}).fetchone()
     got = dict(zip(("mapped", "vdisk", "hostfs", "disk"), got))
-    assert got == {"mapped": 4096, "vdisk": 4096, "hostfs": 4096, "disk": 4096}
+    assert got == {"mapped": 4096, "vdisk": 4096, "hostfs": 4096, "disk": 4096}, got
     lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
     assert lost == {"drops": 0, "gaps": 0}
     assert_each_record_once(s)

@@ -452,8 +452,8 @@ static int capture__end(struct ring_buffer *rb, struct family *first, __u64 end)
 		fprintf(stderr, "nestrace-agent: WARNING: cannot read the staged records: %s\n",
 			strerror(-err));
 	out__flush();
+	requests__end(first, end, &rq_lost, &rq_expired, &rq_in_flight);
 	stats__emit(first, &drops);
-	requests__count(&rq_lost, &rq_expired, &rq_in_flight);
 	arrow__close();		/* before the end frame: it reports a failed write */
 	completions__count(&rq_dispatched, &rq_ended);
 	if (env.from_completions)

@@ -181,8 +181,8 @@ static __always_inline void request__emit(struct nt_rq_times *t, __u32 dev, __u6
 	r->pid = t->pid;
 	r->error = error;
 	r->action = action;
-	r->req_op = t->opf & NT_REQ_OP_MASK;
-	r->req_flags = opf__nt_flags(t->opf);
+	r->req_op = t->req_op;
+	r->req_flags = t->req_flags;
 	r->queued = t->queued;
 	__builtin_memcpy(r->comm, t->comm, sizeof(r->comm));
 	record__submit(r);
@@ -253,7 +253,7 @@ static __always_inline int rq__times(struct request *rq, __u16 action, int error
 	__u64 key = (__u64)rq, bio, now;
 	__u32 dev = rq__dev(rq, btf);
 	struct nt_rq_times *t, *b;
-	__u32 home;
+	__u32 home, opf;
 
 	now = times__hit(dev);
 	if (!now)
@@ -300,11 +300,14 @@ static __always_inline int rq__times(struct request *rq, __u16 action, int error
 	if (!t)
 		return 0;
 	t->d_ns = t->last_ns = now;
+	t->dev = dev;
 	bio = (__u64)RD1(btf, rq, bio);
 	t->bio = bio;
 	t->sector = RD1(btf, rq, __sector);
 	t->nr_sectors = RD1(btf, rq, __data_len) >> 9;
-	t->opf = RD1(btf, rq, cmd_flags);
+	opf = RD1(btf, rq, cmd_flags);
+	t->req_op = opf & NT_REQ_OP_MASK;
+	t->req_flags = opf__nt_flags(opf);
 	t->pid = task__tgid();
 	task__comm(t->comm, btf);
 	b = times__find(&bio_times, bio, times__home(bio));

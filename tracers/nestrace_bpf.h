@@ -36,13 +36,14 @@ struct nt_cpu_counters {
 
 /* A bio's or request's times in flight (block.bpf.c, --per-request): its
  * slot of bio_times or rq_times, held by its address (key; 0: free;
- * last_ns: when it was last written).  The agent counts the requests
- * still dispatched at the end. */
+ * last_ns: when it was last written; dev: a request's disk, set at its
+ * dispatch).  The agent writes a row for each request still dispatched
+ * at the end (requests.c). */
 #define NT_TIMES_SLOTS 65536
 struct nt_rq_times {
 	__u64 key, last_ns, q_ns, g_ns, i_ns, d_ns, sector, bio;
-	__u32 nr_sectors, opf, pid;
-	__u16 queued, _pad;
+	__u32 nr_sectors, pid, dev;
+	__u16 req_op, req_flags, queued, _pad;
 	char comm[16];
 };
 

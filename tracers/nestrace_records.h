@@ -137,7 +137,7 @@ struct nt_netfs_event {
 
 #define NT_KIND_BLOCK_REQUEST 8
 #define NT_VERSION_BLOCK_REQUEST 1
-/* One block request on a traced device, written once at its end (`record --per-request`): the phase times its events would carry, kept in the kernel from Q to C as biosnoop keeps its start times.  A row ends a dispatch (action c: completed at ts_ns; requeue: sent back at ts_ns, its next dispatch is another row; d: its completion was not seen, and the request's next insert or dispatch at ts_ns ended it, as capture_meta.completions_missed counts) or is a bio merged into a request (backmerge, frontmerge: at ts_ns).  A request still dispatched when the capture ends has no row (capture_meta.requests_unfinished counts it).  The views read these rows as they read block_events' (block_requests, phases_merges, size_merge_ratio); a capture has one or the other.  With `record --from-completions` each row is written at a completion or requeue alone, from the kernel's struct request (settings_json.block_records = completions): no merged bio's row and no action d, as the fields say. (120 bytes) */
+/* One block request on a traced device, written once at its end (`record --per-request`): the phase times its events would carry, kept in the kernel from Q to C as biosnoop keeps its start times.  A row ends a dispatch (action c: completed at ts_ns; requeue: sent back at ts_ns, its next dispatch is another row; d: its completion was not seen, and the request's next insert or dispatch at ts_ns ended it, as capture_meta.completions_missed counts) or is a bio merged into a request (backmerge, frontmerge: at ts_ns).  A request still dispatched when the capture ends (in flight, or its completion unseen) has a row the agent writes once the programs are off (action unfinished: its times to D, ts_ns the capture's end, no C; capture_meta.requests_unfinished counts it).  The views read these rows as they read block_events' (block_requests, phases_merges, size_merge_ratio); a capture has one or the other.  With `record --from-completions` each row is written at a completion or requeue alone, from the kernel's struct request (settings_json.block_records = completions): no merged bio's row and no action d, as the fields say. (120 bytes) */
 struct nt_block_request {
 	struct nt_header hdr;
 	__u64 sector; /* start sector at dispatch (a merged bio: its own) */
@@ -151,7 +151,7 @@ struct nt_block_request {
 	__u32 nr_sectors; /* size in 512-byte sectors at dispatch (a merged bio: its own) */
 	__u32 pid; /* process id (tgid) current at dispatch (a merged bio: at the merge, its submitter); 0 with --from-completions */
 	__s32 error; /* completion status (negative errno); 0 otherwise */
-	__u16 action; /* what ended the row (enum block_action): c, requeue, d (no completion seen), backmerge or frontmerge */
+	__u16 action; /* what ended the row (enum block_action): c, requeue, d (no completion seen), unfinished (still dispatched at the capture's end), backmerge or frontmerge */
 	__u16 req_op; /* kernel REQ_OP, as block_event.req_op */
 	__u16 req_flags; /* nestrace flag bits, as block_event.req_flags */
 	__u16 queued; /* the Q events the row stands for: 1 when its first bio's own Q was seen (not for a piece split off, whose Q is its parent's, nor a requeued request's next dispatch), else 0; a merged bio: 1 when its Q was seen; --from-completions: the bios the request carries at its end (up to 64), its merges one fewer */
@@ -230,7 +230,7 @@ struct nt_cpu_stats {
 #define NT_VFS_SYSCALL_URING_SPLICE_OUT 45
 #define NT_VFS_SYSCALL_NAMES "read,write,pread64,pwrite64,readv,writev,preadv,pwritev,preadv2,pwritev2,fsync,fdatasync,sync_file_range,aio_pread,aio_pwrite,aio_fsync,aio_fdsync,aio_preadv,aio_pwritev,uring_read,uring_write,uring_readv,uring_writev,uring_fsync,fallocate,uring_sync_file_range,uring_fallocate,copy_file_range_in,copy_file_range_out,sendfile_in,sendfile_out,ftruncate,splice_in,splice_out,fadvise,readahead,msync,syncfs,sync,madvise,uring_fadvise,uring_ftruncate,uring_madvise,uring_splice_in,uring_splice_out"
 
-/* block_event.action: The block-layer tracepoint a block_event comes from, with blkparse's letter for it. */
+/* block_event.action: The block-layer tracepoint a block_event comes from, with blkparse's letter for it; unfinished is no tracepoint: a --per-request row the agent wrote for a request still dispatched at the end, D its last event seen. */
 #define NT_BLOCK_ACTION_Q 1
 #define NT_BLOCK_ACTION_BACKMERGE 2
 #define NT_BLOCK_ACTION_FRONTMERGE 3
@@ -241,7 +241,8 @@ struct nt_cpu_stats {
 #define NT_BLOCK_ACTION_X 8
 #define NT_BLOCK_ACTION_RQ_MERGE 9
 #define NT_BLOCK_ACTION_REQUEUE 10
-#define NT_BLOCK_ACTION_NAMES "q,backmerge,frontmerge,g,i,d,c,x,rq_merge,requeue"
+#define NT_BLOCK_ACTION_UNFINISHED 11
+#define NT_BLOCK_ACTION_NAMES "q,backmerge,frontmerge,g,i,d,c,x,rq_merge,requeue,unfinished"
 
 /* hostfs_event.op: What a host-FS access does to the image file: discard is blocks of the file unmapped or zeroed (a hole punched, a range zeroed). */
 #define NT_HOSTFS_OP_READ 0

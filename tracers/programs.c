@@ -448,6 +448,22 @@ long long drops__now(struct family *first)
 	return sum;
 }
 
+/* n sequence numbers of CPU cpu for records the agent writes itself once
+ * the programs are off (the first in *first_seq), taken in the counters
+ * map, so that cpu_stats counts them as emitted: -1 when unreadable. */
+int counters__take(struct family *first, int cpu, __u64 n, __u64 *first_seq)
+{
+	struct nt_cpu_counters *vals = counters__read(first);
+	int fd = bpf_map__fd(bpf_object__find_map_by_name(first->obj, "counters"));
+	__u32 zero = 0;
+
+	if (!vals)
+		return -1;
+	*first_seq = vals[cpu].seq + 1;
+	vals[cpu].seq += n;
+	return bpf_map_update_elem(fd, &zero, vals, BPF_ANY) ? -1 : 0;
+}
+
 /* Emit one cpu_stats record per CPU from the shared counters map. */
 void stats__emit(struct family *first, __u64 *drops_total)
 {

@@ -45,6 +45,8 @@ int stages__drain(struct family *first, ring_buffer_sample_fn sink);
 long long drops__now(struct family *first);
 /* One cpu_stats record per CPU; the drops' sum. */
 void stats__emit(struct family *first, __u64 *drops_total);
+/* n sequence numbers of a CPU for the agent's own records; the first. */
+int counters__take(struct family *first, int cpu, __u64 n, __u64 *first_seq);
 /* The hooks and how each was attached, as JSON. */
 void hooks__json(char *buf, size_t len);
 

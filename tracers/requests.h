@@ -9,9 +9,11 @@ struct block_bpf;
 
 /* The block family's skeleton, NULL when not loaded (programs.c). */
 struct block_bpf *families__block(void);
-/* --per-request: requests lost for want of a slot, slots expired, and
- * requests still dispatched at the end. */
-void requests__count(__u64 *lost, __u64 *expired, __u64 *in_flight);
+struct family;
+/* --per-request, the programs off: requests lost for want of a slot, slots
+ * expired, and requests still dispatched at end, each written as a row. */
+void requests__end(struct family *first, __u64 end, __u64 *lost, __u64 *expired,
+		   __u64 *in_flight);
 /* --from-completions: the window in which the requests are counted (from
  * the capture's start; to its end, 0: unchanged), the wait for those in
  * flight before the last hooks come off, and the counts: the requests

@@ -71,7 +71,8 @@ def request_accounting(requests: pa.Table, start_ns: int, end_ns: int) -> tuple[
     the kernel wrote a dispatch whose completion it did not see as action
     d when the request's next insert or dispatch ended it (missed by
     end_ns; unfinished after it).  The requests still dispatched at the
-    end are the agent's to count (requests_in_flight)."""
+    end are the agent's to count (requests_in_flight), each with its row
+    of action unfinished."""
     import pyarrow.compute as pc
     d = requests.filter(pc.and_(pc.equal(requests["action"], 6), pc.and_(
         pc.greater_equal(requests["d_ns"], start_ns), pc.less_equal(requests["d_ns"], end_ns))))

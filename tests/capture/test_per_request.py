@@ -7,8 +7,11 @@ levels, merges and their Q2M, and every loss counted.  And record
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -23,6 +26,7 @@ from tracethrough import (
 )
 
 import nestrace
+from nestrace.schema import code
 
 pytestmark = pytest.mark.root
 
@@ -91,6 +95,42 @@ def test_per_request_records_bios_merged_into_a_request_with_their_q(lab_factory
     # the merged bios' bytes went out in the requests: 8 MiB of fio writes
     (w,) = s.rows("SELECT sum(bytes) AS b FROM vdisk_io WHERE op = 'write' AND comm = 'fio'")
     assert w["b"] == 8 << 20, w
+
+
+def test_a_request_still_dispatched_at_the_end_keeps_its_row(lab_factory, tmp_path):
+    """A guest O_DIRECT write held in the virtual disk's queue by a frozen
+    host FS when the capture ends (the completion hooks come off last, so
+    only such a request, or one whose completion the kernel ran no program
+    for, is still dispatched then): the agent writes its row (action
+    unfinished: its Q, G and D, no C, no done_by), counted in
+    requests_unfinished, numbered with no sequence gap."""
+    lab = lab_factory("ext4", "xfs", guest_dio="on", host_dio="on")
+    host, f = Path(lab.mount).parent / "host", Path(lab.mount) / "f"
+    f.write_bytes(b"x" * 4096)
+    os.sync()
+    # (the capture's end snapshot of the guest FS waits for the thaw)
+    cmd = (f"fsfreeze -f {host}; "
+           f"dd if=/dev/zero of={f} bs=4k count=1 oflag=direct conv=notrunc 2>/dev/null & "
+           f"(sleep 8; fsfreeze -u {host}) & sleep 1")
+    try:
+        r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--per-request",
+                    "--", "sh", "-c", cmd)
+    finally:
+        subprocess.run(["fsfreeze", "-u", str(host)], capture_output=True)
+    s = nestrace.open(tmp_path / "s")
+    assert_losses_counted(s, r.stdout)
+    (m,) = s.rows("SELECT end_ns, requests_unfinished AS unfinished, settings_json "
+                  "FROM capture_meta")
+    assert json.loads(m["settings_json"])["requests_in_flight"] == m["unfinished"] == 1, m
+    rows = s.rows("SELECT r.ts_ns, r.cpu, l.level, r.req_op FROM block_request_records r "
+                  "JOIN device_map l USING (capture_id, dev) "
+                  "WHERE l.level IN ('vdisk', 'disk') AND r.action = ?",
+                  [code("block_action", "unfinished")])
+    assert rows == [{"ts_ns": m["end_ns"], "cpu": 0, "level": "vdisk", "req_op": 1}], rows
+    (w,) = s.rows("SELECT op, bytes, q_ns < g_ns AND g_ns <= d_ns AS ordered, c_ns, done_by_ns "
+                  "FROM vdisk_io WHERE comm = 'dd'")
+    assert w == {"op": "write", "bytes": 4096, "ordered": True, "c_ns": None,
+                 "done_by_ns": None}, w
 
 
 def test_requests_read_at_completion_are_the_ones_the_tracepoints_see(lab_factory, tmp_path):

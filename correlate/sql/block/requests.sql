@@ -107,12 +107,15 @@ SELECT j.capture_id, l.machine, l.level, j.dev, j.io_id, j.rq_id, j.ts_ns, j.q_n
        j.req_flags, coalesce(j.error, 0) AS error, j.pid, j.comm
 FROM joined j JOIN _base_block_devs l USING (dk)
 UNION ALL   -- a capture recorded --per-request: its requests as the kernel kept them
+            -- (unfinished: still dispatched at the capture's end, no end seen)
 SELECT r.capture_id, l.machine, l.level, r.dev, (r.cpu::UBIGINT << 48) | r.seq, r.rq_id, r.d_ns,
        nullif(r.q_ns, 0), nullif(r.g_ns, 0), nullif(r.i_ns, 0),
-       CASE WHEN r.action = _block_action('c') THEN r.ts_ns END, r.ts_ns, r.sector, r.nr_sectors,
+       CASE WHEN r.action = _block_action('c') THEN r.ts_ns END,
+       CASE WHEN r.action <> _block_action('unfinished') THEN r.ts_ns END, r.sector, r.nr_sectors,
        _req_op_name(r.req_op), r.req_op, r.req_flags, r.error, r.pid, r.comm
 FROM block_request_records r JOIN _base_block_devs l USING (capture_id, dev)
-WHERE r.action IN (_block_action('c'), _block_action('requeue'), _block_action('d'));
+WHERE r.action IN (_block_action('c'), _block_action('requeue'), _block_action('d'),
+                   _block_action('unfinished'));
 
 -- The paired requests: computed, or read from what `correlate` stored.
 CREATE OR REPLACE VIEW _block_requests_core AS SELECT * FROM _block_requests_computed;

@@ -101,7 +101,9 @@ CREATE OR REPLACE MACRO _vfs_syscall_call(code) AS ([NULL, 'read', 'write', 'pre
 CREATE OR REPLACE MACRO _vfs_syscall_op(code) AS ([NULL, 'read', 'write', 'read', 'write', 'read', 'write', 'read', 'write', 'read', 'write', 'sync', 'sync', 'sync', 'read', 'write', 'sync', 'sync', 'read', 'write', 'read', 'write', 'read', 'write', 'sync', 'fallocate', 'sync', 'fallocate', 'read', 'write', 'read', 'write', 'ftruncate', 'read', 'write', 'hint', 'hint', 'msync', 'sync', 'sync', 'hint', 'hint', 'ftruncate', 'hint', 'read', 'write']::VARCHAR[])[code + 1];
 
 -- block_event.action: The block-layer tracepoint a block_event comes from,
--- with blkparse's letter for it.
+-- with blkparse's letter for it; unfinished is no tracepoint: a --per-
+-- request row the agent wrote for a request still dispatched at the end, D
+-- its last event seen.
 CREATE OR REPLACE VIEW _code_block_action AS
 SELECT * FROM (VALUES
   (1, 'q', 'Q'),
@@ -113,11 +115,12 @@ SELECT * FROM (VALUES
   (7, 'c', 'C'),
   (8, 'x', 'X'),
   (9, 'rq_merge', 'M'),
-  (10, 'requeue', 'R')
+  (10, 'requeue', 'R'),
+  (11, 'unfinished', 'D')
 ) AS t(code, name, letter);
-CREATE OR REPLACE MACRO _block_action(n) AS CASE n WHEN 'q' THEN 1 WHEN 'backmerge' THEN 2 WHEN 'frontmerge' THEN 3 WHEN 'g' THEN 4 WHEN 'i' THEN 5 WHEN 'd' THEN 6 WHEN 'c' THEN 7 WHEN 'x' THEN 8 WHEN 'rq_merge' THEN 9 WHEN 'requeue' THEN 10 END;
-CREATE OR REPLACE MACRO _block_action_name(code) AS ([NULL, 'q', 'backmerge', 'frontmerge', 'g', 'i', 'd', 'c', 'x', 'rq_merge', 'requeue']::VARCHAR[])[code + 1];
-CREATE OR REPLACE MACRO _block_action_letter(code) AS ([NULL, 'Q', 'M', 'F', 'G', 'I', 'D', 'C', 'X', 'M', 'R']::VARCHAR[])[code + 1];
+CREATE OR REPLACE MACRO _block_action(n) AS CASE n WHEN 'q' THEN 1 WHEN 'backmerge' THEN 2 WHEN 'frontmerge' THEN 3 WHEN 'g' THEN 4 WHEN 'i' THEN 5 WHEN 'd' THEN 6 WHEN 'c' THEN 7 WHEN 'x' THEN 8 WHEN 'rq_merge' THEN 9 WHEN 'requeue' THEN 10 WHEN 'unfinished' THEN 11 END;
+CREATE OR REPLACE MACRO _block_action_name(code) AS ([NULL, 'q', 'backmerge', 'frontmerge', 'g', 'i', 'd', 'c', 'x', 'rq_merge', 'requeue', 'unfinished']::VARCHAR[])[code + 1];
+CREATE OR REPLACE MACRO _block_action_letter(code) AS ([NULL, 'Q', 'M', 'F', 'G', 'I', 'D', 'C', 'X', 'M', 'R', 'D']::VARCHAR[])[code + 1];
 
 -- hostfs_event.op: What a host-FS access does to the image file: discard is
 -- blocks of the file unmapped or zeroed (a hole punched, a range zeroed).

@@ -60,7 +60,7 @@ WITH n AS (
          count(*) FILTER (WHERE action IN (_block_action('backmerge'), _block_action('frontmerge')))
            + coalesce(sum(queued - 1) FILTER (WHERE queued > 1), 0),
          count(*) FILTER (WHERE action IN (_block_action('c'), _block_action('requeue'),
-                                           _block_action('d')))
+                                           _block_action('d'), _block_action('unfinished')))
   FROM block_request_records GROUP BY ALL)
 SELECT n.capture_id, l.level, n.dev, sum(n.queued)::BIGINT AS queued,
        sum(n.merged)::BIGINT AS merged, sum(n.dispatched)::BIGINT AS dispatched,

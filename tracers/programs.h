@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* nestrace-agent's BPF program families (programs.c). */
+/* nestrace-agent's BPF program families (programs.c) and the maps they
+ * share (shared.c). */
 #ifndef __NESTRACE_PROGRAMS_H
 #define __NESTRACE_PROGRAMS_H
 
@@ -37,7 +38,8 @@ __u64 families__attach(__u64 *ends_ns);
 void families__detach(char *misses_json, size_t len, __u64 *misses);
 void families__destroy(void);
 
-/* Push every CPU's staged records into the ring buffer. */
+/* The maps the families share (shared.c).  Push every CPU's staged
+ * records into the ring buffer. */
 void stages__flush(struct family *first);
 /* After detaching: what is still staged, handed to sink. */
 int stages__drain(struct family *first, ring_buffer_sample_fn sink);

@@ -108,10 +108,14 @@ def test_a_request_still_dispatched_at_the_end_keeps_its_row(lab_factory, tmp_pa
     host, f = Path(lab.mount).parent / "host", Path(lab.mount) / "f"
     f.write_bytes(b"x" * 4096)
     os.sync()
-    # (the capture's end snapshot of the guest FS waits for the thaw)
+    st = os.stat(lab.mount).st_dev
+    inflight = f"/sys/dev/block/{os.major(st)}:{os.minor(st)}/inflight"   # (reads, writes)
+    # the capture ends once the write is dispatched on the virtual disk;
+    # its end snapshot of the guest FS waits for the thaw
     cmd = (f"fsfreeze -f {host}; "
            f"dd if=/dev/zero of={f} bs=4k count=1 oflag=direct conv=notrunc 2>/dev/null & "
-           f"(sleep 8; fsfreeze -u {host}) & sleep 1")
+           f"(sleep 8; fsfreeze -u {host}) & "
+           f"for i in $(seq 200); do grep -q ' [1-9]' {inflight} && break; sleep 0.05; done")
     try:
         r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--per-request",
                     "--", "sh", "-c", cmd)

@@ -17,8 +17,9 @@ TARGET = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 
 def _commands(group: click.Group, prefix: str) -> list[tuple[str, click.Command]]:
     out = []
-    for name in sorted(group.commands):
-        cmd = group.commands[name]
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):    # (imports common.ELSEWHERE's)
+        cmd = group.get_command(ctx, name)
         out.append((f"{prefix} {name}", cmd))
         if isinstance(cmd, click.Group):
             out += _commands(cmd, f"{prefix} {name}")

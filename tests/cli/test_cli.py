@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import click
 import pytest
 from conftest import NESTRACE, ROOT, loop_devices, our_mounts, run_cli
 
@@ -314,14 +315,30 @@ def test_every_cli_command_is_documented():
     reference = (ROOT / "docs" / "reference" / "cli.md").read_text()
     prose = (ROOT / "README.md").read_text() + "".join(
         p.read_text() for p in (ROOT / "docs" / "guide").glob("*.md"))
-    names = []
-    for name, cmd in cli.commands.items():
+    names, ctx = [], click.Context(cli)
+    # (list_commands: those defined outside main too, imported when named)
+    commands = {name: cli.get_command(ctx, name) for name in cli.list_commands(ctx)}
+    assert {"lab", "record", "study", "report"} <= commands.keys() and None not in commands.values()
+    for name, cmd in commands.items():
         names.append(name)
         if hasattr(cmd, "commands"):
             names += [f"{name} {sub}" for sub in cmd.commands]
     assert [n for n in names if f"## `nestrace {n}`" not in reference] == []
     assert [n for n in names if f"nestrace {n}" not in prose and f"`{n}" not in prose] == []
-    assert all((cmd.help or "").strip() for cmd in cli.commands.values())
+    assert all((cmd.help or "").strip() for cmd in commands.values())
+
+
+def test_a_command_of_main_imports_no_capture_module():
+    """`nestrace sql` (a command of main) runs without importing the lab
+    and capture modules that only lab, record and study need."""
+    code = ("import sys, runpy; sys.argv = ['nestrace', 'sql', '-h']\n"
+            "try:\n    runpy.run_module('nestrace', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('nestrace.capture.lab', "
+            "'nestrace.capture.stack', 'nestrace.cli.lab', 'nestrace.cli.record'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_sql_csv_and_interactive_shell(tmp_path):

@@ -220,7 +220,10 @@ def test_agent_floor_records_filter_and_record_headers_alone(lab_factory, tmp_pa
                           "int64")).as_py()
     got = per_rq["rows"].get("block_request_records", 0)
     assert 2 * 2048 <= done and abs(got - done) <= 0.05 * done, (per_rq["rows"], done)
-    assert got * 4 <= rows["block_events"], (per_rq["rows"], rows)
+    # (f) writes Q, G, D and C for each of its run's ~4096 requests: four
+    # records for each of (g)'s one, give or take an event at a run's edge
+    # (one run of CI saw 16,383 against 4 x 4,096)
+    assert got * 4 <= rows["block_events"] * 1.02, (per_rq["rows"], rows)
     assert per_rq["rows"].get("hostfs_events", 0) >= 2048 and \
         2048 <= per_rq["rows"].get("vfs_events", 0) <= full["rows"]["vfs_events"], per_rq["rows"]
     # requests whose times found no slot: none, at this depth

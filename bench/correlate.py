@@ -223,7 +223,7 @@ def print_fixed(f: dict) -> None:
     print(f"\nWhat every run pays, on a store of {f['events']:,} records: `correlate` "
           f"{f['correlate']:.2f} s and `report --json` {f['report']:.2f} s (the best of three "
           "each); where correlate's time goes, in one process"
-          + (" (nestrace's own modules have no bytecode, as ci/setup compiles them: "
+          + (" (nestrace's own modules have no bytecode here, which ci/setup makes: "
              "they are compiled at each import)" if f["no_bytecode"] else "") + "\n")
     print("| step | s |")
     print("|---|---|")

@@ -187,7 +187,13 @@ def test_requests_read_at_completion_are_the_ones_the_tracepoints_see(lab_factor
         "FROM rq JOIN ev ON rq.level = ev.level AND rq.rq = ev.rq AND rq.sector = ev.sector "
         "AND rq.nr_sectors = ev.nr_sectors AND abs(rq.c - ev.c) < 100000").fetchone()
     n_ev, n_rq = (con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("ev", "rq"))
-    assert n_ev == n_rq == both[0] >= 2 * 4096, (n_ev, n_rq, both)
+    # fio's 4096 reads of 4 KiB at two levels: their sectors, whether two
+    # reads the block layer merged make one request (one CI run: 8176
+    # requests) or not, less those of requests whose completion the kernel
+    # ran no program for (without a C they are in neither table here)
+    sectors = con.execute("SELECT sum(nr_sectors) FROM rq").fetchone()[0]
+    assert n_ev == n_rq == both[0] and sectors >= 2 * 4096 * 8 - 8 * missed, \
+        (n_ev, n_rq, both, sectors, missed)
     assert both[1] < 5000 and both[2] < 5000, both
     assert both[3] == 0 and both[4] == both[0], both
 

@@ -103,28 +103,12 @@ def record_blk(tmp: Path, seconds: int, long: bool = False) -> tuple[str, list[P
 
 
 SPLIT = """
-import os, sys
-import numpy as np
+import sys
 from nestrace.importers import blktrace
-data = np.fromfile(sys.argv[1], dtype=np.uint8)
-try:
-    t = blktrace.read(sys.argv[1])
-except blktrace.BlktraceError as e:
-    # (the last record cut short where the reader was stopped, on a busy
-    # machine: the whole records before it are the file)
-    print(f"bench/imports: {e}: the {e.good.num_rows} records before it are kept",
-          file=sys.stderr)
-    t = e.good
-offs = t.column("file_offset").to_numpy().astype(np.int64)
-cpu = t.column("cpu").to_numpy()
-if len(offs):
-    data = data[:offs[-1] + blktrace.HEADER.size + len(t.column("pdu")[-1].as_py())]
-by_byte = np.repeat(cpu, np.diff(np.append(offs, len(data))))
-# (a file for every CPU, empty or not, as blktrace writes them: blkparse
-# stops at the first CPU without one)
-for c in range(max(int(cpu.max()) + 1 if len(cpu) else 0, os.cpu_count())):
-    data[by_byte == c].tofile(f"{sys.argv[2]}.blktrace.{c}")
-print(t.num_rows)
+files, n, cut = blktrace.split_by_cpu(sys.argv[1], sys.argv[2])
+if cut:     # (the reader stopped mid-record, on a busy machine)
+    print(f"bench/imports: {cut}: left out, the {n} records before it kept", file=sys.stderr)
+print(n)
 """
 COUNT = """
 import sys, nestrace

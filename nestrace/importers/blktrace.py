@@ -532,3 +532,41 @@ def _payloads(data, h: dict[str, np.ndarray], aux: np.ndarray, comms: dict[int, 
 
 def dev_name(dev: int) -> str:
     return f"{dev >> 20}:{dev & 0xFFFFF}"
+
+
+def split_by_cpu(path: str | os.PathLike, prefix: str | os.PathLike
+                 ) -> tuple[list[Path], int, str | None]:
+    """The records of a saved trace_pipe of the ftrace blk tracer (bin
+    mode) written a file per CPU, as blktrace writes them
+    (PREFIX.blktrace.N, one for every CPU up to the last one with a
+    record, and at least os.cpu_count(): blkparse stops at the first CPU
+    without a file), so that blkparse and btt read them.  A record cut
+    short at the file's end (the reader stopped mid-record) is left out,
+    and named; any other damage raises BlktraceError.  Returns the files,
+    the records written and that cut record's problem (None: none)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    data = np.frombuffer(raw, dtype=np.uint8)
+    cut = None
+    try:
+        t = read(path)
+        end = len(data)
+    except BlktraceError as e:
+        t = e.good
+        end = 0
+        if t.num_rows:
+            end = int(t.column("file_offset")[-1].as_py()) + HEADER.size + \
+                len(t.column("pdu")[-1].as_py())
+        cut = cut_at_end(path, raw, end)
+        if not cut:
+            raise
+    offs = t.column("file_offset").to_numpy().astype(np.int64)
+    cpu = t.column("cpu").to_numpy()
+    by_byte = np.repeat(cpu, np.diff(np.append(offs, end)))
+    data = data[offs[0] if len(offs) else 0:end]
+    files = []
+    for c in range(max(int(cpu.max()) + 1 if len(cpu) else 0, os.cpu_count() or 1)):
+        f = Path(f"{prefix}.blktrace.{c}")
+        data[by_byte == c].tofile(f)
+        files.append(f)
+    return files, t.num_rows, cut

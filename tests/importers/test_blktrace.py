@@ -318,3 +318,32 @@ def test_regression_inputs_keep_every_intact_record(name, tmp_path):
 def test_regression_a_duplicated_record(tmp_path):
     r = blkimport.import_files([REGRESS / "duplicate.blktrace"], tmp_path / "s", {}, "r")
     assert r["duplicates"] == 1 and r["lost"] == 0 and r["block_events"] == 180, r
+
+
+def test_a_trace_pipe_split_by_cpu_as_blktrace_writes_it(tmp_path):
+    """The ftrace blk tracer's one stream, a file per CPU (and one for
+    every CPU up to the last, empty or not, as blkparse wants them); each
+    file holds its CPU's records, whole and in order.  A record cut short
+    at the end is left out and named; damage before the end is an error."""
+    import os
+    recs = [rec(1, TC_WRITE, 8 * i, 4096, 10 + i, cpu=c)
+            for i, c in enumerate([0, 2, 0, 2, 2])] + [rec(13, TC_WRITE, 80, 8192, 20, b"\0" * 8, cpu=0)]
+    pipe = tmp_path / "pipe"
+    pipe.write_bytes(b"".join(recs))
+    files, n, cut = blktrace.split_by_cpu(pipe, tmp_path / "loop0")
+    assert (n, cut) == (6, None)
+    assert [f.name for f in files] == [f"loop0.blktrace.{c}"
+                                       for c in range(max(3, os.cpu_count()))]
+    assert files[0].read_bytes() == recs[0] + recs[2] + recs[5]
+    assert files[1].read_bytes() == b""
+    assert files[2].read_bytes() == recs[1] + recs[3] + recs[4]
+    assert blktrace.read(*files).num_rows == 6
+    # the reader stopped mid-record: the whole ones kept, the last named
+    pipe.write_bytes(b"".join(recs) + recs[1][:20])
+    files, n, cut = blktrace.split_by_cpu(pipe, tmp_path / "cut")
+    assert n == 6 and cut.startswith(f"{pipe}: byte {len(b''.join(recs))}: record cut short")
+    assert files[2].read_bytes() == recs[1] + recs[3] + recs[4]
+    # damage with whole records after it is no reader's stop
+    pipe.write_bytes(recs[0] + rec(1, TC_WRITE, 8, 4096, 11, magic=0xdeadbeef) + recs[2])
+    with pytest.raises(blktrace.BlktraceError, match=f"{pipe}: byte 48: bad magic"):
+        blktrace.split_by_cpu(pipe, tmp_path / "bad")

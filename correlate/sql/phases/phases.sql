@@ -46,6 +46,11 @@ UNION ALL
 SELECT capture_id, level, dev, 'q2m', q2m_ns FROM phases_merges WHERE q2m_ns IS NOT NULL;
 
 -- min/avg/median/p99/max of each btt phase per device (one row per phase).
+-- Where btt counts otherwise: it counts a bio merged into a request in
+-- D2C and Q2C too (the request's D and C, the bio's own Q), and leaves
+-- out requests of no data (flushes); here D2C and Q2C are the requests',
+-- flushes included.  On a file without merges or flushes the two agree
+-- to the ns (tests/importers/test_btt.py, with btt on real files).
 -- @column capture_id VARCHAR  capture
 -- @column level VARCHAR       vdisk or disk
 -- @column dev UINTEGER        kernel dev_t

@@ -105,9 +105,11 @@ def record_blk(tmp: Path, seconds: int, long: bool = False) -> tuple[str, list[P
 SPLIT = """
 import sys
 from nestrace.importers import blktrace
-files, n, cut = blktrace.split_by_cpu(sys.argv[1], sys.argv[2])
-if cut:     # (the reader stopped mid-record, on a busy machine)
-    print(f"bench/imports: {cut}: left out, the {n} records before it kept", file=sys.stderr)
+files, n, problems = blktrace.split_by_cpu(sys.argv[1], sys.argv[2])
+# (the reader stopped mid-record, or the ftrace buffer lost events on a
+# busy machine: named, every whole record kept)
+for p in problems:
+    print(f"bench/imports: {p}: left out", file=sys.stderr)
 print(n)
 """
 COUNT = """

@@ -132,7 +132,7 @@ def import_cmd(files, output, vdisks, capture_id, machine) -> None:
         click.secho(f"nestrace: warning: {r['lost']} records missing by blktrace's sequence numbers",
                     err=True, fg="red", bold=True)
     elif r["lost"]:
-        click.secho(f"nestrace: warning: at least {r['lost']} records lost to the damage above "
+        click.secho(f"nestrace: warning: at least {r['lost']} records lost, as said above "
                     "(in lost_total); without sequence numbers (the ftrace blk tracer writes "
                     "none) no other loss can be counted", err=True, fg="red", bold=True)
     elif not r["sequence_numbers"]:

@@ -188,13 +188,17 @@ def _import_whole(paths, store, levels: dict[int, str], capture_id: str, machine
         problems.append(f"{', '.join(map(str, paths))}: {dups} record(s) a second time (the same "
                         "device, CPU and sequence number): left out")
     lost = _lost_by_sequence(col, capture_id)
+    numbered = bool(lost)
+    if damage.ftrace_lost and not numbered:     # (a saved trace_pipe: ftrace's notes count)
+        lost = _lost_by_notes(col, damage.ftrace_lost, capture_id)
     records = len(col["time_ns"])
     ev, skipped = block_events(col, comms)
     del col       # (the records, not needed again: memory for the pairing)
-    numbered = bool(lost)
-    # (without sequence numbers the damaged places are the only count of
-    # what was lost; with them, the gaps count those records already)
-    lost_total = sum(r["seq_gaps"] for r in lost) + (0 if numbered else damage.records)
+    # (without sequence numbers the damaged places and ftrace's notes are
+    # the only count of what was lost; with them, the gaps count those
+    # records already)
+    lost_total = sum(r["seq_gaps"] for r in lost) if numbered else \
+        damage.records + sum(damage.ftrace_lost.values())
     r = write_import(ev, skipped, problems, paths, store, levels, capture_id, machine,
                      source="blktrace", clock="blktrace", lost=lost, records=records,
                      lost_total=lost_total, extra=_blktrace_facts(numbered, damage, dups))
@@ -204,7 +208,8 @@ def _import_whole(paths, store, levels: dict[int, str], capture_id: str, machine
 def _blktrace_facts(numbered: bool, damage: Damage, dups: int) -> dict:
     return {"sequence_numbers": numbered,
             "damaged": {"places": damage.places, "bytes": damage.bytes,
-                        "records_at_least": damage.records, "duplicates": dups}}
+                        "records_at_least": damage.records, "duplicates": dups},
+            "ftrace_lost": sum(damage.ftrace_lost.values())}
 
 
 # block events written a row group at a time, of at least this many (as
@@ -407,6 +412,18 @@ def _without_duplicates(col: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarra
     keep |= seq == 0
     n = int((~keep).sum())
     return ({c: v[keep] for c, v in col.items()} if n else col), n
+
+
+def _lost_by_notes(col: dict[str, np.ndarray], lost: dict[int, int], capture_id: str
+                   ) -> list[dict]:
+    """lost_events rows (per CPU) of a saved trace_pipe: the records read
+    from each CPU, and the events ftrace's notes say its buffer lost
+    there (`lost`: CPU -> events), as ring-buffer drops."""
+    cpus, counts = np.unique(col["cpu"], return_counts=True)
+    got = dict(zip(cpus.tolist(), counts.tolist()))
+    return [{"capture_id": capture_id, "cpu": c, "emitted": got.get(c, 0) + lost.get(c, 0),
+             "received": got.get(c, 0), "ringbuf_drops": lost.get(c, 0), "seq_gaps": 0}
+            for c in sorted(set(got) | set(lost))]
 
 
 def _lost_by_sequence(col: dict[str, np.ndarray], capture_id: str) -> list[dict]:

@@ -26,10 +26,11 @@ report work on traces recorded elsewhere.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import struct
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,10 @@ DTYPE = np.dtype([("magic", "=u4"), ("sequence", "=u4"), ("time", "=u8"), ("sect
 assert DTYPE.itemsize == HEADER.size
 _MAGIC_PDU = struct.Struct("=I42xH")        # magic and pdu_len of a header
 _PAT = struct.pack("=I", MAGIC | VERSION)   # a record's first bytes
+# What ftrace writes into trace_pipe, before the next record it has, where
+# its ring buffer overwrote events the reader had not read (no count:
+# "[LOST EVENTS]"; kernel/trace/trace.c, print_trace_line)
+_FTRACE_LOST = re.compile(rb"CPU:(\d+) \[LOST (?:(\d+) )?EVENTS\]\n")
 
 # __BLK_TA_* (the action's low 16 bits) -> blkparse's letter
 ACTIONS = {1: "Q", 2: "M", 3: "F", 4: "G", 5: "S", 6: "R", 7: "D", 8: "C", 9: "P", 10: "U",
@@ -241,15 +246,34 @@ def _implausible(path: Path, h: dict[str, np.ndarray], offs: np.ndarray) -> list
 class Damage:
     """What a file's damage cost: the places skipped, their bytes, and the
     records lost there (each place at least one: a record whose length
-    is damaged hides how many it covered)."""
+    is damaged hides how many it covered).  And, apart from damage, the
+    events ftrace's notes in a saved trace_pipe say its buffer lost, per
+    CPU (a note without a count: one)."""
     places: int = 0
     bytes: int = 0
     records: int = 0
+    ftrace_lost: dict[int, int] = field(default_factory=dict)
 
     def add(self, other: "Damage") -> None:
         self.places += other.places
         self.bytes += other.bytes
         self.records += other.records
+        for cpu, n in other.ftrace_lost.items():
+            self.ftrace_lost[cpu] = self.ftrace_lost.get(cpu, 0) + n
+
+
+def _said(path: Path, problems: list[str], dmg: Damage) -> list[str]:
+    """A file's problems as said: its damage once (the first place, and
+    how many more), and the events ftrace's notes say were lost."""
+    if len(problems) > 1:
+        problems = [f"{problems[0]}; and {len(problems) - 1} more damaged place(s): "
+                    f"{dmg.bytes} bytes, at least {dmg.records} records skipped in all"]
+    if dmg.ftrace_lost:
+        per_cpu = ", ".join(f"CPU {c}: {n}" for c, n in sorted(dmg.ftrace_lost.items()))
+        problems = problems + [
+            f"{path}: ftrace's buffer lost {sum(dmg.ftrace_lost.values())} events before they "
+            f"were read from trace_pipe ({per_cpu}; its notes say so): counted as lost"]
+    return problems
 
 
 def _foreign(path: Path, h: dict[str, np.ndarray], offs: np.ndarray) -> list[tuple[int, str]]:
@@ -291,16 +315,17 @@ def _walk(path: Path, data, resync: bool, into: dict[str, np.ndarray] | None = N
     the damage cost.  into: columns (compiled.blk_columns) to fill from
     row start, where they can be."""
     h = compiled.blk_index(data, into, start)      # (an undamaged file: in C)
-    problems = []
+    problems, lost = [], {}
     if h is None:
-        offs, problems = _walk_whole(path, data, resync)
+        offs, problems, lost = _walk_whole(path, data, resync)
         rows = _headers(np.frombuffer(data, dtype=np.uint8), offs)
         h = {"offset": offs} | {name: rows[name] for name in DTYPE.names if name != "magic"}
     offs = h["offset"]
     bad = sorted(_implausible(path, h, offs) + _foreign(path, h, offs))
     if bad and not resync:      # the first bad record ends the file: before any problem met
-        return _keep(h, offs < bad[0][0]), [bad[0][1]], Damage(1, 0, 1)
-    dmg = Damage(len(problems) + len(bad), sum(n for _, _, n in problems), len(problems) + len(bad))
+        return _keep(h, offs < bad[0][0]), [bad[0][1]], Damage(1, 0, 1, lost)
+    dmg = Damage(len(problems) + len(bad), sum(n for _, _, n in problems), len(problems) + len(bad),
+                 lost)
     if bad:
         drop = np.array([o for o, _ in bad], np.int64)
         dmg.bytes += sum(HEADER.size + _MAGIC_PDU.unpack_from(data, o)[1] for o, _ in bad)
@@ -309,11 +334,11 @@ def _walk(path: Path, data, resync: bool, into: dict[str, np.ndarray] | None = N
 
 
 def _walk_whole(path: Path, data: bytes, resync: bool
-                ) -> tuple[np.ndarray, list[tuple[int, str, int]]]:
-    """The byte offsets of path's whole records, and (offset, problem,
-    bytes skipped) of the damage met (without resync, the first one ends
-    the file)."""
-    offs, problems = array("q"), []
+                ) -> tuple[np.ndarray, list[tuple[int, str, int]], dict[int, int]]:
+    """The byte offsets of path's whole records, (offset, problem, bytes
+    skipped) of the damage met (without resync, the first one ends the
+    file), and the events ftrace's notes say were lost, per CPU."""
+    offs, problems, lost = array("q"), [], {}
     off, end, want = 0, len(data), MAGIC | VERSION
     unpack, size = _MAGIC_PDU.unpack_from, HEADER.size
     while off < end:
@@ -324,6 +349,12 @@ def _walk_whole(path: Path, data: bytes, resync: bool
                 offs.append(off)
                 off += size + pdu_len
                 continue
+        note = _FTRACE_LOST.match(data, off) if data[off:off + 4] == b"CPU:" else None
+        if note:
+            cpu = int(note[1])
+            lost[cpu] = lost.get(cpu, 0) + (int(note[2]) if note[2] else 1)
+            off = note.end()
+            continue
         problem = _problem(path, data, off)
         nxt = _resync(data, off) if resync else None
         problems.append((off, problem + ("" if nxt is None else f"; resumed at byte {nxt}"),
@@ -331,7 +362,7 @@ def _walk_whole(path: Path, data: bytes, resync: bool
         if nxt is None:
             break
         off = nxt
-    return np.frombuffer(offs, dtype=np.int64) if offs else np.zeros(0, np.int64), problems
+    return np.frombuffer(offs, dtype=np.int64) if offs else np.zeros(0, np.int64), problems, lost
 
 
 def _strings(values: np.ndarray, name, dictionary: bool = False) -> pa.Array:
@@ -422,11 +453,9 @@ def _read(paths, resync: bool) -> tuple[list[pa.Table], list[str], Damage]:
         h, pr, dmg = _walk(p, data, resync)
         parts.append(_table(p, data, h))
         damage.add(dmg)
-        if len(pr) > 1:     # (said once per file)
-            pr = [f"{pr[0]}; and {len(pr) - 1} more damaged place(s): {dmg.bytes} bytes, "
-                  f"at least {dmg.records} records skipped in all"]
-        problems += pr
-        if pr and not resync:
+        said = _said(p, pr, dmg)
+        problems += said
+        if said and not resync:
             break
     return parts, problems, damage
 
@@ -435,7 +464,8 @@ def read(*paths: str | os.PathLike) -> pa.Table:
     """The records of blktrace binary files (or a saved trace_pipe of the
     ftrace blk tracer in bin mode), file after file.  The first record
     that is not whole raises BlktraceError (the records before it on
-    `.good`)."""
+    `.good`); so do ftrace's notes of events its buffer lost (the file's
+    records on `.good`)."""
     parts, problems, _ = _read(paths, resync=False)
     if problems:
         raise BlktraceError(problems[0], _concat(parts))
@@ -500,10 +530,7 @@ def read_columns(*paths: str | os.PathLike
         _unmap(data)
         n += k
         damage.add(dmg)
-        if len(pr) > 1:
-            pr = [f"{pr[0]}; and {len(pr) - 1} more damaged place(s): {dmg.bytes} bytes, "
-                  f"at least {dmg.records} records skipped in all"]
-        problems += pr
+        problems += _said(p, pr, dmg)
     action = out["action"][:n]
     cols = {"sequence": out["sequence"][:n], "time_ns": out["time"][:n],
             "sector": out["sector"][:n], "bytes": out["bytes"][:n], "pid": out["pid"][:n],
@@ -535,38 +562,31 @@ def dev_name(dev: int) -> str:
 
 
 def split_by_cpu(path: str | os.PathLike, prefix: str | os.PathLike
-                 ) -> tuple[list[Path], int, str | None]:
+                 ) -> tuple[list[Path], int, list[str]]:
     """The records of a saved trace_pipe of the ftrace blk tracer (bin
     mode) written a file per CPU, as blktrace writes them
     (PREFIX.blktrace.N, one for every CPU up to the last one with a
     record, and at least os.cpu_count(): blkparse stops at the first CPU
-    without a file), so that blkparse and btt read them.  A record cut
-    short at the file's end (the reader stopped mid-record) is left out,
-    and named; any other damage raises BlktraceError.  Returns the files,
-    the records written and that cut record's problem (None: none)."""
-    path = Path(path)
-    raw = path.read_bytes()
-    data = np.frombuffer(raw, dtype=np.uint8)
-    cut = None
-    try:
-        t = read(path)
-        end = len(data)
-    except BlktraceError as e:
-        t = e.good
-        end = 0
-        if t.num_rows:
-            end = int(t.column("file_offset")[-1].as_py()) + HEADER.size + \
-                len(t.column("pdu")[-1].as_py())
-        cut = cut_at_end(path, raw, end)
-        if not cut:
-            raise
+    without a file), so that blkparse and btt read them.  What is not a
+    whole record (a record cut short where the reader stopped, the text
+    ftrace writes where its buffer lost events) is left out and named, as
+    read_tolerant names it: every whole record is kept.  Returns the
+    files, the records written and the problems."""
+    import pyarrow.compute as pc
+    data = np.fromfile(path, dtype=np.uint8)
+    t, problems = read_tolerant(path)
     offs = t.column("file_offset").to_numpy().astype(np.int64)
+    lens = HEADER.size + pc.binary_length(t.column("pdu")).to_numpy(zero_copy_only=False)
     cpu = t.column("cpu").to_numpy()
-    by_byte = np.repeat(cpu, np.diff(np.append(offs, end)))
-    data = data[offs[0] if len(offs) else 0:end]
     files = []
     for c in range(max(int(cpu.max()) + 1 if len(cpu) else 0, os.cpu_count() or 1)):
+        sel = cpu == c
+        n = lens[sel].astype(np.int64)
+        ends = np.cumsum(n)
+        # (each byte of the CPU's records: its record's start, plus its
+        # place in the record)
+        at = np.repeat(offs[sel] - (ends - n), n) + np.arange(int(ends[-1]) if len(n) else 0)
         f = Path(f"{prefix}.blktrace.{c}")
-        data[by_byte == c].tofile(f)
+        data[at].tofile(f)
         files.append(f)
-    return files, t.num_rows, cut
+    return files, t.num_rows, problems

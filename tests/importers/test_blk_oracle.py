@@ -34,13 +34,19 @@ def kdev(path: str) -> int:
 
 
 @contextlib.contextmanager
-def blk_tracer(devs: list[str], out: Path):
+def blk_tracer(devs: list[str], out: Path, buffer_kb: int | None = None, late: bool = False):
     """The ftrace blk tracer on devs, in bin mode, read from trace_pipe into
-    out; every ftrace setting it touches is put back, whatever happens."""
+    out (late: only once the body is done, for up to 2 s: what the buffer
+    kept); buffer_kb: the top buffer's size a CPU.  Every ftrace setting
+    it touches is put back, whatever happens."""
     knobs = {TRACING / "trace_clock": "mono", TRACING / "options" / "bin": "1",
              TRACING / "options" / "context-info": "0"}
+    if buffer_kb:
+        knobs[TRACING / "buffer_size_kb"] = str(buffer_kb)
     old = {k: k.read_text().strip() for k in knobs}
     old[TRACING / "trace_clock"] = old[TRACING / "trace_clock"].split("[")[1].split("]")[0]
+    if buffer_kb:   # ("7 (expanded: 1408)" until first used)
+        old[TRACING / "buffer_size_kb"] = old[TRACING / "buffer_size_kb"].split()[-1].rstrip(")")
     if (TRACING / "tracing_on").read_text().strip() != "1":
         pytest.fail(f"{TRACING}/tracing_on is 0: the blk tracer would record nothing")
     if (TRACING / "current_tracer").read_text().strip() != "nop":
@@ -51,8 +57,9 @@ def blk_tracer(devs: list[str], out: Path):
         for k, v in knobs.items():
             k.write_text(v + "\n")
         (TRACING / "current_tracer").write_text("blk\n")
-        with open(out, "wb") as f:
-            reader = subprocess.Popen(["cat", str(TRACING / "trace_pipe")], stdout=f)
+        if not late:
+            with open(out, "wb") as f:
+                reader = subprocess.Popen(["cat", str(TRACING / "trace_pipe")], stdout=f)
         for d in devs:
             e = Path("/sys/block") / Path(d).name / "trace" / "enable"
             e.write_text("1\n")
@@ -61,6 +68,9 @@ def blk_tracer(devs: list[str], out: Path):
     finally:
         for e in enabled:
             e.write_text("0\n")
+        if late:
+            with open(out, "wb") as f:
+                subprocess.run(["timeout", "2", "cat", str(TRACING / "trace_pipe")], stdout=f)
         if reader:
             time.sleep(0.5)     # let the reader drain the buffer
             reader.terminate()
@@ -68,6 +78,74 @@ def blk_tracer(devs: list[str], out: Path):
         (TRACING / "current_tracer").write_text("nop\n")   # EBUSY while a reader is open
         for k, v in old.items():
             k.write_text(v + "\n")
+
+
+@contextlib.contextmanager
+def loop_device(tmp_path: Path, merges: bool):
+    """A loop device with direct I/O on a sparse 256 MiB file, its I/O
+    scheduler mq-deadline (requests inserted: I, G2I and I2D); merges:
+    bios may be merged into requests (else the queue's nomerges is 2)."""
+    img = tmp_path / "disk.img"
+    subprocess.run(["truncate", "-s", "256M", str(img)], check=True)
+    dev = subprocess.run(["losetup", "--direct-io=on", "--find", "--show", str(img)],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    queue = Path("/sys/block") / Path(dev).name / "queue"
+    # (a loop device keeps its queue's settings once detached: put back)
+    old = {k: (queue / k).read_text() for k in ("scheduler", "nomerges")}
+    old["scheduler"] = old["scheduler"].split("[")[1].split("]")[0]
+    try:
+        (queue / "scheduler").write_text("mq-deadline\n")
+        (queue / "nomerges").write_text("0\n" if merges else "2\n")
+        yield dev
+    finally:
+        for k, v in old.items():
+            (queue / k).write_text(v.strip() + "\n")
+        subprocess.run(["losetup", "-d", dev], check=True)
+        img.unlink()
+
+
+def overruns(kinds=("overrun", "commit overrun", "dropped events")) -> Counter:
+    """Events the top ftrace buffer has lost so far (of these kinds), per
+    CPU.  (Setting a tracer or the buffer's size starts them again at 0:
+    read them with the blk tracer set.)"""
+    n = Counter()
+    for f in TRACING.glob("per_cpu/cpu*/stats"):
+        cpu = int(f.parent.name.removeprefix("cpu"))
+        for line in f.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in kinds:
+                n[cpu] += int(value)
+    return n
+
+
+def test_the_events_an_overrun_buffer_lost_are_counted_as_the_kernel_counts_them(tmp_path):
+    """The blk tracer's buffer (64 KiB a CPU) left unread while fio runs
+    overwrites events, and trace_pipe says how many before the records it
+    still has.  The import keeps every record and counts those losses per
+    CPU as the kernel's own overrun counters do."""
+    pipe = tmp_path / "pipe.bin"
+    with loop_device(tmp_path, merges=True) as dev:
+        with blk_tracer([dev], pipe, buffer_kb=64, late=True):
+            before = overruns(("overrun",))
+            subprocess.run(["fio", "--name=t", f"--filename={dev}", "--ioengine=libaio",
+                            "--rw=randread", "--bs=4k", "--direct=1", "--iodepth=8",
+                            "--runtime=1", "--time_based", "--size=256M", "--output=/dev/null"],
+                           check=True)
+            lost = overruns(("overrun",)) - before
+    assert sum(lost.values()) > 10_000, lost     # (64 KiB holds ~1,000 records a CPU)
+    r = run_cli("import", str(pipe), "-o", str(tmp_path / "s"))
+    assert f"{pipe}: ftrace's buffer lost {sum(lost.values())} events" in r.stderr
+    s = nestrace.open(tmp_path / "s")
+    got = {x["cpu"]: x["ringbuf_drops"] for x in s.rows("SELECT cpu, ringbuf_drops FROM lost_events")
+           if x["ringbuf_drops"]}
+    assert got == dict(lost)
+    assert s.rows("SELECT lost_total FROM capture_meta")[0]["lost_total"] == sum(lost.values())
+    # every record the file holds imported (request events stored, plugs
+    # and unplugs counted)
+    records, problems = blktrace.read_tolerant(pipe)
+    assert problems[-1].startswith(f"{pipe}: ftrace's buffer lost")
+    assert f" block events of {records.num_rows} records " in r.stdout, r.stdout
+    assert records.num_rows > 1000
 
 
 def test_block_events_and_phases_match_the_kernels_blktrace(lab_factory, tmp_path):

@@ -213,6 +213,38 @@ def test_import_counts_records_missing_by_sequence_number(tmp_path):
     assert r["lost"] == 2 and r["sequence_numbers"]
 
 
+def test_import_counts_the_events_ftraces_notes_say_its_buffer_lost(tmp_path):
+    """A saved trace_pipe of the ftrace blk tracer holds, where its buffer
+    overwrote events before they were read, a note ("CPU:1 [LOST 1234
+    EVENTS]", or with no count).  Not damage: every record around it is
+    imported, the events counted lost per CPU (lost_events, lost_total),
+    and said once."""
+    import nestrace
+    W = TC_WRITE
+    f = tmp_path / "pipe.bin"
+    f.write_bytes(rec(1, W, 8, 4096, 10, cpu=0) + rec(7, W, 8, 4096, 12, cpu=0)
+                  + b"CPU:1 [LOST 1234 EVENTS]\n" + rec(8, W, 8, 4096, 20, cpu=1)
+                  + b"CPU:0 [LOST EVENTS]\n" + rec(1, W, 16, 4096, 30, cpu=0)
+                  + b"CPU:1 [LOST 6 EVENTS]\n" + rec(7, W, 16, 4096, 31, cpu=1)
+                  + rec(8, W, 16, 4096, 40, cpu=1))
+    r = blkimport.import_files([f], tmp_path / "s", {}, "imp")
+    assert r["problems"] == [f"{f}: ftrace's buffer lost 1241 events before they were read from "
+                             "trace_pipe (CPU 0: 1, CPU 1: 1240; its notes say so): counted as lost"]
+    assert (r["block_events"], r["lost"], r["sequence_numbers"]) == (6, 1241, False)
+    assert r["damage"].places == 0
+    s = nestrace.open(tmp_path / "s")
+    assert s.rows("SELECT cpu, emitted, received, ringbuf_drops FROM lost_events ORDER BY cpu") == [
+        {"cpu": 0, "emitted": 4, "received": 3, "ringbuf_drops": 1},
+        {"cpu": 1, "emitted": 1243, "received": 3, "ringbuf_drops": 1240}]
+    assert s.rows("SELECT lost_total FROM capture_meta") == [{"lost_total": 1241}]
+    assert s.rows("SELECT sector, q2c_ns FROM block_requests ORDER BY d_ns") == [
+        {"sector": 8, "q2c_ns": 10}, {"sector": 16, "q2c_ns": 10}]
+    # the strict reader stops at such a note, the file's records kept
+    with pytest.raises(blktrace.BlktraceError, match="ftrace's buffer lost 1241 events") as e:
+        blktrace.read(f)
+    assert e.value.good.num_rows == 6
+
+
 def test_import_of_a_file_that_is_not_blktrace_names_it(tmp_path):
     from nestrace.store.files import StoreError
     f = tmp_path / "notes.txt"
@@ -323,27 +355,32 @@ def test_regression_a_duplicated_record(tmp_path):
 def test_a_trace_pipe_split_by_cpu_as_blktrace_writes_it(tmp_path):
     """The ftrace blk tracer's one stream, a file per CPU (and one for
     every CPU up to the last, empty or not, as blkparse wants them); each
-    file holds its CPU's records, whole and in order.  A record cut short
-    at the end is left out and named; damage before the end is an error."""
+    file holds its CPU's records, whole and in order.  What is not a
+    record (the note ftrace writes where its buffer lost events, a record
+    cut short at the end) is left out and named; every whole record is
+    kept."""
     import os
     recs = [rec(1, TC_WRITE, 8 * i, 4096, 10 + i, cpu=c)
             for i, c in enumerate([0, 2, 0, 2, 2])] + [rec(13, TC_WRITE, 80, 8192, 20, b"\0" * 8, cpu=0)]
     pipe = tmp_path / "pipe"
     pipe.write_bytes(b"".join(recs))
-    files, n, cut = blktrace.split_by_cpu(pipe, tmp_path / "loop0")
-    assert (n, cut) == (6, None)
+    files, n, problems = blktrace.split_by_cpu(pipe, tmp_path / "loop0")
+    assert (n, problems) == (6, [])
     assert [f.name for f in files] == [f"loop0.blktrace.{c}"
                                        for c in range(max(3, os.cpu_count()))]
     assert files[0].read_bytes() == recs[0] + recs[2] + recs[5]
     assert files[1].read_bytes() == b""
     assert files[2].read_bytes() == recs[1] + recs[3] + recs[4]
     assert blktrace.read(*files).num_rows == 6
-    # the reader stopped mid-record: the whole ones kept, the last named
-    pipe.write_bytes(b"".join(recs) + recs[1][:20])
-    files, n, cut = blktrace.split_by_cpu(pipe, tmp_path / "cut")
-    assert n == 6 and cut.startswith(f"{pipe}: byte {len(b''.join(recs))}: record cut short")
+    # ftrace's note of lost events between records, and the reader
+    # stopped mid-record
+    lost = b"CPU:1 [LOST 1234 EVENTS]\n"
+    pipe.write_bytes(b"".join(recs[:3]) + lost + b"".join(recs[3:]) + recs[1][:20])
+    files, n, problems = blktrace.split_by_cpu(pipe, tmp_path / "cut")
+    assert n == 6 and len(problems) == 2, problems
+    at = len(b"".join(recs)) + len(lost)
+    assert problems[0].startswith(f"{pipe}: byte {at}: record cut short (20 of 48")
+    assert problems[1] == (f"{pipe}: ftrace's buffer lost 1234 events before they were read "
+                           "from trace_pipe (CPU 1: 1234; its notes say so): counted as lost")
+    assert files[0].read_bytes() == recs[0] + recs[2] + recs[5]
     assert files[2].read_bytes() == recs[1] + recs[3] + recs[4]
-    # damage with whole records after it is no reader's stop
-    pipe.write_bytes(recs[0] + rec(1, TC_WRITE, 8, 4096, 11, magic=0xdeadbeef) + recs[2])
-    with pytest.raises(blktrace.BlktraceError, match=f"{pipe}: byte 48: bad magic"):
-        blktrace.split_by_cpu(pipe, tmp_path / "bad")

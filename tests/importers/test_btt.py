@@ -13,7 +13,6 @@ D2C and Q2C are checked against nestrace's requests with each merged
 bio counted again as btt counts it, from the store's events."""
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from test_blk_oracle import blk_tracer
+from test_blk_oracle import blk_tracer, loop_device, overruns
 
 import nestrace
 from nestrace.importers import blktrace
@@ -31,54 +30,19 @@ pytestmark = pytest.mark.root
 PHASES = ("Q2G", "G2I", "Q2M", "I2D", "D2C", "Q2C")
 
 
-@contextlib.contextmanager
-def loop_device(tmp_path: Path, merges: bool):
-    """A loop device with direct I/O on a sparse 256 MiB file, its I/O
-    scheduler mq-deadline (requests inserted: I, G2I and I2D); merges:
-    bios may be merged into requests (else the queue's nomerges is 2)."""
-    img = tmp_path / "disk.img"
-    subprocess.run(["truncate", "-s", "256M", str(img)], check=True)
-    dev = subprocess.run(["losetup", "--direct-io=on", "--find", "--show", str(img)],
-                         check=True, capture_output=True, text=True).stdout.strip()
-    queue = Path("/sys/block") / Path(dev).name / "queue"
-    # (a loop device keeps its queue's settings once detached: put back)
-    old = {k: (queue / k).read_text() for k in ("scheduler", "nomerges")}
-    old["scheduler"] = old["scheduler"].split("[")[1].split("]")[0]
-    try:
-        (queue / "scheduler").write_text("mq-deadline\n")
-        (queue / "nomerges").write_text("0\n" if merges else "2\n")
-        yield dev
-    finally:
-        for k, v in old.items():
-            (queue / k).write_text(v.strip() + "\n")
-        subprocess.run(["losetup", "-d", dev], check=True)
-        img.unlink()
-
-
-def overruns() -> int:
-    """Events the top ftrace buffer has lost so far, over its CPUs."""
-    n = 0
-    for f in Path("/sys/kernel/tracing/per_cpu").glob("cpu*/stats"):
-        for line in f.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("overrun", "commit overrun", "dropped events"):
-                n += int(value)
-    return n
-
-
 def record(tmp_path: Path, merges: bool, *fio: str) -> list[Path]:
     """The blk tracer's records of fio on a fresh loop device (merges: as
     loop_device's), a file per CPU (NAME.blktrace.N); none lost (btt and
     nestrace would each make what they can of a broken request)."""
     pipe = tmp_path / "pipe.bin"
     with loop_device(tmp_path, merges) as dev:
-        before = overruns()
         with blk_tracer([dev], pipe):
+            before = overruns()
             subprocess.run(["fio", "--name=t", f"--filename={dev}", "--ioengine=libaio", *fio,
                             "--output=/dev/null"], check=True)
-        lost = overruns() - before
+            lost = overruns() - before
         name = Path(dev).name
-    assert not lost, f"the ftrace buffer lost {lost} events while trace_pipe was read"
+    assert not lost, f"the ftrace buffer lost events while trace_pipe was read: {lost}"
     files, n, _ = blktrace.split_by_cpu(pipe, tmp_path / name)
     assert n > 1000, n
     return files

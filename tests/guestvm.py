@@ -40,10 +40,22 @@ mkdir -p $R/run/out $R/run/tmp
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 out $R/run/out || {{
     echo "guest: cannot mount the output share"; poweroff -f; }}
 echo "guest: up, kernel $(uname -r)"
+# every minute, what each task waits in (kernel threads but those in D
+# state left out) and the kernel stack of each in D state: a guest that
+# hangs says where in the host's message
+chroot $R /usr/bin/env PATH=/usr/sbin:/usr/bin:/sbin:/bin /bin/sh -c 'while sleep 60; do
+    {{ cut -d" " -f1 /proc/uptime; ps -eo pid,stat,wchan:32,etime,args |
+       awk "\\$2 ~ /D/ || \\$5 !~ /^\\\\[/" | cut -c1-200
+       for p in $(ps -eo pid=,stat= | awk "\\$2 ~ /D/ {{print \\$1}}"); do
+           echo "--- $p $(cat /proc/$p/comm)"; cat /proc/$p/stack; done
+    }} > /run/out/tasks.new 2>&1; mv /run/out/tasks.new /run/out/tasks.txt; done' \\
+    > /dev/null 2>&1 &
+watch=$!
 chroot $R /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin TMPDIR=/run/tmp HOME=/run/tmp \\
     PYTHONDONTWRITEBYTECODE=1 /bin/sh -c 'cd /run/tmp && /bin/sh /run/out/run.sh' \\
     > $R/run/out/run.log 2>&1
 echo $? > $R/run/out/rc
+kill $watch
 sync
 umount $R/run/out
 poweroff -f
@@ -177,8 +189,11 @@ def boot(workdir: Path, script: str, disks: list[tuple[Path, str]], *, timeout: 
         p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
                            stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:
+        tasks = out / "tasks.txt"
         raise GuestError(f"the guest did not power off in {timeout} s: "
-                         f"{(e.stdout or b'')[-2000:]!r}") from None
+                         f"{(e.stdout or b'')[-2000:]!r}\nits tasks a minute or less before:\n"
+                         f"{tasks.read_text(errors='replace')[-6000:] if tasks.exists() else '-'}"
+                         ) from None
     log = (out / "run.log").read_text(errors="replace") if (out / "run.log").exists() else ""
     if not (out / "rc").exists():
         raise GuestError(f"the guest's script did not finish (QEMU exit {p.returncode}):\n"

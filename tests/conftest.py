@@ -528,9 +528,15 @@ def assert_losses_counted(s, output: str | None = None, capture_id: str | None =
                   [capture_id])[0]
     assert lost == {"drops": 0, "gaps": 0}, lost
     (m,) = s.rows("SELECT lost_total, hook_misses, completions_missed AS missed, "
-                  "requests_unfinished AS unfinished, start_ns, end_ns, kernel, machine "
-                  "FROM capture_meta WHERE capture_id = ?", [capture_id])
-    assert m["hook_misses"] == 0 and m["lost_total"] == m["missed"], m
+                  "requests_unfinished AS unfinished, start_ns, end_ns, kernel, machine, "
+                  "hook_misses_json FROM capture_meta WHERE capture_id = ?", [capture_id])
+    here = (m["kernel"], m["machine"]) == (os.uname().release, os.uname().nodename)
+    # (a guest under TCG runs each program ~50 times slower: an interrupt's
+    # hit, a virtio disk's completion, lands more often while the same
+    # program runs on that CPU for a loop device's, and the kernel counts
+    # it a miss; one CI run had 2.  Counted, and few, there)
+    assert (m["hook_misses"] == 0 if here else m["hook_misses"] <= 5) and \
+        m["lost_total"] == m["missed"] + m["hook_misses"], m
     # (a dispatch the driver gave back, requeued to be dispatched again,
     # has no C of its own: virtio-blk does so when its queue is full)
     # (--per-request: a requeue's own row; those in flight at the end, a row
@@ -561,7 +567,7 @@ def assert_losses_counted(s, output: str | None = None, capture_id: str | None =
             assert f"lost events: {m['missed']}" in output, output
         return m["missed"]
     assert n == m["missed"] + m["unfinished"], (n, m)
-    if (m["kernel"], m["machine"]) == (os.uname().release, os.uname().nodename) and WITNESS.is_dir():
+    if here and WITNESS.is_dir():
         why = why_no_completion(rows, m["end_ns"])
         bad = [(r, w) for r, w in zip(rows, why) if unexplained(w)]
         # Rarely a burst is lost in another task's context too, with no

@@ -192,7 +192,7 @@ def test_nfs_v3_and_v4_in_a_guest_every_level_of_both_shapes(server_disk, tmp_pa
     """fio's seeded 4 KiB O_DIRECT reads and writes, through an image on
     the NFS mount and on the mount itself, over NFSv3 and NFSv4.2: each
     call found at every level, at the predicted offset and time."""
-    # (20 min: ~11 alone, up to twice that beside the rest of CI)
+    # (18 min beside the rest of CI in one run, 11.5 alone)
     rc, log, console = guestvm.boot(tmp_path / "vm", script(), [(server_disk, "raw")],
                                     modules=guestvm.NFS, timeout=2400)
     assert rc == 0, f"guest script failed ({rc}):\n{log[-6000:]}\n{console[-3000:]}"
@@ -273,6 +273,12 @@ def check(out, name, v, shape):
     writes = fio_log_offsets(out / f"{name}.write.iolog", "write")
     assert len(reads) == READS and len(writes) == WRITES
     assert_losses_counted(s)
+    # each count below is exact but for the events the capture counts
+    # lost (a few tracepoint hits the guest's kernel ran no program for)
+    (lost,) = [r["lost_total"] for r in s.rows("SELECT lost_total FROM capture_meta")]
+
+    def near(got, n):
+        return n - lost <= got <= n
     assert_each_record_once(s)
     meta = s.rows("SELECT machine, hooks_json, stack_json FROM capture_meta")[0]
     assert meta["machine"] == guestvm.HOSTNAME
@@ -293,11 +299,12 @@ def check(out, name, v, shape):
     assert dm["hostfs"]["fs_type"] == "xfs" and dm["disk"]["name"] == "vda"
     shp = IMAGE if shape == "image" else GATEWAY
     for op, syscall, n in (("read", "pread64", READS), ("write", "pwrite64", WRITES)):
-        assert through(s, op, syscall, shp) == dict.fromkeys(LEVELS, n), (name, op)
+        got = through(s, op, syscall, shp)
+        assert set(got) == set(LEVELS) and all(near(x, n) for x in got.values()), (name, op, got)
         q = SERVER_THROUGH
         for k, val in shp.items():
             q = q.replace("{" + k + "}", val)
-        assert s.con.execute(q, {"op": op, "syscall": syscall}).fetchone()[0] == n, (name, op)
+        assert near(s.con.execute(q, {"op": op, "syscall": syscall}).fetchone()[0], n), (name, op)
     # the client's calls: reads and writes of the test's 4 KiB each
     # (O_DIRECT: none from the page cache), every one answered; each
     # O_DIRECT write one WRITE, so the client asks for it stable
@@ -308,7 +315,7 @@ def check(out, name, v, shape):
         "bool_or(cached_write) AS cached, list(DISTINCT stable) AS st, "
         "list(DISTINCT reply_stable) AS rst FROM netfs_io WHERE op <> 'meta' GROUP BY opcode")}
     assert set(calls) == {"read", "write"}, calls
-    assert calls["read"]["n"] == READS and calls["write"]["n"] >= WRITES, calls
+    assert near(calls["read"]["n"], READS) and calls["write"]["n"] >= WRITES - lost, calls
     assert all(c["answered"] == c["n"] for c in calls.values()), calls
     # (the guest's journal writes, through the image, are bigger)
     assert calls["read"]["most"] == 4096 and (
@@ -320,7 +327,9 @@ def check(out, name, v, shape):
     causes = {(r["op"], r["cause"]): r["n"] for r in s.rows(
         "SELECT op, cause, count(*) AS n FROM netfs_causes WHERE op <> 'meta' GROUP BY ALL")}
     up = "vdisk" if shape == "image" else "app"
-    assert causes == {("read", up): READS, ("write", up): calls["write"]["n"]}, causes
+    assert {op for op, _ in causes} <= {"read", "write"} \
+        and near(causes.get(("read", up), 0), calls["read"]["n"]) \
+        and near(causes.get(("write", up), 0), calls["write"]["n"]), causes
     # nfsd's reads and writes, done in the nfsd threads: each call served
     # once (its file, offset and bytes, while the call was out)
     srv = {r["op"]: r for r in s.rows(
@@ -333,7 +342,9 @@ def check(out, name, v, shape):
         "  SELECT c.op, c.io_id, count(v.io_id) AS times FROM netfs_io c "
         f"  LEFT JOIN netfs_server_io v ON {SERVES} "
         "  WHERE c.op IN ('read', 'write') GROUP BY c.op, c.io_id) GROUP BY ALL")}
-    assert served == {("read", 1): READS, ("write", 1): calls["write"]["n"]}, served
+    assert set(served) <= {("read", 1), ("write", 1), ("read", 0), ("write", 0)} \
+        and near(served.get(("read", 1), 0), calls["read"]["n"]) \
+        and near(served.get(("write", 1), 0), calls["write"]["n"]), served
     # and nothing else but a call sent just before the capture began
     # (netfs_io leaves out an answer whose send was before the start; in
     # one CI run the server had 68 writes for the capture's 67 calls)
@@ -341,5 +352,6 @@ def check(out, name, v, shape):
         "SELECT v.op, v.start_ns::BIGINT - m.start_ns::BIGINT AS after_ns "
         "FROM netfs_server_io v, capture_meta m "
         f"WHERE NOT EXISTS (SELECT 1 FROM netfs_io c WHERE {SERVES})")
-    assert len(more) <= 2 and all(r["after_ns"] < 5_000_000_000 for r in more), more
+    late = [r for r in more if r["after_ns"] >= 5_000_000_000]
+    assert len(more) <= 2 + lost and len(late) <= lost, more
     assert run_cli("verify", str(out / name)).returncode == 0

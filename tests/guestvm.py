@@ -30,7 +30,10 @@ mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 hostname {hostname}
 for m in {modules}; do insmod /mod/$m.ko || echo "guest: insmod $m failed"; done
 R=/host
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 hostroot $R || {{
+# (cache=loose: the guest keeps what it read of the host's root, which
+# it only reads and the host does not change under it; each stat and
+# read otherwise goes to QEMU: Python's start-up took 4.5 s, not 1.1 s)
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 hostroot $R || {{
     echo "guest: cannot mount the host's root"; poweroff -f; }}
 mount -t proc proc $R/proc; mount -t sysfs sys $R/sys; mount -t devtmpfs dev $R/dev
 mount -t tracefs tracefs $R/sys/kernel/tracing

@@ -192,7 +192,7 @@ def test_nfs_v3_and_v4_in_a_guest_every_level_of_both_shapes(server_disk, tmp_pa
     """fio's seeded 4 KiB O_DIRECT reads and writes, through an image on
     the NFS mount and on the mount itself, over NFSv3 and NFSv4.2: each
     call found at every level, at the predicted offset and time."""
-    # (18 min beside the rest of CI in one run, 11.5 alone)
+    # (18 to 22 min beside the rest of CI in runs before 9p's cache=loose, 9 alone)
     rc, log, console = guestvm.boot(tmp_path / "vm", script(), [(server_disk, "raw")],
                                     modules=guestvm.NFS, timeout=2400)
     assert rc == 0, f"guest script failed ({rc}):\n{log[-6000:]}\n{console[-3000:]}"

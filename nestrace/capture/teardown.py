@@ -54,9 +54,10 @@ def umount(path: str, tries: int = 60) -> None:
                    + (f" (held by {', '.join(held)})" if held else ""))
 
 
-def detach(dev: str, tries: int = 80) -> None:
-    """Detach a loop device and wait (up to ~20 s: a loaded machine's udev
-    probe has taken more than 5) until the kernel has let go of its file:
+def detach(dev: str, tries: int = 240) -> None:
+    """Detach a loop device and wait (up to ~60 s: a loaded machine's udev
+    probe has taken more than 5, and in one CI run here a device no
+    process held took more than 20) until the kernel has let go of its file:
     `losetup -d` of a device something still has open (a udev probe, say)
     only marks it to go when that one closes it.  Then name what holds it."""
     _run(["losetup", "-d", dev], "detach")

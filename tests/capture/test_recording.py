@@ -85,10 +85,20 @@ def test_an_agent_that_cannot_start_leaves_no_live_capture(lab_factory, tmp_path
 
 
 def test_tiny_ring_buffer_counts_losses_and_warns(lab_factory, tmp_path):
+    """A 4 KiB ring buffer and an agent that does not read it for a while
+    (stopped, as a busy CPU would hold it): the programs drop, and the
+    drops are counted, stored and said.  (Without the stop, an agent that
+    kept up passed a CI run with 0 drops.)"""
     lab = lab_factory("ext4", "xfs")
-    s, _, r = record_fio(lab, tmp_path / "s", tmp_path, "--rw=randread", "--bs=4k",
-                         "--direct=1", "--size=64M", "--io_size=32M",
-                         extra=["--ringbuf-kb", "4"])
+    lab.fio("--rw=write", "--bs=1M", "--direct=1", "--size=64M")
+    fio = (f"fio --name=t --directory={lab.mount} --ioengine=psync --output=/dev/null "
+           "--rw=randread --bs=4k --direct=1 --size=64M --io_size=32M")
+    # (the command and the agent are both record's children)
+    agent = "-P $PPID -x nestrace-agent"
+    script = f"pkill -STOP {agent} || exit 9; {fio}; rc=$?; pkill -CONT {agent}; sleep 1; exit $rc"
+    r = run_cli("record", "-o", str(tmp_path / "s"), "--stack", lab.mount, "--ringbuf-kb", "4",
+                "--", "sh", "-c", script)
+    s = nestrace.open(tmp_path / "s")
     lost = s.rows("SELECT sum(ringbuf_drops) AS drops, sum(seq_gaps) AS gaps FROM lost_events")[0]
     assert lost["drops"] > 0
     assert lost["gaps"] >= lost["drops"]

@@ -56,8 +56,15 @@ def test_512b_direct_writes_through_host_page_cache_read_a_host_page_each(lab_fa
     assert 0.9 <= r["reads"] / writes <= 1.1, r            # ~one host read per guest write
     disk_read = s.rows("SELECT sum(bytes) AS b FROM disk_io WHERE op = 'read'")[0]["b"]
     assert 6.5 <= disk_read / (writes * 512) <= 9, (disk_read, r)   # ~8x the written bytes
-    rmw = s.rows("SELECT sum(bytes) AS b FROM links WHERE lower_level = 'disk' AND kind = 'rmw'")
-    assert rmw[0]["b"] >= 0.9 * disk_read, (rmw, disk_read)
+    # the host FS's rmw reads are found at the disk as rmw.  (The disk's
+    # other reads vary from run to run, bounded above: the host FS's own
+    # trees, 80 to 96 KiB of REQ_META reads in runs by hand; in one CI
+    # run 1 MiB more than the rmw's, of kinds it did not name.)
+    kinds = {k["kind"]: k["b"] for k in s.rows(
+        "SELECT kind, sum(bytes) AS b FROM links WHERE lower_level = 'disk' AND lower_id IN "
+        "(SELECT io_id FROM disk_io WHERE op = 'read') GROUP BY kind")}
+    assert kinds.get("rmw", 0) >= 0.9 * r["read_bytes"], (kinds, r, disk_read)
+    assert kinds.get("rmw", 0) >= 0.8 * disk_read, (kinds, r, disk_read)
     # correlate stores rmw (its maps are in memory there); a session on the
     # store reads those rows, the same as computed, and the same summary
     run_cli("correlate", str(s.store))

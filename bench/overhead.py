@@ -141,10 +141,22 @@ def run_request_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
     return run_agent_streaming(mount, depth, runtime, tmp, "--request-floor", out_dir)
 
 
+MODES = ("a", "b", "c", "e", "f", "g", "h", "p", "k")
+
+# The extra runs with kernel.bpf_stats_enabled: key -> the agent's flags
+# ("": `nestrace record`), and the mode each measures.
+STATS_MODE = {"stats": "b", "stats_f": "f", "stats_g": "g", "stats_h": "h", "stats_p": "p",
+              "stats_k": "k"}
+
 # (h): the block layer's tracepoints but its completions
 BLOCK_BEGINNINGS = ("block_bio_queue,block_bio_backmerge,block_bio_frontmerge,block_getrq,"
                     "block_split,block_rq_insert,block_rq_issue,block_rq_merge")
 COMPLETION_FLOOR = f"--floor-records --skip-hooks {BLOCK_BEGINNINGS}"
+
+
+STATS = (("stats", ""), ("stats_f", "--floor-records"), ("stats_g", "--request-floor"),
+         ("stats_h", COMPLETION_FLOOR), ("stats_p", "--per-request"),
+         ("stats_k", "--from-completions"))
 
 
 def run_completion_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
@@ -156,11 +168,13 @@ def run_completion_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
     return run_agent_streaming(mount, depth, runtime, tmp, COMPLETION_FLOOR, out_dir)
 
 
-def run_agent_alone(mount, depth, runtime, tmp, flag: str, stream: Path, then: str = "") -> dict:
+def run_agent_alone(mount, depth, runtime, tmp, flag: str, stream: Path, then: str = "",
+                    before: str = "") -> dict:
     """fio under the agent alone, started as `record` starts it (hooks,
     filters, CPU pinning) with `flag` (its words: a --skip-hooks among
-    them adds to record's), its stream written to `stream`; `then`, a
-    shell command run after fio while the agent still runs."""
+    them adds to record's), its stream written to `stream`; `before` and
+    `then`, shell commands run before and after fio while the agent
+    runs."""
     sys.path.insert(0, str(ROOT))
     from nestrace.capture.agent import agent_args, agent_cpus, side_families
     from nestrace.capture.stack import discover
@@ -185,7 +199,7 @@ def run_agent_alone(mount, depth, runtime, tmp, flag: str, stream: Path, then: s
         else:
             raise RuntimeError(f"nestrace-agent {flag}: {''.join(said)}")
         cmd = fio_cmd(mount, depth, runtime, out)
-        cmd[-1] += then
+        cmd[-1] = before + cmd[-1] + then
         sh(*cmd)
     finally:
         agent.send_signal(2)
@@ -243,16 +257,19 @@ def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path, floor: str = "") ->
     traced."""
     knob = Path("/proc/sys/kernel/bpf_stats_enabled")
     old = knob.read_text().strip()
-    out, snap = tmp / "fio.json", tmp / "progs.json"
+    out, snap, agent = tmp / "fio.json", tmp / "progs.json", tmp / "agent.stat"
     store = out_dir / f"nestrace-bench-store-{time.monotonic_ns()}"
-    then = f" && bpftool prog show -j > {snap}"
+    # the agent's own CPU time over fio's run: its /proc stat before and after
+    stat = "cat /proc/$(pgrep -x nestrace-agent | head -1)/stat"
+    before = f"{stat} > {agent}0 && "
+    then = f" && {stat} > {agent}1 && bpftool prog show -j > {snap}"
     knob.write_text("1\n")
     try:
         if floor:
-            run_agent_alone(mount, depth, runtime, tmp, floor, store, then)
+            run_agent_alone(mount, depth, runtime, tmp, floor, store, then, before)
         else:
             cmd = fio_cmd(mount, depth, runtime, out)
-            cmd[-1] += then
+            cmd[-1] = before + cmd[-1] + then
             r = subprocess.run(NT + ["record", "-o", str(store), "--stack", mount, "--", *cmd],
                                capture_output=True, text=True, cwd=ROOT)
             if r.returncode:
@@ -274,7 +291,12 @@ def run_bpf_stats(mount, depth, runtime, tmp, out_dir: Path, floor: str = "") ->
             c[1] += p["run_time_ns"]
     if not cost:
         raise SystemExit("bench/overhead: bpftool showed no nestrace program with run counts")
+    # utime and stime, fields 14 and 15 of /proc/PID/stat (after the
+    # parenthesised comm), in clock ticks
+    ticks = [sum(int(x) for x in Path(f"{agent}{i}").read_text().rsplit(")", 1)[1].split()[11:13])
+             for i in (0, 1)]
     return {"ios": ios, **fio_result(out),
+            "agent_ns_per_io": 1e9 * (ticks[1] - ticks[0]) / os.sysconf("SC_CLK_TCK") / ios,
             "families": {f: {"runs_per_io": n / ios, "ns_per_run": t / n, "ns_per_io": t / ios}
                          for f, (n, t) in sorted(cost.items())}}
 
@@ -344,6 +366,37 @@ def print_per_request(results: dict, depths: list[int]) -> None:
                   f"{added['b']:.1f} / {added['f']:.1f} / {added[m]:.1f} | {share} |")
 
 
+def spread(xs: list[float], fmt: str = ".1f") -> str:
+    """median [min, max]"""
+    return f"{statistics.median(xs):{fmt}} [{min(xs):{fmt}}, {max(xs):{fmt}}]"
+
+
+def print_paired(results: dict, depths: list[int], chosen: list[str]) -> None:
+    """The CPU per I/O each mode adds over (a), paired round by round: this
+    mode's run less the same round's (a).  The host's speed drifts over
+    minutes (back to back, two runs of (a) may differ by 2 µs per I/O), so
+    a round's difference is steadier than a difference of medians taken
+    over the whole run; with (f) run, each mode's added CPU over (f)'s, as
+    the ratio of the two medians and round by round (#75's target: at
+    most 0.5)."""
+    print("\nThe CPU per I/O each mode adds over (a), paired by round (this run less the "
+          "same round's (a)):\n")
+    print("| iodepth | mode | rounds | CPU µs per I/O added: median [min, max] "
+          "| over (f)'s added: ratio of the medians | over (f)'s added, per round: median [min, max] |")
+    print("|---|---|---|---|---|---|")
+    for depth in depths:
+        plain = results[(depth, "a")]
+        added = {m: [r["cpu_us_per_io"] - a["cpu_us_per_io"] for r, a in zip(results[(depth, m)], plain)]
+                 for m in chosen if m != "a"}
+        for m, xs in added.items():
+            ratio = per = ""
+            if "f" in added and m != "f" and statistics.median(added["f"]) > 0:
+                ratio = f"{statistics.median(xs) / statistics.median(added['f']):.2f}"
+                qs = [x / f for x, f in zip(xs, added["f"]) if f > 0]
+                per = spread(qs, ".2f") if qs else ""
+            print(f"| {depth} | ({m}) | {len(xs)} | {spread(xs)} | {ratio} | {per} |")
+
+
 def per_round(runs: list[dict], plain: list[dict]) -> str:
     """The median [min, max] of each round's IOPS over that round's (a)."""
     q = [x["iops"] / a["iops"] for x, a in zip(runs, plain)]
@@ -359,7 +412,17 @@ def main() -> int:
                     help="where (b) and (c) write their traces (default /dev/shm: off the disk under test)")
     ap.add_argument("--no-bpf-stats", dest="bpf_stats", action="store_false",
                     help="skip the extra capture that measures the BPF programs' own CPU time")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="the modes run, of " + ",".join(MODES) + " ((a) is always run: every "
+                         "other is measured against it); the tables that need a mode left out "
+                         "are left out")
     args = ap.parse_args()
+    chosen = ["a"] + [m for m in MODES if m != "a" and m in args.modes.split(",")]
+    unknown = set(args.modes.split(",")) - set(MODES)
+    if unknown:
+        print(f"bench/overhead: --modes: no mode {', '.join(sorted(unknown))} "
+              f"(the modes: {', '.join(MODES)})", file=sys.stderr)
+        return 2
     if os.geteuid():
         print("bench/overhead: needs root", file=sys.stderr)
         return 2
@@ -383,10 +446,11 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as t:
             tmp = Path(t)
             for depth in [int(d) for d in args.depths.split(",")]:
-                modes = [("a", run_plain), ("b", run_nestrace), ("c", run_ftrace),
-                         ("e", run_empty), ("f", run_floor), ("g", run_request_floor),
-                         ("h", run_completion_floor), ("p", run_per_request),
-                         ("k", run_from_completions)]
+                modes = [(m, fn) for m, fn in (
+                    ("a", run_plain), ("b", run_nestrace), ("c", run_ftrace),
+                    ("e", run_empty), ("f", run_floor), ("g", run_request_floor),
+                    ("h", run_completion_floor), ("p", run_per_request),
+                    ("k", run_from_completions)) if m in chosen]
                 for rnd in range(args.rounds):
                     # rotate the order, so that no mode always follows another
                     k = rnd % len(modes)
@@ -400,11 +464,9 @@ def main() -> int:
                         results.setdefault((depth, mode), []).append(r)
                         print(f"depth {depth} round {rnd} mode {mode}: {r}", file=sys.stderr)
                 if args.bpf_stats:
-                    for key, floor in (("stats", ""), ("stats_f", "--floor-records"),
-                                       ("stats_g", "--request-floor"),
-                                       ("stats_h", COMPLETION_FLOOR),
-                                       ("stats_p", "--per-request"),
-                                       ("stats_k", "--from-completions")):
+                    for key, floor in STATS:
+                        if STATS_MODE[key] not in chosen:
+                            continue
                         r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir, floor)
                         results[(depth, key)] = r
                         print(f"depth {depth} bpf {key}: {r}", file=sys.stderr)
@@ -416,27 +478,40 @@ def main() -> int:
           f"traces written to {out_dir}\n")
     depths = sorted({d for d, _ in results})
     if args.rounds:     # --rounds 0: the BPF programs' table alone
-        print_iops_tables(results, depths)
-        print_per_request(results, depths)
-    if args.bpf_stats:
+        if {"b", "c", "e", "f", "g", "h", "p", "k"} <= set(chosen):
+            print_iops_tables(results, depths)
+            print_per_request(results, depths)
+        print_paired(results, depths, chosen)
+    stats = [k for k, _ in STATS if STATS_MODE[k] in chosen]
+    if args.bpf_stats and stats:
         # kernel.bpf_stats_enabled adds two clock reads to every run: an
         # upper bound on what the programs cost in the rounds above.
-        print("\nBPF programs' own CPU time in one extra run each of (b), (f), (g), (h), (p) "
-              "and (k) (the agent alone, with --per-request, --from-completions) with "
-              "kernel.bpf_stats_enabled=1 (upper bounds: the stats add two clock reads per run)\n")
-        modes = ("", "(f) ", "(g) ", "(h) ", "(p) ", "(k) ")
+        names = ", ".join(f"({STATS_MODE[k]})" for k in stats)
+        print(f"\nBPF programs' own CPU time in one extra run each of {names} ((b): `nestrace "
+              "record`; the others the agent alone with their flags) with "
+              "kernel.bpf_stats_enabled=1 (upper bounds: the stats add two clock reads per run), "
+              "and the agent process's own CPU time (user and system) over the same fio run\n")
+        modes = ["" if k == "stats" else f"({STATS_MODE[k]}) " for k in stats]
         print("| iodepth | family | " + " | ".join(f"{m}runs per I/O | {m}ns per run | {m}ns per I/O"
                                                   for m in modes) + " |")
         print("|---|---|" + "---|---|---|" * len(modes))
         for depth in depths:
-            runs = [results[(depth, k)]["families"]
-                    for k in ("stats", "stats_f", "stats_g", "stats_h", "stats_p", "stats_k")]
+            runs = [results[(depth, k)]["families"] for k in stats]
             for f in sorted(set().union(*runs)):
                 cells = [f"{c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | {c['ns_per_io']:.0f}"
                          if c else " | | " for c in (x.get(f) for x in runs)]
                 print(f"| {depth} | {f} | {' | '.join(cells)} |")
-            total = [f"{sum(c['ns_per_io'] for c in x.values()):.0f}" for x in runs]
-            print(f"| {depth} | all" + "".join(f" | | | {t}" for t in total) + " |")
+            total = [sum(c["ns_per_io"] for c in x.values()) for x in runs]
+            print(f"| {depth} | all" + "".join(f" | | | {t:.0f}" for t in total) + " |")
+            agent = [results[(depth, k)]["agent_ns_per_io"] for k in stats]
+            print(f"| {depth} | the agent's own CPU" + "".join(f" | | | {a:.0f}" for a in agent) + " |")
+            own = [t + a for t, a in zip(total, agent)]
+            print(f"| {depth} | nestrace's own CPU (all + agent)"
+                  + "".join(f" | | | {o:.0f}" for o in own) + " |")
+            if "stats_f" in stats:
+                f = own[stats.index("stats_f")]
+                print(f"| {depth} | nestrace's own, over (f)'s"
+                      + "".join(f" | | | {o / f:.2f}" for o in own) + " |")
     return 0
 
 

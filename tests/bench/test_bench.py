@@ -50,6 +50,22 @@ def test_bench_overhead_runs():
         per_io = re.search(rf"^\| 1 \| {re.escape(mode)} \| ([\d.]+) / ([\d.]+) \| \d+ \(\d+ / \d+\) "
                            r"\| [-\d.]+ / [-\d.]+ / [-\d.]+ \| ", out, re.M)
         assert per_io and float(per_io[2]) < float(per_io[1]) / 2, out
+    # the CPU each adds, paired by round, and over (f)'s (none for (f),
+    # nor for any when (f) added none in this short run)
+    for m in "bcefghpk":
+        ratio = r"\|  \|  \|" if m == "f" else r"\| [-\d.]* \| [-\d.\[\], ]* \|"
+        assert re.search(rf"^\| 1 \| \({m}\) \| 1 \| [-\d.]+ \[[-\d.]+, [-\d.]+\] {ratio}$",
+                         out, re.M), out
+
+
+def test_bench_overhead_runs_the_modes_asked():
+    out = bench("overhead", "--rounds", "1", "--runtime", "2", "--depths", "1", "--modes", "a,f,k",
+                "--no-bpf-stats")
+    assert re.findall(r"^\| 1 \| \((\w)\) \| 1 \|", out, re.M) == ["f", "k"], out
+    assert "(b)/(a)" not in out, out      # the tables that need (b) and (c) are left out
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "overhead.py"), "--modes", "a,z"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "--modes: no mode z" in r.stderr, r.stderr
 
 
 def test_bench_overhead_measures_the_programs_of_a_capture_and_of_the_floor():
@@ -64,6 +80,16 @@ def test_bench_overhead_measures_the_programs_of_a_capture_and_of_the_floor():
     assert block and all(float(block[k]) >= 8 for k in (1, 2, 3, 5)), out
     assert 2 <= float(block[4]) <= float(block[2]) / 3, out
     assert 2 * float(block[4]) <= float(block[6]) <= float(block[2]) / 2, out
+    # the agent process's own CPU over fio's run (in clock ticks: it may be
+    # 0 in 2 s), added to the programs', and each over (f)'s
+    agent = re.search(r"^\| 1 \| the agent's own CPU" + r" \| \| \| (\d+)" * 6 + r" \|$", out, re.M)
+    own = re.search(r"^\| 1 \| nestrace's own CPU \(all \+ agent\)" + r" \| \| \| (\d+)" * 6 + r" \|$",
+                    out, re.M)
+    assert agent and own, out
+    assert all(abs(int(own[k]) - int(total[k]) - int(agent[k])) <= 1 for k in range(1, 7)), out
+    over = re.search(r"^\| 1 \| nestrace's own, over \(f\)'s" + r" \| \| \| ([\d.]+)" * 6 + r" \|$",
+                     out, re.M)
+    assert over and over[2] == "1.00" and float(over[4]) < 1, out    # (h) writes less than (f)
 
 
 def test_bench_shapes_runs():

@@ -143,20 +143,16 @@ def run_request_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
 
 MODES = ("a", "b", "c", "e", "f", "g", "h", "p", "k")
 
-# The extra runs with kernel.bpf_stats_enabled: key -> the agent's flags
-# ("": `nestrace record`), and the mode each measures.
-STATS_MODE = {"stats": "b", "stats_f": "f", "stats_g": "g", "stats_h": "h", "stats_p": "p",
-              "stats_k": "k"}
-
 # (h): the block layer's tracepoints but its completions
 BLOCK_BEGINNINGS = ("block_bio_queue,block_bio_backmerge,block_bio_frontmerge,block_getrq,"
                     "block_split,block_rq_insert,block_rq_issue,block_rq_merge")
 COMPLETION_FLOOR = f"--floor-records --skip-hooks {BLOCK_BEGINNINGS}"
 
 
-STATS = (("stats", ""), ("stats_f", "--floor-records"), ("stats_g", "--request-floor"),
-         ("stats_h", COMPLETION_FLOOR), ("stats_p", "--per-request"),
-         ("stats_k", "--from-completions"))
+# The extra runs with kernel.bpf_stats_enabled: the mode each measures ->
+# the agent's flags ("": `nestrace record`); results' key (depth, "stats_" + mode).
+STATS = {"b": "", "f": "--floor-records", "g": "--request-floor", "h": COMPLETION_FLOOR,
+         "p": "--per-request", "k": "--from-completions"}
 
 
 def run_completion_floor(mount, depth, runtime, tmp, out_dir: Path) -> dict:
@@ -399,8 +395,7 @@ def print_paired(results: dict, depths: list[int], chosen: list[str]) -> None:
 
 def per_round(runs: list[dict], plain: list[dict]) -> str:
     """The median [min, max] of each round's IOPS over that round's (a)."""
-    q = [x["iops"] / a["iops"] for x, a in zip(runs, plain)]
-    return f"{statistics.median(q):.3f} [{min(q):.3f}, {max(q):.3f}]"
+    return spread([x["iops"] / a["iops"] for x, a in zip(runs, plain)], ".3f")
 
 
 def main() -> int:
@@ -464,12 +459,10 @@ def main() -> int:
                         results.setdefault((depth, mode), []).append(r)
                         print(f"depth {depth} round {rnd} mode {mode}: {r}", file=sys.stderr)
                 if args.bpf_stats:
-                    for key, floor in STATS:
-                        if STATS_MODE[key] not in chosen:
-                            continue
-                        r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir, floor)
-                        results[(depth, key)] = r
-                        print(f"depth {depth} bpf {key}: {r}", file=sys.stderr)
+                    for m in (m for m in STATS if m in chosen):
+                        r = run_bpf_stats(mount, depth, args.runtime, tmp, out_dir, STATS[m])
+                        results[(depth, f"stats_{m}")] = r
+                        print(f"depth {depth} bpf stats_{m}: {r}", file=sys.stderr)
     finally:
         subprocess.run(NT + ["lab", "down", "--name", lab], capture_output=True, cwd=ROOT)
         os.close(lat)
@@ -482,34 +475,34 @@ def main() -> int:
             print_iops_tables(results, depths)
             print_per_request(results, depths)
         print_paired(results, depths, chosen)
-    stats = [k for k, _ in STATS if STATS_MODE[k] in chosen]
+    stats = [m for m in STATS if m in chosen]
     if args.bpf_stats and stats:
         # kernel.bpf_stats_enabled adds two clock reads to every run: an
         # upper bound on what the programs cost in the rounds above.
-        names = ", ".join(f"({STATS_MODE[k]})" for k in stats)
+        names = ", ".join(f"({m})" for m in stats)
         print(f"\nBPF programs' own CPU time in one extra run each of {names} ((b): `nestrace "
               "record`; the others the agent alone with their flags) with "
               "kernel.bpf_stats_enabled=1 (upper bounds: the stats add two clock reads per run), "
               "and the agent process's own CPU time (user and system) over the same fio run\n")
-        modes = ["" if k == "stats" else f"({STATS_MODE[k]}) " for k in stats]
+        modes = ["" if m == "b" else f"({m}) " for m in stats]
         print("| iodepth | family | " + " | ".join(f"{m}runs per I/O | {m}ns per run | {m}ns per I/O"
                                                   for m in modes) + " |")
         print("|---|---|" + "---|---|---|" * len(modes))
         for depth in depths:
-            runs = [results[(depth, k)]["families"] for k in stats]
+            runs = [results[(depth, f"stats_{m}")]["families"] for m in stats]
             for f in sorted(set().union(*runs)):
                 cells = [f"{c['runs_per_io']:.2f} | {c['ns_per_run']:.0f} | {c['ns_per_io']:.0f}"
                          if c else " | | " for c in (x.get(f) for x in runs)]
                 print(f"| {depth} | {f} | {' | '.join(cells)} |")
             total = [sum(c["ns_per_io"] for c in x.values()) for x in runs]
             print(f"| {depth} | all" + "".join(f" | | | {t:.0f}" for t in total) + " |")
-            agent = [results[(depth, k)]["agent_ns_per_io"] for k in stats]
+            agent = [results[(depth, f"stats_{m}")]["agent_ns_per_io"] for m in stats]
             print(f"| {depth} | the agent's own CPU" + "".join(f" | | | {a:.0f}" for a in agent) + " |")
             own = [t + a for t, a in zip(total, agent)]
             print(f"| {depth} | nestrace's own CPU (all + agent)"
                   + "".join(f" | | | {o:.0f}" for o in own) + " |")
-            if "stats_f" in stats:
-                f = own[stats.index("stats_f")]
+            if "f" in stats:
+                f = own[stats.index("f")]
                 print(f"| {depth} | nestrace's own, over (f)'s"
                       + "".join(f" | | | {o / f:.2f}" for o in own) + " |")
     return 0
